@@ -1,0 +1,287 @@
+// Package hub is the change hub: it tells every open subscription that
+// something it asked about has changed.
+//
+// A change notification is an idempotent signal, not a message to queue.
+// Each subscription therefore keeps only pending state — a few bits for the
+// list kinds and one flag per URI it asked for — and a wake channel of
+// capacity one. Publishing sets bits and pokes the channel; it never blocks,
+// never allocates per subscriber, and costs O(matching subscriptions), not
+// O(all subscriptions). However fast changes arrive and however slowly a
+// subscriber drains them, its memory stays bounded by its own filter, and a
+// subscriber that never drains delays nobody else.
+package hub
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+)
+
+// Kind is a set of list kinds, used as a bit set.
+type Kind uint32
+
+// The list kinds a subscription can follow.
+const (
+	ToolsList Kind = 1 << iota
+	PromptsList
+	ResourcesList
+	// resourceBit marks that at least one URI flag is set.
+	resourceBit
+)
+
+// ErrClosed is returned by Subscribe after Shutdown.
+var ErrClosed = errors.New("hub: shut down")
+
+// Filter is what one subscription wants to hear about.
+type Filter struct {
+	// Kinds is the set of list kinds to follow.
+	Kinds Kind
+	// URIs are the resources whose updates to follow; duplicates are ignored.
+	URIs []string
+	// Principal names who is listening; events with an audience reach only
+	// the principals in it. Empty means anonymous.
+	Principal string
+}
+
+// Event is one change.
+type Event struct {
+	// Kinds whose lists changed.
+	Kinds Kind
+	// URI of a resource whose content changed ("" for none).
+	URI string
+	// Audience, when not nil, limits the event to these principals: a change
+	// only some callers can see must not reach the others.
+	Audience []string
+}
+
+// Hub routes events to subscriptions. The zero value is not usable; call New.
+type Hub struct {
+	mu     sync.RWMutex
+	kinds  [3]map[*Subscription]struct{}
+	byURI  map[string][]uriRef
+	closed bool
+	done   chan struct{}
+	count  atomic.Int64
+	// Observer, when set before use, sees every event published locally
+	// (after local delivery). Buses use it to forward events to replicas.
+	observer func(Event)
+}
+
+type uriRef struct {
+	sub *Subscription
+	idx int
+}
+
+// New returns an empty hub.
+func New() *Hub {
+	h := &Hub{byURI: make(map[string][]uriRef), done: make(chan struct{})}
+	for i := range h.kinds {
+		h.kinds[i] = make(map[*Subscription]struct{})
+	}
+	return h
+}
+
+// SetObserver installs fn to be called with every event published through
+// Publish (not PublishRemote). Call it before the hub is in use.
+func (h *Hub) SetObserver(fn func(Event)) { h.observer = fn }
+
+// Subscription is one listener's pending state. Its owner waits on Wake,
+// then calls Take to drain what changed.
+type Subscription struct {
+	hub    *Hub
+	filter Filter
+	uris   []string
+	bits   atomic.Uint32
+	flags  []atomic.Bool
+	wake   chan struct{}
+	once   sync.Once
+}
+
+// Subscribe registers a subscription for f. Duplicate URIs are folded.
+func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
+	s := &Subscription{hub: h, filter: f, wake: make(chan struct{}, 1)}
+	seen := make(map[string]struct{}, len(f.URIs))
+	for _, u := range f.URIs {
+		if _, dup := seen[u]; dup {
+			continue
+		}
+		seen[u] = struct{}{}
+		s.uris = append(s.uris, u)
+	}
+	s.flags = make([]atomic.Bool, len(s.uris))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	for i := range h.kinds {
+		if f.Kinds&(1<<i) != 0 {
+			h.kinds[i][s] = struct{}{}
+		}
+	}
+	for i, u := range s.uris {
+		h.byURI[u] = append(h.byURI[u], uriRef{s, i})
+	}
+	h.count.Add(1)
+	return s, nil
+}
+
+// Len returns the number of open subscriptions.
+func (h *Hub) Len() int { return int(h.count.Load()) }
+
+// Done is closed when the hub shuts down; every subscription's owner
+// should then end its stream gracefully.
+func (h *Hub) Done() <-chan struct{} { return h.done }
+
+// Shutdown closes the hub: Done is closed and new subscriptions fail.
+// Existing subscriptions stay registered until their owners close them.
+func (h *Hub) Shutdown() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+	}
+}
+
+// ListChanged publishes a list change of the given kinds to everyone.
+func (h *Hub) ListChanged(k Kind) { h.Publish(Event{Kinds: k}) }
+
+// ResourceUpdated publishes a content change of uri to everyone.
+func (h *Hub) ResourceUpdated(uri string) { h.Publish(Event{URI: uri}) }
+
+// Publish delivers e to every matching subscription and then to the
+// observer, if any.
+func (h *Hub) Publish(e Event) {
+	h.deliver(e)
+	if h.observer != nil {
+		h.observer(e)
+	}
+}
+
+// PublishRemote delivers an event that came from another replica; it is
+// not passed to the observer, so it is never echoed back onto the bus.
+func (h *Hub) PublishRemote(e Event) { h.deliver(e) }
+
+// MarkAllDirty tells every subscription that everything its filter covers
+// may have changed. A replica calls it after losing events (for example
+// after a bus reconnect): correctness comes from re-reads, not from
+// exactly-once delivery.
+func (h *Hub) MarkAllDirty() {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	seen := make(map[*Subscription]struct{})
+	for i := range h.kinds {
+		for s := range h.kinds[i] {
+			s.bits.Or(uint32(1) << i)
+			seen[s] = struct{}{}
+		}
+	}
+	for _, refs := range h.byURI {
+		for _, r := range refs {
+			r.sub.flags[r.idx].Store(true)
+			r.sub.bits.Or(uint32(resourceBit))
+			seen[r.sub] = struct{}{}
+		}
+	}
+	for s := range seen {
+		s.poke()
+	}
+}
+
+func (h *Hub) deliver(e Event) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if e.Kinds != 0 {
+		for i := range h.kinds {
+			bit := Kind(1) << i
+			if e.Kinds&bit == 0 {
+				continue
+			}
+			for s := range h.kinds[i] {
+				if s.admits(e.Audience) {
+					s.bits.Or(uint32(bit))
+					s.poke()
+				}
+			}
+		}
+	}
+	if e.URI != "" {
+		for _, r := range h.byURI[e.URI] {
+			if r.sub.admits(e.Audience) {
+				r.sub.flags[r.idx].Store(true)
+				r.sub.bits.Or(uint32(resourceBit))
+				r.sub.poke()
+			}
+		}
+	}
+}
+
+func (s *Subscription) admits(audience []string) bool {
+	if audience == nil {
+		return true
+	}
+	for _, p := range audience {
+		if p == s.filter.Principal {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Subscription) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Filter returns the filter the subscription was made with.
+func (s *Subscription) Filter() Filter { return s.filter }
+
+// Wake receives a value whenever pending state may be non-empty.
+func (s *Subscription) Wake() <-chan struct{} { return s.wake }
+
+// Take drains pending state: the list kinds that changed and the URIs that
+// were updated since the last Take. It appends URIs to buf to let the
+// owner reuse one slice.
+func (s *Subscription) Take(buf []string) (Kind, []string) {
+	bits := Kind(s.bits.Swap(0))
+	if bits&resourceBit != 0 {
+		for i := range s.flags {
+			if s.flags[i].Swap(false) {
+				buf = append(buf, s.uris[i])
+			}
+		}
+	}
+	return bits &^ resourceBit, buf
+}
+
+// Close removes the subscription from the hub. It is safe to call more
+// than once.
+func (s *Subscription) Close() {
+	s.once.Do(func() {
+		h := s.hub
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for i := range h.kinds {
+			delete(h.kinds[i], s)
+		}
+		for _, u := range s.uris {
+			refs := h.byURI[u]
+			out := refs[:0]
+			for _, r := range refs {
+				if r.sub != s {
+					out = append(out, r)
+				}
+			}
+			if len(out) == 0 {
+				delete(h.byURI, u)
+			} else {
+				clear(refs[len(out):])
+				h.byURI[u] = out
+			}
+		}
+		h.count.Add(-1)
+	})
+}

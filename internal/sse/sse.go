@@ -1,0 +1,148 @@
+// Package sse writes and reads Server-Sent Events as MCP's Streamable HTTP
+// transport uses them: one JSON-RPC message per event, comments as
+// keep-alives, no event ids (2026-07-28 has no resumption).
+package sse
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// AppendEvent appends one "message" event carrying data to dst. Data that
+// contains line breaks is split over several data lines, so any payload
+// round-trips through a conforming reader.
+func AppendEvent(dst, data []byte) []byte {
+	dst = append(dst, "event: message\n"...)
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			break
+		}
+		dst = append(dst, "data: "...)
+		dst = append(dst, data[:i]...)
+		dst = append(dst, '\n')
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
+	dst = append(dst, "data: "...)
+	dst = append(dst, data...)
+	return append(dst, '\n', '\n')
+}
+
+// AppendComment appends a comment line, which readers ignore. Servers send
+// one periodically so that idle streams are not cut by proxies.
+func AppendComment(dst []byte, text string) []byte {
+	dst = append(dst, ':')
+	if text != "" {
+		dst = append(dst, ' ')
+		dst = append(dst, text...)
+	}
+	return append(dst, '\n', '\n')
+}
+
+// Event is one parsed event.
+type Event struct {
+	Name string
+	ID   string
+	Data []byte
+}
+
+// ErrTooLarge is returned when an event exceeds the reader's limit.
+var ErrTooLarge = errors.New("sse: event too large")
+
+// Reader parses an event stream.
+type Reader struct {
+	r   *bufio.Reader
+	max int
+}
+
+// NewReader returns a Reader over r that refuses events larger than max
+// bytes (max <= 0 means 16 MiB).
+func NewReader(r io.Reader, max int) *Reader {
+	if max <= 0 {
+		max = 16 << 20
+	}
+	return &Reader{r: bufio.NewReaderSize(r, 4096), max: max}
+}
+
+// Next returns the next event that carries data. Comments and empty
+// events are skipped. It returns io.EOF at a clean end of stream.
+func (r *Reader) Next() (Event, error) {
+	var ev Event
+	var data []byte
+	hasData := false
+	size := 0
+	for {
+		line, err := r.readLine(r.max - size)
+		if err != nil {
+			if err == io.EOF && hasData {
+				ev.Data = data
+				return ev, nil
+			}
+			return Event{}, err
+		}
+		size += len(line)
+		if len(line) == 0 {
+			if hasData {
+				ev.Data = data
+				return ev, nil
+			}
+			ev = Event{}
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value := line, []byte(nil)
+		if i := bytes.IndexByte(line, ':'); i >= 0 {
+			field, value = line[:i], line[i+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch string(field) {
+		case "data":
+			if hasData {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+			hasData = true
+		case "event":
+			ev.Name = string(value)
+		case "id":
+			ev.ID = string(value)
+		}
+	}
+}
+
+// readLine reads one line without its terminator (LF, CR or CRLF).
+func (r *Reader) readLine(limit int) ([]byte, error) {
+	var line []byte
+	for {
+		b, err := r.r.ReadByte()
+		if err != nil {
+			if err == io.EOF && len(line) > 0 {
+				return line, nil
+			}
+			return nil, err
+		}
+		switch b {
+		case '\n':
+			return line, nil
+		case '\r':
+			if next, err := r.r.Peek(1); err == nil && next[0] == '\n' {
+				_, _ = r.r.ReadByte()
+			}
+			return line, nil
+		}
+		if len(line) >= limit {
+			return nil, fmt.Errorf("%w (limit %d bytes)", ErrTooLarge, r.max)
+		}
+		line = append(line, b)
+	}
+}

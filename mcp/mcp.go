@@ -1,0 +1,123 @@
+// Package mcp holds the Model Context Protocol's wire vocabulary for
+// revision 2026-07-28: method names, _meta keys, error codes and the data
+// types that travel in params and results. It does no I/O, so the server,
+// the client and the transports can all share it without cycles.
+package mcp
+
+// Protocol revisions.
+const (
+	// Version is the revision tidings implements natively.
+	Version = "2026-07-28"
+	// LegacyVersion is the previous revision, spoken for older peers.
+	LegacyVersion = "2025-11-25"
+)
+
+// Method names of 2026-07-28.
+const (
+	MethodDiscover             = "server/discover"
+	MethodToolsList            = "tools/list"
+	MethodToolsCall            = "tools/call"
+	MethodPromptsList          = "prompts/list"
+	MethodPromptsGet           = "prompts/get"
+	MethodResourcesList        = "resources/list"
+	MethodResourcesTemplates   = "resources/templates/list"
+	MethodResourcesRead        = "resources/read"
+	MethodComplete             = "completion/complete"
+	MethodListen               = "subscriptions/listen"
+	MethodElicit               = "elicitation/create"
+	MethodCreateMessage        = "sampling/createMessage"
+	MethodRootsList            = "roots/list"
+	NotifyCancelled            = "notifications/cancelled"
+	NotifyProgress             = "notifications/progress"
+	NotifyMessage              = "notifications/message"
+	NotifyAcknowledged         = "notifications/subscriptions/acknowledged"
+	NotifyToolsListChanged     = "notifications/tools/list_changed"
+	NotifyPromptsListChanged   = "notifications/prompts/list_changed"
+	NotifyResourcesListChanged = "notifications/resources/list_changed"
+	NotifyResourceUpdated      = "notifications/resources/updated"
+	NotifyInitialized          = "notifications/initialized"
+	MethodInitialize           = "initialize"
+	MethodPing                 = "ping"
+	MethodResourcesSubscribe   = "resources/subscribe"
+	MethodResourcesUnsubscribe = "resources/unsubscribe"
+	MethodLoggingSetLevel      = "logging/setLevel"
+	NotifyRootsListChanged     = "notifications/roots/list_changed"
+	NotifyElicitationComplete  = "notifications/elicitation/complete"
+	NotifyTasksStatus          = "notifications/tasks/status"
+	MethodTasksGet             = "tasks/get"
+	MethodTasksResult          = "tasks/result"
+	MethodTasksCancel          = "tasks/cancel"
+	MethodTasksList            = "tasks/list"
+	MethodTasksUpdate          = "tasks/update"
+)
+
+// _meta keys defined by the protocol.
+const (
+	MetaProtocolVersion    = "io.modelcontextprotocol/protocolVersion"
+	MetaClientCapabilities = "io.modelcontextprotocol/clientCapabilities"
+	MetaClientInfo         = "io.modelcontextprotocol/clientInfo"
+	MetaServerInfo         = "io.modelcontextprotocol/serverInfo"
+	MetaLogLevel           = "io.modelcontextprotocol/logLevel"
+	MetaSubscriptionID     = "io.modelcontextprotocol/subscriptionId"
+	MetaProgressToken      = "progressToken"
+)
+
+// MCP error codes beyond the JSON-RPC standard ones.
+const (
+	CodeHeaderMismatch             = -32020
+	CodeMissingRequiredCapability  = -32021
+	CodeUnsupportedProtocolVersion = -32022
+	// CodeLegacyResourceNotFound is retired: never sent, still understood.
+	CodeLegacyResourceNotFound = -32002
+)
+
+// HTTP header names of the Streamable HTTP transport.
+const (
+	HeaderProtocolVersion = "MCP-Protocol-Version"
+	HeaderMethod          = "Mcp-Method"
+	HeaderName            = "Mcp-Name"
+	HeaderParamPrefix     = "Mcp-Param-"
+	HeaderSessionID       = "Mcp-Session-Id"
+)
+
+// Result types.
+const (
+	ResultComplete      = "complete"
+	ResultInputRequired = "input_required"
+)
+
+// CacheScope says who may reuse a cached result.
+type CacheScope string
+
+// The two cache scopes.
+const (
+	ScopePublic  CacheScope = "public"
+	ScopePrivate CacheScope = "private"
+)
+
+// LogLevel is a syslog severity as MCP names it.
+type LogLevel string
+
+// Severity returns the level's rank, from 0 for debug to 7 for emergency,
+// and whether the level is one of the eight the protocol defines.
+func (l LogLevel) Severity() (int, bool) {
+	switch l {
+	case "debug":
+		return 0, true
+	case "info":
+		return 1, true
+	case "notice":
+		return 2, true
+	case "warning":
+		return 3, true
+	case "error":
+		return 4, true
+	case "critical":
+		return 5, true
+	case "alert":
+		return 6, true
+	case "emergency":
+		return 7, true
+	}
+	return -1, false
+}

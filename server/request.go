@@ -1,0 +1,191 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// Stream is where a request's own messages go before its response:
+// progress and log notifications, and for a listen, the acknowledgement
+// and change notifications. Transports implement it; stdio writes lines,
+// Streamable HTTP switches the response to SSE on first use.
+type Stream interface {
+	// Send writes one encoded JSON-RPC message. An error means the peer is
+	// gone or stuck; the request should end without a response.
+	Send(msg []byte) error
+	// KeepAlive writes a transport keep-alive (an SSE comment) if the
+	// transport has one, so idle streams are not cut by intermediaries.
+	KeepAlive() error
+}
+
+// Request is what every handler learns about the request it serves.
+type Request struct {
+	// ID is the JSON-RPC id of the request.
+	ID jsonrpc.ID
+	// Method is the JSON-RPC method.
+	Method string
+	// ProtocolVersion is the version the request declared.
+	ProtocolVersion string
+	// Capabilities are the client capabilities declared on this request.
+	// Only these may be relied on (never ones from earlier requests).
+	Capabilities mcp.ClientCaps
+	// ClientInfo is the self-reported client, if sent. Never trust it.
+	ClientInfo *mcp.Implementation
+	// Principal identifies the caller's authorization context, as set by
+	// the transport ("" when unauthenticated).
+	Principal string
+	// InputResponses holds the client's answers to an earlier
+	// InputRequired, keyed as asked.
+	InputResponses map[string]jsontext.Value
+
+	state    []byte
+	logLevel int // -1 when logging was not requested
+	progress jsontext.Value
+	out      *requestOut
+}
+
+// State returns the verified state the handler put in an earlier
+// InputRequired, or nil when the client sent none.
+func (r *Request) State() []byte { return r.state }
+
+// requestOut serialises a request's notifications and enforces that
+// progress only increases and that nothing follows the response.
+type requestOut struct {
+	mu       sync.Mutex
+	stream   Stream
+	done     bool
+	last     float64
+	sentProg bool
+}
+
+// Progress sends notifications/progress when the client asked for it with
+// a progressToken; otherwise it does nothing. progress must increase with
+// every call; a value that does not is dropped.
+func (r *Request) Progress(progress float64, total *float64, message string) error {
+	if len(r.progress) == 0 || r.out == nil {
+		return nil
+	}
+	o := r.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done || (o.sentProg && progress <= o.last) {
+		return nil
+	}
+	p := struct {
+		ProgressToken jsontext.Value `json:"progressToken"`
+		Progress      float64        `json:"progress"`
+		Total         *float64       `json:"total,omitzero"`
+		Message       string         `json:"message,omitempty"`
+	}{r.progress, progress, total, message}
+	b, err := jsonrpc.Marshal(p)
+	if err != nil {
+		return err
+	}
+	o.last, o.sentProg = progress, true
+	return o.stream.Send(jsonrpc.AppendNotification(nil, mcp.NotifyProgress, b))
+}
+
+// Log sends notifications/message on this request's own stream when the
+// request set a log level at or below level; otherwise it does nothing.
+func (r *Request) Log(level mcp.LogLevel, logger string, data any) error {
+	sev, ok := level.Severity()
+	if !ok || r.logLevel < 0 || sev < r.logLevel || r.out == nil {
+		return nil
+	}
+	p := struct {
+		Level  mcp.LogLevel `json:"level"`
+		Logger string       `json:"logger,omitempty"`
+		Data   any          `json:"data"`
+	}{level, logger, data}
+	b, err := jsonrpc.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("log data: %w", err)
+	}
+	o := r.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return nil
+	}
+	return o.stream.Send(jsonrpc.AppendNotification(nil, mcp.NotifyMessage, b))
+}
+
+func (o *requestOut) finish() {
+	o.mu.Lock()
+	o.done = true
+	o.mu.Unlock()
+}
+
+// ToolRequest is a tools/call.
+type ToolRequest struct {
+	Request
+	// Name is the tool's name.
+	Name string
+	// Arguments is the raw arguments object, already validated against
+	// the tool's input schema.
+	Arguments jsontext.Value
+}
+
+// PromptRequest is a prompts/get.
+type PromptRequest struct {
+	Request
+	Name      string
+	Arguments map[string]string
+}
+
+// ResourceRequest is a resources/read.
+type ResourceRequest struct {
+	Request
+	URI string
+	// Vars holds the variables matched from a resource template (nil for
+	// fixed resources).
+	Vars map[string]string
+
+	policy *CachePolicy
+}
+
+// SetCache overrides the cache hint for this one read result.
+func (r *ResourceRequest) SetCache(p CachePolicy) { r.policy = &p }
+
+// CompleteRequest is a completion/complete.
+type CompleteRequest struct {
+	Request
+	Ref      mcp.CompleteRef
+	Argument mcp.CompleteArgument
+	Context  mcp.CompleteContext
+}
+
+// InputRequired is returned (as an error) by a tool, prompt or resource
+// handler that needs input from the client before it can finish. The
+// client answers the Requests and retries; the handler then finds the
+// answers in Request.InputResponses and its State in Request.State.
+type InputRequired struct {
+	// Requests maps a key of the handler's choosing to an elicitation,
+	// sampling or roots request.
+	Requests map[string]mcp.InputRequest
+	// State is opaque to the client. The server seals it (integrity,
+	// expiry, bound to method, name and principal) before sending it.
+	State []byte
+}
+
+func (e *InputRequired) Error() string { return "input required" }
+
+type ctxKey struct{}
+
+// requestFromContext exposes the current request to helpers.
+func requestFromContext(ctx context.Context) *Request {
+	r, _ := ctx.Value(ctxKey{}).(*Request)
+	return r
+}
+
+// RequestFromContext returns the request being served, if any.
+func RequestFromContext(ctx context.Context) (*Request, bool) {
+	r := requestFromContext(ctx)
+	return r, r != nil
+}

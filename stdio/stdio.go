@@ -1,0 +1,307 @@
+// Package stdio serves an MCP server over newline-delimited JSON-RPC on a
+// pair of byte streams, normally a process's stdin and stdout.
+//
+// Requests run concurrently and answer in any order. Any number of
+// subscriptions/listen requests may be open at once on the one connection,
+// each keyed by its own request id; notifications/cancelled ends exactly
+// the request it names. Nothing but protocol messages is ever written to
+// the output.
+package stdio
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+type config struct {
+	maxLine       int
+	maxDepth      int
+	maxInFlight   int
+	maxListens    int
+	cancelOnClose bool
+}
+
+// Option configures Serve.
+type Option func(*config)
+
+// WithMaxLineBytes bounds one incoming message (default 4 MiB). A longer
+// line is discarded whole and answered with a parse error; the connection
+// stays usable.
+func WithMaxLineBytes(n int) Option { return func(c *config) { c.maxLine = n } }
+
+// WithMaxInFlight bounds concurrently running ordinary requests (default
+// 64); reading pauses while the bound is reached.
+func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
+
+// WithMaxListens bounds open listens on one connection (default 1000).
+func WithMaxListens(n int) Option { return func(c *config) { c.maxListens = n } }
+
+// WithoutCancelOnListenEnd stops the server from sending
+// notifications/cancelled for a listen before its complete result when it
+// ends the listen itself. By default both are sent, so clients that follow
+// either reading of the specification see the end.
+func WithoutCancelOnListenEnd() Option { return func(c *config) { c.cancelOnClose = false } }
+
+// conn is one stdio connection.
+type conn struct {
+	srv *server.Server
+	cfg config
+
+	wmu  sync.Mutex
+	w    io.Writer
+	werr error
+
+	mu       sync.Mutex
+	inflight map[string]*call
+	listens  int
+
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+type call struct {
+	cancel    context.CancelFunc
+	cancelled bool
+	mu        sync.Mutex
+}
+
+// Serve reads requests from in and writes responses and notifications to
+// out until in reaches EOF, ctx ends, or out fails. It waits for every
+// request it started before returning. For a graceful end that gives every
+// listen its complete result, call srv.Shutdown before cancelling ctx.
+func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer, opts ...Option) error {
+	cfg := config{maxLine: 4 << 20, maxDepth: jsonrpc.DefaultMaxDepth, maxInFlight: 64, maxListens: 1000, cancelOnClose: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c := &conn{srv: srv, cfg: cfg, w: out, inflight: map[string]*call{}, sem: make(chan struct{}, cfg.maxInFlight)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		c.wg.Wait()
+	}()
+
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		readErr <- c.readLines(ctx, in, lines)
+		close(lines)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case line, ok := <-lines:
+			if !ok {
+				err := <-readErr
+				if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+					return nil
+				}
+				return err
+			}
+			if err := c.handleLine(ctx, line); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readLines splits in into lines, discarding (and reporting) lines over
+// the limit without buffering them.
+func (c *conn) readLines(ctx context.Context, in io.Reader, out chan<- []byte) error {
+	br := bufio.NewReaderSize(in, 64<<10)
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > c.cfg.maxLine {
+				tooLong = true
+				line = line[:0]
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil && (len(line) == 0 && !tooLong) {
+			return err
+		}
+		var msg []byte
+		if tooLong {
+			msg = nil
+		} else {
+			msg = bytes.Clone(bytes.TrimRight(line, "\r\n"))
+		}
+		if tooLong || len(bytes.TrimSpace(msg)) > 0 {
+			if msg == nil {
+				msg = []byte{}
+			}
+			select {
+			case out <- msg:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		line, tooLong = line[:0], false
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// write sends one message followed by a newline. After the first failure
+// every later write fails too.
+func (c *conn) write(msg []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	buf := make([]byte, 0, len(msg)+1)
+	buf = append(append(buf, msg...), '\n')
+	if _, err := c.w.Write(buf); err != nil {
+		c.werr = fmt.Errorf("stdio: write: %w", err)
+	}
+	return c.werr
+}
+
+func (c *conn) handleLine(ctx context.Context, line []byte) error {
+	if len(line) == 0 {
+		return c.write(jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeParseError,
+			"Parse error: message longer than "+strconv.Itoa(c.cfg.maxLine)+" bytes", nil)))
+	}
+	msg, err := jsonrpc.Decode(line, c.cfg.maxDepth)
+	if err != nil {
+		var de *jsonrpc.DecodeError
+		if errors.As(err, &de) {
+			return c.write(jsonrpc.AppendErrorResponse(nil, de.ID, de.RPCError()))
+		}
+		return c.write(jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeParseError, "Parse error", nil)))
+	}
+	switch {
+	case msg.IsResponse():
+		// Servers send no requests in this protocol version, so there is
+		// nothing a response could answer; drop it.
+		return nil
+	case msg.IsNotification():
+		if msg.Method == mcp.NotifyCancelled {
+			c.cancel(msg)
+		}
+		return nil
+	}
+	parsed, rep := c.srv.Parse(msg)
+	if rep != nil {
+		return c.write(rep.Body)
+	}
+	key := msg.ID.Raw()
+	isListen := msg.Method == mcp.MethodListen
+	c.mu.Lock()
+	if _, dup := c.inflight[key]; dup {
+		c.mu.Unlock()
+		return c.write(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
+			"Invalid Request: id "+key+" is already in use by a request in flight", nil)))
+	}
+	if isListen && c.listens >= c.cfg.maxListens {
+		c.mu.Unlock()
+		return c.write(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInternalError,
+			"Too many open listens on this connection", nil)))
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cl := &call{cancel: cancel}
+	c.inflight[key] = cl
+	if isListen {
+		c.listens++
+	}
+	c.mu.Unlock()
+
+	if !isListen {
+		select {
+		case c.sem <- struct{}{}:
+		case <-ctx.Done():
+			cancel()
+			return nil
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		if !isListen {
+			defer func() { <-c.sem }()
+		}
+		reply := c.srv.Serve(cctx, parsed, "", &stream{c: c, cl: cl})
+		c.mu.Lock()
+		delete(c.inflight, key)
+		if isListen {
+			c.listens--
+		}
+		c.mu.Unlock()
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		if cl.cancelled || reply.Body == nil {
+			return
+		}
+		if reply.ListenEnded && c.cfg.cancelOnClose {
+			b, _ := jsonrpc.Marshal(struct {
+				RequestID jsonrpc.ID `json:"requestId"`
+				Reason    string     `json:"reason"`
+			}{msg.ID, "server is shutting down"})
+			_ = c.write(jsonrpc.AppendNotification(nil, mcp.NotifyCancelled, b))
+		}
+		_ = c.write(reply.Body)
+	}()
+	return nil
+}
+
+// cancel ends the request named by a notifications/cancelled. Unknown or
+// finished ids are ignored, as the race between cancel and completion
+// allows.
+func (c *conn) cancel(msg *jsonrpc.Message) {
+	var p struct {
+		RequestID jsonrpc.ID `json:"requestId"`
+	}
+	if jsonrpc.UnmarshalParams(msg.Params, &p) != nil || p.RequestID.IsZero() {
+		return
+	}
+	c.mu.Lock()
+	cl := c.inflight[p.RequestID.Raw()]
+	c.mu.Unlock()
+	if cl == nil {
+		return
+	}
+	cl.mu.Lock()
+	cl.cancelled = true
+	cl.mu.Unlock()
+	cl.cancel()
+}
+
+// stream is the server.Stream of one request on a stdio connection: its
+// messages share the connection, and fall silent once it is cancelled.
+type stream struct {
+	c  *conn
+	cl *call
+}
+
+func (s *stream) Send(msg []byte) error {
+	s.cl.mu.Lock()
+	defer s.cl.mu.Unlock()
+	if s.cl.cancelled {
+		return context.Canceled
+	}
+	return s.c.write(msg)
+}
+
+// KeepAlive does nothing: a pipe needs no keep-alive.
+func (s *stream) KeepAlive() error { return nil }

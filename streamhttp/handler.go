@@ -1,0 +1,477 @@
+// Package streamhttp serves an MCP server over the Streamable HTTP
+// transport of revision 2026-07-28, as an http.Handler.
+//
+// Every message is its own POST. A request is answered with one JSON body,
+// or — as soon as the server has something to say before the response
+// (progress, a log line, a listen's acknowledgement) — with an SSE stream
+// for that request alone. The handler is secure by default: it checks the
+// Host and Origin headers against loopback unless told otherwise (DNS
+// rebinding defence), bounds body size and JSON nesting, and validates the
+// MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-* headers
+// against the body before any handler runs.
+package streamhttp
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"tidings/internal/sse"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+type config struct {
+	allowedHosts   map[string]bool
+	allowedOrigins map[string]bool
+	anyHost        bool
+	anyOrigin      bool
+	maxBody        int64
+	maxDepth       int
+	writeTimeout   time.Duration
+	principal      func(*http.Request) string
+}
+
+// Option configures a Handler.
+type Option func(*config)
+
+// WithAllowedHosts accepts requests whose Host header names one of hosts
+// (without port), in addition to loopback names. Use it when serving on a
+// non-loopback address.
+func WithAllowedHosts(hosts ...string) Option {
+	return func(c *config) {
+		for _, h := range hosts {
+			c.allowedHosts[strings.ToLower(h)] = true
+		}
+	}
+}
+
+// WithAllowedOrigins accepts browser requests from these origins (for
+// example "https://app.example.com"), in addition to loopback origins.
+func WithAllowedOrigins(origins ...string) Option {
+	return func(c *config) {
+		for _, o := range origins {
+			c.allowedOrigins[strings.ToLower(strings.TrimRight(o, "/"))] = true
+		}
+	}
+}
+
+// WithAnyHost turns the Host check off, for deployments behind a proxy
+// that already enforces it. Leave it on otherwise.
+func WithAnyHost() Option { return func(c *config) { c.anyHost = true } }
+
+// WithAnyOrigin turns the Origin check off. Only for servers that
+// authenticate every request and are never reachable from a browser.
+func WithAnyOrigin() Option { return func(c *config) { c.anyOrigin = true } }
+
+// WithMaxBodyBytes bounds a request body (default 4 MiB).
+func WithMaxBodyBytes(n int64) Option { return func(c *config) { c.maxBody = n } }
+
+// WithMaxDepth bounds JSON nesting in a request (default 128).
+func WithMaxDepth(n int) Option { return func(c *config) { c.maxDepth = n } }
+
+// WithWriteTimeout bounds how long one write to a stream may block
+// (default 10s). A listen whose reader stops reading is cut after it, so a
+// stuck client costs nothing for long.
+func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writeTimeout = d } }
+
+// WithPrincipal sets how a request's authorization context is named, for
+// private cache scopes, cursor binding and change audiences. It runs after
+// the transport checks; return "" for anonymous.
+func WithPrincipal(fn func(*http.Request) string) Option {
+	return func(c *config) { c.principal = fn }
+}
+
+// Handler serves one MCP server over Streamable HTTP.
+type Handler struct {
+	srv *server.Server
+	cfg config
+}
+
+// New returns a Handler for srv.
+func New(srv *server.Server, opts ...Option) *Handler {
+	cfg := config{
+		allowedHosts:   map[string]bool{},
+		allowedOrigins: map[string]bool{},
+		maxBody:        4 << 20,
+		maxDepth:       jsonrpc.DefaultMaxDepth,
+		writeTimeout:   10 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Handler{srv: srv, cfg: cfg}
+}
+
+func isLoopbackHost(host string) bool {
+	host = strings.ToLower(host)
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.Trim(hostport, "[]")
+}
+
+func (h *Handler) hostAllowed(r *http.Request) bool {
+	if h.cfg.anyHost {
+		return true
+	}
+	host := hostOnly(r.Host)
+	return isLoopbackHost(host) || h.cfg.allowedHosts[strings.ToLower(host)]
+}
+
+func (h *Handler) originAllowed(origin string) bool {
+	if h.cfg.anyOrigin {
+		return true
+	}
+	o := strings.ToLower(strings.TrimRight(origin, "/"))
+	if h.cfg.allowedOrigins[o] {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return isLoopbackHost(u.Hostname())
+}
+
+// writeError writes a JSON-RPC error body with the given HTTP status.
+func writeError(w http.ResponseWriter, status int, id jsonrpc.ID, code int, msg string, data any) {
+	body := jsonrpc.AppendErrorResponse(nil, id, jsonrpc.NewError(code, msg, data))
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	hdr := w.Header()
+	hdr["Content-Type"] = []string{"application/json"}
+	hdr["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.hostAllowed(r) {
+		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Host not allowed", nil)
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(origin) {
+		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Origin not allowed", nil)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Method not allowed: use POST", nil)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, _ := strings.Cut(ct, ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+			writeError(w, http.StatusUnsupportedMediaType, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Unsupported Content-Type: send application/json", nil)
+			return
+		}
+	}
+	body, err := readBody(r.Body, h.cfg.maxBody)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest,
+				"Request body too large (limit "+strconv.FormatInt(h.cfg.maxBody, 10)+" bytes)", nil)
+			return
+		}
+		writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "Parse error: could not read body", nil)
+		return
+	}
+	msg, err := jsonrpc.Decode(body, h.cfg.maxDepth)
+	if err != nil {
+		var de *jsonrpc.DecodeError
+		if errors.As(err, &de) {
+			writeJSON(w, http.StatusBadRequest, jsonrpc.AppendErrorResponse(nil, de.ID, de.RPCError()))
+			return
+		}
+		writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "Parse error", nil)
+		return
+	}
+	if msg.IsResponse() {
+		writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Invalid Request: clients do not send responses in this protocol version", nil)
+		return
+	}
+	if msg.IsNotification() {
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	call, rep := h.srv.Parse(msg)
+	if rep == nil {
+		rep = h.checkHeaders(r, call)
+	}
+	if rep != nil {
+		writeJSON(w, rep.Status, rep.Body)
+		return
+	}
+	principal := ""
+	if h.cfg.principal != nil {
+		principal = h.cfg.principal(r)
+	}
+	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
+	reply := h.srv.Serve(r.Context(), call, principal, out)
+	out.finish(reply)
+}
+
+var errTooLarge = errors.New("body too large")
+
+func readBody(r io.Reader, max int64) ([]byte, error) {
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > max {
+		return nil, errTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// checkHeaders validates the transport headers against the body. The
+// order follows the error precedence peers rely on: a missing version
+// header (-32020), incomplete _meta (-32602), a version header that
+// differs from _meta (-32020), an unsupported version (-32022), then the
+// Mcp-Method, Mcp-Name and Mcp-Param-* headers (-32020).
+func (h *Handler) checkHeaders(r *http.Request, c *server.Call) *server.Reply {
+	id := c.Msg.ID
+	fail := func(msg string) *server.Reply {
+		rep := h.srv.ErrorReply(id, mcp.CodeHeaderMismatch, "Header mismatch: "+msg, nil)
+		return &rep
+	}
+	hv, ok := single(r.Header, mcp.HeaderProtocolVersion)
+	if !ok || hv == "" {
+		return fail("missing or repeated " + mcp.HeaderProtocolVersion + " header")
+	}
+	if !headerSafe(hv) {
+		return fail(mcp.HeaderProtocolVersion + " has invalid characters")
+	}
+	if rep := h.srv.CheckMeta(c); rep != nil {
+		return rep
+	}
+	if bv, _ := c.ProtocolVersion(); bv != hv {
+		return fail(mcp.HeaderProtocolVersion + " does not match _meta protocolVersion")
+	}
+	if hv != mcp.Version {
+		rep := h.srv.VersionError(id, hv)
+		return &rep
+	}
+	method, ok := single(r.Header, mcp.HeaderMethod)
+	if !ok || method == "" {
+		return fail("missing " + mcp.HeaderMethod + " header")
+	}
+	if method != c.Method() {
+		return fail(mcp.HeaderMethod + " does not match the body's method")
+	}
+	if want, needed := c.NameParam(); needed {
+		got, ok := single(r.Header, mcp.HeaderName)
+		if !ok {
+			return fail("missing " + mcp.HeaderName + " header")
+		}
+		dec, err := DecodeHeaderValue(got)
+		if err != nil {
+			return fail(mcp.HeaderName + " has invalid characters")
+		}
+		if dec != want {
+			return fail(mcp.HeaderName + " does not match the body")
+		}
+	}
+	for _, p := range h.srv.HeaderParams(c) {
+		if msg := checkParam(r.Header, p); msg != "" {
+			return fail(msg)
+		}
+	}
+	return nil
+}
+
+func checkParam(hdr http.Header, p server.HeaderParam) string {
+	vals := hdr.Values(p.Header)
+	if len(p.Value) == 0 {
+		if len(vals) > 0 {
+			return p.Header + " is present but the argument is absent"
+		}
+		return ""
+	}
+	if len(vals) != 1 {
+		return "missing or repeated " + p.Header + " header"
+	}
+	got, err := DecodeHeaderValue(vals[0])
+	if err != nil {
+		return p.Header + " has invalid characters"
+	}
+	switch p.Type {
+	case "string":
+		var s string
+		if json.Unmarshal(p.Value, &s) != nil || s != got {
+			return p.Header + " does not match the argument"
+		}
+	case "integer":
+		want, err1 := strconv.ParseFloat(string(p.Value), 64)
+		have, err2 := strconv.ParseFloat(strings.TrimSpace(got), 64)
+		if err1 != nil || err2 != nil || want != have {
+			return p.Header + " does not match the argument"
+		}
+	case "boolean":
+		if string(p.Value) != got {
+			return p.Header + " does not match the argument"
+		}
+	}
+	return ""
+}
+
+func single(h http.Header, name string) (string, bool) {
+	v := h.Values(name)
+	if len(v) != 1 {
+		return "", false
+	}
+	return v[0], true
+}
+
+// headerSafe reports whether v uses only visible ASCII, space and tab.
+func headerSafe(v string) bool {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if (c < 0x21 || c > 0x7e) && c != ' ' && c != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeHeaderValue undoes the "=?base64?...?=" sentinel used for values
+// that are not header-safe, and rejects values with invalid characters.
+func DecodeHeaderValue(v string) (string, error) {
+	if !headerSafe(v) {
+		return "", errors.New("invalid characters")
+	}
+	if strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?=") && len(v) >= len("=?base64??=") {
+		b, err := base64.StdEncoding.DecodeString(v[len("=?base64?") : len(v)-2])
+		if err != nil {
+			return "", errors.New("invalid base64 sentinel")
+		}
+		return string(b), nil
+	}
+	return v, nil
+}
+
+// EncodeHeaderValue returns v as a header value, using the base64
+// sentinel when v is not header-safe, has leading or trailing whitespace,
+// or itself looks like a sentinel.
+func EncodeHeaderValue(v string) string {
+	needs := !headerSafe(v) || strings.TrimSpace(v) != v ||
+		(strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?="))
+	if !needs {
+		return v
+	}
+	return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(v)) + "?="
+}
+
+// responder is the server.Stream of one POST. It answers with plain JSON
+// unless something is sent before the response, in which case it switches
+// to SSE for the rest of the request.
+type responder struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	sse     bool
+	broken  bool
+	buf     []byte
+}
+
+func (o *responder) startSSE() {
+	hdr := o.w.Header()
+	hdr["Content-Type"] = []string{"text/event-stream"}
+	hdr["Cache-Control"] = []string{"no-cache, no-transform"}
+	hdr["X-Accel-Buffering"] = []string{"no"}
+	o.w.WriteHeader(http.StatusOK)
+	o.sse = true
+}
+
+func (o *responder) write(b []byte) error {
+	if o.broken {
+		return errors.New("stream broken")
+	}
+	if o.timeout > 0 {
+		_ = o.rc.SetWriteDeadline(time.Now().Add(o.timeout))
+	}
+	_, err := o.w.Write(b)
+	if err == nil {
+		err = o.rc.Flush()
+	}
+	if o.timeout > 0 && err == nil {
+		_ = o.rc.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
+		o.broken = true
+	}
+	return err
+}
+
+// Send writes one message as an SSE event.
+func (o *responder) Send(msg []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.sse {
+		o.startSSE()
+	}
+	o.buf = sse.AppendEvent(o.buf[:0], msg)
+	return o.write(o.buf)
+}
+
+// KeepAlive writes an SSE comment.
+func (o *responder) KeepAlive() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.sse {
+		o.startSSE()
+	}
+	return o.write(sse.AppendComment(o.buf[:0], "keep-alive"))
+}
+
+func (o *responder) finish(rep server.Reply) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if rep.Abort {
+		panic(http.ErrAbortHandler)
+	}
+	if rep.Body == nil {
+		if !o.sse {
+			// The client went away, or a notification: nothing to say.
+			status := rep.Status
+			if status == 0 {
+				status = http.StatusNoContent
+			}
+			o.w.WriteHeader(status)
+		}
+		return
+	}
+	if o.sse {
+		o.buf = sse.AppendEvent(o.buf[:0], rep.Body)
+		_ = o.write(o.buf)
+		return
+	}
+	status := rep.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	writeJSON(o.w, status, rep.Body)
+}
