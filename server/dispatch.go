@@ -13,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/hub"
+	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -121,8 +122,8 @@ func (s *Server) HeaderParams(c *Call) []HeaderParam {
 	}
 	out := make([]HeaderParam, 0, len(e.val.headers))
 	for _, h := range e.val.headers {
-		v, _ := lookupPath(c.p.Arguments, h.path)
-		out = append(out, HeaderParam{Header: h.header, Type: h.typ, Value: v})
+		v, _ := xheader.Lookup(c.p.Arguments, h.Path)
+		out = append(out, HeaderParam{Header: h.Header(), Type: h.Type, Value: v})
 	}
 	return out
 }
@@ -671,6 +672,7 @@ func (s *Server) readResource(ctx context.Context, c *Call, req *Request) Reply 
 	if r := s.openState(c, req, uri); r != nil {
 		return *r
 	}
+	rreq.state = req.state // rreq copied req before the state was opened
 	res, err := h(context.WithValue(ctx, ctxKey{}, &rreq.Request), rreq)
 	if err != nil {
 		if errors.Is(err, ErrResourceNotFound) {

@@ -23,6 +23,7 @@ import (
 	"github.com/yosida95/uritemplate/v3"
 
 	"tidings/hub"
+	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -228,7 +229,7 @@ type tool struct {
 	handler ToolHandler
 	input   *jsonschema.Schema
 	output  *jsonschema.Schema
-	headers []headerParam
+	headers []xheader.Param
 }
 
 // AddTool registers (or replaces) a tool. Its input schema must be a JSON
@@ -254,7 +255,7 @@ func (s *Server) AddTool(t mcp.Tool, h ToolHandler) error {
 			return fmt.Errorf("server: tool %q output schema: %w", t.Name, err)
 		}
 	}
-	headers, err := headerParams(t.InputSchema)
+	headers, err := xheader.Params(t.InputSchema)
 	if err != nil {
 		return fmt.Errorf("server: tool %q: %w", t.Name, err)
 	}

@@ -13,7 +13,6 @@ package streamhttp
 
 import (
 	"bytes"
-	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -24,9 +23,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-json-experiment/json"
 
 	"tidings/internal/sse"
+	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -261,7 +260,7 @@ func (h *Handler) checkHeaders(r *http.Request, c *server.Call) *server.Reply {
 	if !ok || hv == "" {
 		return fail("missing or repeated " + mcp.HeaderProtocolVersion + " header")
 	}
-	if !headerSafe(hv) {
+	if !xheader.Safe(hv) {
 		return fail(mcp.HeaderProtocolVersion + " has invalid characters")
 	}
 	if rep := h.srv.CheckMeta(c); rep != nil {
@@ -313,26 +312,12 @@ func checkParam(hdr http.Header, p server.HeaderParam) string {
 	if len(vals) != 1 {
 		return "missing or repeated " + p.Header + " header"
 	}
-	got, err := DecodeHeaderValue(vals[0])
+	got, err := xheader.Decode(vals[0])
 	if err != nil {
-		return p.Header + " has invalid characters"
+		return p.Header + ": " + err.Error()
 	}
-	switch p.Type {
-	case "string":
-		var s string
-		if json.Unmarshal(p.Value, &s) != nil || s != got {
-			return p.Header + " does not match the argument"
-		}
-	case "integer":
-		want, err1 := strconv.ParseFloat(string(p.Value), 64)
-		have, err2 := strconv.ParseFloat(strings.TrimSpace(got), 64)
-		if err1 != nil || err2 != nil || want != have {
-			return p.Header + " does not match the argument"
-		}
-	case "boolean":
-		if string(p.Value) != got {
-			return p.Header + " does not match the argument"
-		}
+	if !xheader.Matches(p.Type, p.Value, got) {
+		return p.Header + " does not match the argument"
 	}
 	return ""
 }
@@ -345,44 +330,14 @@ func single(h http.Header, name string) (string, bool) {
 	return v[0], true
 }
 
-// headerSafe reports whether v uses only visible ASCII, space and tab.
-func headerSafe(v string) bool {
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if (c < 0x21 || c > 0x7e) && c != ' ' && c != '\t' {
-			return false
-		}
-	}
-	return true
-}
-
 // DecodeHeaderValue undoes the "=?base64?...?=" sentinel used for values
 // that are not header-safe, and rejects values with invalid characters.
-func DecodeHeaderValue(v string) (string, error) {
-	if !headerSafe(v) {
-		return "", errors.New("invalid characters")
-	}
-	if strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?=") && len(v) >= len("=?base64??=") {
-		b, err := base64.StdEncoding.DecodeString(v[len("=?base64?") : len(v)-2])
-		if err != nil {
-			return "", errors.New("invalid base64 sentinel")
-		}
-		return string(b), nil
-	}
-	return v, nil
-}
+func DecodeHeaderValue(v string) (string, error) { return xheader.Decode(v) }
 
 // EncodeHeaderValue returns v as a header value, using the base64
 // sentinel when v is not header-safe, has leading or trailing whitespace,
 // or itself looks like a sentinel.
-func EncodeHeaderValue(v string) string {
-	needs := !headerSafe(v) || strings.TrimSpace(v) != v ||
-		(strings.HasPrefix(v, "=?base64?") && strings.HasSuffix(v, "?="))
-	if !needs {
-		return v
-	}
-	return "=?base64?" + base64.StdEncoding.EncodeToString([]byte(v)) + "?="
-}
+func EncodeHeaderValue(v string) string { return xheader.Encode(v) }
 
 // responder is the server.Stream of one POST. It answers with plain JSON
 // unless something is sent before the response, in which case it switches

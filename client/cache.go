@@ -1,0 +1,279 @@
+package client
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"time"
+
+	"tidings/mcp"
+)
+
+// Freshness says how far a cached answer can be trusted.
+type Freshness int
+
+// The freshness states of a cache entry.
+const (
+	// Fresh: inside its TTL and no change notification has arrived since.
+	Fresh Freshness = iota
+	// Stale: its TTL ran out, or a notification said it changed.
+	Stale
+	// Unknown: the listen stream that would have told us of changes broke;
+	// until it is back and the entry re-read, it may or may not be current.
+	Unknown
+	// Missing: nothing is cached.
+	Missing
+)
+
+func (f Freshness) String() string {
+	switch f {
+	case Fresh:
+		return "fresh"
+	case Stale:
+		return "stale"
+	case Unknown:
+		return "unknown"
+	}
+	return "missing"
+}
+
+// Topics group cache entries by what invalidates them.
+const (
+	topicDiscover  = "discover"
+	topicTools     = "tools"
+	topicPrompts   = "prompts"
+	topicResources = "resources"
+	topicTemplates = "templates"
+	topicResource  = "resource:" // + URI
+)
+
+// cached is one stored answer.
+type cached struct {
+	key      string
+	topic    string
+	value    any
+	received time.Time
+	ttl      time.Duration
+	scope    mcp.CacheScope
+	stale    bool
+	unknown  bool
+	elem     *list.Element
+}
+
+func (e *cached) freshness(now time.Time) Freshness {
+	switch {
+	case e.unknown:
+		return Unknown
+	case e.stale || !now.Before(e.received.Add(e.ttl)):
+		return Stale
+	}
+	return Fresh
+}
+
+type flight struct {
+	done  chan struct{}
+	value any
+	err   error
+}
+
+// fetched is what a fetch function learns from the server.
+type fetched struct {
+	value any
+	ttl   time.Duration
+	scope mcp.CacheScope
+	// noStore keeps the answer out of the cache.
+	noStore bool
+}
+
+// cache stores cacheable results. Entries are keyed by method and the
+// params that shape the result; private entries also by the
+// authorization context, so they never cross contexts. Generation
+// counters per topic make sure that a response which was already in flight
+// when a change notification arrived is stored as stale, never as fresh.
+type cache struct {
+	mu        sync.Mutex
+	entries   map[string]*cached
+	lru       *list.List
+	max       int
+	gens      map[string]uint64
+	flights   map[string]*flight
+	now       func() time.Time
+	stale     bool // serve stale entries when a refresh fails
+	fetchWait time.Duration
+}
+
+func newCache(max int, now func() time.Time, serveStale bool, timeout time.Duration) *cache {
+	if max <= 0 {
+		max = 1024
+	}
+	return &cache{
+		entries: map[string]*cached{}, lru: list.New(), max: max,
+		gens: map[string]uint64{}, flights: map[string]*flight{},
+		now: now, stale: serveStale, fetchWait: timeout,
+	}
+}
+
+// privateKey is where a private answer for key is stored: under the
+// authorization context it was given to, and only there.
+func privateKey(key, authCtx string) string { return key + "\x00private\x00" + authCtx }
+
+// lookupLocked finds the entry for key: a public one, or one private to
+// authCtx.
+func (c *cache) lookupLocked(key, authCtx string) *cached {
+	if e := c.entries[key]; e != nil {
+		return e
+	}
+	return c.entries[privateKey(key, authCtx)]
+}
+
+// get returns the cached value for key when fresh; otherwise it fetches
+// through fn, with concurrent misses for one key sharing one fetch.
+func (c *cache) get(ctx context.Context, key, topic, authCtx string, fn func(context.Context) (fetched, error)) (any, error) {
+	c.mu.Lock()
+	e := c.lookupLocked(key, authCtx)
+	if e != nil && e.freshness(c.now()) == Fresh {
+		c.lru.MoveToFront(e.elem)
+		v := e.value
+		c.mu.Unlock()
+		return v, nil
+	}
+	// Concurrent misses share a flight only within one authorization
+	// context: another context's answer may be private.
+	fkey := key + "\x00" + authCtx
+	f := c.flights[fkey]
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		c.flights[fkey] = f
+		gen := c.gens[topic]
+		c.mu.Unlock()
+		go c.run(ctx, key, fkey, topic, authCtx, gen, f, fn)
+	} else {
+		c.mu.Unlock()
+	}
+	select {
+	case <-f.done:
+		return f.value, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run performs one shared fetch. It is detached from the first caller's
+// cancellation so that one impatient caller does not fail the others, but
+// bounded by the request timeout.
+func (c *cache) run(ctx context.Context, key, fkey, topic, authCtx string, gen uint64, f *flight, fn func(context.Context) (fetched, error)) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.fetchWait)
+	defer cancel()
+	res, err := fn(fctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.flights, fkey)
+	if err != nil {
+		if old := c.lookupLocked(key, authCtx); old != nil && c.stale {
+			f.value = old.value
+		} else {
+			f.err = err
+		}
+		close(f.done)
+		return
+	}
+	f.value = res.value
+	close(f.done)
+	if !res.noStore {
+		c.putLocked(key, topic, authCtx, res, c.gens[topic] != gen)
+	}
+}
+
+func (c *cache) putLocked(key, topic, authCtx string, res fetched, stale bool) {
+	if old := c.lookupLocked(key, authCtx); old != nil {
+		c.removeLocked(old)
+	}
+	k := key
+	if res.scope == mcp.ScopePrivate {
+		k = privateKey(key, authCtx)
+	}
+	e := &cached{key: k, topic: topic, value: res.value, received: c.now(), ttl: res.ttl, scope: res.scope, stale: stale}
+	e.elem = c.lru.PushFront(e)
+	c.entries[k] = e
+	for c.lru.Len() > c.max {
+		c.removeLocked(c.lru.Back().Value.(*cached))
+	}
+}
+
+func (c *cache) removeLocked(e *cached) {
+	c.lru.Remove(e.elem)
+	delete(c.entries, e.key)
+}
+
+// gen returns the generation of a topic.
+func (c *cache) gen(topic string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gens[topic]
+}
+
+// invalidate marks every entry of the topics stale at once, whatever their
+// TTL, and bumps their generations so in-flight answers land stale.
+func (c *cache) invalidate(topics ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range topics {
+		c.gens[t]++
+	}
+	for _, e := range c.entries {
+		for _, t := range topics {
+			if e.topic == t {
+				e.stale = true
+			}
+		}
+	}
+}
+
+// markUnknown flags entries whose topics a broken listen covered.
+func (c *cache) markUnknown(match func(topic string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.entries {
+		if match(e.topic) {
+			e.unknown = true
+			c.gens[e.topic]++
+		}
+	}
+}
+
+// FreshnessInfo describes one cached answer.
+type FreshnessInfo struct {
+	State Freshness
+	// ObservedAt is when the answer was received.
+	ObservedAt time.Time
+	// Expires is when its TTL runs out.
+	Expires time.Time
+	// Scope is the cacheScope the server gave.
+	Scope mcp.CacheScope
+}
+
+func (c *cache) info(key, authCtx string) FreshnessInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.lookupLocked(key, authCtx)
+	if e == nil {
+		return FreshnessInfo{State: Missing}
+	}
+	return FreshnessInfo{State: e.freshness(c.now()), ObservedAt: e.received, Expires: e.received.Add(e.ttl), Scope: e.scope}
+}
+
+// peek returns a cached value whatever its freshness.
+func (c *cache) peek(key, authCtx string) (any, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.lookupLocked(key, authCtx); e != nil {
+		return e.value, true
+	}
+	return nil, false
+}
+
+func (c *cache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}

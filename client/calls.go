@@ -1,0 +1,241 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/internal/xheader"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// ErrTooManyRounds reports a server that kept asking for input past the
+// client's bound.
+var ErrTooManyRounds = errors.New("client: too many input-required rounds")
+
+// interim is an input_required result.
+type interim struct {
+	ResultType    string                      `json:"resultType"`
+	InputRequests map[string]mcp.InputRequest `json:"inputRequests"`
+	RequestState  *string                     `json:"requestState"`
+}
+
+// withInput runs a request that may answer input_required: it fulfils
+// every input request through the installed handlers and retries with the
+// original params plus inputResponses, echoing requestState byte for byte,
+// under a new id each time.
+func (c *Client) withInput(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, int, error) {
+	params = maps.Clone(params)
+	for round := 0; ; round++ {
+		res, err := c.do(ctx, method, params, o)
+		if err != nil {
+			return nil, round, err
+		}
+		var ir interim
+		if err := json.Unmarshal(res, &ir); err != nil {
+			return nil, round, fmt.Errorf("client: %s: %w", method, err)
+		}
+		if ir.ResultType != mcp.ResultInputRequired {
+			return res, round, nil
+		}
+		if round+1 >= c.cfg.maxRounds {
+			return nil, round, ErrTooManyRounds
+		}
+		responses := make(map[string]jsontext.Value, len(ir.InputRequests))
+		for key, r := range ir.InputRequests {
+			v, err := c.answer(ctx, r)
+			if err != nil {
+				return nil, round, fmt.Errorf("client: %s: input %q: %w", method, key, err)
+			}
+			responses[key] = v
+		}
+		params["inputResponses"] = responses
+		if ir.RequestState != nil {
+			params["requestState"] = *ir.RequestState
+		} else {
+			delete(params, "requestState")
+		}
+	}
+}
+
+func (c *Client) answer(ctx context.Context, r mcp.InputRequest) (jsontext.Value, error) {
+	switch r.Method {
+	case mcp.MethodElicit:
+		if c.cfg.elicit == nil {
+			return nil, errors.New("no elicitation handler")
+		}
+		res, err := c.cfg.elicit(ctx, r.Params)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(res, json.Deterministic(true))
+	case mcp.MethodCreateMessage:
+		if c.cfg.sample == nil {
+			return nil, errors.New("no sampling handler")
+		}
+		return c.cfg.sample(ctx, r.Params)
+	case mcp.MethodRootsList:
+		if c.cfg.roots == nil {
+			return nil, errors.New("no roots handler")
+		}
+		res, err := c.cfg.roots(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if res.Roots == nil {
+			res.Roots = []mcp.Root{}
+		}
+		return json.Marshal(res, json.Deterministic(true))
+	}
+	return nil, fmt.Errorf("unsupported input request method %q", r.Method)
+}
+
+// CallOption tunes one call.
+type CallOption func(*callOpts)
+
+// WithProgress asks for progress notifications and hands them to fn.
+func WithProgress(fn func(progress float64, total *float64, message string)) CallOption {
+	return func(o *callOpts) { o.progress = fn }
+}
+
+// CallTool calls a tool. args is marshalled as the arguments object (nil
+// means none). Arguments the tool's schema marks with x-mcp-header are
+// mirrored into Mcp-Param-* headers; the client fetches the tool list
+// first if it has not seen the tool. A result with isError set is
+// returned as a result, not an error: it is for the model to read.
+func (c *Client) CallTool(ctx context.Context, name string, args any, opts ...CallOption) (*mcp.CallToolResult, error) {
+	var raw jsontext.Value
+	if args != nil {
+		b, err := json.Marshal(args, json.Deterministic(true))
+		if err != nil {
+			return nil, fmt.Errorf("client: tool %q arguments: %w", name, err)
+		}
+		raw = b
+	}
+	o := callOpts{name: &name}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	hdrs, err := c.paramHeaders(ctx, name, raw)
+	if err != nil {
+		return nil, err
+	}
+	o.params = hdrs
+	params := map[string]any{"name": name}
+	if raw != nil {
+		params["arguments"] = raw
+	}
+	res, _, err := c.withInput(ctx, mcp.MethodToolsCall, params, o)
+	if err != nil {
+		var rpc *jsonrpc.Error
+		if errors.As(err, &rpc) && (rpc.Code == jsonrpc.CodeInvalidParams || rpc.Code == jsonrpc.CodeMethodNotFound || rpc.Code == mcp.CodeHeaderMismatch) {
+			// The tool may have changed under us: the next read re-fetches.
+			c.cache.invalidate(topicTools)
+		}
+		return nil, err
+	}
+	var out mcp.CallToolResult
+	if err := json.Unmarshal(res, &out); err != nil {
+		return nil, fmt.Errorf("client: tool %q result: %w", name, err)
+	}
+	return &out, nil
+}
+
+// paramHeaders builds the Mcp-Param-* headers of a call from the tool's
+// x-mcp-header annotations.
+func (c *Client) paramHeaders(ctx context.Context, name string, args jsontext.Value) ([]paramHeader, error) {
+	if _, ok := c.t.(*httpTransport); !ok {
+		return nil, nil // only HTTP carries headers
+	}
+	c.mu.Lock()
+	ps, known := c.headers[name]
+	c.mu.Unlock()
+	if !known {
+		if _, seen := c.cache.peek(mcp.MethodToolsList, c.cfg.authCtx); !seen {
+			if _, err := c.Tools(ctx); err != nil {
+				return nil, err
+			}
+			c.mu.Lock()
+			ps = c.headers[name]
+			c.mu.Unlock()
+		}
+	}
+	var out []paramHeader
+	for _, p := range ps {
+		v, err := xheader.Lookup(args, p.Path)
+		if err != nil {
+			continue // absent or null: no header
+		}
+		s, err := xheader.Value(p.Type, v)
+		if err != nil {
+			return nil, fmt.Errorf("client: tool %q: argument for %s: %w", name, p.Header(), err)
+		}
+		out = append(out, paramHeader{name: p.Header(), value: xheader.Encode(s)})
+	}
+	return out, nil
+}
+
+// GetPrompt renders a prompt.
+func (c *Client) GetPrompt(ctx context.Context, name string, args map[string]string) (*mcp.GetPromptResult, error) {
+	params := map[string]any{"name": name}
+	if args != nil {
+		params["arguments"] = args
+	}
+	res, _, err := c.withInput(ctx, mcp.MethodPromptsGet, params, callOpts{name: &name})
+	if err != nil {
+		return nil, err
+	}
+	var out mcp.GetPromptResult
+	if err := json.Unmarshal(res, &out); err != nil {
+		return nil, fmt.Errorf("client: prompt %q result: %w", name, err)
+	}
+	return &out, nil
+}
+
+// ReadResource reads a resource, from the cache while it is fresh. A
+// notifications/resources/updated for the URI makes the cached answer
+// stale at once.
+func (c *Client) ReadResource(ctx context.Context, uri string) (*mcp.ReadResourceResult, error) {
+	v, err := c.cache.get(ctx, readKey(uri), topicResource+uri, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
+		// A read that needed input was answered to a request carrying
+		// inputResponses, and such answers are never cached.
+		res, rounds, err := c.withInput(ctx, mcp.MethodResourcesRead, map[string]any{"uri": uri}, callOpts{name: &uri})
+		if err != nil {
+			return fetched{}, err
+		}
+		var out mcp.ReadResourceResult
+		if err := json.Unmarshal(res, &out); err != nil {
+			return fetched{}, fmt.Errorf("client: read %q: %w", uri, err)
+		}
+		ttl, scope := cacheHints(res)
+		return fetched{value: &out, ttl: ttl, scope: scope, noStore: rounds > 0}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*mcp.ReadResourceResult), nil
+}
+
+// Complete asks for completion values.
+func (c *Client) Complete(ctx context.Context, ref mcp.CompleteRef, arg mcp.CompleteArgument, context map[string]string) (*mcp.Completion, error) {
+	params := map[string]any{"ref": ref, "argument": arg}
+	if context != nil {
+		params["context"] = mcp.CompleteContext{Arguments: context}
+	}
+	res, err := c.do(ctx, mcp.MethodComplete, params, callOpts{})
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Completion mcp.Completion `json:"completion"`
+	}
+	if err := json.Unmarshal(res, &out); err != nil {
+		return nil, fmt.Errorf("client: completion result: %w", err)
+	}
+	return &out.Completion, nil
+}

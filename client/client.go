@@ -1,0 +1,490 @@
+// Package client is an MCP 2026-07-28 client whose view of a server stays
+// fresh: usually instant, always eventually correct.
+//
+// Lists and resource reads go through a cache that honours the server's
+// ttlMs and cacheScope, is invalidated at once by change notifications,
+// and never stores as fresh an answer that was in flight when a change
+// was announced. A Watcher keeps one subscriptions/listen stream open,
+// heals it after drops with backoff and jitter, reconciles what may have
+// been missed, and reports only real changes. Every call carries the
+// _meta and headers the protocol requires; tool calls that need input
+// from the user (multi round-trip requests) are answered through handler
+// hooks and retried automatically.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/internal/xheader"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// ElicitHandler answers an elicitation/create input request.
+type ElicitHandler func(ctx context.Context, params jsontext.Value) (*mcp.ElicitResult, error)
+
+// SamplingHandler answers a sampling/createMessage input request with a
+// CreateMessageResult object.
+type SamplingHandler func(ctx context.Context, params jsontext.Value) (jsontext.Value, error)
+
+// RootsHandler answers a roots/list input request.
+type RootsHandler func(ctx context.Context) (*mcp.ListRootsResult, error)
+
+type config struct {
+	info       mcp.Implementation
+	elicit     ElicitHandler
+	sample     SamplingHandler
+	roots      RootsHandler
+	maxRounds  int
+	timeout    time.Duration
+	cacheSize  int
+	serveStale bool
+	authCtx    string
+	header     http.Header
+	hc         *http.Client
+	logger     *slog.Logger
+	now        func() time.Time
+	maxMsg     int
+	stderr     interface{ Write([]byte) (int, error) }
+	env        []string
+	onLog      func(level mcp.LogLevel, logger string, data jsontext.Value)
+	logLevel   mcp.LogLevel
+}
+
+// Option configures a Client.
+type Option func(*config)
+
+// WithClientInfo sets the clientInfo sent with every request.
+func WithClientInfo(info mcp.Implementation) Option { return func(c *config) { c.info = info } }
+
+// WithElicitation declares the elicitation capability and answers
+// elicitation input requests with h.
+func WithElicitation(h ElicitHandler) Option { return func(c *config) { c.elicit = h } }
+
+// WithSampling declares the sampling capability and answers sampling
+// input requests with h.
+func WithSampling(h SamplingHandler) Option { return func(c *config) { c.sample = h } }
+
+// WithRoots declares the roots capability and answers roots input
+// requests with h.
+func WithRoots(h RootsHandler) Option { return func(c *config) { c.roots = h } }
+
+// WithMaxRounds bounds the input-required rounds of one call (default 8).
+func WithMaxRounds(n int) Option { return func(c *config) { c.maxRounds = n } }
+
+// WithTimeout sets the per-request timeout (default 60s). Listens are
+// exempt; they are bounded by keep-alives instead.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithCacheSize bounds the number of cached answers (default 1024).
+func WithCacheSize(n int) Option { return func(c *config) { c.cacheSize = n } }
+
+// WithServeStale makes reads return the last known answer when a refresh
+// fails, instead of the error.
+func WithServeStale() Option { return func(c *config) { c.serveStale = true } }
+
+// WithAuthorization sends an Authorization header on every HTTP request
+// and keys private cache entries by it, so they are never served under
+// another token.
+func WithAuthorization(value string) Option {
+	return func(c *config) {
+		c.header.Set("Authorization", value)
+		c.authCtx = value
+	}
+}
+
+// WithHeader adds a header to every HTTP request.
+func WithHeader(name, value string) Option { return func(c *config) { c.header.Add(name, value) } }
+
+// WithHTTPClient sets the HTTP client used for requests.
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.hc = hc } }
+
+// WithLogger sets where the client logs warnings (dropped invalid tools,
+// reconnects). Default: slog.Default.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithClock replaces time.Now, for tests of TTL expiry.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithStderr sets where a spawned server's stderr goes (default: discarded).
+func WithStderr(w interface{ Write([]byte) (int, error) }) Option {
+	return func(c *config) { c.stderr = w }
+}
+
+// WithEnv adds environment variables ("K=V") for a spawned server.
+func WithEnv(env ...string) Option { return func(c *config) { c.env = append(c.env, env...) } }
+
+// WithServerLogs asks servers for log messages at level and above on
+// every request, and hands them to fn.
+func WithServerLogs(level mcp.LogLevel, fn func(level mcp.LogLevel, logger string, data jsontext.Value)) Option {
+	return func(c *config) { c.logLevel, c.onLog = level, fn }
+}
+
+// Client talks to one MCP server. It is safe for concurrent use.
+type Client struct {
+	t     transport
+	cfg   config
+	ids   *atomic.Int64 // shared by views, which may share one stdio connection
+	cache *cache
+
+	mu      sync.Mutex
+	version string
+	headers map[string][]xheader.Param // tool name → mirrored params
+	closed  bool
+	// shared is the client this one is a view of (see As), or nil.
+	shared *Client
+}
+
+func newConfig(opts []Option) config {
+	cfg := config{
+		info:      mcp.Implementation{Name: "tidings", Version: "0.1.0"},
+		maxRounds: 8,
+		timeout:   60 * time.Second,
+		header:    http.Header{},
+		now:       time.Now,
+		maxMsg:    16 << 20,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	if cfg.hc == nil {
+		cfg.hc = &http.Client{}
+	}
+	return cfg
+}
+
+func newClient(t transport, cfg config) *Client {
+	return &Client{
+		t: t, cfg: cfg, version: mcp.Version, headers: map[string][]xheader.Param{}, ids: new(atomic.Int64),
+		cache: newCache(cfg.cacheSize, cfg.now, cfg.serveStale, cfg.timeout),
+	}
+}
+
+// As returns a view of the client that speaks for another authorization
+// context: it sends authorization as the Authorization header and shares
+// the connection and the cache, where public answers are reused across
+// contexts and private ones never are. Gateways serving many users over
+// one upstream use it. Closing any view closes the connection.
+func (c *Client) As(authorization string) *Client {
+	cfg := c.cfg
+	cfg.header = c.cfg.header.Clone()
+	cfg.header.Set("Authorization", authorization)
+	cfg.authCtx = authorization
+	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, version: c.currentVersion(), headers: map[string][]xheader.Param{}, shared: c}
+	if ht, ok := c.t.(*httpTransport); ok {
+		cp := *ht
+		cp.header = cfg.header
+		v.t = &cp
+	} else {
+		v.t = c.t
+	}
+	return v
+}
+
+// NewHTTP returns a client for the Streamable HTTP endpoint at url. It
+// does no I/O until the first call.
+func NewHTTP(url string, opts ...Option) *Client {
+	cfg := newConfig(opts)
+	return newClient(&httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg}, cfg)
+}
+
+// NewCommand starts a stdio server as a subprocess and returns a client for
+// it. Close stops the process (closing its stdin, then SIGTERM, then
+// SIGKILL).
+func NewCommand(ctx context.Context, name string, args []string, opts ...Option) (*Client, error) {
+	cfg := newConfig(opts)
+	c := newClient(nil, cfg)
+	t, err := startStdio(ctx, name, args, cfg.env, cfg.stderr, c.otherMessage, cfg.maxMsg)
+	if err != nil {
+		return nil, err
+	}
+	c.t = t
+	return c, nil
+}
+
+// otherMessage handles stdio notifications that belong to no request.
+func (c *Client) otherMessage(m *jsonrpc.Message) {
+	if m.Method == mcp.NotifyMessage {
+		c.deliverLog(m)
+	}
+}
+
+func (c *Client) deliverLog(m *jsonrpc.Message) {
+	if c.cfg.onLog == nil {
+		return
+	}
+	var p struct {
+		Level  mcp.LogLevel   `json:"level"`
+		Logger string         `json:"logger"`
+		Data   jsontext.Value `json:"data"`
+	}
+	if jsonrpc.UnmarshalParams(m.Params, &p) == nil {
+		c.cfg.onLog(p.Level, p.Logger, p.Data)
+	}
+}
+
+// Close releases the connection (and stops a spawned server).
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return c.t.close()
+}
+
+// Capabilities returns the client capabilities declared on each request,
+// derived from the handlers installed.
+func (c *Client) Capabilities() mcp.ClientCaps {
+	var caps mcp.ClientCaps
+	empty := jsontext.Value("{}")
+	if c.cfg.elicit != nil {
+		caps.Elicitation = &mcp.ElicitationCaps{Form: &empty}
+	}
+	if c.cfg.sample != nil {
+		caps.Sampling = &mcp.SamplingCaps{}
+	}
+	if c.cfg.roots != nil {
+		caps.Roots = &empty
+	}
+	return caps
+}
+
+// RPCError is an error response from the server.
+type RPCError = jsonrpc.Error
+
+// callOpts tunes one request.
+type callOpts struct {
+	name     *string
+	params   []paramHeader
+	onMsg    func(*jsonrpc.Message)
+	noLimit  bool // listens: no request timeout
+	progress func(progress float64, total *float64, message string)
+}
+
+func (c *Client) nextID() jsonrpc.ID { return jsonrpc.IntID(c.ids.Add(1)) }
+
+func (c *Client) currentVersion() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
+// encode builds the request body for method with params (a JSON object
+// without _meta, or nil).
+func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, token string) ([]byte, error) {
+	meta := map[string]any{
+		mcp.MetaProtocolVersion:    c.currentVersion(),
+		mcp.MetaClientCapabilities: c.Capabilities(),
+		mcp.MetaClientInfo:         c.cfg.info,
+	}
+	if c.cfg.logLevel != "" {
+		meta[mcp.MetaLogLevel] = c.cfg.logLevel
+	}
+	if token != "" {
+		meta[mcp.MetaProgressToken] = jsontext.Value(token)
+	}
+	p := make(map[string]any, len(params)+1)
+	for k, v := range params {
+		p[k] = v
+	}
+	p["_meta"] = meta
+	pb, err := json.Marshal(p, json.Deterministic(true))
+	if err != nil {
+		return nil, fmt.Errorf("client: %s params: %w", method, err)
+	}
+	return jsonrpc.AppendRequest(nil, id, method, pb), nil
+}
+
+// do sends one request and returns its result object. It retries once with
+// another version when the server says it does not speak ours and offers
+// one we do (a server may also ask for the version we sent).
+func (c *Client) do(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if !o.noLimit && c.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
+		defer cancel()
+	}
+	for attempt := 0; ; attempt++ {
+		id := c.nextID()
+		token := ""
+		if o.progress != nil {
+			token = strconv.Quote("p" + id.Raw())
+		}
+		body, err := c.encode(id, method, params, token)
+		if err != nil {
+			return nil, err
+		}
+		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), name: o.name, params: o.params, token: token}
+		onMsg := func(m *jsonrpc.Message) {
+			switch m.Method {
+			case mcp.NotifyMessage:
+				c.deliverLog(m)
+				return
+			case mcp.NotifyProgress:
+				if o.progress != nil {
+					var p struct {
+						Progress float64  `json:"progress"`
+						Total    *float64 `json:"total"`
+						Message  string   `json:"message"`
+					}
+					if jsonrpc.UnmarshalParams(m.Params, &p) == nil {
+						o.progress(p.Progress, p.Total, p.Message)
+					}
+				}
+				return
+			}
+			if o.onMsg != nil {
+				o.onMsg(m)
+			}
+		}
+		resp, err := c.t.roundTrip(ctx, req, onMsg)
+		if err != nil {
+			return nil, err
+		}
+		if resp.Method == mcp.NotifyCancelled {
+			return nil, errServerEnded
+		}
+		if resp.Error != nil {
+			if resp.Error.Code == mcp.CodeUnsupportedProtocolVersion && attempt == 0 && c.adoptVersion(resp.Error) {
+				continue
+			}
+			return nil, resp.Error
+		}
+		if err := checkResultType(resp.Result); err != nil {
+			return nil, fmt.Errorf("client: %s: %w", method, err)
+		}
+		return resp.Result, nil
+	}
+}
+
+// errServerEnded reports that the server ended a request itself with
+// notifications/cancelled (stdio's way of closing a listen).
+var errServerEnded = errors.New("client: server ended the request")
+
+// adoptVersion picks a version we speak from a -32022 error's supported
+// list and reports whether a retry makes sense.
+func (c *Client) adoptVersion(e *jsonrpc.Error) bool {
+	var data struct {
+		Supported []string `json:"supported"`
+	}
+	if json.Unmarshal(e.Data, &data) != nil {
+		return false
+	}
+	for _, v := range data.Supported {
+		if v == mcp.Version {
+			c.mu.Lock()
+			c.version = v
+			c.mu.Unlock()
+			return true
+		}
+	}
+	return false
+}
+
+// checkResultType enforces that a result's resultType is one we know; an
+// absent one means complete (servers of earlier versions send none).
+func checkResultType(result jsontext.Value) error {
+	var r struct {
+		ResultType *string `json:"resultType"`
+	}
+	if err := json.Unmarshal(result, &r); err != nil {
+		return fmt.Errorf("result is not an object: %w", err)
+	}
+	if r.ResultType == nil {
+		return nil
+	}
+	switch *r.ResultType {
+	case mcp.ResultComplete, mcp.ResultInputRequired:
+		return nil
+	}
+	return fmt.Errorf("unknown resultType %q", *r.ResultType)
+}
+
+// Request sends any request and returns its raw result. It does not cache
+// and does not answer input requests; use the typed methods for that.
+func (c *Client) Request(ctx context.Context, method string, params map[string]any) (jsontext.Value, error) {
+	o := callOpts{}
+	switch method {
+	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
+		if s, ok := params["name"].(string); ok {
+			o.name = &s
+		}
+	case mcp.MethodResourcesRead:
+		if s, ok := params["uri"].(string); ok {
+			o.name = &s
+		}
+	}
+	return c.do(ctx, method, params, o)
+}
+
+// cacheHints reads ttlMs and cacheScope from a result.
+func cacheHints(result jsontext.Value) (time.Duration, mcp.CacheScope) {
+	var h struct {
+		TTL   *int64         `json:"ttlMs"`
+		Scope mcp.CacheScope `json:"cacheScope"`
+	}
+	_ = json.Unmarshal(result, &h)
+	ttl := time.Duration(0)
+	if h.TTL != nil && *h.TTL > 0 {
+		ttl = time.Duration(*h.TTL) * time.Millisecond
+	}
+	scope := h.Scope
+	if scope != mcp.ScopePrivate {
+		scope = mcp.ScopePublic
+	}
+	return ttl, scope
+}
+
+// DiscoverResult is what server/discover tells.
+type DiscoverResult struct {
+	SupportedVersions []string       `json:"supportedVersions"`
+	Capabilities      mcp.ServerCaps `json:"capabilities"`
+	Instructions      string         `json:"instructions,omitempty"`
+	ServerInfo        *mcp.Implementation
+}
+
+// Discover asks the server who it is and what it can do (cached per ttlMs).
+func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
+	v, err := c.cache.get(ctx, mcp.MethodDiscover, topicDiscover, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
+		res, err := c.do(ctx, mcp.MethodDiscover, nil, callOpts{})
+		if err != nil {
+			return fetched{}, err
+		}
+		var d DiscoverResult
+		if err := json.Unmarshal(res, &d); err != nil {
+			return fetched{}, fmt.Errorf("client: server/discover: %w", err)
+		}
+		var meta struct {
+			Meta struct {
+				Info *mcp.Implementation `json:"io.modelcontextprotocol/serverInfo"`
+			} `json:"_meta"`
+		}
+		_ = json.Unmarshal(res, &meta)
+		d.ServerInfo = meta.Meta.Info
+		ttl, scope := cacheHints(res)
+		return fetched{value: &d, ttl: ttl, scope: scope}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*DiscoverResult), nil
+}

@@ -1,0 +1,184 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/internal/xheader"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// maxPages bounds one list walk, so a server that hands out cursors
+// forever cannot keep the client walking forever.
+const maxPages = 10000
+
+// walkRetries bounds how often a walk restarts because the list changed
+// under it or a cursor stopped working.
+const walkRetries = 4
+
+// listAll walks every page of a paginated list and returns one consistent
+// snapshot: when a change notification for the list arrives during the
+// walk, or a cursor is refused, the walk starts over. The snapshot's TTL
+// is the smallest page TTL and its scope the strictest page scope.
+func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]jsontext.Value, time.Duration, mcp.CacheScope, error) {
+	var lastErr error
+	for attempt := 0; attempt < walkRetries; attempt++ {
+		gen := c.cache.gen(topic)
+		var items []jsontext.Value
+		var cursor *string
+		minTTL := time.Duration(-1)
+		scope := mcp.ScopePublic
+		restart := false
+		for page := 0; ; page++ {
+			if page >= maxPages {
+				return nil, 0, "", fmt.Errorf("client: %s: more than %d pages", method, maxPages)
+			}
+			params := map[string]any{}
+			if cursor != nil {
+				params["cursor"] = *cursor
+			}
+			res, err := c.do(ctx, method, params, callOpts{})
+			if err != nil {
+				var rpc *jsonrpc.Error
+				if cursor != nil && errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeInvalidParams {
+					// The cursor stopped working (expired, or the server was
+					// replaced): drop what we have and start over.
+					lastErr, restart = err, true
+					break
+				}
+				return nil, 0, "", err
+			}
+			var pageRes struct {
+				NextCursor *string `json:"nextCursor"`
+			}
+			var fields map[string]jsontext.Value
+			if err := json.Unmarshal(res, &fields); err != nil {
+				return nil, 0, "", fmt.Errorf("client: %s: %w", method, err)
+			}
+			_ = json.Unmarshal(res, &pageRes)
+			var pageItems []jsontext.Value
+			if raw, ok := fields[field]; ok {
+				if err := json.Unmarshal(raw, &pageItems); err != nil {
+					return nil, 0, "", fmt.Errorf("client: %s: %s: %w", method, field, err)
+				}
+			}
+			items = append(items, pageItems...)
+			ttl, sc := cacheHints(res)
+			if minTTL < 0 || ttl < minTTL {
+				minTTL = ttl
+			}
+			if sc == mcp.ScopePrivate {
+				scope = mcp.ScopePrivate
+			}
+			if pageRes.NextCursor == nil {
+				break
+			}
+			cursor = pageRes.NextCursor
+		}
+		if restart {
+			continue
+		}
+		if c.cache.gen(topic) != gen && attempt < walkRetries-1 {
+			lastErr = errors.New("list changed during the walk")
+			continue
+		}
+		if minTTL < 0 {
+			minTTL = 0
+		}
+		return items, minTTL, scope, nil
+	}
+	return nil, 0, "", fmt.Errorf("client: %s: no consistent snapshot after %d walks: %w", method, walkRetries, lastErr)
+}
+
+// decodeItems decodes raw list items into T, skipping ones that fail.
+func decodeItems[T any](raw []jsontext.Value) []T {
+	out := make([]T, 0, len(raw))
+	for _, r := range raw {
+		var v T
+		if json.Unmarshal(r, &v) == nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Tools returns the server's whole tool list, from the cache while it is
+// fresh. Tools whose x-mcp-header annotations are invalid are left out
+// (and logged), as they cannot be called correctly over HTTP.
+func (c *Client) Tools(ctx context.Context) ([]mcp.Tool, error) {
+	v, err := c.cache.get(ctx, mcp.MethodToolsList, topicTools, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
+		raw, ttl, scope, err := c.listAll(ctx, mcp.MethodToolsList, "tools", topicTools)
+		if err != nil {
+			return fetched{}, err
+		}
+		all := decodeItems[mcp.Tool](raw)
+		tools := make([]mcp.Tool, 0, len(all))
+		headers := make(map[string][]xheader.Param, len(all))
+		for _, t := range all {
+			ps, err := xheader.Params(t.InputSchema)
+			if err != nil {
+				c.cfg.logger.Warn("mcp: ignoring tool with invalid x-mcp-header", "tool", t.Name, "reason", err.Error())
+				continue
+			}
+			if len(ps) > 0 {
+				headers[t.Name] = ps
+			}
+			tools = append(tools, t)
+		}
+		c.mu.Lock()
+		c.headers = headers
+		c.mu.Unlock()
+		return fetched{value: tools, ttl: ttl, scope: scope}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]mcp.Tool), nil
+}
+
+// Prompts returns the server's whole prompt list (cached).
+func (c *Client) Prompts(ctx context.Context) ([]mcp.Prompt, error) {
+	return cachedList[mcp.Prompt](ctx, c, mcp.MethodPromptsList, "prompts", topicPrompts)
+}
+
+// Resources returns the server's whole resource list (cached).
+func (c *Client) Resources(ctx context.Context) ([]mcp.Resource, error) {
+	return cachedList[mcp.Resource](ctx, c, mcp.MethodResourcesList, "resources", topicResources)
+}
+
+// ResourceTemplates returns the server's whole template list (cached).
+func (c *Client) ResourceTemplates(ctx context.Context) ([]mcp.ResourceTemplate, error) {
+	return cachedList[mcp.ResourceTemplate](ctx, c, mcp.MethodResourcesTemplates, "resourceTemplates", topicTemplates)
+}
+
+func cachedList[T any](ctx context.Context, c *Client, method, field, topic string) ([]T, error) {
+	v, err := c.cache.get(ctx, method, topic, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
+		raw, ttl, scope, err := c.listAll(ctx, method, field, topic)
+		if err != nil {
+			return fetched{}, err
+		}
+		return fetched{value: decodeItems[T](raw), ttl: ttl, scope: scope}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]T), nil
+}
+
+// Freshness reports how far the cached answer of a list method
+// ("tools/list", ...) or of a resource read (pass the URI with
+// method "resources/read") can be trusted right now.
+func (c *Client) Freshness(method, uri string) FreshnessInfo {
+	if method == mcp.MethodResourcesRead {
+		return c.cache.info(readKey(uri), c.cfg.authCtx)
+	}
+	return c.cache.info(method, c.cfg.authCtx)
+}
+
+func readKey(uri string) string { return mcp.MethodResourcesRead + "\x00" + uri }

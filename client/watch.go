@@ -1,0 +1,527 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// WatchOptions says what a Watcher follows and how it heals.
+type WatchOptions struct {
+	// Tools, Prompts and Resources follow the lists; Resources covers
+	// resources/list and resources/templates/list.
+	Tools, Prompts, Resources bool
+	// URIs are resources whose content to follow.
+	URIs []string
+	// OnEvent receives every event, in order, from the watcher's own
+	// goroutine. It must not block for long.
+	OnEvent func(Event)
+	// PollInterval is how often kinds the server would not subscribe us to
+	// are re-read (default 30s; jittered, and backed off on errors).
+	PollInterval time.Duration
+	// MinBackoff and MaxBackoff bound the reconnect delay after a drop
+	// (defaults 250ms and 30s; full jitter).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// The kinds of watch events.
+const (
+	// ToolsChanged, PromptsChanged, ResourcesChanged and TemplatesChanged
+	// report a list whose content really changed (Added, Removed, Changed
+	// name the items: tool and prompt names, resource URIs, templates).
+	ToolsChanged EventKind = iota
+	PromptsChanged
+	ResourcesChanged
+	TemplatesChanged
+	// ResourceUpdated reports that a followed resource's content changed.
+	ResourceUpdated
+	// Connected reports an acknowledged listen; Granted says what the
+	// server agreed to send (the rest is polled).
+	Connected
+	// Disconnected reports the end of a listen: Graceful when the server
+	// closed it on purpose, otherwise a drop after which cached entries are
+	// unknown until reconciled.
+	Disconnected
+	// ReadFailed reports a re-read that failed (Err says why).
+	ReadFailed
+)
+
+func (k EventKind) String() string {
+	return [...]string{"tools_changed", "prompts_changed", "resources_changed", "templates_changed",
+		"resource_updated", "connected", "disconnected", "read_failed"}[k]
+}
+
+// Event is one thing a Watcher observed.
+type Event struct {
+	Kind     EventKind
+	At       time.Time
+	URI      string
+	Added    []string
+	Removed  []string
+	Changed  []string
+	Granted  mcp.SubscriptionFilter
+	Graceful bool
+	Err      error
+}
+
+// ConnState is the state of a Watcher's listen stream.
+type ConnState int32
+
+// Listen stream states.
+const (
+	Connecting ConnState = iota
+	Live
+	Polling // the server has no listen; everything is polled
+	Down
+)
+
+func (s ConnState) String() string {
+	return [...]string{"connecting", "live", "polling", "down"}[s]
+}
+
+// WatchStats counts what a Watcher did, for coalescing measurements.
+type WatchStats struct {
+	Notifications int64 // change notifications received
+	Rereads       int64 // re-reads performed
+	Reconnects    int64 // listens opened after the first
+}
+
+// Watcher keeps one subscriptions/listen open on a server and the
+// client's cache honest: notifications invalidate at once and trigger a
+// coalesced re-read through the normal path; a dropped stream marks what
+// it covered unknown, reconnects with capped exponential backoff and full
+// jitter, and reconciles by re-reading everything it covers; only content
+// that really changed is reported.
+type Watcher struct {
+	c      *Client
+	opts   WatchOptions
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	state atomic.Int32
+	stats struct{ notes, rereads, reconnects atomic.Int64 }
+
+	mu      sync.Mutex
+	dirty   map[string]bool
+	polled  map[string]bool
+	granted mcp.SubscriptionFilter
+	seen    map[string]map[string][32]byte // topic → item key → content hash
+	wake    chan struct{}
+	events  chan Event
+}
+
+// Watch starts a Watcher. It runs until ctx ends or Close is called.
+func (c *Client) Watch(ctx context.Context, opts WatchOptions) *Watcher {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 30 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 250 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 30 * time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &Watcher{
+		c: c, opts: opts, cancel: cancel,
+		dirty: map[string]bool{}, polled: map[string]bool{},
+		seen: map[string]map[string][32]byte{},
+		wake: make(chan struct{}, 1), events: make(chan Event, 64),
+	}
+	w.wg.Add(4)
+	go func() { defer w.wg.Done(); w.listenLoop(ctx) }()
+	go func() { defer w.wg.Done(); w.rereadLoop(ctx) }()
+	go func() { defer w.wg.Done(); w.pollLoop(ctx) }()
+	go func() { defer w.wg.Done(); w.deliverLoop(ctx) }()
+	return w
+}
+
+// Close stops the watcher and waits for its goroutines.
+func (w *Watcher) Close() {
+	w.cancel()
+	w.wg.Wait()
+}
+
+// State returns the listen stream's state.
+func (w *Watcher) State() ConnState { return ConnState(w.state.Load()) }
+
+// Granted returns what the server agreed to notify about.
+func (w *Watcher) Granted() mcp.SubscriptionFilter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.granted
+}
+
+// Stats returns counters of the watcher's work so far.
+func (w *Watcher) Stats() WatchStats {
+	return WatchStats{Notifications: w.stats.notes.Load(), Rereads: w.stats.rereads.Load(), Reconnects: w.stats.reconnects.Load()}
+}
+
+// topics lists every cache topic the options cover.
+func (w *Watcher) topics() []string {
+	var t []string
+	if w.opts.Tools {
+		t = append(t, topicTools)
+	}
+	if w.opts.Prompts {
+		t = append(t, topicPrompts)
+	}
+	if w.opts.Resources {
+		t = append(t, topicResources, topicTemplates)
+	}
+	for _, u := range w.opts.URIs {
+		t = append(t, topicResource+u)
+	}
+	return t
+}
+
+func (w *Watcher) covers(topic string) bool { return slices.Contains(w.topics(), topic) }
+
+func (w *Watcher) emit(ctx context.Context, e Event) {
+	e.At = w.c.cfg.now()
+	select {
+	case w.events <- e:
+	case <-ctx.Done():
+	}
+}
+
+func (w *Watcher) deliverLoop(ctx context.Context) {
+	for {
+		select {
+		case e := <-w.events:
+			if w.opts.OnEvent != nil {
+				w.opts.OnEvent(e)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// markDirty schedules topics for a re-read; bursts coalesce because the
+// set only records that a topic is dirty, not how often.
+func (w *Watcher) markDirty(topics ...string) {
+	w.mu.Lock()
+	for _, t := range topics {
+		w.dirty[t] = true
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// backoff yields capped exponential delays with full jitter.
+type backoff struct {
+	min, max time.Duration
+	n        int
+}
+
+func (b *backoff) next() time.Duration {
+	d := b.min << min(b.n, 20)
+	if d > b.max || d <= 0 {
+		d = b.max
+	}
+	b.n++
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+func (b *backoff) reset() { b.n = 0 }
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (w *Watcher) listenLoop(ctx context.Context) {
+	bo := &backoff{min: w.opts.MinBackoff, max: w.opts.MaxBackoff}
+	want := mcp.SubscriptionFilter{
+		ToolsListChanged:      w.opts.Tools,
+		PromptsListChanged:    w.opts.Prompts,
+		ResourcesListChanged:  w.opts.Resources,
+		ResourceSubscriptions: w.opts.URIs,
+	}
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			w.stats.reconnects.Add(1)
+		}
+		w.state.Store(int32(Connecting))
+		var acked atomic.Bool
+		onMsg := func(m *jsonrpc.Message) {
+			if m.Method == mcp.NotifyAcknowledged {
+				var p struct {
+					Notifications mcp.SubscriptionFilter `json:"notifications"`
+				}
+				_ = jsonrpc.UnmarshalParams(m.Params, &p)
+				acked.Store(true)
+				w.acknowledged(ctx, want, p.Notifications)
+				return
+			}
+			w.notification(m)
+		}
+		_, err := w.c.do(ctx, mcp.MethodListen, map[string]any{"notifications": want}, callOpts{onMsg: onMsg, noLimit: true})
+		if ctx.Err() != nil {
+			return
+		}
+		if acked.Load() {
+			bo.reset()
+		}
+		var rpc *jsonrpc.Error
+		switch {
+		case err == nil || errors.Is(err, errServerEnded):
+			// The server ended the listen on purpose: nothing was missed so
+			// far. Reconnect politely, then reconcile what may change in
+			// between.
+			w.state.Store(int32(Down))
+			w.emit(ctx, Event{Kind: Disconnected, Graceful: true})
+			if !sleepCtx(ctx, bo.next()) {
+				return
+			}
+		case errors.As(err, &rpc) && !acked.Load():
+			// No listen here (or not with this filter): poll everything.
+			w.state.Store(int32(Polling))
+			w.setPolled(w.topics())
+			w.markDirty(w.topics()...)
+			<-ctx.Done()
+			return
+		default:
+			// An abrupt drop: changes may have been missed.
+			w.state.Store(int32(Down))
+			w.c.cache.markUnknown(w.covers)
+			w.emit(ctx, Event{Kind: Disconnected, Err: err})
+			if !sleepCtx(ctx, bo.next()) {
+				return
+			}
+		}
+	}
+}
+
+// acknowledged compares the grant with the request: what was granted is
+// followed by notifications; the rest is polled. Then it reconciles.
+func (w *Watcher) acknowledged(ctx context.Context, want, got mcp.SubscriptionFilter) {
+	var polled []string
+	if want.ToolsListChanged && !got.ToolsListChanged {
+		polled = append(polled, topicTools)
+	}
+	if want.PromptsListChanged && !got.PromptsListChanged {
+		polled = append(polled, topicPrompts)
+	}
+	if want.ResourcesListChanged && !got.ResourcesListChanged {
+		polled = append(polled, topicResources, topicTemplates)
+	}
+	for _, u := range want.ResourceSubscriptions {
+		if !slices.Contains(got.ResourceSubscriptions, u) {
+			polled = append(polled, topicResource+u)
+		}
+	}
+	w.mu.Lock()
+	w.granted = got
+	w.mu.Unlock()
+	w.setPolled(polled)
+	w.state.Store(int32(Live))
+	w.emit(ctx, Event{Kind: Connected, Granted: got})
+	// Listen first, then read: whatever changed before the ack is seen by
+	// this read, whatever changes after it is announced.
+	w.markDirty(w.topics()...)
+}
+
+func (w *Watcher) setPolled(topics []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.polled = map[string]bool{}
+	for _, t := range topics {
+		w.polled[t] = true
+	}
+}
+
+// notification turns a change notification into an invalidation and a
+// scheduled re-read. It is a reason to re-read, never the new state.
+func (w *Watcher) notification(m *jsonrpc.Message) {
+	var topics []string
+	switch m.Method {
+	case mcp.NotifyToolsListChanged:
+		topics = []string{topicTools}
+	case mcp.NotifyPromptsListChanged:
+		topics = []string{topicPrompts}
+	case mcp.NotifyResourcesListChanged:
+		topics = []string{topicResources, topicTemplates}
+	case mcp.NotifyResourceUpdated:
+		var p struct {
+			URI string `json:"uri"`
+		}
+		if jsonrpc.UnmarshalParams(m.Params, &p) != nil || p.URI == "" {
+			return
+		}
+		topics = []string{topicResource + p.URI}
+	default:
+		return
+	}
+	w.stats.notes.Add(1)
+	w.c.cache.invalidate(topics...)
+	var covered []string
+	for _, t := range topics {
+		if w.covers(t) {
+			covered = append(covered, t)
+		}
+	}
+	w.markDirty(covered...)
+}
+
+func (w *Watcher) pollLoop(ctx context.Context) {
+	interval := w.opts.PollInterval
+	for {
+		// ±20% jitter keeps many clients from polling in step.
+		d := interval - interval/5 + time.Duration(rand.Int64N(int64(interval)*2/5+1))
+		if !sleepCtx(ctx, d) {
+			return
+		}
+		w.mu.Lock()
+		var topics []string
+		for t := range w.polled {
+			topics = append(topics, t)
+		}
+		w.mu.Unlock()
+		if len(topics) > 0 {
+			w.markDirty(topics...)
+		}
+	}
+}
+
+func (w *Watcher) rereadLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		w.mu.Lock()
+		topics := make([]string, 0, len(w.dirty))
+		for t := range w.dirty {
+			topics = append(topics, t)
+		}
+		clear(w.dirty)
+		w.mu.Unlock()
+		slices.Sort(topics)
+		for _, t := range topics {
+			if ctx.Err() != nil {
+				return
+			}
+			w.reread(ctx, t)
+		}
+	}
+}
+
+// reread reads one topic through the normal path and reports what changed
+// by content since the last read.
+func (w *Watcher) reread(ctx context.Context, topic string) {
+	w.stats.rereads.Add(1)
+	items := map[string][32]byte{}
+	var kind EventKind
+	var err error
+	hash := func(v any) [32]byte {
+		b, _ := json.Marshal(v, json.Deterministic(true))
+		return sha256.Sum256(b)
+	}
+	switch {
+	case topic == topicTools:
+		kind = ToolsChanged
+		var ts []mcp.Tool
+		if ts, err = w.c.Tools(ctx); err == nil {
+			for _, t := range ts {
+				items[t.Name] = hash(t)
+			}
+		}
+	case topic == topicPrompts:
+		kind = PromptsChanged
+		var ps []mcp.Prompt
+		if ps, err = w.c.Prompts(ctx); err == nil {
+			for _, p := range ps {
+				items[p.Name] = hash(p)
+			}
+		}
+	case topic == topicResources:
+		kind = ResourcesChanged
+		var rs []mcp.Resource
+		if rs, err = w.c.Resources(ctx); err == nil {
+			for _, r := range rs {
+				items[r.URI] = hash(r)
+			}
+		}
+	case topic == topicTemplates:
+		kind = TemplatesChanged
+		var ts []mcp.ResourceTemplate
+		if ts, err = w.c.ResourceTemplates(ctx); err == nil {
+			for _, t := range ts {
+				items[t.URITemplate] = hash(t)
+			}
+		}
+	default:
+		kind = ResourceUpdated
+		uri := topic[len(topicResource):]
+		var r *mcp.ReadResourceResult
+		if r, err = w.c.ReadResource(ctx, uri); err == nil {
+			items[uri] = hash(r.Contents)
+		} else {
+			var rpc *jsonrpc.Error
+			if errors.As(err, &rpc) && (rpc.Code == jsonrpc.CodeInvalidParams || rpc.Code == mcp.CodeLegacyResourceNotFound) {
+				err = nil // gone: an empty content set
+			}
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			w.emit(ctx, Event{Kind: ReadFailed, Err: err})
+		}
+		return
+	}
+	w.mu.Lock()
+	prev, had := w.seen[topic]
+	w.seen[topic] = items
+	w.mu.Unlock()
+	var e Event
+	e.Kind = kind
+	for k, h := range items {
+		ph, ok := prev[k]
+		switch {
+		case !ok:
+			e.Added = append(e.Added, k)
+		case ph != h:
+			e.Changed = append(e.Changed, k)
+		}
+	}
+	for k := range prev {
+		if _, ok := items[k]; !ok {
+			e.Removed = append(e.Removed, k)
+		}
+	}
+	if had && len(e.Added)+len(e.Removed)+len(e.Changed) == 0 {
+		return
+	}
+	slices.Sort(e.Added)
+	slices.Sort(e.Removed)
+	slices.Sort(e.Changed)
+	if kind == ResourceUpdated {
+		e.URI = topic[len(topicResource):]
+	}
+	w.emit(ctx, e)
+}

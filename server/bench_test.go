@@ -1,0 +1,111 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// fanRound is one change being fanned out: the writer that brings count
+// to the number of listens closes done.
+type fanRound struct {
+	count atomic.Int64
+	done  chan struct{}
+}
+
+// fanOut counts what every listen stream of the benchmark receives.
+type fanOut struct {
+	listens int64
+	acks    fanRound
+	cur     atomic.Pointer[fanRound]
+}
+
+func (f *fanOut) next() *fanRound {
+	r := &fanRound{done: make(chan struct{})}
+	f.cur.Store(r)
+	return r
+}
+
+func (r *fanRound) hit(total int64) {
+	if r.count.Add(1) == total {
+		close(r.done)
+	}
+}
+
+// fanStream is the server.Stream of one in-process listen.
+type fanStream struct{ f *fanOut }
+
+var listChanged = []byte(mcp.NotifyToolsListChanged)
+
+func (s fanStream) Send(msg []byte) error {
+	if bytes.Contains(msg, listChanged) {
+		s.f.cur.Load().hit(s.f.listens)
+	} else {
+		s.f.acks.hit(s.f.listens)
+	}
+	return nil
+}
+
+func (fanStream) KeepAlive() error { return nil }
+
+// BenchmarkFanOut10k measures one tool list change reaching 10,000 open
+// listens: an op is one AddTool or RemoveTools and ends when every
+// listen's writer has handed the notification to its stream.
+func BenchmarkFanOut10k(b *testing.B) {
+	const listens = 10_000
+	srv := server.New(testInfo)
+	if err := srv.AddTool(textTool("base"), echoHandler("base")); err != nil {
+		b.Fatal(err)
+	}
+	f := &fanOut{listens: listens, acks: fanRound{done: make(chan struct{})}}
+	f.next()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for i := range listens {
+		raw := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"subscriptions/listen","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":%q,"io.modelcontextprotocol/clientCapabilities":{}},"notifications":{"toolsListChanged":true}}}`, i+1, mcp.Version)
+		msg, err := jsonrpc.Decode(raw, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, rep := srv.Parse(msg)
+		if rep != nil {
+			b.Fatalf("listen refused: %s", rep.Body)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv.Serve(ctx, c, "", fanStream{f})
+		}()
+	}
+	<-f.acks.done
+
+	tool := textTool("churn")
+	handler := echoHandler("churn")
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		r := f.next()
+		if i%2 == 0 {
+			if err := srv.AddTool(tool, handler); err != nil {
+				b.Fatal(err)
+			}
+		} else if srv.RemoveTools(tool.Name) != 1 {
+			b.Fatal("churn tool missing")
+		}
+		<-r.done
+		i++
+	}
+}
