@@ -305,7 +305,15 @@ func (s *Server) Capabilities() mcp.ServerCaps {
 
 // resultTail appends the fields every complete result shares and closes
 // the object: resultType, optional cache hints, and _meta with serverInfo.
-func (s *Server) resultTail(dst []byte, p *CachePolicy) []byte {
+func (s *Server) resultTail(dst []byte, p *CachePolicy, legacy bool) []byte {
+	if legacy {
+		// 2025-11-25 results have neither resultType nor cache hints; a
+		// trailing comma from the caller is closed off instead.
+		if dst[len(dst)-1] == ',' {
+			dst = dst[:len(dst)-1]
+		}
+		return append(dst, '}')
+	}
 	dst = append(dst, `"resultType":"complete"`...)
 	if p != nil {
 		dst = append(dst, `,"ttlMs":`...)
@@ -324,13 +332,16 @@ func (s *Server) resultTail(dst []byte, p *CachePolicy) []byte {
 
 // encodeResult marshals a handler's result object and adds resultType,
 // cache hints and serverInfo to it.
-func (s *Server) encodeResult(v any, meta mcp.Meta, p *CachePolicy, resultType string) ([]byte, error) {
+func (s *Server) encodeResult(req *Request, v any, meta mcp.Meta, p *CachePolicy, resultType string) ([]byte, error) {
 	b, err := jsonrpc.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
 	if len(b) < 2 || b[0] != '{' {
 		return nil, errors.New("result is not an object")
+	}
+	if req.legacy {
+		return s.legacyResult(b, meta)
 	}
 	out := make([]byte, 0, len(b)+len(s.infoJSON)+96)
 	out = append(out, '{')
@@ -378,7 +389,7 @@ func (s *Server) discover(req *Request) Reply {
 		Instructions      string         `json:"instructions,omitempty"`
 	}{s.SupportedVersions(), s.Capabilities(), s.cfg.instructions}
 	p := s.cfg.policies[ListDiscover]
-	b, err := s.encodeResult(res, nil, &p, mcp.ResultComplete)
+	b, err := s.encodeResult(req, res, nil, &p, mcp.ResultComplete)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
@@ -408,7 +419,7 @@ func listPage[T any](s *Server, r *registry[T], l List, field string, c *Call, r
 	// The cached first page is the anonymous one: its nextCursor is bound
 	// to the empty principal, so other principals must not be served it.
 	if !hasAfter && req.Principal == "" {
-		if cached := snap.firstPage.Load(); cached != nil {
+		if cached := snap.firstPage[boolIndex(req.legacy)].Load(); cached != nil {
 			return s.okReply(req.ID, *cached)
 		}
 	}
@@ -433,14 +444,45 @@ func listPage[T any](s *Server, r *registry[T], l List, field string, c *Call, r
 		b, _ = jsontext.AppendQuote(b, s.seal.seal(purposeCursor, []byte(items[len(items)-1].key), binding, time.Time{}))
 		b = append(b, ',')
 	}
-	b = s.resultTail(b, &p)
+	b = s.resultTail(b, &p, req.legacy)
 	if !hasAfter && req.Principal == "" {
-		snap.firstPage.Store(&b)
+		snap.firstPage[boolIndex(req.legacy)].Store(&b)
 	}
 	return s.okReply(req.ID, b)
 }
 
 // ---- MRTR helpers ----
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// maxInputRounds bounds how often one legacy request asks its client for
+// input before giving up.
+const maxInputRounds = 8
+
+// withInput runs a handler. On the 2026-07-28 wire an InputRequired goes
+// back to the client as an interim result; on a legacy session, where the
+// server may send requests, the transport asks the client directly and the
+// handler runs again with the answers — so one handler serves both eras.
+func withInput[T any](ctx context.Context, req *Request, call func() (T, error)) (T, error) {
+	for round := 0; ; round++ {
+		v, err := call()
+		var ir *InputRequired
+		if req.askInput == nil || !errors.As(err, &ir) || round >= maxInputRounds {
+			return v, err
+		}
+		answers, aerr := req.askInput(ctx, ir)
+		if aerr != nil {
+			var zero T
+			return zero, aerr
+		}
+		req.InputResponses, req.state = answers, ir.State
+	}
+}
 
 func stateBinding(method, name, principal string) string {
 	return method + "\x00" + name + "\x00" + principal
@@ -501,7 +543,7 @@ func (s *Server) inputRequired(req *Request, name string, ir *InputRequired) Rep
 	if len(res.InputRequests) == 0 && res.RequestState == "" {
 		return s.internal(req.ID, errors.New("InputRequired with neither requests nor state"))
 	}
-	b, err := s.encodeResult(res, nil, nil, mcp.ResultInputRequired)
+	b, err := s.encodeResult(req, res, nil, nil, mcp.ResultInputRequired)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
@@ -553,7 +595,9 @@ func (s *Server) callTool(ctx context.Context, c *Call, req *Request) Reply {
 	}
 	treq := &ToolRequest{Request: *req, Name: name, Arguments: args}
 	treq.Request.out = req.out
-	res, err := t.handler(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
+	res, err := withInput(ctx, &treq.Request, func() (*mcp.CallToolResult, error) {
+		return t.handler(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
+	})
 	if err != nil {
 		var ir *InputRequired
 		var je *jsonrpc.Error
@@ -585,7 +629,7 @@ func (s *Server) toolResult(req *Request, name string, t *tool, res *mcp.CallToo
 			return s.internal(req.ID, fmt.Errorf("tool %q returned structuredContent that does not match its output schema: %w", name, err))
 		}
 	}
-	b, err := s.encodeResult(res, res.Meta, nil, mcp.ResultComplete)
+	b, err := s.encodeResult(req, res, res.Meta, nil, mcp.ResultComplete)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
@@ -618,7 +662,9 @@ func (s *Server) getPrompt(ctx context.Context, c *Call, req *Request) Reply {
 		return *r
 	}
 	preq := &PromptRequest{Request: *req, Name: name, Arguments: args}
-	res, err := e.val.handler(context.WithValue(ctx, ctxKey{}, &preq.Request), preq)
+	res, err := withInput(ctx, &preq.Request, func() (*mcp.GetPromptResult, error) {
+		return e.val.handler(context.WithValue(ctx, ctxKey{}, &preq.Request), preq)
+	})
 	if err != nil {
 		return s.handlerError(req, name, err)
 	}
@@ -628,7 +674,7 @@ func (s *Server) getPrompt(ctx context.Context, c *Call, req *Request) Reply {
 	if res.Messages == nil {
 		res.Messages = []mcp.PromptMessage{}
 	}
-	b, err := s.encodeResult(res, res.Meta, nil, mcp.ResultComplete)
+	b, err := s.encodeResult(req, res, res.Meta, nil, mcp.ResultComplete)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
@@ -673,7 +719,9 @@ func (s *Server) readResource(ctx context.Context, c *Call, req *Request) Reply 
 		return *r
 	}
 	rreq.state = req.state // rreq copied req before the state was opened
-	res, err := h(context.WithValue(ctx, ctxKey{}, &rreq.Request), rreq)
+	res, err := withInput(ctx, &rreq.Request, func() (*mcp.ReadResourceResult, error) {
+		return h(context.WithValue(ctx, ctxKey{}, &rreq.Request), rreq)
+	})
 	if err != nil {
 		if errors.Is(err, ErrResourceNotFound) {
 			return notFound()
@@ -690,7 +738,7 @@ func (s *Server) readResource(ctx context.Context, c *Call, req *Request) Reply 
 	if rreq.policy != nil {
 		p = *rreq.policy
 	}
-	b, err := s.encodeResult(res, res.Meta, &p, mcp.ResultComplete)
+	b, err := s.encodeResult(req, res, res.Meta, &p, mcp.ResultComplete)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
@@ -730,7 +778,7 @@ func (s *Server) completeCall(ctx context.Context, c *Call, req *Request) Reply 
 		comp.Values = comp.Values[:100]
 		comp.HasMore = true
 	}
-	b, err := s.encodeResult(struct {
+	b, err := s.encodeResult(req, struct {
 		Completion *mcp.Completion `json:"completion"`
 	}{comp}, nil, nil, mcp.ResultComplete)
 	if err != nil {

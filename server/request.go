@@ -46,6 +46,12 @@ type Request struct {
 
 	state    []byte
 	logLevel int // -1 when logging was not requested
+	// legacy marks a request of a 2025-11-25 session: results carry no
+	// resultType or cache hints.
+	legacy bool
+	// askInput, on legacy sessions, asks the client for input with
+	// server-to-client requests and returns the answers.
+	askInput func(ctx context.Context, ir *InputRequired) (map[string]jsontext.Value, error)
 	progress jsontext.Value
 	out      *requestOut
 }

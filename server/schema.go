@@ -43,4 +43,3 @@ func validateJSON(sch *jsonschema.Schema, doc jsontext.Value) error {
 	}
 	return sch.Validate(v)
 }
-

@@ -90,6 +90,8 @@ type config struct {
 	noServerInfo bool
 	now          func() time.Time
 	capabilities capsOverride
+	maxSessions  int
+	sessionIdle  time.Duration
 }
 
 type capsOverride struct {
@@ -172,17 +174,20 @@ type Server struct {
 	completeMu sync.RWMutex
 	complete   CompleteHandler
 
-	listens sync.WaitGroup
+	listens  sync.WaitGroup
+	sessions *sessions
 }
 
 // New returns a server that introduces itself as info.
 func New(info mcp.Implementation, opts ...Option) *Server {
 	cfg := config{
-		pageSize:  100,
-		policies:  DefaultPolicies(),
-		keepAlive: 15 * time.Second,
-		stateTTL:  10 * time.Minute,
-		now:       time.Now,
+		pageSize:    100,
+		policies:    DefaultPolicies(),
+		keepAlive:   15 * time.Second,
+		stateTTL:    10 * time.Minute,
+		now:         time.Now,
+		maxSessions: 10000,
+		sessionIdle: 30 * time.Minute,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -196,11 +201,12 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	}
 	h := hub.New()
 	s := &Server{
-		info: info,
-		cfg:  cfg,
-		seal: sealer{key: cfg.secret},
-		hub:  h,
-		log:  cfg.logger,
+		info:     info,
+		cfg:      cfg,
+		seal:     sealer{key: cfg.secret},
+		hub:      h,
+		log:      cfg.logger,
+		sessions: newSessions(cfg.maxSessions, cfg.sessionIdle),
 	}
 	s.infoJSON, _ = jsonrpc.Marshal(info)
 	s.tools = newRegistry[*tool](h, hub.ToolsList)

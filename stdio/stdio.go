@@ -17,6 +17,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -29,6 +30,7 @@ type config struct {
 	maxInFlight   int
 	maxListens    int
 	cancelOnClose bool
+	drain         time.Duration
 }
 
 // Option configures Serve.
@@ -45,6 +47,11 @@ func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n 
 
 // WithMaxListens bounds open listens on one connection (default 1000).
 func WithMaxListens(n int) Option { return func(c *config) { c.maxListens = n } }
+
+// WithDrainTimeout sets how long requests still running at end of input
+// may take to finish before they are cancelled (default 5s). Their answers
+// are still written, so "echo request | server" works.
+func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drain = d } }
 
 // WithoutCancelOnListenEnd stops the server from sending
 // notifications/cancelled for a listen before its complete result when it
@@ -71,6 +78,7 @@ type conn struct {
 
 type call struct {
 	cancel    context.CancelFunc
+	listen    bool
 	cancelled bool
 	mu        sync.Mutex
 }
@@ -80,7 +88,7 @@ type call struct {
 // request it started before returning. For a graceful end that gives every
 // listen its complete result, call srv.Shutdown before cancelling ctx.
 func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer, opts ...Option) error {
-	cfg := config{maxLine: 4 << 20, maxDepth: jsonrpc.DefaultMaxDepth, maxInFlight: 64, maxListens: 1000, cancelOnClose: true}
+	cfg := config{maxLine: 4 << 20, maxDepth: jsonrpc.DefaultMaxDepth, maxInFlight: 64, maxListens: 1000, cancelOnClose: true, drain: 5 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -103,6 +111,12 @@ func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer,
 			return nil
 		case line, ok := <-lines:
 			if !ok {
+				// End of input: no more requests will come, and nobody can
+				// cancel the ones in flight. Ordinary requests still get
+				// their answers; listens end now, since nothing could ever
+				// end them otherwise.
+				c.endListens()
+				c.drain(ctx)
 				err := <-readErr
 				if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 					return nil
@@ -219,7 +233,7 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 			"Too many open listens on this connection", nil)))
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	cl := &call{cancel: cancel}
+	cl := &call{cancel: cancel, listen: isListen}
 	c.inflight[key] = cl
 	if isListen {
 		c.listens++
@@ -263,6 +277,41 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 		_ = c.write(reply.Body)
 	}()
 	return nil
+}
+
+// drain waits for requests in flight, cancelling them once the drain
+// timeout has passed.
+func (c *conn) drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		c.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(c.cfg.drain)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	for _, cl := range c.inflight {
+		cl.cancel()
+	}
+	c.mu.Unlock()
+	<-done
+}
+
+// endListens cancels every open listen.
+func (c *conn) endListens() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cl := range c.inflight {
+		if cl.listen {
+			cl.cancel()
+		}
+	}
 }
 
 // cancel ends the request named by a notifications/cancelled. Unknown or

@@ -40,6 +40,7 @@ type config struct {
 	maxDepth       int
 	writeTimeout   time.Duration
 	principal      func(*http.Request) string
+	modernOnly     bool
 }
 
 // Option configures a Handler.
@@ -91,6 +92,10 @@ func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.write
 func WithPrincipal(fn func(*http.Request) string) Option {
 	return func(c *config) { c.principal = fn }
 }
+
+// WithoutLegacy serves revision 2026-07-28 only: initialize and session
+// traffic of 2025-11-25 clients are refused like any unknown method.
+func WithoutLegacy() Option { return func(c *config) { c.modernOnly = true } }
 
 // Handler serves one MCP server over Streamable HTTP.
 type Handler struct {
@@ -175,6 +180,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Origin not allowed", nil)
 		return
 	}
+	sid := r.Header.Get(mcp.HeaderSessionID)
+	if sid != "" && !h.cfg.modernOnly && r.Method != http.MethodPost {
+		h.serveSessionMethod(w, r, sid)
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Method not allowed: use POST", nil)
@@ -204,6 +214,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "Parse error", nil)
+		return
+	}
+	if !h.cfg.modernOnly && h.isLegacy(r, msg, sid) {
+		h.serveLegacy(w, r, msg, sid)
 		return
 	}
 	if msg.IsResponse() {
