@@ -173,9 +173,27 @@ type legacyInit struct {
 	ClientInfo      *mcp.Implementation `json:"clientInfo"`
 }
 
-// Initialize opens a legacy session. The reply is the InitializeResult;
-// the transport sends the session id alongside it (Mcp-Session-Id on HTTP).
+// Initialize opens a legacy session kept in the server's bounded session
+// table, for transports where a client names its session on every request
+// (Mcp-Session-Id on HTTP). The reply is the InitializeResult.
 func (s *Server) Initialize(c *Call) (*Session, Reply) {
+	ss, rep := s.initialize(c)
+	if ss != nil {
+		s.sessions.add(ss, s.cfg.now())
+	}
+	return ss, rep
+}
+
+// InitializeConnection opens a legacy session owned by one connection (a
+// stdio process): it lives exactly as long as the connection, so it is not
+// kept in the session table, where idle expiry or eviction could end it.
+// Call EndConnectionSession when the connection ends.
+func (s *Server) InitializeConnection(c *Call) (*Session, Reply) { return s.initialize(c) }
+
+// EndConnectionSession ends a session made by InitializeConnection.
+func (s *Server) EndConnectionSession(ss *Session) { ss.end() }
+
+func (s *Server) initialize(c *Call) (*Session, Reply) {
 	var p legacyInit
 	if err := jsonrpc.UnmarshalParams(c.Msg.Params, &p); err != nil || p.ProtocolVersion == "" {
 		return nil, s.errorReply(c.Msg.ID, jsonrpc.CodeInvalidParams, "Invalid params: initialize needs protocolVersion, capabilities and clientInfo", nil)
@@ -191,7 +209,6 @@ func (s *Server) Initialize(c *Call) (*Session, Reply) {
 		pending: map[string]chan *jsonrpc.Message{}, ended: make(chan struct{}),
 	}
 	ss.lastSeen.Store(now.UnixNano())
-	s.sessions.add(ss, now)
 
 	caps := s.Capabilities()
 	res := struct {

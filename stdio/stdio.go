@@ -68,9 +68,11 @@ type conn struct {
 	w    io.Writer
 	werr error
 
-	mu       sync.Mutex
-	inflight map[string]*call
-	listens  int
+	mu            sync.Mutex
+	inflight      map[string]*call
+	listens       int
+	session       *server.Session
+	sessionCancel context.CancelFunc
 
 	sem chan struct{}
 	wg  sync.WaitGroup
@@ -206,8 +208,11 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	}
 	switch {
 	case msg.IsResponse():
-		// Servers send no requests in this protocol version, so there is
-		// nothing a response could answer; drop it.
+		// Only a legacy session's server asks the client anything; in
+		// 2026-07-28 there is nothing a response could answer.
+		if ss := c.legacySession(); ss != nil {
+			ss.Deliver(msg)
+		}
 		return nil
 	case msg.IsNotification():
 		if msg.Method == mcp.NotifyCancelled {
@@ -218,6 +223,14 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	parsed, rep := c.srv.Parse(msg)
 	if rep != nil {
 		return c.write(rep.Body)
+	}
+	_, modern := parsed.ProtocolVersion()
+	if msg.Method == mcp.MethodInitialize && !modern {
+		return c.initialize(ctx, parsed)
+	}
+	session := c.legacySession()
+	if modern {
+		session = nil // requests with _meta are served statelessly, always
 	}
 	key := msg.ID.Raw()
 	isListen := msg.Method == mcp.MethodListen
@@ -255,7 +268,12 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 		if !isListen {
 			defer func() { <-c.sem }()
 		}
-		reply := c.srv.Serve(cctx, parsed, "", &stream{c: c, cl: cl})
+		var reply server.Reply
+		if session != nil {
+			reply = c.srv.ServeLegacy(cctx, session, parsed, "", &stream{c: c, cl: cl})
+		} else {
+			reply = c.srv.Serve(cctx, parsed, "", &stream{c: c, cl: cl})
+		}
 		c.mu.Lock()
 		delete(c.inflight, key)
 		if isListen {
@@ -303,10 +321,53 @@ func (c *conn) drain(ctx context.Context) {
 	<-done
 }
 
-// endListens cancels every open listen.
+// legacySession returns the connection's 2025-11-25 session, if an
+// initialize opened one.
+func (c *conn) legacySession() *server.Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session
+}
+
+// initialize switches the connection to the 2025-11-25 rules: the session
+// lives as long as the connection, and its notifications (list changes,
+// updates of subscribed resources) are written to the connection itself.
+func (c *conn) initialize(ctx context.Context, init *server.Call) error {
+	c.mu.Lock()
+	if c.session != nil {
+		c.mu.Unlock()
+		return c.write(jsonrpc.AppendErrorResponse(nil, init.Msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
+			"Invalid Request: this connection is already initialized", nil)))
+	}
+	ss, reply := c.srv.InitializeConnection(init)
+	if ss == nil {
+		c.mu.Unlock()
+		return c.write(reply.Body)
+	}
+	c.session = ss
+	sctx, cancel := context.WithCancel(ctx)
+	c.sessionCancel = cancel
+	c.mu.Unlock()
+	if err := c.write(reply.Body); err != nil {
+		cancel()
+		return err
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer c.srv.EndConnectionSession(ss)
+		_ = c.srv.ServeSessionStream(sctx, ss, &stream{c: c, cl: &call{cancel: cancel}}, func() error { return nil })
+	}()
+	return nil
+}
+
+// endListens cancels every open listen, and the legacy session's stream.
 func (c *conn) endListens() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.sessionCancel != nil {
+		c.sessionCancel()
+	}
 	for _, cl := range c.inflight {
 		if cl.listen {
 			cl.cancel()
