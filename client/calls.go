@@ -212,7 +212,7 @@ func (c *Client) ReadResource(ctx context.Context, uri string) (*mcp.ReadResourc
 		if err := json.Unmarshal(res, &out); err != nil {
 			return fetched{}, fmt.Errorf("client: read %q: %w", uri, err)
 		}
-		ttl, scope := cacheHints(res)
+		ttl, scope := c.hints(res)
 		return fetched{value: &out, ttl: ttl, scope: scope, noStore: rounds > 0}, nil
 	})
 	if err != nil {

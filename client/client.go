@@ -144,6 +144,9 @@ type Client struct {
 	closed  bool
 	// shared is the client this one is a view of (see As), or nil.
 	shared *Client
+	// era is decided once, by probing; views share it.
+	era *eraState
+	bg  sync.WaitGroup // answers to a legacy server's requests
 }
 
 func newConfig(opts []Option) config {
@@ -169,7 +172,7 @@ func newConfig(opts []Option) config {
 
 func newClient(t transport, cfg config) *Client {
 	return &Client{
-		t: t, cfg: cfg, version: mcp.Version, headers: map[string][]xheader.Param{}, ids: new(atomic.Int64),
+		t: t, cfg: cfg, version: mcp.Version, headers: map[string][]xheader.Param{}, ids: new(atomic.Int64), era: &eraState{},
 		cache: newCache(cfg.cacheSize, cfg.now, cfg.serveStale, cfg.timeout),
 	}
 }
@@ -184,7 +187,7 @@ func (c *Client) As(authorization string) *Client {
 	cfg.header = c.cfg.header.Clone()
 	cfg.header.Set("Authorization", authorization)
 	cfg.authCtx = authorization
-	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, version: c.currentVersion(), headers: map[string][]xheader.Param{}, shared: c}
+	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, era: c.era, version: c.currentVersion(), headers: map[string][]xheader.Param{}, shared: c}
 	if ht, ok := c.t.(*httpTransport); ok {
 		cp := *ht
 		cp.header = cfg.header
@@ -216,9 +219,13 @@ func NewCommand(ctx context.Context, name string, args []string, opts ...Option)
 	return c, nil
 }
 
-// otherMessage handles stdio notifications that belong to no request.
+// otherMessage handles stdio messages that belong to no request: log
+// messages, and a legacy server's requests for input.
 func (c *Client) otherMessage(m *jsonrpc.Message) {
-	if m.Method == mcp.NotifyMessage {
+	switch {
+	case m.IsRequest():
+		c.answerServer(context.Background(), m)
+	case m.Method == mcp.NotifyMessage:
 		c.deliverLog(m)
 	}
 }
@@ -242,7 +249,9 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	return c.t.close()
+	err := c.t.close()
+	c.bg.Wait()
+	return err
 }
 
 // Capabilities returns the client capabilities declared on each request,
@@ -318,6 +327,17 @@ func (c *Client) do(ctx context.Context, method string, params map[string]any, o
 	if closed {
 		return nil, ErrClosed
 	}
+	if err := c.ensureEra(ctx); err != nil {
+		return nil, err
+	}
+	if c.legacy() != nil {
+		return c.doLegacy(ctx, method, params, o)
+	}
+	return c.doModern(ctx, method, params, o)
+}
+
+// doModern sends one 2026-07-28 request.
+func (c *Client) doModern(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
 	if !o.noLimit && c.cfg.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
@@ -464,6 +484,13 @@ type DiscoverResult struct {
 
 // Discover asks the server who it is and what it can do (cached per ttlMs).
 func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
+	if err := c.ensureEra(ctx); err != nil {
+		return nil, err
+	}
+	if l := c.legacy(); l != nil {
+		// A 2025-11-25 server said all of this at initialize.
+		return &DiscoverResult{SupportedVersions: []string{l.version}, Capabilities: l.caps, Instructions: l.instructions, ServerInfo: &l.info}, nil
+	}
 	v, err := c.cache.get(ctx, mcp.MethodDiscover, topicDiscover, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
 		res, err := c.do(ctx, mcp.MethodDiscover, nil, callOpts{})
 		if err != nil {

@@ -69,7 +69,7 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]js
 				}
 			}
 			items = append(items, pageItems...)
-			ttl, sc := cacheHints(res)
+			ttl, sc := c.hints(res)
 			if minTTL < 0 || ttl < minTTL {
 				minTTL = ttl
 			}

@@ -50,6 +50,12 @@ type outbound struct {
 	name    *string
 	params  []paramHeader
 	token   string // raw JSON of the progress token, for stdio routing
+	// legacy requests belong to a 2025-11-25 session: they carry the
+	// session id and none of the 2026-07-28 headers.
+	legacy  bool
+	session string
+	// sessionOut receives the Mcp-Session-Id the server answered with.
+	sessionOut string
 }
 
 type paramHeader struct{ name, value string }
@@ -59,8 +65,21 @@ type paramHeader struct{ name, value string }
 // arrive before it (progress, log, listen notifications) go to onMsg.
 type transport interface {
 	roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error)
+	// send delivers a message that gets no response (a notification, or
+	// the answer to a server's request in a legacy session).
+	send(ctx context.Context, r *outbound) error
+	// stream receives a legacy session's notifications until ctx ends or
+	// the stream drops. errNoStream means the server offers none.
+	// onOpen runs once the stream is established.
+	stream(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error
 	close() error
 }
+
+// errNoStream reports a legacy server without a notification stream.
+var errNoStream = errors.New("client: the server offers no notification stream")
+
+// errSessionGone reports a legacy session the server no longer knows.
+var errSessionGone = errors.New("client: session expired")
 
 // ---- Streamable HTTP ----
 
@@ -80,16 +99,7 @@ func (t *httpTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*
 	for k, v := range t.header {
 		h[k] = append([]string(nil), v...)
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json, text/event-stream")
-	h.Set(mcp.HeaderProtocolVersion, r.version)
-	h.Set(mcp.HeaderMethod, r.method)
-	if r.name != nil {
-		h.Set(mcp.HeaderName, xheader.Encode(*r.name))
-	}
-	for _, p := range r.params {
-		h.Set(p.name, p.value)
-	}
+	t.setHeaders(h, r)
 	resp, err := t.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -98,6 +108,10 @@ func (t *httpTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*
 		return nil, fmt.Errorf("client: %s: %w", r.method, err)
 	}
 	defer resp.Body.Close()
+	r.sessionOut = resp.Header.Get(mcp.HeaderSessionID)
+	if r.session != "" && resp.StatusCode == http.StatusNotFound {
+		return nil, errSessionGone
+	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch mt {
 	case "text/event-stream":
@@ -146,6 +160,94 @@ func (t *httpTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*
 	}
 }
 
+func (t *httpTransport) setHeaders(h http.Header, r *outbound) {
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json, text/event-stream")
+	if r.version != "" {
+		h.Set(mcp.HeaderProtocolVersion, r.version)
+	}
+	if r.session != "" {
+		h.Set(mcp.HeaderSessionID, r.session)
+	}
+	if r.legacy {
+		return
+	}
+	h.Set(mcp.HeaderMethod, r.method)
+	if r.name != nil {
+		h.Set(mcp.HeaderName, xheader.Encode(*r.name))
+	}
+	for _, p := range r.params {
+		h.Set(p.name, p.value)
+	}
+}
+
+func (t *httpTransport) send(ctx context.Context, r *outbound) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(r.body))
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	for k, v := range t.header {
+		req.Header[k] = append([]string(nil), v...)
+	}
+	t.setHeaders(req.Header, r)
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", r.method, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 300 {
+		return &HTTPError{Status: resp.StatusCode, Body: "message not accepted"}
+	}
+	return nil
+}
+
+// stream opens a legacy session's GET stream.
+func (t *httpTransport) stream(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	for k, v := range t.header {
+		req.Header[k] = append([]string(nil), v...)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(mcp.HeaderSessionID, r.session)
+	if r.version != "" {
+		req.Header.Set(mcp.HeaderProtocolVersion, r.version)
+	}
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w (GET stream: %v)", ErrDropped, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return errSessionGone
+	case resp.StatusCode == http.StatusMethodNotAllowed:
+		return errNoStream
+	case resp.StatusCode >= 300:
+		return &HTTPError{Status: resp.StatusCode, Body: "GET stream refused"}
+	}
+	onOpen()
+	rd := sse.NewReader(resp.Body, t.maxMsg)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w (GET stream: %v)", ErrDropped, err)
+		}
+		if m, err := jsonrpc.Decode(ev.Data, 0); err == nil {
+			onMsg(m)
+		}
+	}
+}
+
 func (t *httpTransport) close() error {
 	t.hc.CloseIdleConnections()
 	return nil
@@ -174,7 +276,10 @@ type stdioTransport struct {
 	pending map[string]*pending
 	tokens  map[string]string
 	onOther func(*jsonrpc.Message)
-	done    chan struct{}
+	// streamMsg receives notifications that belong to no request while a
+	// legacy watcher listens (see stream).
+	streamMsg func(*jsonrpc.Message)
+	done      chan struct{}
 	readErr error
 	exited  chan struct{}
 	grace   time.Duration
@@ -291,6 +396,22 @@ func (t *stdioTransport) route(m *jsonrpc.Message) {
 		}
 		return
 	}
+	if m.IsRequest() {
+		// A legacy server asking the client something: it belongs to the
+		// request in flight that caused it, which we cannot tell on stdio,
+		// so it goes to the client's general handler.
+		if t.onOther != nil {
+			t.onOther(m)
+		}
+		return
+	}
+	t.mu.Lock()
+	sm := t.streamMsg
+	t.mu.Unlock()
+	if sm != nil && m.Method != mcp.NotifyMessage {
+		sm(m)
+		return
+	}
 	if t.onOther != nil {
 		t.onOther(m)
 	}
@@ -353,6 +474,35 @@ func (t *stdioTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(
 		}{r.id})
 		_ = t.write(jsonrpc.AppendNotification(nil, mcp.NotifyCancelled, b))
 		return nil, ctx.Err()
+	}
+}
+
+func (t *stdioTransport) send(_ context.Context, r *outbound) error {
+	select {
+	case <-t.done:
+		return ErrClosed
+	default:
+	}
+	return t.write(r.body)
+}
+
+// stream hands the connection's session-wide notifications to onMsg until
+// ctx ends or the server exits: on stdio the connection is the stream.
+func (t *stdioTransport) stream(ctx context.Context, _ *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
+	t.mu.Lock()
+	t.streamMsg = onMsg
+	t.mu.Unlock()
+	onOpen()
+	defer func() {
+		t.mu.Lock()
+		t.streamMsg = nil
+		t.mu.Unlock()
+	}()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.done:
+		return fmt.Errorf("%w (server exited)", ErrDropped)
 	}
 }
 

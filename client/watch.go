@@ -266,6 +266,23 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			w.stats.reconnects.Add(1)
 		}
 		w.state.Store(int32(Connecting))
+		if err := w.c.ensureEra(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.state.Store(int32(Down))
+			w.emit(ctx, Event{Kind: Disconnected, Err: err})
+			if !sleepCtx(ctx, bo.next()) {
+				return
+			}
+			continue
+		}
+		if w.c.legacy() != nil {
+			if !w.legacyListen(ctx, want, bo) {
+				return
+			}
+			continue
+		}
 		var acked atomic.Bool
 		onMsg := func(m *jsonrpc.Message) {
 			if m.Method == mcp.NotifyAcknowledged {
@@ -524,4 +541,56 @@ func (w *Watcher) reread(ctx context.Context, topic string) {
 		e.URI = topic[len(topicResource):]
 	}
 	w.emit(ctx, e)
+}
+
+// legacyListen follows a 2025-11-25 server for one connection: it
+// subscribes to each resource, opens the session's notification stream and
+// reads it until it ends. What the server's capabilities do not promise to
+// announce is polled. It reports whether the loop should go on.
+func (w *Watcher) legacyListen(ctx context.Context, want mcp.SubscriptionFilter, bo *backoff) bool {
+	c := w.c
+	ls := c.legacy()
+	var got mcp.SubscriptionFilter
+	caps := ls.caps
+	got.ToolsListChanged = want.ToolsListChanged && caps.Tools != nil && caps.Tools.ListChanged
+	got.PromptsListChanged = want.PromptsListChanged && caps.Prompts != nil && caps.Prompts.ListChanged
+	got.ResourcesListChanged = want.ResourcesListChanged && caps.Resources != nil && caps.Resources.ListChanged
+	if caps.Resources != nil && caps.Resources.Subscribe {
+		for _, u := range want.ResourceSubscriptions {
+			if _, err := c.doLegacy(ctx, mcp.MethodResourcesSubscribe, map[string]any{"uri": u}, callOpts{}); err == nil {
+				got.ResourceSubscriptions = append(got.ResourceSubscriptions, u)
+			} else if ctx.Err() != nil {
+				return false
+			}
+		}
+	}
+	opened := false
+	onOpen := func() {
+		opened = true
+		c.era.live.Store(true)
+		w.acknowledged(ctx, want, got)
+	}
+	err := c.t.stream(ctx, &outbound{legacy: true, session: ls.id, version: ls.version}, onOpen, w.notification)
+	c.era.live.Store(false)
+	if ctx.Err() != nil {
+		return false
+	}
+	if opened {
+		bo.reset()
+	}
+	switch {
+	case errors.Is(err, errNoStream):
+		// Nothing will be announced: poll everything.
+		w.state.Store(int32(Polling))
+		w.setPolled(w.topics())
+		w.markDirty(w.topics()...)
+		<-ctx.Done()
+		return false
+	case errors.Is(err, errSessionGone):
+		_ = c.reinitialize(ctx, ls)
+	}
+	w.state.Store(int32(Down))
+	w.c.cache.markUnknown(w.covers)
+	w.emit(ctx, Event{Kind: Disconnected, Err: err})
+	return sleepCtx(ctx, bo.next())
 }
