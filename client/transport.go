@@ -280,10 +280,10 @@ type stdioTransport struct {
 	// legacy watcher listens (see stream).
 	streamMsg func(*jsonrpc.Message)
 	done      chan struct{}
-	readErr error
-	exited  chan struct{}
-	grace   time.Duration
-	closeMu sync.Once
+	readErr   error
+	exited    chan struct{}
+	grace     time.Duration
+	closeMu   sync.Once
 }
 
 func startStdio(ctx context.Context, name string, args []string, env []string, stderr io.Writer, onOther func(*jsonrpc.Message), maxMsg int) (*stdioTransport, error) {
