@@ -56,12 +56,13 @@ type Event struct {
 
 // Hub routes events to subscriptions. The zero value is not usable; call New.
 type Hub struct {
-	mu     sync.RWMutex
-	kinds  [3]map[*Subscription]struct{}
-	byURI  map[string][]uriRef
-	closed bool
-	done   chan struct{}
-	count  atomic.Int64
+	mu      sync.RWMutex
+	kinds   [3]map[*Subscription]struct{}
+	byURI   map[string][]uriRef
+	closed  bool
+	done    chan struct{}
+	drained chan struct{}
+	count   atomic.Int64
 	// Observer, when set before use, sees every event published locally
 	// (after local delivery). Buses use it to forward events to replicas.
 	observer func(Event)
@@ -74,7 +75,7 @@ type uriRef struct {
 
 // New returns an empty hub.
 func New() *Hub {
-	h := &Hub{byURI: make(map[string][]uriRef), done: make(chan struct{})}
+	h := &Hub{byURI: make(map[string][]uriRef), done: make(chan struct{}), drained: make(chan struct{})}
 	for i := range h.kinds {
 		h.kinds[i] = make(map[*Subscription]struct{})
 	}
@@ -134,15 +135,23 @@ func (h *Hub) Len() int { return int(h.count.Load()) }
 func (h *Hub) Done() <-chan struct{} { return h.done }
 
 // Shutdown closes the hub: Done is closed and new subscriptions fail.
-// Existing subscriptions stay registered until their owners close them.
+// Existing subscriptions stay registered until their owners close them;
+// Drained is closed when the last one is.
 func (h *Hub) Shutdown() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.closed {
 		h.closed = true
 		close(h.done)
+		if h.count.Load() == 0 {
+			close(h.drained)
+		}
 	}
 }
+
+// Drained is closed once the hub is shut down and every subscription has
+// been closed by its owner.
+func (h *Hub) Drained() <-chan struct{} { return h.drained }
 
 // ListChanged publishes a list change of the given kinds to everyone.
 func (h *Hub) ListChanged(k Kind) { h.Publish(Event{Kinds: k}) }
@@ -282,6 +291,8 @@ func (s *Subscription) Close() {
 				h.byURI[u] = out
 			}
 		}
-		h.count.Add(-1)
+		if h.count.Add(-1) == 0 && h.closed {
+			close(h.drained)
+		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -55,6 +56,10 @@ type Reply struct {
 	Abort bool
 	// ListenEnded marks the graceful end of a listen (the complete result).
 	ListenEnded bool
+
+	// buf and pool, when set, let Release recycle Body's buffer.
+	buf  *[]byte
+	pool *sync.Pool
 }
 
 // Parse decodes a request's params. It returns a ready error reply when
@@ -374,10 +379,6 @@ func (s *Server) encodeResult(req *Request, v any, meta mcp.Meta, p *CachePolicy
 		out = append(out, mb...)
 	}
 	return append(out, '}'), nil
-}
-
-func (s *Server) okReply(id jsonrpc.ID, result []byte) Reply {
-	return Reply{Body: jsonrpc.AppendResponse(make([]byte, 0, len(result)+48), id, result), Status: http.StatusOK}
 }
 
 // ---- server/discover ----
@@ -827,8 +828,6 @@ func (s *Server) listen(ctx context.Context, c *Call, req *Request, out Stream) 
 	}
 	granted, hf := s.grant(*c.p.Notifications)
 	hf.Principal = req.Principal
-	s.listens.Add(1)
-	defer s.listens.Done()
 
 	idMeta := `{"` + mcp.MetaSubscriptionID + `":` + req.ID.Raw() + `}`
 	gb, err := jsonrpc.Marshal(granted)

@@ -455,8 +455,6 @@ func (s *Server) ServeSessionStream(ctx context.Context, ss *Session, out Stream
 		ss.streaming = false
 		ss.mu.Unlock()
 	}()
-	s.listens.Add(1)
-	defer s.listens.Done()
 
 	subscribe := func() (*hub.Subscription, error) {
 		f := hub.Filter{Kinds: hub.ToolsList | hub.PromptsList | hub.ResourcesList}

@@ -174,8 +174,10 @@ type Server struct {
 	completeMu sync.RWMutex
 	complete   CompleteHandler
 
-	listens  sync.WaitGroup
 	sessions *sessions
+
+	// bodies recycles response buffers; see okReply.
+	bodies sync.Pool
 }
 
 // New returns a server that introduces itself as info.
@@ -461,13 +463,8 @@ func (s *Server) completer() CompleteHandler {
 // transport can drain in-flight calls on its own schedule.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.hub.Shutdown()
-	done := make(chan struct{})
-	go func() {
-		s.listens.Wait()
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-s.hub.Drained():
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("server: shutdown: %w", ctx.Err())

@@ -89,6 +89,9 @@ type call struct {
 // out until in reaches EOF, ctx ends, or out fails. It waits for every
 // request it started before returning. For a graceful end that gives every
 // listen its complete result, call srv.Shutdown before cancelling ctx.
+// A read from in cannot be interrupted: when Serve returns because ctx
+// ended, its reader stays blocked until in is closed (for a process's
+// stdin, until the process exits).
 func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer, opts ...Option) error {
 	cfg := config{maxLine: 4 << 20, maxDepth: jsonrpc.DefaultMaxDepth, maxInFlight: 64, maxListens: 1000, cancelOnClose: true, drain: 5 * time.Second}
 	for _, o := range opts {
