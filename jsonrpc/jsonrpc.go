@@ -208,15 +208,15 @@ func Decode(b []byte, maxDepth int) (*Message, error) {
 		return nil, &DecodeError{Code: CodeInvalidRequest, Err: cleanErr(err)}
 	}
 	m := &Message{Params: w.Params, Result: w.Result, Error: w.Error}
-	if name := caseVariant(w.Unknown); name != "" {
-		return nil, &DecodeError{Code: CodeInvalidRequest, Err: fmt.Errorf("member names are case-sensitive: %q is not a JSON-RPC member", name)}
-	}
 	var idErr error
 	if len(w.ID) > 0 && string(w.ID) != "null" {
 		m.ID, idErr = parseID(w.ID)
 	}
 	fail := func(err error) (*Message, error) {
 		return nil, &DecodeError{Code: CodeInvalidRequest, ID: m.ID, Err: err}
+	}
+	if name := caseVariant(w.Unknown); name != "" {
+		return fail(fmt.Errorf("member names are case-sensitive: %q is not a JSON-RPC member", name))
 	}
 	if w.JSONRPC == nil || *w.JSONRPC != Version {
 		return fail(errors.New(`"jsonrpc" must be "2.0"`))

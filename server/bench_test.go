@@ -86,7 +86,12 @@ func BenchmarkFanOut10k(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			srv.Serve(ctx, c, "", fanStream{f})
+			// Each listen has its own context, as each HTTP request or
+			// stdio request does; one shared Done channel would put a
+			// lock all 10,000 writers contend for into every wake-up.
+			lctx, lcancel := context.WithCancel(ctx)
+			defer lcancel()
+			srv.Serve(lctx, c, "", fanStream{f})
 		}()
 	}
 	<-f.acks.done

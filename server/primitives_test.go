@@ -36,8 +36,8 @@ func TestToolCalls(t *testing.T) {
 	h := newHarness(t)
 	var gotArgs jsontext.Value
 	mustAddTool(t, h.srv, mcp.Tool{
-		Name:        "add",
-		InputSchema: jsontext.Value(`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"],"additionalProperties":false}`),
+		Name:         "add",
+		InputSchema:  jsontext.Value(`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"],"additionalProperties":false}`),
 		OutputSchema: jsontext.Value(`{"type":"object","properties":{"sum":{"type":"integer"}},"required":["sum"]}`),
 	}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		gotArgs = req.Arguments
