@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/spf13/cobra"
+
+	"tidings/client"
+	"tidings/mcp"
+)
+
+func newCallCmd() *cobra.Command {
+	var flags clientFlags
+	cmd := &cobra.Command{
+		Use:   "call (URL REQUEST [ARG...] | REQUEST [ARG...] -- COMMAND [ARG...])",
+		Short: "Send one request to an MCP server and print the answer as JSON",
+		Long: `Send one request to an MCP server and print its answer to stdout as
+indented JSON.
+
+The server is either a Streamable HTTP endpoint, given as the first
+argument, or a stdio server, spawned from the command after "--" (its
+stderr goes to stderr, and it is stopped when the request is done):
+
+  tidings call http://127.0.0.1:8080/mcp tools
+  tidings call tools -- tidings serve --dir . --stdio
+
+REQUEST is one of:
+
+  discover              what the server is and can do (server/discover)
+  tools                 the whole tool list, every page, as one array
+  prompts               the whole prompt list
+  resources             the whole resource list
+  templates             the whole resource template list
+  call TOOL [ARGS]      call a tool; ARGS is a JSON object
+  read URI              read a resource
+  get PROMPT [ARGS]     render a prompt; ARGS is a JSON object of strings
+
+Exit status: 0 for an answer; 2 for a tool result with isError set (the
+result is still printed); 1 for a failure. A JSON-RPC error response is
+printed to stderr as its JSON error object.`,
+		Example: `  tidings call http://127.0.0.1:8080/mcp call search_files '{"query":"TODO"}'
+  tidings call read file:///tmp/notes.txt -- tidings serve --dir /tmp --stdio`,
+		// Everything after -- belongs to the spawned server.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, rest, err := splitTarget(cmd, args)
+			if err != nil {
+				return err
+			}
+			req, err := parseRequest(rest)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c, err := dial(ctx, t, flags, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			err = runCall(ctx, c, req, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			var ee *exitError
+			if errors.As(err, &ee) {
+				cmd.SilenceErrors = true // already reported
+			}
+			return err
+		},
+	}
+	flags.register(cmd)
+	return cmd
+}
+
+// callRequest is one parsed REQUEST with its arguments.
+type callRequest struct {
+	what string
+	name string         // tool or prompt name, or URI
+	args jsontext.Value // JSON object, or nil
+}
+
+// parseRequest checks REQUEST and its arguments before anything is
+// started, so a typo costs no connection.
+func parseRequest(args []string) (callRequest, error) {
+	if len(args) == 0 {
+		return callRequest{}, errors.New("no request given (discover, tools, prompts, resources, templates, call, read or get)")
+	}
+	r := callRequest{what: args[0]}
+	rest := args[1:]
+	arity := func(min, max int) error {
+		if len(rest) < min || len(rest) > max {
+			switch {
+			case max == 0:
+				return fmt.Errorf("%s takes no arguments, got %q", r.what, rest)
+			case min == max:
+				return fmt.Errorf("%s takes exactly %d argument(s), got %d", r.what, min, len(rest))
+			}
+			return fmt.Errorf("%s takes %d to %d arguments, got %d", r.what, min, max, len(rest))
+		}
+		return nil
+	}
+	switch r.what {
+	case "discover", "tools", "prompts", "resources", "templates":
+		return r, arity(0, 0)
+	case "read":
+		if err := arity(1, 1); err != nil {
+			return r, err
+		}
+		r.name = rest[0]
+		return r, nil
+	case "call", "get":
+		if err := arity(1, 2); err != nil {
+			return r, err
+		}
+		r.name = rest[0]
+		if len(rest) == 2 {
+			v := jsontext.Value(rest[1])
+			if err := v.Compact(); err != nil || v.Kind() != '{' {
+				return r, fmt.Errorf("%s %s: arguments must be a JSON object, got %q", r.what, r.name, rest[1])
+			}
+			if r.what == "get" {
+				var strs map[string]string
+				if err := json.Unmarshal(v, &strs); err != nil {
+					return r, fmt.Errorf("get %s: prompt arguments must be a JSON object of strings: %w", r.name, err)
+				}
+			}
+			r.args = v
+		}
+		return r, nil
+	}
+	return r, fmt.Errorf("unknown request %q (want discover, tools, prompts, resources, templates, call, read or get)", r.what)
+}
+
+// runCall sends the request and prints its answer. A JSON-RPC error goes
+// to stderr as JSON and becomes exit status 1; a tool's isError result is
+// printed and becomes exit status 2.
+func runCall(ctx context.Context, c *client.Client, r callRequest, stdout, stderr io.Writer) error {
+	var out any
+	var err error
+	isError := false
+	switch r.what {
+	case "discover":
+		out, err = discover(ctx, c)
+	case "tools":
+		out, err = c.Tools(ctx)
+	case "prompts":
+		out, err = c.Prompts(ctx)
+	case "resources":
+		out, err = c.Resources(ctx)
+	case "templates":
+		out, err = c.ResourceTemplates(ctx)
+	case "read":
+		out, err = c.ReadResource(ctx, r.name)
+	case "get":
+		var args map[string]string
+		if r.args != nil {
+			if err := json.Unmarshal(r.args, &args); err != nil {
+				return fmt.Errorf("get %s: %w", r.name, err)
+			}
+		}
+		out, err = c.GetPrompt(ctx, r.name, args)
+	case "call":
+		var args any
+		if r.args != nil {
+			args = r.args
+		}
+		var res *mcp.CallToolResult
+		res, err = c.CallTool(ctx, r.name, args)
+		if err == nil {
+			out, isError = res, res.IsError
+		}
+	default:
+		return fmt.Errorf("unknown request %q", r.what)
+	}
+	if err != nil {
+		var rpc *client.RPCError
+		if errors.As(err, &rpc) {
+			if werr := writeJSON(stderr, rpc); werr != nil {
+				return werr
+			}
+			return &exitError{code: 1}
+		}
+		return fmt.Errorf("%s: %w", r.what, err)
+	}
+	if err := writeJSON(stdout, out); err != nil {
+		return err
+	}
+	if isError {
+		return &exitError{code: 2}
+	}
+	return nil
+}
+
+// discover returns the server/discover result as the server sent it; a
+// 2025-11-25 server, which has no server/discover, is described by what
+// it said at initialize, in the same shape.
+func discover(ctx context.Context, c *client.Client) (any, error) {
+	era, err := c.Era(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if era != client.EraLegacy {
+		return c.Request(ctx, mcp.MethodDiscover, nil)
+	}
+	d, err := c.Discover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return legacyDiscover{
+		SupportedVersions: d.SupportedVersions, Capabilities: d.Capabilities,
+		Instructions: d.Instructions, ServerInfo: d.ServerInfo,
+	}, nil
+}
+
+// legacyDiscover is how a 2025-11-25 server's initialize answer is shown.
+type legacyDiscover struct {
+	SupportedVersions []string            `json:"supportedVersions"`
+	Capabilities      mcp.ServerCaps      `json:"capabilities"`
+	Instructions      string              `json:"instructions,omitempty"`
+	ServerInfo        *mcp.Implementation `json:"serverInfo,omitzero"`
+}
+
+// writeJSON prints v as indented JSON and a newline.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v, jsontext.WithIndent("  "), json.Deterministic(true))
+	if err != nil {
+		return fmt.Errorf("encoding the answer: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}

@@ -1,0 +1,513 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/spf13/cobra"
+
+	"tidings/client"
+	"tidings/mcp"
+)
+
+// watchConfig is what the watch flags set.
+type watchConfig struct {
+	uris         []string
+	json         bool
+	plain        bool
+	pollInterval time.Duration
+}
+
+func newWatchCmd() *cobra.Command {
+	var flags clientFlags
+	var cfg watchConfig
+	cmd := &cobra.Command{
+		Use:   "watch (URL | -- COMMAND [ARG...])",
+		Short: "Follow an MCP server's tools, prompts and resources as they change",
+		Long: `Follow an MCP server's tools, prompts and resources (and, with --resource,
+the content of single resources) through one subscriptions/listen stream
+that is healed after every drop.
+
+The server is either a Streamable HTTP endpoint given as the argument, or a
+stdio server spawned from the command after "--" (its stderr goes to
+stderr; it is stopped when watch ends, and watch ends when it exits):
+
+  tidings watch http://127.0.0.1:8080/mcp
+  tidings watch --resource file:///tmp/notes.txt -- tidings serve --dir /tmp --stdio
+
+On a terminal, a live view is redrawn in place: the server, the connection
+state, what the server agreed to announce, each list with its freshness,
+time left before its cached copy goes stale and its items, and the latest
+changes. Otherwise (or with --plain) one line is printed per event:
+
+  2026-11-30T10:00:00Z tools_changed added=a,b removed=c
+
+and with --json one JSON object per event. The first read of each list is
+reported as additions. SIGINT or SIGTERM end the watch.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, rest, err := splitTarget(cmd, args)
+			if err != nil {
+				return err
+			}
+			if len(rest) > 0 {
+				return fmt.Errorf("unexpected arguments %q: watch takes a URL, or a command after --", rest)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c, err := dial(ctx, t, flags, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			out := cmd.OutOrStdout()
+			var term *os.File
+			if f, ok := out.(*os.File); ok && !cfg.json && !cfg.plain {
+				if _, _, ok := terminalSize(f); ok {
+					term = f
+				}
+			}
+			return runWatch(ctx, c, t, cfg, out, term)
+		},
+	}
+	flags.register(cmd)
+	f := cmd.Flags()
+	f.StringArrayVar(&cfg.uris, "resource", nil, "also follow this resource's content (repeatable)")
+	f.BoolVar(&cfg.json, "json", false, "print one JSON object per event")
+	f.BoolVar(&cfg.plain, "plain", false, "print one line per event even on a terminal")
+	f.DurationVar(&cfg.pollInterval, "poll-interval", 30*time.Second, "how often to re-read what the server will not announce")
+	cmd.MarkFlagsMutuallyExclusive("json", "plain")
+	return cmd
+}
+
+// errServerExited ends a watch whose spawned server is gone: there is
+// nothing left to reconnect to.
+var errServerExited = errors.New("the server process exited")
+
+// runWatch follows the server until ctx ends, a spawned server exits, or
+// stdout fails. With term set it draws the live view on it; otherwise it
+// prints one line (or JSON object) per event to out.
+func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, out io.Writer, term *os.File) error {
+	st := newWatchState(cfg.uris)
+	redraw := make(chan struct{}, 1)
+	rediscover := make(chan struct{}, 1)
+	poke := func(ch chan struct{}) {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	gone := make(chan struct{})
+	var goneOnce sync.Once
+	writeErr := make(chan error, 1)
+
+	onEvent := func(e client.Event) {
+		// A spawned server that has exited refuses every request at once
+		// with ErrClosed (a drop alone may be a crash mid-response).
+		if t.command != nil && e.Kind == client.Disconnected && errors.Is(e.Err, client.ErrClosed) {
+			goneOnce.Do(func() { close(gone) })
+		}
+		if term != nil {
+			st.apply(e)
+			if e.Kind == client.Connected {
+				poke(rediscover)
+			}
+			poke(redraw)
+			return
+		}
+		line, err := []byte(eventLine(e)), error(nil)
+		if cfg.json {
+			line, err = eventJSON(e)
+		}
+		if err == nil {
+			_, err = out.Write(append(line, '\n'))
+		}
+		if err != nil {
+			select {
+			case writeErr <- fmt.Errorf("writing events: %w", err):
+			default:
+			}
+		}
+	}
+
+	opts := client.WatchOptions{
+		Tools: true, Prompts: true, Resources: true,
+		URIs:         cfg.uris,
+		OnEvent:      onEvent,
+		PollInterval: cfg.pollInterval,
+	}
+	// Follow only the lists the server offers, when it can tell us now; a
+	// server that is not up yet is followed in full as it comes.
+	if d, err := c.Discover(ctx); err == nil {
+		caps := d.Capabilities
+		opts.Tools, opts.Prompts, opts.Resources = caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil
+		era, _ := c.Era(ctx) // known once Discover succeeded
+		st.discovered(d, era, nil)
+	} else if ctx.Err() != nil {
+		return nil
+	}
+	st.follow(opts)
+	w := c.Watch(ctx, opts)
+	defer w.Close()
+
+	finish := func() error {
+		// A signal that also reached a spawned server (Ctrl-C in a
+		// terminal) may make it exit first: that is still a clean end.
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errServerExited
+	}
+	if term == nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-gone:
+			return finish()
+		case err := <-writeErr:
+			return err
+		}
+	}
+
+	// The server's identity is read in the background, at the start and
+	// after every (re)connection, as the server behind a URL may have been
+	// replaced.
+	dctx, stopDiscover := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stopDiscover()
+		wg.Wait()
+	}()
+	poke(rediscover)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-dctx.Done():
+				return
+			case <-rediscover:
+			}
+			d, err := c.Discover(dctx)
+			var era client.Era
+			if err == nil {
+				era, err = c.Era(dctx)
+			}
+			if dctx.Err() != nil {
+				return
+			}
+			st.discovered(d, era, err)
+			poke(redraw)
+		}
+	}()
+
+	draw := func() error {
+		cols, rows, _ := terminalSize(term)
+		m := st.snapshot(time.Now(), c, w, t.String())
+		m.Width, m.Height = cols, rows
+		var b strings.Builder
+		b.WriteString("\x1b[H") // home, then overwrite line by line
+		for i, line := range strings.Split(renderView(m), "\n") {
+			if i > 0 {
+				b.WriteString("\r\n")
+			}
+			b.WriteString(line + "\x1b[K")
+		}
+		b.WriteString("\x1b[J") // clear whatever the last frame left below
+		_, err := io.WriteString(term, b.String())
+		return err
+	}
+	// Hide the cursor while drawing and clear the screen once; restore
+	// the cursor below the last frame when done.
+	if _, err := io.WriteString(term, "\x1b[?25l\x1b[H\x1b[2J"); err != nil {
+		return err
+	}
+	defer func() { _, _ = io.WriteString(term, "\x1b[?25h\r\n") }()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if err := draw(); err != nil {
+			return fmt.Errorf("drawing: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-gone:
+			return finish()
+		case <-redraw:
+		case <-tick.C:
+		}
+	}
+}
+
+// maxChanges is how many changes the live view remembers.
+const maxChanges = 10
+
+// watchState is what the live view knows beyond the client's cache: the
+// items of each list (kept from the watcher's events, so drawing never
+// causes a request), the server's identity and the latest changes.
+type watchState struct {
+	mu          sync.Mutex
+	server      *mcp.Implementation
+	versions    []string
+	era         client.Era
+	discoverErr string
+	granted     *mcp.SubscriptionFilter
+	lists       map[client.EventKind]map[string]bool // nil entry: not read yet
+	followed    map[client.EventKind]bool
+	uris        []string
+	updated     map[string]time.Time
+	changes     []changeView
+}
+
+func newWatchState(uris []string) *watchState {
+	return &watchState{lists: map[client.EventKind]map[string]bool{}, uris: uris, updated: map[string]time.Time{}}
+}
+
+// follow records which lists the watcher follows.
+func (s *watchState) follow(o client.WatchOptions) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.followed = map[client.EventKind]bool{
+		client.ToolsChanged:     o.Tools,
+		client.PromptsChanged:   o.Prompts,
+		client.ResourcesChanged: o.Resources,
+		client.TemplatesChanged: o.Resources,
+	}
+}
+
+func (s *watchState) discovered(d *client.DiscoverResult, era client.Era, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.discoverErr = err.Error()
+		return
+	}
+	s.server, s.versions, s.era, s.discoverErr = d.ServerInfo, d.SupportedVersions, era, ""
+}
+
+// apply folds one event into the state.
+func (s *watchState) apply(e client.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch e.Kind {
+	case client.ToolsChanged, client.PromptsChanged, client.ResourcesChanged, client.TemplatesChanged:
+		set := s.lists[e.Kind]
+		if set == nil {
+			set = map[string]bool{}
+			s.lists[e.Kind] = set
+		}
+		for _, n := range e.Added {
+			set[n] = true
+		}
+		for _, n := range e.Removed {
+			delete(set, n)
+		}
+	case client.ResourceUpdated:
+		s.updated[e.URI] = e.At
+	case client.Connected:
+		g := e.Granted
+		s.granted = &g
+	}
+	s.changes = append(s.changes, changeView{At: e.At, Text: eventText(e, len(s.uris))})
+	if n := len(s.changes) - maxChanges; n > 0 {
+		s.changes = slices.Delete(s.changes, 0, n)
+	}
+}
+
+// watchLists names the followed lists in display order, with the event
+// that reports each and the method whose cache entry holds it.
+var watchLists = [...]struct {
+	name   string
+	kind   client.EventKind
+	method string
+}{
+	{"tools", client.ToolsChanged, mcp.MethodToolsList},
+	{"prompts", client.PromptsChanged, mcp.MethodPromptsList},
+	{"resources", client.ResourcesChanged, mcp.MethodResourcesList},
+	{"templates", client.TemplatesChanged, mcp.MethodResourcesTemplates},
+}
+
+// snapshot captures the view model at now.
+func (s *watchState) snapshot(now time.Time, c *client.Client, w *client.Watcher, target string) viewModel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := viewModel{
+		Now: now, Target: target,
+		Era:    s.era,
+		Server: s.server, Versions: s.versions, DiscoverErr: s.discoverErr,
+		State: w.State(), Granted: s.granted, Stats: w.Stats(),
+		Changes: slices.Clone(s.changes),
+	}
+	if m.State == client.Polling {
+		// No listen at all: nothing is announced.
+		m.Granted = &mcp.SubscriptionFilter{}
+	}
+	var g mcp.SubscriptionFilter
+	if m.Granted != nil {
+		g = *m.Granted
+	}
+	for _, l := range watchLists {
+		set := s.lists[l.kind]
+		items := make([]string, 0, len(set))
+		for n := range set {
+			items = append(items, n)
+		}
+		slices.Sort(items)
+		notified := map[client.EventKind]bool{
+			client.ToolsChanged:     g.ToolsListChanged,
+			client.PromptsChanged:   g.PromptsListChanged,
+			client.ResourcesChanged: g.ResourcesListChanged,
+			client.TemplatesChanged: g.ResourcesListChanged,
+		}[l.kind]
+		m.Lists = append(m.Lists, listView{
+			Name: l.name, Followed: s.followed[l.kind], Known: set != nil, Items: items,
+			Freshness: c.Freshness(l.method, ""), Notified: notified,
+		})
+	}
+	for _, u := range s.uris {
+		m.URIs = append(m.URIs, uriView{
+			URI: u, Notified: slices.Contains(g.ResourceSubscriptions, u),
+			Freshness: c.Freshness(mcp.MethodResourcesRead, u), Updated: s.updated[u],
+		})
+	}
+	return m
+}
+
+// eventText describes an event for the live view's change log; uris is
+// how many resource subscriptions were asked for.
+func eventText(e client.Event, uris int) string {
+	switch e.Kind {
+	case client.ToolsChanged, client.PromptsChanged, client.ResourcesChanged, client.TemplatesChanged:
+		list := strings.TrimSuffix(e.Kind.String(), "_changed")
+		var parts []string
+		for _, p := range []struct {
+			verb  string
+			names []string
+		}{{"added", e.Added}, {"removed", e.Removed}, {"changed", e.Changed}} {
+			if len(p.names) > 0 {
+				parts = append(parts, p.verb+" "+strings.Join(p.names, ", "))
+			}
+		}
+		if len(parts) == 0 {
+			return list + ": read, empty"
+		}
+		return list + ": " + strings.Join(parts, "; ")
+	case client.ResourceUpdated:
+		switch {
+		case len(e.Added) > 0:
+			return "read " + e.URI
+		case len(e.Removed) > 0:
+			return "gone " + e.URI
+		}
+		return "updated " + e.URI
+	case client.Connected:
+		return "connected, granted " + grantedText(&e.Granted, uris)
+	case client.Disconnected:
+		if e.Graceful {
+			return "disconnected: the server ended the stream"
+		}
+		return "disconnected: " + errText(e.Err)
+	case client.ReadFailed:
+		return "read failed: " + errText(e.Err)
+	}
+	return e.Kind.String()
+}
+
+// eventLine is the plain one-line form of an event.
+func eventLine(e client.Event) string {
+	var b strings.Builder
+	b.WriteString(e.At.UTC().Format(time.RFC3339) + " " + e.Kind.String())
+	field := func(k string, names []string) {
+		if len(names) > 0 {
+			b.WriteString(" " + k + "=" + strings.Join(names, ","))
+		}
+	}
+	switch e.Kind {
+	case client.Connected:
+		var g []string
+		if e.Granted.ToolsListChanged {
+			g = append(g, "tools")
+		}
+		if e.Granted.PromptsListChanged {
+			g = append(g, "prompts")
+		}
+		if e.Granted.ResourcesListChanged {
+			g = append(g, "resources")
+		}
+		if len(g) == 0 {
+			g = []string{"none"}
+		}
+		field("granted", g)
+		field("subscriptions", e.Granted.ResourceSubscriptions)
+	case client.Disconnected:
+		if e.Graceful {
+			b.WriteString(" graceful")
+		} else {
+			b.WriteString(" error=" + strconv.Quote(errText(e.Err)))
+		}
+	case client.ReadFailed:
+		b.WriteString(" error=" + strconv.Quote(errText(e.Err)))
+	default:
+		if e.Kind == client.ResourceUpdated {
+			// The first read adds the URI; a resource that went away is
+			// removed.
+			b.WriteString(" uri=" + e.URI)
+		}
+		field("added", e.Added)
+		field("removed", e.Removed)
+		field("changed", e.Changed)
+	}
+	return b.String()
+}
+
+// jsonEvent is the --json form of an event.
+type jsonEvent struct {
+	Time     time.Time               `json:"time"`
+	Event    string                  `json:"event"`
+	URI      string                  `json:"uri,omitempty"`
+	Added    []string                `json:"added,omitempty"`
+	Removed  []string                `json:"removed,omitempty"`
+	Changed  []string                `json:"changed,omitempty"`
+	Granted  *mcp.SubscriptionFilter `json:"granted,omitzero"`
+	Graceful bool                    `json:"graceful,omitzero"`
+	Error    string                  `json:"error,omitempty"`
+}
+
+// eventJSON is the --json form of an event, on one line.
+func eventJSON(e client.Event) ([]byte, error) {
+	j := jsonEvent{
+		Time: e.At.UTC(), Event: e.Kind.String(), URI: e.URI,
+		Added: e.Added, Removed: e.Removed, Changed: e.Changed, Graceful: e.Graceful,
+	}
+	if e.Kind == client.Connected {
+		g := e.Granted
+		j.Granted = &g
+	}
+	if e.Err != nil {
+		j.Error = e.Err.Error()
+	}
+	b, err := json.Marshal(j, json.Deterministic(true))
+	if err != nil {
+		return nil, fmt.Errorf("encoding a watch event: %w", err)
+	}
+	return b, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "unknown error"
+	}
+	return err.Error()
+}
