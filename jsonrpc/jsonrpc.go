@@ -183,7 +183,9 @@ func Decode(b []byte, maxDepth int) (*Message, error) {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxDepth
 	}
-	b = bytes.TrimSpace(b)
+	// Only JSON's own whitespace: bytes.TrimSpace would also strip
+	// Unicode spaces such as U+00A0 and accept text that is not JSON.
+	b = bytes.Trim(b, " \t\r\n")
 	if len(b) == 0 {
 		return nil, &DecodeError{Code: CodeParseError, Err: errors.New("empty message")}
 	}
@@ -192,6 +194,9 @@ func Decode(b []byte, maxDepth int) (*Message, error) {
 	}
 	switch b[0] {
 	case '[':
+		if !jsontext.Value(b).IsValid() {
+			return nil, &DecodeError{Code: CodeParseError, Err: errors.New("not valid JSON")}
+		}
 		return nil, &DecodeError{Code: CodeInvalidRequest, Err: errors.New("batches are not supported; send one message per request")}
 	case '{':
 	default:
@@ -257,9 +262,12 @@ func caseVariant(unknown jsontext.Value) string {
 		return ""
 	}
 	for name := range m {
-		switch strings.ToLower(name) {
-		case "jsonrpc", "id", "method", "params", "result", "error":
-			return name
+		// EqualFold, not ToLower: lenient decoders fold with Unicode
+		// rules, so "paramſ" (long s) is "params" to them.
+		for _, member := range [...]string{"jsonrpc", "id", "method", "params", "result", "error"} {
+			if strings.EqualFold(name, member) {
+				return name
+			}
 		}
 	}
 	return ""

@@ -506,6 +506,13 @@ func (s *Server) openState(c *Call, req *Request, name string) *Reply {
 // inputRequired turns a handler's InputRequired into the interim result,
 // refusing to ask for kinds of input the client did not declare.
 func (s *Server) inputRequired(req *Request, name string, ir *InputRequired) Reply {
+	if req.legacy {
+		// A 2025-11-25 client has no interim results: its input was asked
+		// for directly, and a handler still asking after maxInputRounds
+		// rounds has failed.
+		return s.errorReply(req.ID, jsonrpc.CodeInternalError,
+			"Internal error: the handler still needs input after "+strconv.Itoa(maxInputRounds)+" rounds", nil)
+	}
 	missing := mcp.ClientCaps{}
 	need := false
 	for _, r := range ir.Requests {

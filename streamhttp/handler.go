@@ -23,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-
 	"tidings/internal/sse"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
@@ -419,6 +418,7 @@ func (o *responder) KeepAlive() error {
 func (o *responder) finish(rep server.Reply) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	defer rep.Release() // the body is written (or dropped) by the time this runs
 	if rep.Abort {
 		panic(http.ErrAbortHandler)
 	}

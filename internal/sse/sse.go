@@ -12,8 +12,10 @@ import (
 )
 
 // AppendEvent appends one "message" event carrying data to dst. Data that
-// contains line breaks is split over several data lines, so any payload
-// round-trips through a conforming reader.
+// contains line breaks is split over several data lines, so a conforming
+// reader gets the payload back with each line break (CR, LF or CRLF) as
+// LF; SSE cannot carry a bare CR. JSON keeps its meaning, since raw line
+// breaks in JSON text can only be whitespace between tokens.
 func AppendEvent(dst, data []byte) []byte {
 	dst = append(dst, "event: message\n"...)
 	for {
@@ -59,6 +61,10 @@ var ErrTooLarge = errors.New("sse: event too large")
 type Reader struct {
 	r   *bufio.Reader
 	max int
+	// skipLF is set after a line ended in CR: an LF that follows belongs
+	// to that line break. Deciding lazily keeps a complete event from
+	// waiting on the next byte of a live stream.
+	skipLF bool
 }
 
 // NewReader returns a Reader over r that refuses events larger than max
@@ -131,13 +137,17 @@ func (r *Reader) readLine(limit int) ([]byte, error) {
 			}
 			return nil, err
 		}
+		if r.skipLF {
+			r.skipLF = false
+			if b == '\n' {
+				continue
+			}
+		}
 		switch b {
 		case '\n':
 			return line, nil
 		case '\r':
-			if next, err := r.r.Peek(1); err == nil && next[0] == '\n' {
-				_, _ = r.r.ReadByte()
-			}
+			r.skipLF = true
 			return line, nil
 		}
 		if len(line) >= limit {
