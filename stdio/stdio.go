@@ -295,7 +295,8 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 			}{msg.ID, "server is shutting down"})
 			_ = c.write(jsonrpc.AppendNotification(nil, mcp.NotifyCancelled, b))
 		}
-		_ = c.write(reply.Body)
+		_ = c.write(reply.Body) // write copies the bytes, so the buffer may go back
+		reply.Release()
 	}()
 	return nil
 }
