@@ -350,17 +350,22 @@ type routeParams struct {
 	RequestID     jsontext.Value `json:"requestId,omitzero"`
 }
 
+// finish hands m to the request with the given id as its final message.
+func (t *stdioTransport) finish(key string, m *jsonrpc.Message) {
+	t.mu.Lock()
+	p := t.pending[key]
+	t.mu.Unlock()
+	if p != nil {
+		select {
+		case p.resp <- m:
+		default:
+		}
+	}
+}
+
 func (t *stdioTransport) route(m *jsonrpc.Message) {
 	if m.IsResponse() {
-		t.mu.Lock()
-		p := t.pending[m.ID.Raw()]
-		t.mu.Unlock()
-		if p != nil {
-			select {
-			case p.resp <- m:
-			default:
-			}
-		}
+		t.finish(m.ID.Raw(), m)
 		return
 	}
 	var rm routeParams
@@ -376,15 +381,7 @@ func (t *stdioTransport) route(m *jsonrpc.Message) {
 	case m.Method == mcp.NotifyCancelled && len(rm.RequestID) > 0:
 		// The server ended a request itself (a listen on shutdown): that
 		// ends the request gracefully, whatever follows.
-		t.mu.Lock()
-		p := t.pending[idKey(rm.RequestID)]
-		t.mu.Unlock()
-		if p != nil {
-			select {
-			case p.resp <- m:
-			default:
-			}
-		}
+		t.finish(idKey(rm.RequestID), m)
 		return
 	}
 	if key != "" {

@@ -349,22 +349,7 @@ type template struct {
 
 // AddResource registers (or replaces) a resource with a fixed URI.
 func (s *Server) AddResource(r mcp.Resource, h ResourceHandler, opts ...ResourceOption) error {
-	if r.URI == "" || h == nil {
-		return errors.New("server: resource needs a URI and a handler")
-	}
-	if r.Name == "" {
-		r.Name = r.URI
-	}
-	b, err := jsonrpc.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("server: resource %q: %w", r.URI, err)
-	}
-	res := &resource{def: r, handler: h}
-	for _, o := range opts {
-		o(&res.opts)
-	}
-	s.resources.put(&entry[*resource]{key: r.URI, val: res, json: b})
-	return nil
+	return s.AddResources([]mcp.Resource{r}, h, opts...)
 }
 
 // AddResources registers (or replaces) several resources that share one
