@@ -55,6 +55,12 @@ type Session struct {
 	ended     chan struct{}
 	endOnce   sync.Once
 	nextID    atomic.Int64
+
+	// subs (under mu) are the hub subscriptions of the open stream, oldest
+	// first; the last has the current filter. A subscribe or unsubscribe
+	// adds one before it answers, so no change published after the answer
+	// is missed; the stream drains and retires the older ones.
+	subs []*hub.Subscription
 }
 
 // ID returns the session id (visible ASCII, unguessable).
@@ -306,6 +312,11 @@ func (s *Server) ServeLegacy(ctx context.Context, ss *Session, c *Call, principa
 		} else {
 			delete(ss.uris, *c.p.URI)
 		}
+		if len(ss.subs) > 0 {
+			if sub, err := s.hub.Subscribe(ss.filterLocked()); err == nil {
+				ss.subs = append(ss.subs, sub)
+			}
+		}
 		ss.mu.Unlock()
 		select {
 		case ss.changed <- struct{}{}:
@@ -442,35 +453,58 @@ func (s *Server) ServeSessionStream(ctx context.Context, ss *Session, out Stream
 		ss.mu.Unlock()
 		return ErrStreamOpen
 	}
-	ss.streaming = true
+	// Subscribe before start: once the client sees the stream open, every
+	// change from then on must reach it.
+	sub, err := s.hub.Subscribe(ss.filterLocked())
+	if err == nil {
+		ss.streaming = true
+		ss.subs = []*hub.Subscription{sub}
+	}
 	ss.mu.Unlock()
-	if err := start(); err != nil {
-		ss.mu.Lock()
-		ss.streaming = false
-		ss.mu.Unlock()
-		return err
+	if err != nil {
+		return start() // shutting down: the stream opens and ends at once
 	}
 	defer func() {
 		ss.mu.Lock()
+		for _, o := range ss.subs {
+			o.Close()
+		}
+		ss.subs = nil
 		ss.streaming = false
 		ss.mu.Unlock()
 	}()
-
-	subscribe := func() (*hub.Subscription, error) {
-		f := hub.Filter{Kinds: hub.ToolsList | hub.PromptsList | hub.ResourcesList}
-		ss.mu.Lock()
-		for u := range ss.uris {
-			f.URIs = append(f.URIs, u)
-		}
-		ss.mu.Unlock()
-		return s.hub.Subscribe(f)
+	if err := start(); err != nil {
+		return err
 	}
-	sub, err := subscribe()
-	if err != nil {
-		return nil // shutting down: nothing to stream
-	}
-	defer func() { sub.Close() }()
 	kinds := [3]string{mcp.NotifyToolsListChanged, mcp.NotifyPromptsListChanged, mcp.NotifyResourcesListChanged}
+	var uris []string
+	// flush sends what sub has pending. Updates of resources the session
+	// no longer subscribes to are dropped: after unsubscribe answers,
+	// nothing more arrives for that URI.
+	flush := func(sub *hub.Subscription) error {
+		var k hub.Kind
+		k, uris = sub.Take(uris[:0])
+		for i, method := range kinds {
+			if k&(hub.Kind(1)<<i) != 0 {
+				if err := out.Send(jsonrpc.AppendNotification(nil, method, nil)); err != nil {
+					return err
+				}
+			}
+		}
+		for _, u := range uris {
+			ss.mu.Lock()
+			still := ss.uris[u]
+			ss.mu.Unlock()
+			if !still {
+				continue
+			}
+			p, _ := jsonrpc.Marshal(map[string]string{"uri": u})
+			if err := out.Send(jsonrpc.AppendNotification(nil, mcp.NotifyResourceUpdated, p)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var timer *time.Timer
 	var keepAlive <-chan time.Time
 	if s.cfg.keepAlive > 0 {
@@ -478,7 +512,6 @@ func (s *Server) ServeSessionStream(ctx context.Context, ss *Session, out Stream
 		defer timer.Stop()
 		keepAlive = timer.C
 	}
-	var uris []string
 	for {
 		select {
 		case <-ctx.Done():
@@ -491,30 +524,38 @@ func (s *Server) ServeSessionStream(ctx context.Context, ss *Session, out Stream
 			if err := out.KeepAlive(); err != nil {
 				return err
 			}
+			// An open stream is a session in use, however long it stays
+			// quiet: it must not expire as idle under its client.
+			ss.lastSeen.Store(s.cfg.now().UnixNano())
 			timer.Reset(s.cfg.keepAlive)
 		case <-ss.changed:
-			next, err := subscribe()
-			if err != nil {
-				return nil
-			}
-			sub.Close()
-			sub = next
-		case <-sub.Wake():
-			var k hub.Kind
-			k, uris = sub.Take(uris[:0])
-			for i, method := range kinds {
-				if k&(hub.Kind(1)<<i) != 0 {
-					if err := out.Send(jsonrpc.AppendNotification(nil, method, nil)); err != nil {
-						return err
-					}
-				}
-			}
-			for _, u := range uris {
-				p, _ := jsonrpc.Marshal(map[string]string{"uri": u})
-				if err := out.Send(jsonrpc.AppendNotification(nil, mcp.NotifyResourceUpdated, p)); err != nil {
+			ss.mu.Lock()
+			n := len(ss.subs)
+			retired := slices.Clone(ss.subs[:n-1])
+			sub = ss.subs[n-1]
+			ss.subs = []*hub.Subscription{sub}
+			ss.mu.Unlock()
+			for _, o := range retired {
+				err := flush(o)
+				o.Close()
+				if err != nil {
 					return err
 				}
 			}
+		case <-sub.Wake():
+			if err := flush(sub); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// filterLocked is the hub filter of the session's stream: every list kind,
+// and the resources the session subscribed to.
+func (ss *Session) filterLocked() hub.Filter {
+	f := hub.Filter{Kinds: hub.ToolsList | hub.PromptsList | hub.ResourcesList}
+	for u := range ss.uris {
+		f.URIs = append(f.URIs, u)
+	}
+	return f
 }
