@@ -51,6 +51,7 @@ type Session struct {
 	uris      map[string]bool
 	changed   chan struct{} // poked when uris change
 	pending   map[string]chan *jsonrpc.Message
+	inflight  map[string]context.CancelFunc
 	streaming bool
 	ended     chan struct{}
 	endOnce   sync.Once
@@ -212,7 +213,7 @@ func (s *Server) initialize(c *Call) (*Session, Reply) {
 	ss := &Session{
 		id: newSessionID(), version: version, caps: p.Capabilities, srv: s,
 		logLevel: -1, uris: map[string]bool{}, changed: make(chan struct{}, 1),
-		pending: map[string]chan *jsonrpc.Message{}, ended: make(chan struct{}),
+		pending: map[string]chan *jsonrpc.Message{}, inflight: map[string]context.CancelFunc{}, ended: make(chan struct{}),
 	}
 	ss.lastSeen.Store(now.UnixNano())
 
@@ -417,6 +418,39 @@ func (ss *Session) ask(ctx context.Context, req *Request, ir *InputRequired, out
 		answers[key] = resp.Result
 	}
 	return answers, nil
+}
+
+// Track records a request of the session as in flight, so that a
+// notifications/cancelled naming its id can stop it (on HTTP the
+// cancellation arrives on another POST). Call the returned function when
+// the request ends.
+func (ss *Session) Track(id jsonrpc.ID, cancel context.CancelFunc) (untrack func()) {
+	key := id.Raw()
+	ss.mu.Lock()
+	ss.inflight[key] = cancel
+	ss.mu.Unlock()
+	return func() {
+		ss.mu.Lock()
+		delete(ss.inflight, key)
+		ss.mu.Unlock()
+	}
+}
+
+// Cancel stops the in-flight request named by a notifications/cancelled
+// of the session; unknown or finished ids are ignored.
+func (ss *Session) Cancel(m *jsonrpc.Message) {
+	var p struct {
+		RequestID jsonrpc.ID `json:"requestId"`
+	}
+	if jsonrpc.UnmarshalParams(m.Params, &p) != nil || p.RequestID.IsZero() {
+		return
+	}
+	ss.mu.Lock()
+	cancel := ss.inflight[p.RequestID.Raw()]
+	ss.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // Deliver hands a client's response to the server request it answers and

@@ -1,6 +1,7 @@
 package streamhttp
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -91,6 +92,9 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 		w.WriteHeader(http.StatusAccepted)
 		return
 	case msg.IsNotification():
+		if msg.Method == mcp.NotifyCancelled {
+			ss.Cancel(msg)
+		}
 		w.WriteHeader(http.StatusAccepted)
 		return
 	case msg.Method == mcp.MethodInitialize:
@@ -102,8 +106,11 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 		writeJSON(w, rep.Status, rep.Body)
 		return
 	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer ss.Track(msg.ID, cancel)()
 	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
-	reply := h.srv.ServeLegacy(r.Context(), ss, call, h.principalOf(r), out)
+	reply := h.srv.ServeLegacy(ctx, ss, call, h.principalOf(r), out)
 	out.finish(reply)
 }
 

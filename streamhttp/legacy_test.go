@@ -664,3 +664,37 @@ func TestLegacyHTTPInputBridge(t *testing.T) {
 		t.Errorf("input from a client without elicitation: %s, want an error", r.body)
 	}
 }
+
+// TestLegacyHTTPCancel: in a session, a notifications/cancelled POSTed
+// separately stops the request it names (2025-11-25 has no other way to
+// cancel over HTTP), and no result follows for it.
+func TestLegacyHTTPCancel(t *testing.T) {
+	f := newFixture(t, nil)
+	started, stopped := make(chan struct{}), make(chan struct{})
+	if err := f.srv.AddTool(mcp.Tool{Name: "block"}, func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+		close(started)
+		<-ctx.Done()
+		close(stopped)
+		return nil, ctx.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sid := legacyInitialize(t, f, nil)
+	done := make(chan reply, 1)
+	go func() {
+		done <- f.post(t, legacyBody(9, mcp.MethodToolsCall, map[string]any{"name": "block"}), legacyHeaders(sid))
+	}()
+	<-started
+	if r := f.post(t, legacyBody(nil, mcp.NotifyCancelled, map[string]any{"requestId": 9, "reason": "user"}), legacyHeaders(sid)); r.status != http.StatusAccepted {
+		t.Fatalf("cancel: status %d", r.status)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(legacyWait):
+		t.Fatal("the cancelled tool kept running")
+	}
+	r := <-done
+	if strings.Contains(string(r.body), `"result"`) {
+		t.Errorf("a result followed the cancellation: %s", r.body)
+	}
+}
