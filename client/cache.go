@@ -58,6 +58,9 @@ type cached struct {
 	stale    bool
 	unknown  bool
 	elem     *list.Element
+	// gen is the topic generation when the fetch that produced the entry
+	// started; an answer from an older fetch never replaces it.
+	gen uint64
 }
 
 func (e *cached) freshness(now time.Time) Freshness {
@@ -74,6 +77,10 @@ type flight struct {
 	done  chan struct{}
 	value any
 	err   error
+	// gen is the topic generation when the flight started. A caller that
+	// arrives after an invalidation does not join an older flight: its
+	// answer may predate the change the caller is reacting to.
+	gen uint64
 }
 
 // fetched is what a fetch function learns from the server.
@@ -141,10 +148,9 @@ func (c *cache) get(ctx context.Context, key, topic, authCtx string, fn func(con
 	// context: another context's answer may be private.
 	fkey := key + "\x00" + authCtx
 	f := c.flights[fkey]
-	if f == nil {
-		f = &flight{done: make(chan struct{})}
+	if gen := c.gens[topic]; f == nil || f.gen != gen {
+		f = &flight{done: make(chan struct{}), gen: gen}
 		c.flights[fkey] = f
-		gen := c.gens[topic]
 		c.mu.Unlock()
 		go c.run(ctx, key, fkey, topic, authCtx, gen, f, fn)
 	} else {
@@ -162,12 +168,18 @@ func (c *cache) get(ctx context.Context, key, topic, authCtx string, fn func(con
 // cancellation so that one impatient caller does not fail the others, but
 // bounded by the request timeout.
 func (c *cache) run(ctx context.Context, key, fkey, topic, authCtx string, gen uint64, f *flight, fn func(context.Context) (fetched, error)) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.fetchWait)
+	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if c.fetchWait > 0 { // WithTimeout(0) means no timeout, as for requests
+		fctx, cancel = context.WithTimeout(fctx, c.fetchWait)
+	}
 	defer cancel()
 	res, err := fn(fctx)
+	received := c.now() // the answer's receipt time, not whenever the lock is free
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.flights, fkey)
+	if c.flights[fkey] == f {
+		delete(c.flights, fkey)
+	}
 	if err != nil {
 		if old := c.lookupLocked(key, authCtx); old != nil && c.stale {
 			f.value = old.value
@@ -177,22 +189,29 @@ func (c *cache) run(ctx context.Context, key, fkey, topic, authCtx string, gen u
 		close(f.done)
 		return
 	}
+	if !res.noStore {
+		c.putLocked(key, topic, authCtx, res, gen, received)
+	}
 	f.value = res.value
 	close(f.done)
-	if !res.noStore {
-		c.putLocked(key, topic, authCtx, res, c.gens[topic] != gen)
-	}
 }
 
-func (c *cache) putLocked(key, topic, authCtx string, res fetched, stale bool) {
+// putLocked stores an answer whose fetch started at generation gen: as
+// stale when the topic was invalidated since, and not at all when a newer
+// fetch already stored its answer.
+func (c *cache) putLocked(key, topic, authCtx string, res fetched, gen uint64, received time.Time) {
 	if old := c.lookupLocked(key, authCtx); old != nil {
+		if old.gen > gen {
+			return
+		}
 		c.removeLocked(old)
 	}
+	stale := c.gens[topic] != gen
 	k := key
 	if res.scope == mcp.ScopePrivate {
 		k = privateKey(key, authCtx)
 	}
-	e := &cached{key: k, topic: topic, value: res.value, received: c.now(), ttl: res.ttl, scope: res.scope, stale: stale}
+	e := &cached{key: k, topic: topic, value: res.value, received: received, ttl: res.ttl, scope: res.scope, stale: stale, gen: gen}
 	e.elem = c.lru.PushFront(e)
 	c.entries[k] = e
 	for c.lru.Len() > c.max {
@@ -262,11 +281,12 @@ func (c *cache) info(key, authCtx string) FreshnessInfo {
 	return FreshnessInfo{State: e.freshness(c.now()), ObservedAt: e.received, Expires: e.received.Add(e.ttl), Scope: e.scope}
 }
 
-// peek returns a cached value whatever its freshness.
-func (c *cache) peek(key, authCtx string) (any, bool) {
+// peekTrusted returns a cached value however old, unless a change
+// notification or a broken listen has put it in doubt.
+func (c *cache) peekTrusted(key, authCtx string) (any, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.lookupLocked(key, authCtx); e != nil {
+	if e := c.lookupLocked(key, authCtx); e != nil && !e.stale && !e.unknown {
 		return e.value, true
 	}
 	return nil, false

@@ -106,8 +106,9 @@ func WithProgress(fn func(progress float64, total *float64, message string)) Cal
 // CallTool calls a tool. args is marshalled as the arguments object (nil
 // means none). Arguments the tool's schema marks with x-mcp-header are
 // mirrored into Mcp-Param-* headers; the client fetches the tool list
-// first if it has not seen the tool. A result with isError set is
-// returned as a result, not an error: it is for the model to read.
+// first if it has not seen the tool, and once more (retrying the call)
+// when the server says the headers do not match. A result with isError
+// set is returned as a result, not an error: it is for the model to read.
 func (c *Client) CallTool(ctx context.Context, name string, args any, opts ...CallOption) (*mcp.CallToolResult, error) {
 	var raw jsontext.Value
 	if args != nil {
@@ -121,21 +122,31 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, opts ...Ca
 	for _, opt := range opts {
 		opt(&o)
 	}
-	hdrs, err := c.paramHeaders(ctx, name, raw)
-	if err != nil {
-		return nil, err
-	}
-	o.params = hdrs
 	params := map[string]any{"name": name}
 	if raw != nil {
 		params["arguments"] = raw
 	}
-	res, _, err := c.withInput(ctx, mcp.MethodToolsCall, params, o)
-	if err != nil {
+	var res jsontext.Value
+	for attempt := 0; ; attempt++ {
+		hdrs, err := c.paramHeaders(ctx, name, raw)
+		if err != nil {
+			return nil, err
+		}
+		o.params = hdrs
+		var round int
+		res, round, err = c.withInput(ctx, mcp.MethodToolsCall, params, o)
+		if err == nil {
+			break
+		}
 		var rpc *jsonrpc.Error
 		if errors.As(err, &rpc) && (rpc.Code == jsonrpc.CodeInvalidParams || rpc.Code == jsonrpc.CodeMethodNotFound || rpc.Code == mcp.CodeHeaderMismatch) {
 			// The tool may have changed under us: the next read re-fetches.
 			c.cache.invalidate(topicTools)
+			if rpc.Code == mcp.CodeHeaderMismatch && attempt == 0 && round == 0 {
+				// XH-8: the annotations we mirrored may be out of date. The
+				// invalidation makes paramHeaders re-read the list; retry once.
+				continue
+			}
 		}
 		return nil, err
 	}
@@ -152,19 +163,21 @@ func (c *Client) paramHeaders(ctx context.Context, name string, args jsontext.Va
 	if _, ok := c.t.(*httpTransport); !ok {
 		return nil, nil // only HTTP carries headers
 	}
-	c.mu.Lock()
-	ps, known := c.headers[name]
-	c.mu.Unlock()
-	if !known {
-		if _, seen := c.cache.peek(mcp.MethodToolsList, c.cfg.authCtx); !seen {
-			if _, err := c.Tools(ctx); err != nil {
-				return nil, err
-			}
-			c.mu.Lock()
-			ps = c.headers[name]
-			c.mu.Unlock()
+	// The cached list serves however old it is, as long as nothing has put
+	// it in doubt (a notification, a refused call, a broken listen): a
+	// call should not cost a list walk each time a TTL runs out. A tool
+	// the list does not know sends the client to the server for the list.
+	var tl *toolList
+	if v, ok := c.cache.peekTrusted(mcp.MethodToolsList, c.cfg.authCtx); ok {
+		tl = v.(*toolList)
+	}
+	if _, known := tl.lookup(name); !known {
+		var err error
+		if tl, err = c.toolList(ctx); err != nil {
+			return nil, err
 		}
 	}
+	ps, _ := tl.lookup(name)
 	var out []paramHeader
 	for _, p := range ps {
 		v, err := xheader.Lookup(args, p.Path)
@@ -212,7 +225,7 @@ func (c *Client) ReadResource(ctx context.Context, uri string) (*mcp.ReadResourc
 		if err := json.Unmarshal(res, &out); err != nil {
 			return fetched{}, fmt.Errorf("client: read %q: %w", uri, err)
 		}
-		ttl, scope := c.hints(res)
+		ttl, scope := c.hints(topicResource+uri, res)
 		return fetched{value: &out, ttl: ttl, scope: scope, noStore: rounds > 0}, nil
 	})
 	if err != nil {

@@ -26,7 +26,6 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -140,7 +139,6 @@ type Client struct {
 
 	mu      sync.Mutex
 	version string
-	headers map[string][]xheader.Param // tool name → mirrored params
 	closed  bool
 	// shared is the client this one is a view of (see As), or nil.
 	shared *Client
@@ -172,7 +170,7 @@ func newConfig(opts []Option) config {
 
 func newClient(t transport, cfg config) *Client {
 	return &Client{
-		t: t, cfg: cfg, version: mcp.Version, headers: map[string][]xheader.Param{}, ids: new(atomic.Int64), era: &eraState{},
+		t: t, cfg: cfg, version: mcp.Version, ids: new(atomic.Int64), era: &eraState{},
 		cache: newCache(cfg.cacheSize, cfg.now, cfg.serveStale, cfg.timeout),
 	}
 }
@@ -187,7 +185,7 @@ func (c *Client) As(authorization string) *Client {
 	cfg.header = c.cfg.header.Clone()
 	cfg.header.Set("Authorization", authorization)
 	cfg.authCtx = authorization
-	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, era: c.era, version: c.currentVersion(), headers: map[string][]xheader.Param{}, shared: c}
+	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, era: c.era, version: c.currentVersion(), shared: c}
 	if ht, ok := c.t.(*httpTransport); ok {
 		cp := *ht
 		cp.header = cfg.header
@@ -249,6 +247,15 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	if ls := c.legacy(); ls != nil && ls.id != "" && c.shared == nil {
+		// End the 2025-11-25 session so the server can free it now rather
+		// than at its idle expiry.
+		if ht, ok := c.t.(*httpTransport); ok {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ht.endSession(ctx, ls.id, ls.version)
+			cancel()
+		}
+	}
 	err := c.t.close()
 	c.bg.Wait()
 	return err

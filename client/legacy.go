@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -38,9 +40,10 @@ type eraState struct {
 	mu     sync.Mutex
 	probed bool
 	legacy atomic.Pointer[legacySession]
-	// live is set while a Watcher holds the legacy notification stream:
-	// only then may legacy answers, which carry no TTL, be kept as fresh.
-	live atomic.Bool
+	// live is set while a Watcher holds the legacy notification stream: it
+	// holds the cache topics that stream announces changes of, and only
+	// answers of those topics, which carry no TTL, may be kept as fresh.
+	live atomic.Pointer[map[string]bool]
 }
 
 // legacySession is what initialize established.
@@ -270,16 +273,50 @@ func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 	}()
 }
 
-// hints returns a result's cache hints. A 2025-11-25 server gives none, so
-// its answers count as fresh only while a Watcher holds the notification
-// stream that would announce their change (and then for legacyLiveTTL at
-// most); otherwise every read goes to the server.
-func (c *Client) hints(res jsontext.Value) (time.Duration, mcp.CacheScope) {
+// hints returns the cache hints of a result of the given cache topic. A
+// 2025-11-25 server gives none, so its answers count as fresh only while a
+// Watcher holds the notification stream that would announce their change
+// (and then for legacyLiveTTL at most): a list whose changes the server
+// announces, a resource the session subscribed to. Every other read goes
+// to the server.
+func (c *Client) hints(topic string, res jsontext.Value) (time.Duration, mcp.CacheScope) {
 	if c.legacy() == nil {
 		return cacheHints(res)
 	}
-	if c.era.live.Load() {
+	if live := c.era.live.Load(); live != nil && (*live)[topic] {
 		return legacyLiveTTL, mcp.ScopePublic
 	}
 	return 0, mcp.ScopePublic
+}
+
+// setLive records that a legacy stream with grant g is up.
+func (c *Client) setLive(g mcp.SubscriptionFilter) {
+	t := liveTopics(g)
+	c.era.live.Store(&t)
+}
+
+// endLive records that the legacy stream is down: the answers kept fresh
+// on its word lose that with it.
+func (c *Client) endLive() {
+	if live := c.era.live.Swap(nil); live != nil {
+		c.cache.invalidate(slices.Collect(maps.Keys(*live))...)
+	}
+}
+
+// liveTopics are the cache topics a legacy stream with grant g announces.
+func liveTopics(g mcp.SubscriptionFilter) map[string]bool {
+	t := map[string]bool{}
+	if g.ToolsListChanged {
+		t[topicTools] = true
+	}
+	if g.PromptsListChanged {
+		t[topicPrompts] = true
+	}
+	if g.ResourcesListChanged {
+		t[topicResources], t[topicTemplates] = true, true
+	}
+	for _, u := range g.ResourceSubscriptions {
+		t[topicResource+u] = true
+	}
+	return t
 }

@@ -69,7 +69,7 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]js
 				}
 			}
 			items = append(items, pageItems...)
-			ttl, sc := c.hints(res)
+			ttl, sc := c.hints(topic, res)
 			if minTTL < 0 || ttl < minTTL {
 				minTTL = ttl
 			}
@@ -112,34 +112,55 @@ func decodeItems[T any](raw []jsontext.Value) []T {
 // fresh. Tools whose x-mcp-header annotations are invalid are left out
 // (and logged), as they cannot be called correctly over HTTP.
 func (c *Client) Tools(ctx context.Context) ([]mcp.Tool, error) {
+	tl, err := c.toolList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tl.tools, nil
+}
+
+// toolList is the cached answer of tools/list: the valid tools, and for
+// each of them the x-mcp-header parameters its calls mirror. Keeping the
+// parameters in the cache entry means every view of the client (see As)
+// that shares the entry mirrors arguments the same way, whoever fetched it.
+type toolList struct {
+	tools   []mcp.Tool
+	headers map[string][]xheader.Param // every valid tool's name → its params
+}
+
+// lookup returns the x-mcp-header parameters of a tool and whether the
+// list has the tool. A nil list has nothing.
+func (tl *toolList) lookup(name string) ([]xheader.Param, bool) {
+	if tl == nil {
+		return nil, false
+	}
+	ps, ok := tl.headers[name]
+	return ps, ok
+}
+
+func (c *Client) toolList(ctx context.Context) (*toolList, error) {
 	v, err := c.cache.get(ctx, mcp.MethodToolsList, topicTools, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
 		raw, ttl, scope, err := c.listAll(ctx, mcp.MethodToolsList, "tools", topicTools)
 		if err != nil {
 			return fetched{}, err
 		}
 		all := decodeItems[mcp.Tool](raw)
-		tools := make([]mcp.Tool, 0, len(all))
-		headers := make(map[string][]xheader.Param, len(all))
+		tl := &toolList{tools: make([]mcp.Tool, 0, len(all)), headers: make(map[string][]xheader.Param, len(all))}
 		for _, t := range all {
 			ps, err := xheader.Params(t.InputSchema)
 			if err != nil {
 				c.cfg.logger.Warn("mcp: ignoring tool with invalid x-mcp-header", "tool", t.Name, "reason", err.Error())
 				continue
 			}
-			if len(ps) > 0 {
-				headers[t.Name] = ps
-			}
-			tools = append(tools, t)
+			tl.headers[t.Name] = ps
+			tl.tools = append(tl.tools, t)
 		}
-		c.mu.Lock()
-		c.headers = headers
-		c.mu.Unlock()
-		return fetched{value: tools, ttl: ttl, scope: scope}, nil
+		return fetched{value: tl, ttl: ttl, scope: scope}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.([]mcp.Tool), nil
+	return v.(*toolList), nil
 }
 
 // Prompts returns the server's whole prompt list (cached).

@@ -248,6 +248,23 @@ func (t *httpTransport) stream(ctx context.Context, r *outbound, onOpen func(), 
 	}
 }
 
+// endSession asks the server to end a 2025-11-25 session (best effort).
+func (t *httpTransport) endSession(ctx context.Context, session, version string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, t.url, nil)
+	if err != nil {
+		return
+	}
+	for k, v := range t.header {
+		req.Header[k] = append([]string(nil), v...)
+	}
+	req.Header.Set(mcp.HeaderSessionID, session)
+	req.Header.Set(mcp.HeaderProtocolVersion, version)
+	if resp, err := t.hc.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+	}
+}
+
 func (t *httpTransport) close() error {
 	t.hc.CloseIdleConnections()
 	return nil

@@ -27,7 +27,9 @@ type WatchOptions struct {
 	// goroutine. It must not block for long.
 	OnEvent func(Event)
 	// PollInterval is how often kinds the server would not subscribe us to
-	// are re-read (default 30s; jittered, and backed off on errors).
+	// are re-read (default 30s; jittered, and backed off on errors). A poll
+	// goes through the cache, so an answer still inside its ttlMs is not
+	// fetched again: the effective interval is at least the server's TTL.
 	PollInterval time.Duration
 	// MinBackoff and MaxBackoff bound the reconnect delay after a drop
 	// (defaults 250ms and 30s; full jitter).
@@ -114,13 +116,16 @@ type Watcher struct {
 	state atomic.Int32
 	stats struct{ notes, rereads, reconnects atomic.Int64 }
 
-	mu      sync.Mutex
-	dirty   map[string]bool
-	polled  map[string]bool
-	granted mcp.SubscriptionFilter
-	seen    map[string]map[string][32]byte // topic → item key → content hash
-	wake    chan struct{}
-	events  chan Event
+	mu     sync.Mutex
+	dirty  map[string]bool
+	polled map[string]bool
+	// pollFails counts the consecutive failed re-reads of each polled
+	// topic; polling slows down while any of them keeps failing.
+	pollFails map[string]int
+	granted   mcp.SubscriptionFilter
+	seen      map[string]map[string][32]byte // topic → item key → content hash
+	wake      chan struct{}
+	events    chan Event
 }
 
 // Watch starts a Watcher. It runs until ctx ends or Close is called.
@@ -137,7 +142,7 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) *Watcher {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watcher{
 		c: c, opts: opts, cancel: cancel,
-		dirty: map[string]bool{}, polled: map[string]bool{},
+		dirty: map[string]bool{}, polled: map[string]bool{}, pollFails: map[string]int{},
 		seen: map[string]map[string][32]byte{},
 		wake: make(chan struct{}, 1), events: make(chan Event, 64),
 	}
@@ -242,6 +247,16 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.n = 0 }
 
+// proven reports whether a stream that opened at since has stayed up long
+// enough to reset the reconnect backoff: MaxBackoff. A stream the server
+// ends, or that breaks, sooner counts as a failed attempt, so a server
+// that accepts listens and ends them at once (one shutting down, or
+// behind a proxy that cuts streams) is retried ever more slowly, not in a
+// tight loop; a stream that lived longer is followed by a quick reconnect.
+func (w *Watcher) proven(since time.Time) bool {
+	return time.Since(since) >= w.opts.MaxBackoff
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -261,6 +276,7 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 		ResourcesListChanged:  w.opts.Resources,
 		ResourceSubscriptions: w.opts.URIs,
 	}
+	reported := false // the current outage has been reported
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
 			w.stats.reconnects.Add(1)
@@ -284,12 +300,14 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			continue
 		}
 		var acked atomic.Bool
+		var ackedAt atomic.Int64 // unix nanoseconds
 		onMsg := func(m *jsonrpc.Message) {
 			if m.Method == mcp.NotifyAcknowledged {
 				var p struct {
 					Notifications mcp.SubscriptionFilter `json:"notifications"`
 				}
 				_ = jsonrpc.UnmarshalParams(m.Params, &p)
+				ackedAt.Store(time.Now().UnixNano())
 				acked.Store(true)
 				w.acknowledged(ctx, want, p.Notifications)
 				return
@@ -301,16 +319,31 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			return
 		}
 		if acked.Load() {
-			bo.reset()
+			reported = false
+			if w.proven(time.Unix(0, ackedAt.Load())) {
+				bo.reset()
+			}
 		}
 		var rpc *jsonrpc.Error
 		switch {
+		case errors.Is(err, ErrClosed):
+			// The client was closed, or its server process is gone: no
+			// attempt can succeed, so stop instead of retrying forever
+			// (reporting the end unless the drop before this was).
+			w.state.Store(int32(Down))
+			w.c.cache.markUnknown(w.covers)
+			if !reported {
+				w.emit(ctx, Event{Kind: Disconnected, Err: err})
+			}
+			<-ctx.Done()
+			return
 		case err == nil || errors.Is(err, errServerEnded):
 			// The server ended the listen on purpose: nothing was missed so
 			// far. Reconnect politely, then reconcile what may change in
 			// between.
 			w.state.Store(int32(Down))
 			w.emit(ctx, Event{Kind: Disconnected, Graceful: true})
+			reported = true
 			if !sleepCtx(ctx, bo.next()) {
 				return
 			}
@@ -326,6 +359,7 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			w.state.Store(int32(Down))
 			w.c.cache.markUnknown(w.covers)
 			w.emit(ctx, Event{Kind: Disconnected, Err: err})
+			reported = true
 			if !sleepCtx(ctx, bo.next()) {
 				return
 			}
@@ -358,7 +392,11 @@ func (w *Watcher) acknowledged(ctx context.Context, want, got mcp.SubscriptionFi
 	w.state.Store(int32(Live))
 	w.emit(ctx, Event{Kind: Connected, Granted: got})
 	// Listen first, then read: whatever changed before the ack is seen by
-	// this read, whatever changes after it is announced.
+	// this read, whatever changes after it is announced. The read must go
+	// to the server: an answer cached before the ack, however fresh its
+	// TTL says it is, may predate a change nobody could announce (one made
+	// before the first listen, or between a graceful end and this one).
+	w.c.cache.invalidate(w.topics()...)
 	w.markDirty(w.topics()...)
 }
 
@@ -407,8 +445,17 @@ func (w *Watcher) notification(m *jsonrpc.Message) {
 func (w *Watcher) pollLoop(ctx context.Context) {
 	interval := w.opts.PollInterval
 	for {
-		// ±20% jitter keeps many clients from polling in step.
+		// ±20% jitter keeps many clients from polling in step, and failures
+		// double the interval (up to 16 times) so that a server in trouble
+		// is not polled at full speed (CACHE-6).
+		w.mu.Lock()
+		fails := 0
+		for t := range w.polled {
+			fails = max(fails, w.pollFails[t])
+		}
+		w.mu.Unlock()
 		d := interval - interval/5 + time.Duration(rand.Int64N(int64(interval)*2/5+1))
+		d <<= min(fails, 4)
 		if !sleepCtx(ctx, d) {
 			return
 		}
@@ -505,6 +552,13 @@ func (w *Watcher) reread(ctx context.Context, topic string) {
 			}
 		}
 	}
+	w.mu.Lock()
+	if err == nil {
+		delete(w.pollFails, topic)
+	} else if w.polled[topic] && ctx.Err() == nil {
+		w.pollFails[topic]++
+	}
+	w.mu.Unlock()
 	if err != nil {
 		if ctx.Err() == nil {
 			w.emit(ctx, Event{Kind: ReadFailed, Err: err})
@@ -565,17 +619,27 @@ func (w *Watcher) legacyListen(ctx context.Context, want mcp.SubscriptionFilter,
 		}
 	}
 	opened := false
+	var openedAt time.Time
 	onOpen := func() {
-		opened = true
-		c.era.live.Store(true)
+		opened, openedAt = true, time.Now()
+		c.setLive(got)
 		w.acknowledged(ctx, want, got)
 	}
-	err := c.t.stream(ctx, &outbound{legacy: true, session: ls.id, version: ls.version}, onOpen, w.notification)
-	c.era.live.Store(false)
+	onMsg := func(m *jsonrpc.Message) {
+		if m.IsRequest() {
+			// The session stream also carries the server's own requests
+			// (elicitation, sampling, roots, ping) that belong to no call.
+			c.answerServer(ctx, m)
+			return
+		}
+		w.notification(m)
+	}
+	err := c.t.stream(ctx, &outbound{legacy: true, session: ls.id, version: ls.version}, onOpen, onMsg)
+	c.endLive()
 	if ctx.Err() != nil {
 		return false
 	}
-	if opened {
+	if opened && w.proven(openedAt) {
 		bo.reset()
 	}
 	switch {

@@ -1,0 +1,161 @@
+// Command stdioserver is an MCP server on stdin and stdout whose tools,
+// prompts and resources change when a client calls its control tools. The
+// client's tests run it as a real subprocess, the way a host runs a local
+// server, and drive changes through the protocol itself.
+//
+// Control tools:
+//
+//	add_tool {name}          registers a tool that answers with its name
+//	remove_tool {name}       unregisters a tool
+//	add_prompt {name}        registers a prompt
+//	set_resource {uri,text}  registers or rewrites a text resource and
+//	                         announces the update to subscribers
+//	shutdown                 ends every listen gracefully (srv.Shutdown)
+//	crash                    exits at once with status 3, answering nothing
+//
+// Flags set the page size and the number of seed tools (seed1...).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/mcp"
+	"tidings/server"
+	"tidings/stdio"
+)
+
+func main() {
+	page := flag.Int("page", 2, "list page size")
+	seed := flag.Int("seed", 3, "number of seed tools")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv, err := newServer(*page, *seed, log)
+	if err != nil {
+		log.Error("stdioserver", "err", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := stdio.Serve(ctx, srv, os.Stdin, os.Stdout); err != nil {
+		log.Error("stdioserver", "err", err)
+		os.Exit(1)
+	}
+}
+
+// controlArgs are the arguments of the control tools.
+type controlArgs struct {
+	Name string `json:"name"`
+	URI  string `json:"uri"`
+	Text string `json:"text"`
+}
+
+const nameSchema = `{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent(s)}}
+}
+
+func newServer(page, seed int, log *slog.Logger) (*server.Server, error) {
+	srv := server.New(mcp.Implementation{Name: "stdioserver", Version: "1.0.0"},
+		server.WithPageSize(page), server.WithLogger(log))
+	named := func(_ context.Context, r *server.ToolRequest) (*mcp.CallToolResult, error) { return text(r.Name), nil }
+	for i := 1; i <= seed; i++ {
+		if err := srv.AddTool(mcp.Tool{Name: fmt.Sprintf("seed%d", i)}, named); err != nil {
+			return nil, err
+		}
+	}
+	var mu sync.Mutex
+	contents := map[string]string{}
+	read := func(_ context.Context, r *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{mcp.TextContents(r.URI, "text/plain", contents[r.URI])}}, nil
+	}
+	decode := func(r *server.ToolRequest) (controlArgs, error) {
+		var a controlArgs
+		err := json.Unmarshal(r.Arguments, &a)
+		return a, err
+	}
+	control := map[string]server.ToolHandler{
+		"add_tool": func(_ context.Context, r *server.ToolRequest) (*mcp.CallToolResult, error) {
+			args, err := decode(r)
+			if err != nil {
+				return nil, err
+			}
+			return text("added"), srv.AddTool(mcp.Tool{Name: args.Name}, named)
+		},
+		"remove_tool": func(_ context.Context, r *server.ToolRequest) (*mcp.CallToolResult, error) {
+			args, err := decode(r)
+			if err != nil {
+				return nil, err
+			}
+			return text(fmt.Sprint(srv.RemoveTools(args.Name))), nil
+		},
+		"add_prompt": func(_ context.Context, r *server.ToolRequest) (*mcp.CallToolResult, error) {
+			args, err := decode(r)
+			if err != nil {
+				return nil, err
+			}
+			return text("added"), srv.AddPrompt(mcp.Prompt{Name: args.Name}, func(context.Context, *server.PromptRequest) (*mcp.GetPromptResult, error) {
+				return &mcp.GetPromptResult{Messages: []mcp.PromptMessage{{Role: "user", Content: mcp.TextContent("hello")}}}, nil
+			})
+		},
+		"set_resource": func(_ context.Context, r *server.ToolRequest) (*mcp.CallToolResult, error) {
+			args, err := decode(r)
+			if err != nil {
+				return nil, err
+			}
+			mu.Lock()
+			_, known := contents[args.URI]
+			contents[args.URI] = args.Text
+			uri := args.URI
+			mu.Unlock()
+			if !known {
+				if err := srv.AddResource(mcp.Resource{URI: uri}, read); err != nil {
+					return nil, err
+				}
+			}
+			srv.ResourceUpdated(uri)
+			return text("set"), nil
+		},
+		"shutdown": func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+			// Shutdown waits for the listens to end, which happens on other
+			// goroutines; answering does not wait for it.
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(ctx)
+			}()
+			return text("shutting down"), nil
+		},
+		"crash": func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+			os.Exit(3)
+			return nil, nil
+		},
+	}
+	schemas := map[string]string{
+		"add_tool": nameSchema, "remove_tool": nameSchema, "add_prompt": nameSchema,
+		"set_resource": `{"type":"object","properties":{"uri":{"type":"string"},"text":{"type":"string"}},"required":["uri","text"]}`,
+	}
+	for name, h := range control {
+		schema := schemas[name]
+		if schema == "" {
+			schema = `{"type":"object"}`
+		}
+		if err := srv.AddTool(mcp.Tool{Name: name, InputSchema: jsontext.Value(schema)}, h); err != nil {
+			return nil, err
+		}
+	}
+	return srv, nil
+}
