@@ -197,7 +197,7 @@ func TestCallsAndRequest(t *testing.T) {
 	}
 
 	var progress []float64
-	res, err = c.CallTool(ctx, "chatty", nil, WithProgress(func(p float64, total *float64, msg string) {
+	_, err = c.CallTool(ctx, "chatty", nil, WithProgress(func(p float64, total *float64, msg string) {
 		progress = append(progress, p)
 		if total == nil || *total != 2 || msg != "half" {
 			t.Errorf("progress total=%v msg=%q", total, msg)

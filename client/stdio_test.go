@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -36,11 +35,7 @@ func stdioServerPath(t testing.TB) string {
 		}
 		builtServer.dir = dir
 		path := filepath.Join(dir, "stdioserver")
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		out, err := exec.Command(goTool, "build", "-o", path, "./internal/stdioserver").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", path, "./internal/stdioserver").CombinedOutput()
 		if err != nil {
 			builtServer.err = errors.New("go build ./internal/stdioserver: " + err.Error() + "\n" + string(out))
 		} else {

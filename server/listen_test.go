@@ -220,7 +220,7 @@ func TestListenResourceUpdated(t *testing.T) {
 	h.srv.ResourceUpdated("mem://a")
 	l.rec.waitUntil(t, "update of mem://a", func(ns []notif) bool { return countMethod(ns, mcp.NotifyResourceUpdated) >= 1 })
 	h.srv.ResourceUpdated("mem://b")
-	ns := l.rec.waitUntil(t, "update of mem://b", func(ns []notif) bool {
+	l.rec.waitUntil(t, "update of mem://b", func(ns []notif) bool {
 		for _, n := range ns {
 			if n.Method == mcp.NotifyResourceUpdated && n.Params["uri"] == "mem://b" {
 				return true
@@ -228,7 +228,7 @@ func TestListenResourceUpdated(t *testing.T) {
 		}
 		return false
 	})
-	ns = l.stop(t)
+	ns := l.stop(t)
 	var uris []string
 	for _, n := range ns[1:] {
 		uris = append(uris, fmt.Sprint(n.Params["uri"]))
