@@ -170,6 +170,10 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
+// ServeHTTP answers one POST of the Streamable HTTP transport (and, for
+// 2025-11-25 sessions, their GET stream and DELETE). Checks run cheapest
+// and most hostile first: Host and Origin, method, content type, body size,
+// JSON syntax and depth, then the MCP headers against the body.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.hostAllowed(r) {
 		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Host not allowed", nil)
