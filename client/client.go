@@ -47,6 +47,7 @@ type config struct {
 	roots      RootsHandler
 	maxRounds  int
 	timeout    time.Duration
+	listenIdle time.Duration
 	cacheSize  int
 	serveStale bool
 	authCtx    string
@@ -88,6 +89,13 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 
 // WithCacheSize bounds the number of cached answers (default 1024).
 func WithCacheSize(n int) Option { return func(c *config) { c.cacheSize = n } }
+
+// WithListenIdleTimeout sets how long a listen stream may stay silent —
+// no notification and no keep-alive — before the client takes it for dead
+// and reconnects (default 60s, four missed keep-alives of a tidings
+// server; 0 disables). Without it a connection that died without a reset
+// would leave the client waiting, and stale, forever.
+func WithListenIdleTimeout(d time.Duration) Option { return func(c *config) { c.listenIdle = d } }
 
 // WithServeStale makes reads return the last known answer when a refresh
 // fails, instead of the error.
@@ -149,12 +157,13 @@ type Client struct {
 
 func newConfig(opts []Option) config {
 	cfg := config{
-		info:      mcp.Implementation{Name: "tidings", Version: "0.1.0"},
-		maxRounds: 8,
-		timeout:   60 * time.Second,
-		header:    http.Header{},
-		now:       time.Now,
-		maxMsg:    16 << 20,
+		info:       mcp.Implementation{Name: "tidings", Version: "0.1.0"},
+		maxRounds:  8,
+		timeout:    60 * time.Second,
+		listenIdle: 60 * time.Second,
+		header:     http.Header{},
+		now:        time.Now,
+		maxMsg:     16 << 20,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -361,6 +370,9 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 			return nil, err
 		}
 		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), name: o.name, params: o.params, token: token}
+		if o.noLimit {
+			req.idle = c.cfg.listenIdle
+		}
 		onMsg := func(m *jsonrpc.Message) {
 			switch m.Method {
 			case mcp.NotifyMessage:

@@ -56,6 +56,9 @@ type outbound struct {
 	session string
 	// sessionOut receives the Mcp-Session-Id the server answered with.
 	sessionOut string
+	// idle, for long-lived streams, cuts the stream when nothing at all
+	// (not even a keep-alive) arrives for that long.
+	idle time.Duration
 }
 
 type paramHeader struct{ name, value string }
@@ -91,6 +94,61 @@ type httpTransport struct {
 }
 
 func (t *httpTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
+	ctx, stop := watchIdle(ctx, r.idle)
+	defer stop()
+	m, err := t.post(ctx, r, onMsg)
+	if err != nil && errors.Is(context.Cause(ctx), errIdle) {
+		return nil, fmt.Errorf("%w (%s: nothing received for %s)", ErrDropped, r.method, r.idle)
+	}
+	return m, err
+}
+
+// errIdle is the cause of a stream cut for silence.
+var errIdle = errors.New("stream idle")
+
+// watchIdle derives a context that is cancelled with errIdle when nothing
+// arrives for idle (0: never); idleBody restarts the clock on every byte.
+func watchIdle(ctx context.Context, idle time.Duration) (context.Context, func()) {
+	if idle <= 0 {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	tm := time.AfterFunc(idle, func() { cancel(errIdle) })
+	ctx = context.WithValue(ctx, idleKey{}, &idleTimer{tm: tm, d: idle})
+	return ctx, func() {
+		tm.Stop()
+		cancel(nil)
+	}
+}
+
+type idleKey struct{}
+
+type idleTimer struct {
+	tm *time.Timer
+	d  time.Duration
+}
+
+// idleBody wraps a response body so that every byte received (events and
+// keep-alive comments alike) restarts the context's idle timer.
+func idleBody(ctx context.Context, body io.Reader) io.Reader {
+	it, _ := ctx.Value(idleKey{}).(*idleTimer)
+	if it == nil {
+		return body
+	}
+	return readFunc(func(p []byte) (int, error) {
+		n, err := body.Read(p)
+		if n > 0 {
+			it.tm.Reset(it.d)
+		}
+		return n, err
+	})
+}
+
+type readFunc func([]byte) (int, error)
+
+func (f readFunc) Read(p []byte) (int, error) { return f(p) }
+
+func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(r.body))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -115,7 +173,7 @@ func (t *httpTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch mt {
 	case "text/event-stream":
-		rd := sse.NewReader(resp.Body, t.maxMsg)
+		rd := sse.NewReader(idleBody(ctx, resp.Body), t.maxMsg)
 		for {
 			ev, err := rd.Next()
 			if err != nil {
@@ -204,6 +262,16 @@ func (t *httpTransport) send(ctx context.Context, r *outbound) error {
 
 // stream opens a legacy session's GET stream.
 func (t *httpTransport) stream(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
+	ctx, stop := watchIdle(ctx, r.idle)
+	defer stop()
+	err := t.get(ctx, r, onOpen, onMsg)
+	if err != nil && errors.Is(context.Cause(ctx), errIdle) {
+		return fmt.Errorf("%w (GET stream: nothing received for %s)", ErrDropped, r.idle)
+	}
+	return err
+}
+
+func (t *httpTransport) get(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
@@ -233,7 +301,7 @@ func (t *httpTransport) stream(ctx context.Context, r *outbound, onOpen func(), 
 		return &HTTPError{Status: resp.StatusCode, Body: "GET stream refused"}
 	}
 	onOpen()
-	rd := sse.NewReader(resp.Body, t.maxMsg)
+	rd := sse.NewReader(idleBody(ctx, resp.Body), t.maxMsg)
 	for {
 		ev, err := rd.Next()
 		if err != nil {

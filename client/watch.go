@@ -634,7 +634,7 @@ func (w *Watcher) legacyListen(ctx context.Context, want mcp.SubscriptionFilter,
 		}
 		w.notification(m)
 	}
-	err := c.t.stream(ctx, &outbound{legacy: true, session: ls.id, version: ls.version}, onOpen, onMsg)
+	err := c.t.stream(ctx, &outbound{legacy: true, session: ls.id, version: ls.version, idle: c.cfg.listenIdle}, onOpen, onMsg)
 	c.endLive()
 	if ctx.Err() != nil {
 		return false
