@@ -215,10 +215,18 @@ func NewHTTP(url string, opts ...Option) *Client {
 // NewCommand starts a stdio server as a subprocess and returns a client for
 // it. Close stops the process (closing its stdin, then SIGTERM, then
 // SIGKILL).
+//
+// A server that crashes is started again on the next request (in-flight
+// requests fail with ErrDropped, and a Watcher reconnects and reconciles),
+// unless it keeps dying right after starting: then requests fail with
+// ErrServerGone.
 func NewCommand(ctx context.Context, name string, args []string, opts ...Option) (*Client, error) {
 	cfg := newConfig(opts)
 	c := newClient(nil, cfg)
-	t, err := startStdio(ctx, name, args, cfg.env, cfg.stderr, c.otherMessage, cfg.maxMsg)
+	spawn := func() (*stdioTransport, error) {
+		return startStdio(ctx, name, args, cfg.env, cfg.stderr, c.otherMessage, cfg.maxMsg)
+	}
+	t, err := newCommandTransport(spawn, c.forgetEra)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,8 @@ type eraState struct {
 	mu     sync.Mutex
 	probed bool
 	legacy atomic.Pointer[legacySession]
+	// reprobe asks the next request to probe again (the server restarted).
+	reprobe atomic.Bool
 	// live is set while a Watcher holds the legacy notification stream: it
 	// holds the cache topics that stream announces changes of, and only
 	// answers of those topics, which carry no TTL, may be kept as fresh.
@@ -91,6 +93,10 @@ func (c *Client) ensureEra(ctx context.Context) error {
 	e := c.era
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.reprobe.Swap(false) {
+		e.probed = false
+		e.legacy.Store(nil)
+	}
 	if e.probed {
 		return nil
 	}
@@ -155,6 +161,12 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 	}
 	return ls, nil
 }
+
+// forgetEra makes the next request probe the server again: a restarted
+// server process may speak another era, and never has the old session.
+// It only raises a flag: it runs deep inside a request, possibly under
+// the probe's own lock.
+func (c *Client) forgetEra() { c.era.reprobe.Store(true) }
 
 // reinitialize replaces a session the server forgot.
 func (c *Client) reinitialize(ctx context.Context, old *legacySession) error {

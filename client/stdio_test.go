@@ -190,18 +190,20 @@ func TestStdioGracefulShutdown(t *testing.T) {
 	}
 }
 
-// TestStdioServerCrash: the subprocess dies mid-stream. The watcher
-// reports an abrupt drop, cached entries become unknown, calls fail with
-// ErrDropped/ErrClosed, and the watcher stops retrying a connection that
-// cannot come back.
+// TestStdioServerCrash covers STDIO-11: the subprocess dies mid-stream.
+// The watcher reports an abrupt drop and cached entries become unknown;
+// the next request starts the server again, and the watcher reconnects to
+// the new process and reconciles.
 func TestStdioServerCrash(t *testing.T) {
 	c := stdioClient(t)
-	w, log := watch(t, c, WatchOptions{Tools: true, PollInterval: waitTimeout, MinBackoff: 1e6, MaxBackoff: 2e6})
+	_, log := watch(t, c, WatchOptions{Tools: true, PollInterval: waitTimeout, MinBackoff: 1e6, MaxBackoff: 2e6})
 	log.waitFor(t, "connected", kindIs(Connected))
 	log.waitFor(t, "initial tools", kindIs(ToolsChanged))
 	if st := c.Freshness(mcp.MethodToolsList, "").State; st != Fresh {
 		t.Fatalf("freshness before the crash = %s", st)
 	}
+	control(t, c, "add_tool", map[string]any{"name": "added"})
+	log.waitFor(t, "the added tool", func(e Event) bool { return e.Kind == ToolsChanged && slices.Contains(e.Added, "added") })
 	_, err := c.CallTool(context.Background(), "crash", nil)
 	if !errors.Is(err, ErrDropped) {
 		t.Errorf("call that crashed the server: err = %v, want ErrDropped", err)
@@ -210,18 +212,35 @@ func TestStdioServerCrash(t *testing.T) {
 	if ev.Graceful || ev.Err == nil {
 		t.Errorf("Disconnected = %+v, want an abrupt drop with an error", ev)
 	}
-	if st := c.Freshness(mcp.MethodToolsList, "").State; st != Unknown {
-		t.Errorf("freshness after the crash = %s, want unknown", st)
+	// The new process starts from its seed tools: the tool added to the old
+	// one is gone, and the reconciling re-read reports exactly that.
+	log.waitFor(t, "reconnected", kindIs(Connected))
+	ev, _ = log.waitFor(t, "the reconciled list", kindIs(ToolsChanged))
+	if !slices.Equal(ev.Removed, []string{"added"}) || len(ev.Added) != 0 {
+		t.Errorf("after the restart: %+v, want only \"added\" removed", ev)
 	}
-	if _, err := c.CallTool(context.Background(), "seed1", nil); !errors.Is(err, ErrClosed) {
-		t.Errorf("call after the crash: err = %v, want ErrClosed", err)
+	if _, err := c.CallTool(context.Background(), "seed1", nil); err != nil {
+		t.Errorf("call after the restart: %v", err)
 	}
-	// The pipe cannot come back: the watcher settles down instead of
-	// retrying forever.
-	waitUntil(t, "watcher to settle", func() bool { return w.State() == Down && w.Stats().Reconnects >= 1 })
+}
+
+// TestStdioServerCrashLoop: a server that dies right after every start is
+// not started forever; requests then fail with ErrServerGone, and a
+// watcher settles down instead of retrying.
+func TestStdioServerCrashLoop(t *testing.T) {
+	c := stdioClient(t, "-die-after", "1")
+	w, _ := watch(t, c, WatchOptions{Tools: true, PollInterval: waitTimeout, MinBackoff: 1e6, MaxBackoff: 2e6})
+	waitUntil(t, "watcher to give up", func() bool {
+		_, err := c.Tools(context.Background())
+		return errors.Is(err, ErrServerGone) && w.State() == Down
+	})
+	if _, err := c.CallTool(context.Background(), "seed1", nil); !errors.Is(err, ErrServerGone) || !errors.Is(err, ErrClosed) {
+		t.Errorf("call to a crash-looping server: err = %v, want ErrServerGone", err)
+	}
+	r := w.Stats().Reconnects
 	observe(t, 100*time.Millisecond, func(time.Duration) {
-		if r := w.Stats().Reconnects; r > 1 {
-			t.Fatalf("watcher reconnected %d times to a dead pipe, want it to stop after the first failed attempt", r)
+		if now := w.Stats().Reconnects; now > r+1 {
+			t.Fatalf("watcher kept reconnecting (%d → %d) to a server that is gone", r, now)
 		}
 	})
 }

@@ -288,6 +288,10 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			}
 			w.state.Store(int32(Down))
 			w.emit(ctx, Event{Kind: Disconnected, Err: err})
+			if errors.Is(err, ErrClosed) {
+				<-ctx.Done() // closed, or a server that cannot come back
+				return
+			}
 			if !sleepCtx(ctx, bo.next()) {
 				return
 			}
@@ -656,5 +660,9 @@ func (w *Watcher) legacyListen(ctx context.Context, want mcp.SubscriptionFilter,
 	w.state.Store(int32(Down))
 	w.c.cache.markUnknown(w.covers)
 	w.emit(ctx, Event{Kind: Disconnected, Err: err})
+	if errors.Is(err, ErrClosed) {
+		<-ctx.Done() // closed, or a server that cannot come back
+		return false
+	}
 	return sleepCtx(ctx, bo.next())
 }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -38,7 +39,12 @@ import (
 func main() {
 	page := flag.Int("page", 2, "list page size")
 	seed := flag.Int("seed", 3, "number of seed tools")
+	dieAt := flag.Int("die-after", -1, "exit with status 3 after reading this many bytes of input (a crashing server)")
 	flag.Parse()
+	if *dieAt >= 0 {
+		_, _ = io.CopyN(io.Discard, os.Stdin, int64(*dieAt))
+		os.Exit(3)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	srv, err := newServer(*page, *seed, log)
 	if err != nil {

@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"tidings/jsonrpc"
+)
+
+// ErrServerGone reports a spawned server that keeps dying right after it
+// starts; the client stops starting it again.
+var ErrServerGone = fmt.Errorf("%w: the server process keeps exiting", ErrClosed)
+
+// Crash-loop guard: a process that dies within quickDeath of its start
+// this many times in a row is not started again.
+const (
+	quickDeath    = 2 * time.Second
+	maxQuickDeath = 3
+)
+
+// commandTransport runs a stdio server and, when it dies, starts it again
+// on the next request: a crashed server costs the requests that were in
+// flight, not the client. A new process knows nothing of the old one, so
+// the client probes its era again and watchers re-listen (they see the
+// death as a drop and reconcile).
+type commandTransport struct {
+	spawn     func() (*stdioTransport, error)
+	onRestart func()
+
+	mu      sync.Mutex
+	cur     *stdioTransport
+	started time.Time
+	quick   int
+	closed  bool
+	gone    bool
+}
+
+func newCommandTransport(spawn func() (*stdioTransport, error), onRestart func()) (*commandTransport, error) {
+	t, err := spawn()
+	if err != nil {
+		return nil, err
+	}
+	return &commandTransport{spawn: spawn, onRestart: onRestart, cur: t, started: time.Now()}, nil
+}
+
+// current returns the live process, starting a new one if it died.
+func (t *commandTransport) current() (*stdioTransport, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	if t.gone {
+		return nil, ErrServerGone
+	}
+	select {
+	case <-t.cur.done:
+	default:
+		return t.cur, nil
+	}
+	_ = t.cur.close() // reap the dead process
+	if time.Since(t.started) < quickDeath {
+		t.quick++
+	} else {
+		t.quick = 1
+	}
+	if t.quick >= maxQuickDeath {
+		t.gone = true
+		return nil, ErrServerGone
+	}
+	nt, err := t.spawn()
+	if err != nil {
+		return nil, err
+	}
+	t.cur, t.started = nt, time.Now()
+	t.onRestart()
+	return nt, nil
+}
+
+func (t *commandTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
+	cur, err := t.current()
+	if err != nil {
+		return nil, err
+	}
+	m, err := cur.roundTrip(ctx, r, onMsg)
+	if errors.Is(err, ErrClosed) && !t.isClosed() {
+		// The process died between current() and the write.
+		return nil, fmt.Errorf("%w (%s: server exited)", ErrDropped, r.method)
+	}
+	return m, err
+}
+
+func (t *commandTransport) send(ctx context.Context, r *outbound) error {
+	cur, err := t.current()
+	if err != nil {
+		return err
+	}
+	return cur.send(ctx, r)
+}
+
+func (t *commandTransport) stream(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
+	cur, err := t.current()
+	if err != nil {
+		return err
+	}
+	return cur.stream(ctx, r, onOpen, onMsg)
+}
+
+func (t *commandTransport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+func (t *commandTransport) close() error {
+	t.mu.Lock()
+	t.closed = true
+	cur := t.cur
+	t.mu.Unlock()
+	return cur.close()
+}
