@@ -41,7 +41,8 @@ that is healed after every drop.
 
 The server is either a Streamable HTTP endpoint given as the argument, or a
 stdio server spawned from the command after "--" (its stderr goes to
-stderr; it is stopped when watch ends, and watch ends when it exits):
+stderr; it is stopped when watch ends, started again if it crashes, and
+watch ends if it keeps exiting right after it starts):
 
   tidings watch http://127.0.0.1:8080/mcp
   tidings watch --resource file:///tmp/notes.txt -- tidings serve --dir /tmp --stdio
@@ -91,8 +92,8 @@ reported as additions. SIGINT or SIGTERM end the watch.`,
 	return cmd
 }
 
-// errServerExited ends a watch whose spawned server is gone: there is
-// nothing left to reconnect to.
+// errServerExited ends a watch whose spawned server keeps exiting right
+// after it starts: there is nothing left to reconnect to.
 var errServerExited = errors.New("the server process exited")
 
 // runWatch follows the server until ctx ends, a spawned server exits, or
@@ -113,8 +114,9 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 	writeErr := make(chan error, 1)
 
 	onEvent := func(e client.Event) {
-		// A spawned server that has exited refuses every request at once
-		// with ErrClosed (a drop alone may be a crash mid-response).
+		// A spawned server that crashed is started again; one that keeps
+		// exiting at once is given up, and then every request fails with
+		// ErrClosed.
 		if t.command != nil && e.Kind == client.Disconnected && errors.Is(e.Err, client.ErrClosed) {
 			goneOnce.Do(func() { close(gone) })
 		}
