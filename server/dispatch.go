@@ -418,13 +418,20 @@ func listPage[T any](s *Server, r *registry[T], l List, field string, c *Call, r
 		after, hasAfter = string(key), true
 	}
 	// The cached first page is the anonymous one: its nextCursor is bound
-	// to the empty principal, so other principals must not be served it.
-	if !hasAfter && req.Principal == "" {
+	// to the empty principal, so other principals must not be served it;
+	// nor may anyone when lists depend on who asks.
+	cacheable := !hasAfter && req.Principal == "" && s.cfg.visible == nil
+	if cacheable {
 		if cached := snap.firstPage[boolIndex(req.legacy)].Load(); cached != nil {
 			return s.okReply(req.ID, *cached)
 		}
 	}
-	items, more := snap.page(after, hasAfter, s.cfg.pageSize)
+	var keep func(string) bool
+	if s.cfg.visible != nil {
+		keep = func(key string) bool { return s.cfg.visible(req.Principal, l, key) }
+		p.Scope = mcp.ScopePrivate
+	}
+	items, more := snap.page(after, hasAfter, s.cfg.pageSize, keep)
 	size := 64 + len(s.infoJSON)
 	for _, e := range items {
 		size += len(e.json) + 1
@@ -446,10 +453,15 @@ func listPage[T any](s *Server, r *registry[T], l List, field string, c *Call, r
 		b = append(b, ',')
 	}
 	b = s.resultTail(b, &p, req.legacy)
-	if !hasAfter && req.Principal == "" {
+	if cacheable {
 		snap.firstPage[boolIndex(req.legacy)].Store(&b)
 	}
 	return s.okReply(req.ID, b)
+}
+
+// sees reports whether the caller may see the item keyed key of list l.
+func (s *Server) sees(req *Request, l List, key string) bool {
+	return s.cfg.visible == nil || s.cfg.visible(req.Principal, l, key)
 }
 
 // ---- MRTR helpers ----
@@ -583,7 +595,7 @@ func (s *Server) callTool(ctx context.Context, c *Call, req *Request) Reply {
 	}
 	name := *c.p.Name
 	e, ok := s.tools.load().get(name)
-	if !ok {
+	if !ok || !s.sees(req, ListTools, name) {
 		return s.errorReply(req.ID, jsonrpc.CodeInvalidParams, "Unknown tool: "+strconv.Quote(name), nil)
 	}
 	if r := s.openState(c, req, name); r != nil {
@@ -652,7 +664,7 @@ func (s *Server) getPrompt(ctx context.Context, c *Call, req *Request) Reply {
 	}
 	name := *c.p.Name
 	e, ok := s.prompts.load().get(name)
-	if !ok {
+	if !ok || !s.sees(req, ListPrompts, name) {
 		return s.errorReply(req.ID, jsonrpc.CodeInvalidParams, "Unknown prompt: "+strconv.Quote(name), nil)
 	}
 	var args map[string]string
@@ -699,10 +711,13 @@ func (s *Server) readResource(ctx context.Context, c *Call, req *Request) Reply 
 	rreq := &ResourceRequest{Request: *req, URI: uri}
 	var h ResourceHandler
 	var opts resourceOpts
-	if e, ok := s.resources.load().get(uri); ok {
+	if e, ok := s.resources.load().get(uri); ok && s.sees(req, ListResources, uri) {
 		h, opts = e.val.handler, e.val.opts
-	} else {
+	} else if !ok {
 		for _, e := range s.templates.load().items {
+			if !s.sees(req, ListTemplates, e.key) {
+				continue
+			}
 			vals := e.val.tmpl.Match(uri)
 			if vals == nil {
 				continue
@@ -745,6 +760,8 @@ func (s *Server) readResource(ctx context.Context, c *Call, req *Request) Reply 
 	}
 	if rreq.policy != nil {
 		p = *rreq.policy
+	} else if opts.policy == nil && s.cfg.visible != nil {
+		p.Scope = mcp.ScopePrivate // what a read shows depends on who asks
 	}
 	b, err := s.encodeResult(req, res, res.Meta, &p, mcp.ResultComplete)
 	if err != nil {
@@ -761,7 +778,7 @@ func (s *Server) completeCall(ctx context.Context, c *Call, req *Request) Reply 
 	}
 	switch c.p.Ref.Type {
 	case "ref/prompt":
-		if _, ok := s.prompts.load().get(c.p.Ref.Name); !ok {
+		if _, ok := s.prompts.load().get(c.p.Ref.Name); !ok || !s.sees(req, ListPrompts, c.p.Ref.Name) {
 			return s.errorReply(req.ID, jsonrpc.CodeInvalidParams, "Unknown prompt: "+strconv.Quote(c.p.Ref.Name), nil)
 		}
 	case "ref/resource":

@@ -128,7 +128,10 @@ func (s *snapshot[T]) get(key string) (*entry[T], bool) {
 // page returns up to size entries whose key sorts after `after` and
 // whether more follow. Keyset paging means an item that exists for the
 // whole walk is never skipped, whatever else is added or removed.
-func (s *snapshot[T]) page(after string, hasAfter bool, size int) ([]*entry[T], bool) {
+//
+// keep, when not nil, hides the entries it refuses (items the caller may
+// not see); the page then holds up to size visible entries.
+func (s *snapshot[T]) page(after string, hasAfter bool, size int, keep func(key string) bool) ([]*entry[T], bool) {
 	start := 0
 	if hasAfter {
 		start, _ = slices.BinarySearchFunc(s.items, after, func(e *entry[T], k string) int {
@@ -138,6 +141,19 @@ func (s *snapshot[T]) page(after string, hasAfter bool, size int) ([]*entry[T], 
 			start++
 		}
 	}
-	end := min(start+size, len(s.items))
-	return s.items[start:end], end < len(s.items)
+	if keep == nil {
+		end := min(start+size, len(s.items))
+		return s.items[start:end], end < len(s.items)
+	}
+	var out []*entry[T]
+	for i := start; i < len(s.items); i++ {
+		if !keep(s.items[i].key) {
+			continue
+		}
+		if len(out) == size {
+			return out, true
+		}
+		out = append(out, s.items[i])
+	}
+	return out, false
 }

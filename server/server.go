@@ -92,6 +92,7 @@ type config struct {
 	capabilities capsOverride
 	maxSessions  int
 	sessionIdle  time.Duration
+	visible      func(principal string, l List, key string) bool
 }
 
 type capsOverride struct {
@@ -144,6 +145,18 @@ func WithRequestStateTTL(d time.Duration) Option { return func(c *config) { c.st
 
 // WithoutServerInfo stops the server from putting serverInfo in result _meta.
 func WithoutServerInfo() Option { return func(c *config) { c.noServerInfo = true } }
+
+// WithVisibility makes what a caller sees depend on who the caller is:
+// visible reports whether principal (see streamhttp.WithPrincipal) may see
+// the item keyed key — a tool or prompt name, a resource URI, a URI
+// template — of list l. Hidden items are left out of lists and answer as
+// unknown when called or read. Lists then carry cacheScope "private", so
+// no cache ever serves one caller's list to another. Access control
+// itself belongs here, never in cache scopes: a public answer may be
+// reused under any token.
+func WithVisibility(visible func(principal string, l List, key string) bool) Option {
+	return func(c *config) { c.visible = visible }
+}
 
 // WithClock replaces time.Now, for tests of expiry.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
