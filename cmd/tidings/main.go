@@ -16,6 +16,11 @@
 //
 // call sends one request (discover, a whole list, a tool call, a read or
 // a prompt) and prints the answer as JSON.
+//
+//	tidings bench fanout [--listeners N] [--changes C] [--stalled K] [--json]
+//
+// bench fanout measures how fast a change reaches many listens over
+// loopback HTTP, and at what memory cost, against a naive broadcaster.
 package main
 
 import (
@@ -46,7 +51,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage: true,
 		Version:      version(),
 	}
-	root.AddCommand(newServeCmd(), newWatchCmd(), newCallCmd())
+	root.AddCommand(newServeCmd(), newWatchCmd(), newCallCmd(), newBenchCmd())
 	return root
 }
 

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/spf13/cobra"
+
+	"tidings/internal/loadtest"
+)
+
+// listenerProcessCmd is the hidden subcommand the fan-out harness runs as
+// its child process.
+const listenerProcessCmd = "fanout-listeners"
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the server on this machine",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newBenchFanoutCmd(), newBenchListenersCmd())
+	return cmd
+}
+
+func newBenchFanoutCmd() *cobra.Command {
+	var cfg loadtest.Config
+	var asJSON, inProcess, quiet bool
+	cmd := &cobra.Command{
+		Use:   "fanout [--listeners N] [--changes C] [--stalled K] [--json]",
+		Short: "Measure how fast a change reaches many listens, against a naive broadcaster",
+		Long: `Measure change fan-out over real HTTP on loopback.
+
+The server (streamhttp on an in-process http.Server on 127.0.0.1) gets N
+subscriptions/listen streams for tools list changes, each a POST on its own
+TCP connection read as SSE. Once every ack has arrived, C changes are made
+one at a time (a tool added, then removed, ...); for each, the time from
+the change until each listen received its notification is recorded, and
+the next change waits until the last listen has it.
+
+The same listens and changes are then run against a naive broadcaster in
+this process: a plain net/http SSE handler whose single publisher writes
+each notification to every stream in turn, flushing each. The report gives
+the per-listen latency (p50, p99) and the time until all had the change,
+each the median over the changes, and memory and goroutines per listen
+(after a GC; kernel socket buffers not included), with the ratios of the
+two servers.
+
+With --stalled K, both servers are measured again with K of the N listens
+stalled: after their ack they are never read again, with the smallest
+socket buffers on both ends and a request id so long that a single
+notification cannot fit in them, so that the server's write to them blocks
+from the first change on. A change that takes longer than --timeout ends
+its measurement, which is reported as timed out; the naive broadcaster is
+expected to.
+
+By default the listens are read by a child process (this binary), so the
+server's memory is measured on its own and each process needs one file
+descriptor per listen; --in-process reads them in the server's process.
+The open file limit is raised as far as allowed. Progress goes to stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Zero would mean "the default" to the harness.
+			if cfg.Listeners < 1 || cfg.Changes < 1 || cfg.Timeout <= 0 || cfg.WriteTimeout <= 0 || cfg.OpenTimeout <= 0 {
+				return fmt.Errorf("--listeners, --changes and the timeouts must be positive")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if !inProcess {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("finding this binary for the listener process: %w", err)
+				}
+				cfg.ListenerProcess = func(ctx context.Context) *exec.Cmd {
+					return exec.CommandContext(ctx, exe, "bench", listenerProcessCmd)
+				}
+			}
+			if !quiet {
+				cfg.Log = cmd.ErrOrStderr()
+			}
+			rep, err := loadtest.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := json.MarshalWrite(out, rep, jsontext.WithIndent("  ")); err != nil {
+					return err
+				}
+				if _, err := fmt.Fprintln(out); err != nil {
+					return err
+				}
+			} else if err := rep.WriteTable(out); err != nil {
+				return err
+			}
+			// The project's server must reach every healthy listen with
+			// every change, stalled listens or not.
+			for _, r := range rep.Runs {
+				if r.Server == loadtest.ServerTidings && (r.TimedOut || r.Unexpected > 0) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "tidings: %s with %d stalled listens timed out or sent unexpected messages\n", r.Server, r.Stalled)
+					return &exitError{code: 1}
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Listeners, "listeners", 2000, fmt.Sprintf("listens open during each measurement (at most %d)", loadtest.MaxListeners))
+	f.IntVar(&cfg.Changes, "changes", 20, fmt.Sprintf("tools list changes per measurement (at most %d)", loadtest.MaxChanges))
+	f.IntVar(&cfg.Stalled, "stalled", 0, "also measure with this many of the listens never read after their ack")
+	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "how long one change may take to reach every healthy listen")
+	f.DurationVar(&cfg.WriteTimeout, "write-timeout", 10*time.Second, "the server's write timeout, after which it cuts a listen that does not read")
+	f.DurationVar(&cfg.OpenTimeout, "open-timeout", 2*time.Minute, "how long opening the listens of one measurement may take")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVar(&inProcess, "in-process", false, "read the listens in the server's process (needs two file descriptors per listen; memory covers both sides)")
+	f.BoolVar(&quiet, "quiet", false, "do not report progress on stderr")
+	return cmd
+}
+
+// newBenchListenersCmd is the child process of bench fanout: it opens
+// and reads listens as the parent asks on stdin, answering on stdout.
+func newBenchListenersCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    listenerProcessCmd,
+		Short:  "The listener process of bench fanout (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Ctrl-C reaches the whole process group: the parent ends
+			// this process by closing stdin once it has cleaned up.
+			signal.Ignore(os.Interrupt)
+			return loadtest.ServeListeners(cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+}

@@ -1,0 +1,461 @@
+// Package loadtest measures how fast and at what memory cost a change
+// reaches many open subscriptions/listen streams over real HTTP on
+// loopback, for the project's server and for a naive sequential
+// broadcaster run in the same process, under the same load, as a
+// yardstick.
+//
+// A run opens the listens (each its own TCP connection, reading SSE),
+// makes a number of tools list changes one at a time, and records when
+// each healthy listen received each change. Optionally some listens stop
+// reading after their ack, to show what a stalled client costs the
+// others. Everything is bounded: listens, changes, and the time each
+// change may take.
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Limits on a run's size.
+const (
+	MaxListeners = 20000
+	MaxChanges   = 1000
+	// fdSlack is the file descriptors a process needs besides its
+	// listens' sockets.
+	fdSlack = 64
+)
+
+// Config describes a run. The zero value of a field takes its default.
+type Config struct {
+	// Listeners is how many listens are open during each measurement
+	// (default 2000, at most MaxListeners).
+	Listeners int
+	// Changes is how many tools list changes each measurement makes, one
+	// at a time (default 20, at most MaxChanges).
+	Changes int
+	// Stalled, when positive, adds measurements in which that many of the
+	// listens stop reading right after their ack.
+	Stalled int
+	// Timeout bounds how long one change may take to reach every healthy
+	// listen (default 10s). A change that takes longer ends its
+	// measurement, which is reported as timed out.
+	Timeout time.Duration
+	// WriteTimeout is the project's server's write timeout (default 10s,
+	// as streamhttp's): how long a listen that does not read may block
+	// its writer before it is cut.
+	WriteTimeout time.Duration
+	// OpenTimeout bounds opening the listens of one measurement and
+	// reading every ack (default 2 minutes).
+	OpenTimeout time.Duration
+	// ListenerProcess, when not nil, returns the command of a child
+	// process that reads the listens (one that runs ServeListeners on its
+	// stdin and stdout). The server's memory is then measured alone, and
+	// each process needs one file descriptor per listen instead of two.
+	// When nil, the listens are read in this process.
+	ListenerProcess func(ctx context.Context) *exec.Cmd
+	// Log, when not nil, receives progress lines and the listener
+	// process's stderr.
+	Log io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	if c.Listeners == 0 {
+		c.Listeners = 2000
+	}
+	if c.Changes == 0 {
+		c.Changes = 20
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.OpenTimeout == 0 {
+		c.OpenTimeout = 2 * time.Minute
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Listeners < 1 || c.Listeners > MaxListeners:
+		return fmt.Errorf("listeners must be between 1 and %d, not %d", MaxListeners, c.Listeners)
+	case c.Changes < 1 || c.Changes > MaxChanges:
+		return fmt.Errorf("changes must be between 1 and %d, not %d", MaxChanges, c.Changes)
+	case c.Stalled < 0 || c.Stalled >= c.Listeners:
+		return fmt.Errorf("stalled must be at least 0 and below the number of listeners (%d), not %d", c.Listeners, c.Stalled)
+	case c.Timeout < 0 || c.WriteTimeout < 0 || c.OpenTimeout < 0:
+		return errors.New("timeouts must be positive")
+	}
+	return nil
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Listeners    int     `json:"listeners"`
+	Changes      int     `json:"changes"`
+	Stalled      int     `json:"stalled"`
+	TimeoutMs    float64 `json:"timeoutMs"`
+	WriteTimeout float64 `json:"writeTimeoutMs"`
+	// ListenerProcess is true when a child process read the listens.
+	ListenerProcess bool   `json:"listenerProcess"`
+	GoVersion       string `json:"goVersion"`
+	GOOS            string `json:"goos"`
+	GOARCH          string `json:"goarch"`
+	NumCPU          int    `json:"numCPU"`
+	GOMAXPROCS      int    `json:"gomaxprocs"`
+	// Runs holds, in order: tidings and naive without stalled listens,
+	// then (with Stalled set) tidings and naive with them.
+	Runs   []Measurement `json:"runs"`
+	Ratios Ratios        `json:"ratios"`
+}
+
+// Measurement is one measurement: one server, its listens, its changes.
+type Measurement struct {
+	Server  string `json:"server"`
+	Stalled int    `json:"stalled"`
+	// Healthy is the number of listens that keep reading.
+	Healthy int `json:"healthy"`
+	// OpenMs is how long opening every listen and reading every ack took
+	// (with, in runs that measure memory, the listener side's garbage
+	// collections around it).
+	OpenMs float64 `json:"openMs"`
+	// Changes holds one entry per change made; a run that timed out stops
+	// after the change that did.
+	Changes []Change `json:"changes"`
+	// Completed counts the changes that reached every healthy listen
+	// within the timeout.
+	Completed int  `json:"completed"`
+	TimedOut  bool `json:"timedOut"`
+	// Median holds, for the completed changes, the median of each
+	// per-change figure; nil when none completed.
+	Median *Latency `json:"median,omitempty"`
+	// WorstAllDeliveredMs is the slowest completed change.
+	WorstAllDeliveredMs float64 `json:"worstAllDeliveredMs"`
+	// Unexpected counts messages a healthy listen got that it did not ask
+	// for or that carried another listen's id; it must be 0.
+	Unexpected int64 `json:"unexpected"`
+	// Memory is measured in runs without stalled listens only.
+	Memory *Memory `json:"memory,omitempty"`
+}
+
+// Latency is the time from a change until healthy listens received it.
+type Latency struct {
+	P50Ms float64 `json:"p50Ms"`
+	P99Ms float64 `json:"p99Ms"`
+	MaxMs float64 `json:"maxMs"`
+	// AllDeliveredMs is the time until the last healthy listen had the
+	// change: the same as MaxMs, and absent for a change that timed out.
+	AllDeliveredMs float64 `json:"allDeliveredMs,omitzero"`
+}
+
+// Change is the outcome of one change.
+type Change struct {
+	Index int    `json:"index"`
+	Op    string `json:"op"` // "add" or "remove" of a tool
+	// Delivered counts the healthy listens that received the change
+	// within the timeout.
+	Delivered int  `json:"delivered"`
+	TimedOut  bool `json:"timedOut"`
+	Latency
+}
+
+// Memory is what one listen costs. Server covers the server's process;
+// Listeners covers the reading side when it ran in a child process. When
+// the listens were read in the server's own process, Server covers both
+// and Listeners is nil.
+type Memory struct {
+	Covers    string     `json:"covers"`
+	Server    Footprint  `json:"server"`
+	Listeners *Footprint `json:"listeners,omitempty"`
+}
+
+// Ratios compare the project's server with the naive one (tidings
+// divided by naive, below 1 is better). A ratio is absent when either
+// side has nothing to compare, for example because it timed out.
+type Ratios struct {
+	AllDelivered float64 `json:"allDelivered,omitzero"`
+	P99          float64 `json:"p99,omitzero"`
+	// HeapPerListen compares heap in use per listen; HeapCovers says
+	// whether that is the server alone or server and listens together.
+	HeapPerListen float64 `json:"heapPerListen,omitzero"`
+	HeapCovers    string  `json:"heapCovers,omitempty"`
+	// AllDeliveredStalled compares the runs with stalled listens.
+	AllDeliveredStalled float64 `json:"allDeliveredStalled,omitzero"`
+	// StallCost is each server's all-delivered time with stalled listens
+	// divided by its time without them.
+	StallCostTidings float64 `json:"stallCostTidings,omitzero"`
+	StallCostNaive   float64 `json:"stallCostNaive,omitzero"`
+}
+
+// Run carries out the measurements cfg describes. It stops by itself, or
+// early when ctx ends.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	need := 2*cfg.Listeners + fdSlack
+	if cfg.ListenerProcess != nil {
+		need = cfg.Listeners + fdSlack
+	}
+	if err := raiseOpenFiles(uint64(need)); err != nil {
+		if cfg.ListenerProcess == nil {
+			return nil, fmt.Errorf("%d listens read in the server's own process need two sockets each (a listener process needs half as many): %w", cfg.Listeners, err)
+		}
+		return nil, err
+	}
+	if cfg.Log != nil {
+		// Progress lines and the listener process's stderr interleave.
+		cfg.Log = &lockedWriter{w: cfg.Log}
+	}
+	logf := func(format string, args ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, format+"\n", args...)
+		}
+	}
+
+	var side listenerSide = &localSide{}
+	if cfg.ListenerProcess != nil {
+		cs, err := startChild(cfg.ListenerProcess(ctx), cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		side = cs
+	}
+	rep := &Report{
+		Listeners: cfg.Listeners, Changes: cfg.Changes, Stalled: cfg.Stalled,
+		TimeoutMs: ms(cfg.Timeout), WriteTimeout: ms(cfg.WriteTimeout),
+		ListenerProcess: cfg.ListenerProcess != nil,
+		GoVersion:       runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
+		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+	}
+	type plan struct {
+		server  string
+		stalled int
+	}
+	plans := []plan{{ServerTidings, 0}, {ServerNaive, 0}}
+	if cfg.Stalled > 0 {
+		plans = append(plans, plan{ServerTidings, cfg.Stalled}, plan{ServerNaive, cfg.Stalled})
+	}
+	var err error
+	for i, p := range plans {
+		logf("%s: opening %d listens (%d stalled)", p.server, cfg.Listeners, p.stalled)
+		var r *Measurement
+		r, err = measure(ctx, cfg, side, i+1, p.server, p.stalled)
+		if err != nil {
+			err = fmt.Errorf("%s with %d stalled listens: %w", p.server, p.stalled, err)
+			break
+		}
+		logf("%s: %d of %d changes reached all %d healthy listens", p.server, r.Completed, cfg.Changes, r.Healthy)
+		rep.Runs = append(rep.Runs, *r)
+	}
+	if serr := side.stop(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep.Ratios = ratios(rep.Runs)
+	return rep, nil
+}
+
+// measure runs one server with its listens and changes.
+func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name string, stalled int) (_ *Measurement, err error) {
+	var tgt target
+	if name == ServerTidings {
+		tgt, err = startTidings(cfg.WriteTimeout)
+	} else {
+		tgt, err = startNaive()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting the server: %w", err)
+	}
+	defer func() {
+		// Bounded even when ctx has ended: the listens are closed by now.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		err = errors.Join(err, tgt.close(cctx))
+	}()
+	addr, stalledAddr := tgt.addrs()
+	spec := openSpec{
+		Run: seq, Addr: addr, StalledAddr: stalledAddr,
+		Listeners: cfg.Listeners, Stalled: stalled, Changes: cfg.Changes,
+		OpenTimeoutMs: cfg.OpenTimeout.Milliseconds(),
+	}
+	measureMem := stalled == 0
+	child := cfg.ListenerProcess != nil
+
+	// A child gets a little longer than its own open timeout, so that it
+	// reports why opening failed.
+	octx, cancel := context.WithTimeout(ctx, cfg.OpenTimeout+5*time.Second)
+	defer cancel()
+	var before memSnap
+	if measureMem && child {
+		before = snapshot()
+	}
+	start := time.Now()
+	fp, err := side.open(octx, spec, measureMem)
+	openTime := time.Since(start)
+	if err != nil {
+		return nil, fmt.Errorf("opening the listens: %w", err)
+	}
+	run := &Measurement{Server: name, Stalled: stalled, Healthy: cfg.Listeners - stalled, OpenMs: ms(openTime)}
+	if measureMem {
+		if child {
+			srv := footprint(before, snapshot(), cfg.Listeners)
+			run.Memory = &Memory{Covers: "server; listens in a child process", Server: srv, Listeners: fp}
+		} else if fp != nil {
+			run.Memory = &Memory{Covers: "server and listens in one process", Server: *fp}
+		}
+	}
+
+	sent := make([]int64, 0, cfg.Changes)
+	changeErr := func() error {
+		for c := range cfg.Changes {
+			if err := side.arm(ctx, c); err != nil {
+				return err
+			}
+			t0 := time.Now()
+			sent = append(sent, t0.UnixNano())
+			if err := tgt.change(ctx, c); err != nil {
+				return fmt.Errorf("change %d: %w", c, err)
+			}
+			ok, err := side.wait(ctx, c, t0.Add(cfg.Timeout))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				run.TimedOut = true
+				return nil
+			}
+		}
+		return nil
+	}()
+	recv, bad, err := side.close(ctx)
+	if err = errors.Join(changeErr, err); err != nil {
+		return nil, err
+	}
+	run.Unexpected = bad
+	summarize(run, sent, recv, cfg.Timeout)
+	return run, nil
+}
+
+// summarize fills the latency figures of run from when each change was
+// made (sent, Unix ns) and when each healthy listen received it.
+func summarize(run *Measurement, sent []int64, recv [][]int64, timeout time.Duration) {
+	var p50s, p99s, maxes []float64
+	for c, t0 := range sent {
+		lat := make([]time.Duration, 0, len(recv[c]))
+		for _, t := range recv[c] {
+			if d := time.Duration(t - t0); t != 0 && d <= timeout {
+				lat = append(lat, d)
+			}
+		}
+		slices.Sort(lat)
+		ch := Change{Index: c, Op: "add", Delivered: len(lat)}
+		if c%2 == 1 {
+			ch.Op = "remove"
+		}
+		if len(lat) > 0 {
+			ch.P50Ms = ms(percentile(lat, 50))
+			ch.P99Ms = ms(percentile(lat, 99))
+			ch.MaxMs = ms(lat[len(lat)-1])
+		}
+		if len(lat) == run.Healthy {
+			ch.AllDeliveredMs = ch.MaxMs
+			run.Completed++
+			p50s = append(p50s, ch.P50Ms)
+			p99s = append(p99s, ch.P99Ms)
+			maxes = append(maxes, ch.MaxMs)
+			run.WorstAllDeliveredMs = max(run.WorstAllDeliveredMs, ch.MaxMs)
+		} else {
+			ch.TimedOut = true
+		}
+		run.Changes = append(run.Changes, ch)
+	}
+	if len(maxes) > 0 {
+		m := median(maxes)
+		run.Median = &Latency{P50Ms: median(p50s), P99Ms: median(p99s), MaxMs: m, AllDeliveredMs: m}
+	}
+}
+
+// percentile is the nearest-rank percentile p of sorted values.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100
+	return sorted[max(i, 1)-1]
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// find returns the run of server with the given number of stalled
+// listens, if it was made.
+func find(runs []Measurement, server string, stalled bool) *Measurement {
+	for i := range runs {
+		if runs[i].Server == server && (runs[i].Stalled > 0) == stalled {
+			return &runs[i]
+		}
+	}
+	return nil
+}
+
+func ratios(runs []Measurement) Ratios {
+	var r Ratios
+	div := func(a, b float64) float64 {
+		if b <= 0 || a <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	complete := func(run *Measurement) bool { return run != nil && !run.TimedOut && run.Median != nil }
+	t, n := find(runs, ServerTidings, false), find(runs, ServerNaive, false)
+	if complete(t) && complete(n) {
+		r.AllDelivered = div(t.Median.AllDeliveredMs, n.Median.AllDeliveredMs)
+		r.P99 = div(t.Median.P99Ms, n.Median.P99Ms)
+	}
+	if t != nil && n != nil && t.Memory != nil && n.Memory != nil {
+		r.HeapPerListen = div(t.Memory.Server.HeapInuse, n.Memory.Server.HeapInuse)
+		r.HeapCovers = t.Memory.Covers
+	}
+	ts, ns := find(runs, ServerTidings, true), find(runs, ServerNaive, true)
+	if complete(ts) && complete(ns) {
+		r.AllDeliveredStalled = div(ts.Median.AllDeliveredMs, ns.Median.AllDeliveredMs)
+	}
+	if complete(ts) && complete(t) {
+		r.StallCostTidings = div(ts.Median.AllDeliveredMs, t.Median.AllDeliveredMs)
+	}
+	if complete(ns) && complete(n) {
+		r.StallCostNaive = div(ns.Median.AllDeliveredMs, n.Median.AllDeliveredMs)
+	}
+	return r
+}
