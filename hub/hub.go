@@ -58,6 +58,7 @@ type Event struct {
 type Hub struct {
 	mu      sync.RWMutex
 	kinds   [3]map[*Subscription]struct{}
+	all     map[*Subscription]struct{}
 	byURI   map[string][]uriRef
 	closed  bool
 	done    chan struct{}
@@ -75,7 +76,8 @@ type uriRef struct {
 
 // New returns an empty hub.
 func New() *Hub {
-	h := &Hub{byURI: make(map[string][]uriRef), done: make(chan struct{}), drained: make(chan struct{})}
+	h := &Hub{byURI: make(map[string][]uriRef), all: make(map[*Subscription]struct{}),
+		done: make(chan struct{}), drained: make(chan struct{})}
 	for i := range h.kinds {
 		h.kinds[i] = make(map[*Subscription]struct{})
 	}
@@ -94,6 +96,7 @@ type Subscription struct {
 	uris   []string
 	bits   atomic.Uint32
 	flags  []atomic.Bool
+	ending atomic.Bool
 	wake   chan struct{}
 	once   sync.Once
 }
@@ -123,6 +126,7 @@ func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 	for i, u := range s.uris {
 		h.byURI[u] = append(h.byURI[u], uriRef{s, i})
 	}
+	h.all[s] = struct{}{}
 	h.count.Add(1)
 	return s, nil
 }
@@ -143,6 +147,14 @@ func (h *Hub) Shutdown() {
 	if !h.closed {
 		h.closed = true
 		close(h.done)
+		// Each subscription also hears of it on its own wake channel, so
+		// owners need not all wait on the one Done channel: ten thousand
+		// goroutines parked on a shared channel make every wake-up
+		// contend for its lock.
+		for s := range h.all {
+			s.ending.Store(true)
+			s.poke()
+		}
 		if h.count.Load() == 0 {
 			close(h.drained)
 		}
@@ -248,7 +260,12 @@ func (s *Subscription) poke() {
 // Filter returns the filter the subscription was made with.
 func (s *Subscription) Filter() Filter { return s.filter }
 
-// Wake receives a value whenever pending state may be non-empty.
+// Ending reports that the hub is shutting down; it becomes true before the
+// subscription's wake channel is poked for it.
+func (s *Subscription) Ending() bool { return s.ending.Load() }
+
+// Wake receives a value whenever pending state may be non-empty, and once
+// when the hub shuts down (see Ending).
 func (s *Subscription) Wake() <-chan struct{} { return s.wake }
 
 // Take drains pending state: the list kinds that changed and the URIs that
@@ -276,6 +293,7 @@ func (s *Subscription) Close() {
 		for i := range h.kinds {
 			delete(h.kinds[i], s)
 		}
+		delete(h.all, s)
 		for _, u := range s.uris {
 			refs := h.byURI[u]
 			out := refs[:0]

@@ -887,26 +887,30 @@ func (s *Server) listen(ctx context.Context, c *Call, req *Request, out Stream) 
 	for i, method := range [3]string{mcp.NotifyToolsListChanged, mcp.NotifyPromptsListChanged, mcp.NotifyResourcesListChanged} {
 		kindMsg[i] = jsonrpc.AppendNotification(nil, method, []byte(`{"_meta":`+idMeta+`}`))
 	}
-	var keepAlive <-chan time.Time
-	var timer *time.Timer
+	// A keep-alive goes out after a whole tick with nothing written. A
+	// ticker rather than a timer reset on every write keeps the busy path
+	// free of timer work.
+	var tick <-chan time.Time
 	if s.cfg.keepAlive > 0 {
-		timer = time.NewTimer(s.cfg.keepAlive)
-		defer timer.Stop()
-		keepAlive = timer.C
+		t := time.NewTicker(s.cfg.keepAlive)
+		defer t.Stop()
+		tick = t.C
 	}
+	wrote := false
 	var uris []string
 	var buf []byte
 	for {
 		select {
 		case <-ctx.Done():
 			return Reply{}
-		case <-s.hub.Done():
-			return complete()
-		case <-keepAlive:
+		case <-tick:
+			if wrote {
+				wrote = false
+				continue
+			}
 			if err := out.KeepAlive(); err != nil {
 				return Reply{Abort: true}
 			}
-			timer.Reset(s.cfg.keepAlive)
 		case <-sub.Wake():
 			var kinds hub.Kind
 			kinds, uris = sub.Take(uris[:0])
@@ -928,8 +932,11 @@ func (s *Server) listen(ctx context.Context, c *Call, req *Request, out Stream) 
 					return Reply{Abort: true}
 				}
 			}
-			if timer != nil {
-				timer.Reset(s.cfg.keepAlive)
+			wrote = true
+			if sub.Ending() {
+				// What was pending went out first, so the complete result
+				// truly means nothing was missed.
+				return complete()
 			}
 		}
 	}

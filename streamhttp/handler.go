@@ -360,13 +360,14 @@ func EncodeHeaderValue(v string) string { return xheader.Encode(v) }
 // unless something is sent before the response, in which case it switches
 // to SSE for the rest of the request.
 type responder struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	sse     bool
-	broken  bool
-	buf     []byte
+	mu       sync.Mutex
+	w        http.ResponseWriter
+	rc       *http.ResponseController
+	timeout  time.Duration
+	sse      bool
+	broken   bool
+	buf      []byte
+	deadline time.Time
 }
 
 func (o *responder) startSSE() {
@@ -383,19 +384,31 @@ func (o *responder) write(b []byte) error {
 		return errors.New("stream broken")
 	}
 	if o.timeout > 0 {
-		_ = o.rc.SetWriteDeadline(time.Now().Add(o.timeout))
+		// Moving the deadline costs a poller update; in a burst of writes
+		// it is moved only once half of it is used up, so a stuck write is
+		// still cut within timeout.
+		if now := time.Now(); o.deadline.Sub(now) < o.timeout/2 {
+			o.deadline = now.Add(o.timeout)
+			_ = o.rc.SetWriteDeadline(o.deadline)
+		}
 	}
 	_, err := o.w.Write(b)
 	if err == nil {
 		err = o.rc.Flush()
 	}
-	if o.timeout > 0 && err == nil {
-		_ = o.rc.SetWriteDeadline(time.Time{})
-	}
 	if err != nil {
 		o.broken = true
 	}
 	return err
+}
+
+// clearDeadline lifts the write deadline before the connection serves its
+// next request.
+func (o *responder) clearDeadline() {
+	if !o.deadline.IsZero() && !o.broken {
+		_ = o.rc.SetWriteDeadline(time.Time{})
+		o.deadline = time.Time{}
+	}
 }
 
 // Send writes one message as an SSE event.
@@ -426,6 +439,7 @@ func (o *responder) finish(rep server.Reply) {
 	if rep.Abort {
 		panic(http.ErrAbortHandler)
 	}
+	defer o.clearDeadline()
 	if rep.Body == nil {
 		if !o.sse {
 			// The client went away, or a notification: nothing to say.

@@ -142,6 +142,9 @@ func (h *Handler) serveSessionMethod(w http.ResponseWriter, r *http.Request, sid
 			return out.rc.Flush()
 		}
 		err := h.srv.ServeSessionStream(r.Context(), ss, out, start)
+		out.mu.Lock()
+		out.clearDeadline()
+		out.mu.Unlock()
 		switch {
 		case errors.Is(err, server.ErrStreamOpen):
 			writeError(w, http.StatusConflict, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Conflict: the session already has a notification stream", nil)
