@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"regexp"
 	"slices"
@@ -279,26 +280,37 @@ type fileInfo struct {
 // answer does not reveal whether a hidden or outside path exists.
 var errNoSuchPath = errors.New("no such file or directory")
 
-func (s *Source) infoTool(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+// openArg opens the file or directory a tool's "path" argument names,
+// inside the served directory only. It returns the clean relative path and
+// the argument as given (for messages).
+func (s *Source) openArg(req *server.ToolRequest) (rel, arg string, root *os.Root, f *os.File, err error) {
 	var args struct {
 		Path string `json:"path"`
 	}
 	if err := json.Unmarshal(req.Arguments, &args); err != nil {
-		return nil, fmt.Errorf("arguments: %w", err)
+		return "", "", nil, nil, fmt.Errorf("arguments: %w", err)
 	}
 	rel, ok := cleanRel(args.Path)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
+		return "", "", nil, nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
 	}
-	root, f, err := s.open(rel)
+	root, f, err = s.open(rel)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
+		return "", "", nil, nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
+	}
+	return rel, args.Path, root, f, nil
+}
+
+func (s *Source) infoTool(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	rel, arg, root, f, err := s.openArg(req)
+	if err != nil {
+		return nil, err
 	}
 	defer root.Close()
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
+		return nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	info := fileInfo{Path: rel, URI: s.URI(rel), Size: fi.Size(), ModTime: fi.ModTime().UTC().Format(time.RFC3339Nano)}
 	switch {
@@ -308,7 +320,7 @@ func (s *Source) infoTool(_ context.Context, req *server.ToolRequest) (*mcp.Call
 		info.Type = "file"
 		info.MimeType = s.metaOf(root, rel, fi).mime
 	default:
-		return nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
+		return nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	return structured(info, "")
 }
@@ -328,28 +340,18 @@ type dirListing struct {
 }
 
 func (s *Source) listTool(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-	var args struct {
-		Path string `json:"path"`
-	}
-	if err := json.Unmarshal(req.Arguments, &args); err != nil {
-		return nil, fmt.Errorf("arguments: %w", err)
-	}
-	rel, ok := cleanRel(args.Path)
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
-	}
-	root, f, err := s.open(rel)
+	rel, arg, root, f, err := s.openArg(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
+		return nil, err
 	}
 	defer root.Close()
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%s: not a directory", args.Path)
+		return nil, fmt.Errorf("%s: not a directory", arg)
 	}
 	des, err := f.ReadDir(-1)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", args.Path, err)
+		return nil, fmt.Errorf("%s: %w", arg, err)
 	}
 	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	out := dirListing{Path: rel, Entries: []dirEntry{}}

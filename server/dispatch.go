@@ -229,50 +229,54 @@ func (s *Server) Serve(ctx context.Context, c *Call, principal string, out Strea
 	switch m.Method {
 	case mcp.MethodDiscover:
 		return s.discover(req)
-	case mcp.MethodToolsList:
-		if !s.advertisesTools() {
-			break
-		}
-		return listPage(s, s.tools, ListTools, "tools", c, req)
-	case mcp.MethodPromptsList:
-		if !s.advertisesPrompts() {
-			break
-		}
-		return listPage(s, s.prompts, ListPrompts, "prompts", c, req)
-	case mcp.MethodResourcesList:
-		if !s.advertisesResources() {
-			break
-		}
-		return listPage(s, s.resources, ListResources, "resources", c, req)
-	case mcp.MethodResourcesTemplates:
-		if !s.advertisesResources() {
-			break
-		}
-		return listPage(s, s.templates, ListTemplates, "resourceTemplates", c, req)
-	case mcp.MethodToolsCall:
-		if !s.advertisesTools() {
-			break
-		}
-		return s.callTool(ctx, c, req)
-	case mcp.MethodPromptsGet:
-		if !s.advertisesPrompts() {
-			break
-		}
-		return s.getPrompt(ctx, c, req)
-	case mcp.MethodResourcesRead:
-		if !s.advertisesResources() {
-			break
-		}
-		return s.readResource(ctx, c, req)
-	case mcp.MethodComplete:
-		if s.completer() == nil {
-			break
-		}
-		return s.completeCall(ctx, c, req)
 	case mcp.MethodListen:
 		return s.listen(ctx, c, req, out)
 	}
+	if r, ok := s.primitive(ctx, c, req); ok {
+		return r
+	}
 	return s.errorReply(m.ID, jsonrpc.CodeMethodNotFound, "Method not found: "+strconv.Quote(m.Method), nil)
+}
+
+// primitive serves the methods both protocol eras share: the lists, tool
+// calls, prompts, reads and completion, each only while the server
+// advertises its capability. ok is false for any other method.
+func (s *Server) primitive(ctx context.Context, c *Call, req *Request) (r Reply, ok bool) {
+	switch c.Msg.Method {
+	case mcp.MethodToolsList:
+		if s.advertisesTools() {
+			return listPage(s, s.tools, ListTools, "tools", c, req), true
+		}
+	case mcp.MethodPromptsList:
+		if s.advertisesPrompts() {
+			return listPage(s, s.prompts, ListPrompts, "prompts", c, req), true
+		}
+	case mcp.MethodResourcesList:
+		if s.advertisesResources() {
+			return listPage(s, s.resources, ListResources, "resources", c, req), true
+		}
+	case mcp.MethodResourcesTemplates:
+		if s.advertisesResources() {
+			return listPage(s, s.templates, ListTemplates, "resourceTemplates", c, req), true
+		}
+	case mcp.MethodToolsCall:
+		if s.advertisesTools() {
+			return s.callTool(ctx, c, req), true
+		}
+	case mcp.MethodPromptsGet:
+		if s.advertisesPrompts() {
+			return s.getPrompt(ctx, c, req), true
+		}
+	case mcp.MethodResourcesRead:
+		if s.advertisesResources() {
+			return s.readResource(ctx, c, req), true
+		}
+	case mcp.MethodComplete:
+		if s.completer() != nil {
+			return s.completeCall(ctx, c, req), true
+		}
+	}
+	return Reply{}, false
 }
 
 func (s *Server) advertisesTools() bool {

@@ -324,38 +324,9 @@ func (s *Server) ServeLegacy(ctx context.Context, ss *Session, c *Call, principa
 		default:
 		}
 		return s.legacyEmpty(m.ID)
-	case mcp.MethodToolsList:
-		if s.advertisesTools() {
-			return listPage(s, s.tools, ListTools, "tools", c, req)
-		}
-	case mcp.MethodPromptsList:
-		if s.advertisesPrompts() {
-			return listPage(s, s.prompts, ListPrompts, "prompts", c, req)
-		}
-	case mcp.MethodResourcesList:
-		if s.advertisesResources() {
-			return listPage(s, s.resources, ListResources, "resources", c, req)
-		}
-	case mcp.MethodResourcesTemplates:
-		if s.advertisesResources() {
-			return listPage(s, s.templates, ListTemplates, "resourceTemplates", c, req)
-		}
-	case mcp.MethodToolsCall:
-		if s.advertisesTools() {
-			return s.callTool(ctx, c, req)
-		}
-	case mcp.MethodPromptsGet:
-		if s.advertisesPrompts() {
-			return s.getPrompt(ctx, c, req)
-		}
-	case mcp.MethodResourcesRead:
-		if s.advertisesResources() {
-			return s.readResource(ctx, c, req)
-		}
-	case mcp.MethodComplete:
-		if s.completer() != nil {
-			return s.completeCall(ctx, c, req)
-		}
+	}
+	if r, ok := s.primitive(ctx, c, req); ok {
+		return r
 	}
 	return s.errorReply(m.ID, jsonrpc.CodeMethodNotFound, "Method not found: "+strconv.Quote(m.Method), nil)
 }
