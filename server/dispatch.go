@@ -22,8 +22,10 @@ import (
 // Call is a decoded request, ready for transport checks and dispatch.
 type Call struct {
 	// Msg is the message as decoded.
-	Msg *jsonrpc.Message
-	p   params
+	Msg      *jsonrpc.Message
+	p        params
+	metaErr  error
+	paramErr error
 }
 
 // params is the union of every method's params; one strict decode serves
@@ -64,13 +66,100 @@ type Reply struct {
 
 // Parse decodes a request's params. It returns a ready error reply when
 // the params are not an object of the right shape.
+//
+// Only the members the method uses are decoded, so a stray member of
+// another method's shape cannot make a request fail. Problems in _meta or
+// in the method's own members are kept and reported once the transport
+// has checked its headers (which take precedence), as -32602.
 func (s *Server) Parse(m *jsonrpc.Message) (*Call, *Reply) {
 	c := &Call{Msg: m}
-	if err := jsonrpc.UnmarshalParams(m.Params, &c.p); err != nil {
+	var fields map[string]jsontext.Value
+	if err := jsonrpc.UnmarshalParams(m.Params, &fields); err != nil {
 		r := s.errorReply(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+err.Error(), nil)
 		return nil, &r
 	}
+	if raw, ok := fields["_meta"]; ok && string(raw) != "null" {
+		var meta mcp.RequestMeta
+		if err := jsonrpc.UnmarshalParams(raw, &meta); err != nil || raw[0] != '{' {
+			c.metaErr = errors.New("_meta must be an object of the defined shape")
+		} else {
+			c.p.Meta = &meta
+		}
+	}
+	for _, name := range paramFields(m.Method) {
+		raw, ok := fields[name]
+		if !ok || c.paramErr != nil {
+			continue
+		}
+		if err := c.p.decode(name, raw); err != nil {
+			c.paramErr = fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	return c, nil
+}
+
+// paramFields lists the members of params a method reads.
+func paramFields(method string) []string {
+	switch method {
+	case mcp.MethodToolsList, mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodResourcesTemplates:
+		return []string{"cursor"}
+	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
+		return []string{"name", "arguments", "inputResponses", "requestState"}
+	case mcp.MethodResourcesRead:
+		return []string{"uri", "inputResponses", "requestState"}
+	case mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
+		return []string{"uri"}
+	case mcp.MethodListen:
+		return []string{"notifications"}
+	case mcp.MethodComplete:
+		return []string{"ref", "argument", "context"}
+	case mcp.NotifyCancelled:
+		return []string{"requestId"}
+	}
+	return nil
+}
+
+// decode reads one member of params, strictly.
+func (p *params) decode(name string, raw jsontext.Value) error {
+	var v any
+	switch name {
+	case "cursor":
+		v = &p.Cursor
+	case "name":
+		v = &p.Name
+	case "uri":
+		v = &p.URI
+	case "arguments":
+		p.Arguments = raw
+		return nil
+	case "inputResponses":
+		v = &p.InputResponses
+	case "requestState":
+		v = &p.RequestState
+	case "notifications":
+		v = &p.Notifications
+	case "ref":
+		v = &p.Ref
+	case "argument":
+		v = &p.Argument
+	case "context":
+		v = &p.Context
+	case "requestId":
+		p.RequestID = raw
+		return nil
+	default:
+		return nil
+	}
+	return jsonrpc.UnmarshalParams(raw, v)
+}
+
+// paramError is the reply for a request whose own members are malformed.
+func (s *Server) paramError(c *Call) *Reply {
+	if c.paramErr == nil {
+		return nil
+	}
+	r := s.errorReply(c.Msg.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+c.paramErr.Error(), nil)
+	return &r
 }
 
 // Method returns the call's method.
@@ -141,6 +230,10 @@ func (s *Server) CheckMeta(c *Call) *Reply {
 	meta := c.p.Meta
 	var missing string
 	switch {
+	case c.metaErr != nil:
+		r := s.errorReply(c.Msg.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+c.metaErr.Error(), nil)
+		r.Status = http.StatusBadRequest
+		return &r
 	case meta == nil:
 		missing = "_meta"
 	case meta.ProtocolVersion == nil:
@@ -203,6 +296,9 @@ func (s *Server) Serve(ctx context.Context, c *Call, principal string, out Strea
 	meta := c.p.Meta
 	if !s.isSupported(*meta.ProtocolVersion) {
 		return s.VersionError(m.ID, *meta.ProtocolVersion)
+	}
+	if r := s.paramError(c); r != nil {
+		return *r
 	}
 	req := &Request{
 		ID:              m.ID,
@@ -653,7 +749,11 @@ func (s *Server) toolResult(req *Request, name string, t *tool, res *mcp.CallToo
 			return s.internal(req.ID, fmt.Errorf("tool %q returned structuredContent that does not match its output schema: %w", name, err))
 		}
 	}
-	b, err := s.encodeResult(req, res, res.Meta, nil, mcp.ResultComplete)
+	// The handler's _meta is merged with serverInfo into one member; left
+	// on the struct it would be written a second time.
+	body, meta := *res, res.Meta
+	body.Meta = nil
+	b, err := s.encodeResult(req, &body, meta, nil, mcp.ResultComplete)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
@@ -698,7 +798,9 @@ func (s *Server) getPrompt(ctx context.Context, c *Call, req *Request) Reply {
 	if res.Messages == nil {
 		res.Messages = []mcp.PromptMessage{}
 	}
-	b, err := s.encodeResult(req, res, res.Meta, nil, mcp.ResultComplete)
+	body, meta := *res, res.Meta
+	body.Meta = nil
+	b, err := s.encodeResult(req, &body, meta, nil, mcp.ResultComplete)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
@@ -767,7 +869,9 @@ func (s *Server) readResource(ctx context.Context, c *Call, req *Request) Reply 
 	} else if opts.policy == nil && s.cfg.visible != nil {
 		p.Scope = mcp.ScopePrivate // what a read shows depends on who asks
 	}
-	b, err := s.encodeResult(req, res, res.Meta, &p, mcp.ResultComplete)
+	body, meta := *res, res.Meta
+	body.Meta = nil
+	b, err := s.encodeResult(req, &body, meta, &p, mcp.ResultComplete)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}

@@ -263,6 +263,9 @@ func (s *Server) ServeLegacy(ctx context.Context, ss *Session, c *Call, principa
 	if m.IsNotification() {
 		return Reply{Status: http.StatusAccepted}
 	}
+	if r := s.paramError(c); r != nil {
+		return *r
+	}
 	ss.mu.Lock()
 	level := ss.logLevel
 	ss.mu.Unlock()

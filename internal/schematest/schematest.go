@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/go-json-experiment/json/jsontext"
 	"os"
 	"path/filepath"
 	"sort"
@@ -160,6 +161,11 @@ func (v *Validator) Check(def string, msg []byte) error {
 	sch, ok := v.defs[def]
 	if !ok {
 		return fmt.Errorf("schematest: no definition %q in the schema", def)
+	}
+	// The schema sees a parsed value, in which a repeated member name has
+	// quietly collapsed into one; strict peers refuse such text outright.
+	if !jsontext.Value(msg).IsValid() {
+		return fmt.Errorf("not strictly valid JSON (a repeated member name, or bad UTF-8): %s", clip(msg))
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(msg))
 	if err != nil {
