@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -108,6 +109,8 @@ type Error struct {
 	Data    jsontext.Value `json:"data,omitempty"`
 }
 
+// Error renders the code, message and (shortened) data, for logs: the
+// peer receives the object itself, not this text.
 func (e *Error) Error() string {
 	if len(e.Data) > 0 {
 		return fmt.Sprintf("jsonrpc error %d: %s (%s)", e.Code, e.Message, truncate(e.Data))
@@ -166,7 +169,10 @@ type DecodeError struct {
 	Err  error
 }
 
+// Error returns the reason alone; RPCError adds the JSON-RPC wording.
 func (e *DecodeError) Error() string { return e.Err.Error() }
+
+// Unwrap exposes the reason, so callers can match it with errors.Is.
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 // RPCError turns the decode failure into the error object to send back.
@@ -391,10 +397,13 @@ func cleanErr(err error) error {
 	var se *json.SemanticError
 	if errors.As(err, &se) {
 		if se.JSONPointer != "" {
+			// The pointer holds the peer's member names, which may be
+			// arbitrarily long: echo only the start of it.
+			ptr := clip(string(se.JSONPointer))
 			if se.Err != nil {
-				return fmt.Errorf("invalid value at %s: %v", se.JSONPointer, se.Err)
+				return fmt.Errorf("invalid value at %s: %v", ptr, se.Err)
 			}
-			return fmt.Errorf("invalid value at %s: expected %s", se.JSONPointer, kindName(se.JSONKind))
+			return fmt.Errorf("invalid value at %s: expected %s", ptr, kindName(se.JSONKind))
 		}
 		if se.Err != nil {
 			return se.Err
@@ -425,9 +434,22 @@ func kindName(k jsontext.Kind) string {
 	return "another type"
 }
 
-func truncate(b []byte) string {
-	if len(b) > 64 {
-		return string(b[:64]) + "…"
+func truncate(b []byte) string { return clip(string(b)) }
+
+// maxEcho bounds how much of the peer's own input an error message
+// repeats back.
+const maxEcho = 64
+
+// clip shortens s to at most maxEcho bytes, cutting at a rune boundary and
+// replacing invalid UTF-8, so that the message can always be marshalled
+// (a split rune would make the error response itself fail to encode).
+func clip(s string) string {
+	if len(s) > maxEcho {
+		n := maxEcho
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "…"
 	}
-	return string(b)
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

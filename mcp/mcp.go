@@ -12,7 +12,9 @@ const (
 	LegacyVersion = "2025-11-25"
 )
 
-// Method names of 2026-07-28.
+// Method and notification names. The first group is 2026-07-28's; the
+// rest (from MethodInitialize on) exist only in 2025-11-25 and are
+// spoken to older peers.
 const (
 	MethodDiscover             = "server/discover"
 	MethodToolsList            = "tools/list"
@@ -35,20 +37,12 @@ const (
 	NotifyPromptsListChanged   = "notifications/prompts/list_changed"
 	NotifyResourcesListChanged = "notifications/resources/list_changed"
 	NotifyResourceUpdated      = "notifications/resources/updated"
-	NotifyInitialized          = "notifications/initialized"
 	MethodInitialize           = "initialize"
+	NotifyInitialized          = "notifications/initialized"
 	MethodPing                 = "ping"
 	MethodResourcesSubscribe   = "resources/subscribe"
 	MethodResourcesUnsubscribe = "resources/unsubscribe"
 	MethodLoggingSetLevel      = "logging/setLevel"
-	NotifyRootsListChanged     = "notifications/roots/list_changed"
-	NotifyElicitationComplete  = "notifications/elicitation/complete"
-	NotifyTasksStatus          = "notifications/tasks/status"
-	MethodTasksGet             = "tasks/get"
-	MethodTasksResult          = "tasks/result"
-	MethodTasksCancel          = "tasks/cancel"
-	MethodTasksList            = "tasks/list"
-	MethodTasksUpdate          = "tasks/update"
 )
 
 // _meta keys defined by the protocol.
@@ -71,12 +65,12 @@ const (
 	CodeLegacyResourceNotFound = -32002
 )
 
-// HTTP header names of the Streamable HTTP transport.
+// HTTP header names of the Streamable HTTP transport. The Mcp-Param-*
+// prefix lives with the rules for those headers, as xheader.Prefix.
 const (
 	HeaderProtocolVersion = "MCP-Protocol-Version"
 	HeaderMethod          = "Mcp-Method"
 	HeaderName            = "Mcp-Name"
-	HeaderParamPrefix     = "Mcp-Param-"
 	HeaderSessionID       = "Mcp-Session-Id"
 )
 

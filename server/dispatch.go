@@ -205,13 +205,15 @@ type HeaderParam struct {
 }
 
 // HeaderParams returns, for a tools/call, the x-mcp-header parameters of
-// the named tool with the argument values they mirror.
-func (s *Server) HeaderParams(c *Call) []HeaderParam {
+// the named tool with the argument values they mirror. A tool the
+// principal may not see is treated as unknown, so that a header mismatch
+// (-32020) does not reveal that it exists.
+func (s *Server) HeaderParams(c *Call, principal string) []HeaderParam {
 	if c.Msg.Method != mcp.MethodToolsCall || c.p.Name == nil {
 		return nil
 	}
 	e, ok := s.tools.load().get(*c.p.Name)
-	if !ok || len(e.val.headers) == 0 {
+	if !ok || len(e.val.headers) == 0 || !s.sees(&Request{Principal: principal}, ListTools, *c.p.Name) {
 		return nil
 	}
 	out := make([]HeaderParam, 0, len(e.val.headers))
@@ -625,33 +627,12 @@ func (s *Server) inputRequired(req *Request, name string, ir *InputRequired) Rep
 		return s.errorReply(req.ID, jsonrpc.CodeInternalError,
 			"Internal error: the handler still needs input after "+strconv.Itoa(maxInputRounds)+" rounds", nil)
 	}
-	missing := mcp.ClientCaps{}
-	need := false
-	for _, r := range ir.Requests {
-		switch r.Method {
-		case mcp.MethodElicit:
-			if req.Capabilities.Elicitation == nil {
-				missing.Elicitation = &mcp.ElicitationCaps{}
-				need = true
-			}
-		case mcp.MethodCreateMessage:
-			if req.Capabilities.Sampling == nil {
-				missing.Sampling = &mcp.SamplingCaps{}
-				need = true
-			}
-		case mcp.MethodRootsList:
-			if req.Capabilities.Roots == nil {
-				v := jsontext.Value("{}")
-				missing.Roots = &v
-				need = true
-			}
-		default:
-			return s.internal(req.ID, fmt.Errorf("input request method %q is not allowed", r.Method))
-		}
+	missing, need, err := missingCapabilities(req.Capabilities, ir.Requests)
+	if err != nil {
+		return s.internal(req.ID, err)
 	}
 	if need {
-		return s.errorReply(req.ID, mcp.CodeMissingRequiredCapability,
-			"Missing required client capability", map[string]any{"requiredCapabilities": missing})
+		return Reply{Body: jsonrpc.AppendErrorResponse(nil, req.ID, missingCapabilityError(missing)), Status: StatusFor(mcp.CodeMissingRequiredCapability)}
 	}
 	res := struct {
 		InputRequests map[string]mcp.InputRequest `json:"inputRequests,omitempty"`
@@ -671,17 +652,23 @@ func (s *Server) inputRequired(req *Request, name string, ir *InputRequired) Rep
 }
 
 // handlerError maps an error returned by a prompt, resource or completion
-// handler to a reply.
-func (s *Server) handlerError(req *Request, name string, err error) Reply {
+// handler to a reply. Only prompts/get and resources/read (like
+// tools/call) may answer with input_required (MRTR-1); for any other
+// method an InputRequired is the handler's fault. A request whose context
+// has ended gets no answer: it was cancelled, or its connection is gone.
+func (s *Server) handlerError(ctx context.Context, req *Request, name string, err error) Reply {
 	var ir *InputRequired
 	if errors.As(err, &ir) {
+		if req.Method != mcp.MethodPromptsGet && req.Method != mcp.MethodResourcesRead {
+			return s.internal(req.ID, fmt.Errorf("%s handler asked for input, which only tools/call, prompts/get and resources/read may", req.Method))
+		}
 		return s.inputRequired(req, name, ir)
 	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) {
 		return Reply{Body: jsonrpc.AppendErrorResponse(nil, req.ID, je), Status: StatusFor(je.Code)}
 	}
-	if errors.Is(err, context.Canceled) {
+	if ctx.Err() != nil {
 		return Reply{}
 	}
 	return s.internal(req.ID, err)
@@ -790,7 +777,7 @@ func (s *Server) getPrompt(ctx context.Context, c *Call, req *Request) Reply {
 		return e.val.handler(context.WithValue(ctx, ctxKey{}, &preq.Request), preq)
 	})
 	if err != nil {
-		return s.handlerError(req, name, err)
+		return s.handlerError(ctx, req, name, err)
 	}
 	if res == nil {
 		res = &mcp.GetPromptResult{}
@@ -855,7 +842,7 @@ func (s *Server) readResource(ctx context.Context, c *Call, req *Request) Reply 
 		if errors.Is(err, ErrResourceNotFound) {
 			return notFound()
 		}
-		return s.handlerError(req, uri, err)
+		return s.handlerError(ctx, req, uri, err)
 	}
 	if res == nil || len(res.Contents) == 0 {
 		return notFound()
@@ -899,7 +886,7 @@ func (s *Server) completeCall(ctx context.Context, c *Call, req *Request) Reply 
 	}
 	comp, err := s.completer()(context.WithValue(ctx, ctxKey{}, &creq.Request), creq)
 	if err != nil {
-		return s.handlerError(req, "", err)
+		return s.handlerError(ctx, req, "", err)
 	}
 	if comp == nil {
 		comp = &mcp.Completion{}
@@ -922,8 +909,10 @@ func (s *Server) completeCall(ctx context.Context, c *Call, req *Request) Reply 
 
 // ---- subscriptions/listen ----
 
-// grant returns the part of f the server will honour.
-func (s *Server) grant(f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Filter) {
+// grant returns the part of f the server will honour. Resources the
+// caller may not see are not granted: granting them would confirm that
+// they exist, and their updates would leak to the caller.
+func (s *Server) grant(req *Request, f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Filter) {
 	var g mcp.SubscriptionFilter
 	var hf hub.Filter
 	if f.ToolsListChanged && s.advertisesTools() {
@@ -941,6 +930,12 @@ func (s *Server) grant(f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Fi
 		}
 		if len(f.ResourceSubscriptions) > 0 {
 			g.ResourceSubscriptions = slices.Compact(slices.Sorted(slices.Values(f.ResourceSubscriptions)))
+			g.ResourceSubscriptions = slices.DeleteFunc(g.ResourceSubscriptions, func(uri string) bool {
+				return !s.sees(req, ListResources, uri)
+			})
+			if len(g.ResourceSubscriptions) == 0 {
+				g.ResourceSubscriptions = nil
+			}
 			hf.URIs = g.ResourceSubscriptions
 		}
 	}
@@ -958,7 +953,7 @@ func (s *Server) listen(ctx context.Context, c *Call, req *Request, out Stream) 
 		return s.errorReply(req.ID, jsonrpc.CodeInvalidParams,
 			"Invalid params: too many resourceSubscriptions (limit "+strconv.Itoa(maxListenURIs)+")", nil)
 	}
-	granted, hf := s.grant(*c.p.Notifications)
+	granted, hf := s.grant(req, *c.p.Notifications)
 	hf.Principal = req.Principal
 
 	idMeta := `{"` + mcp.MetaSubscriptionID + `":` + req.ID.Raw() + `}`

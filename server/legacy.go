@@ -155,7 +155,7 @@ func (t *sessions) removeLocked(ss *Session) {
 	ss.end()
 }
 
-// addLocked admits a session, first dropping expired ones from the cold end
+// add admits a session, first dropping expired ones from the cold end
 // and then, at the cap, evicting the least recently used.
 func (t *sessions) add(ss *Session, now time.Time) {
 	t.mu.Lock()
@@ -173,7 +173,7 @@ func (t *sessions) add(ss *Session, now time.Time) {
 	t.m[ss.id] = ss
 }
 
-// legacyParams is what initialize carries.
+// legacyInit is what initialize carries.
 type legacyInit struct {
 	ProtocolVersion string              `json:"protocolVersion"`
 	Capabilities    mcp.ClientCaps      `json:"capabilities"`
@@ -340,21 +340,12 @@ var ErrNoAnswer = errors.New("server: the client did not answer")
 // ask sends the input requests to the client as server-to-client requests
 // on the request's stream and waits for every answer.
 func (ss *Session) ask(ctx context.Context, req *Request, ir *InputRequired, out Stream) (map[string]jsontext.Value, error) {
-	for _, r := range ir.Requests {
-		var missing bool
-		switch r.Method {
-		case mcp.MethodElicit:
-			missing = ss.caps.Elicitation == nil
-		case mcp.MethodCreateMessage:
-			missing = ss.caps.Sampling == nil
-		case mcp.MethodRootsList:
-			missing = ss.caps.Roots == nil
-		default:
-			missing = true
-		}
-		if missing {
-			return nil, jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "The client did not declare the capability for "+r.Method, nil)
-		}
+	missing, need, err := missingCapabilities(ss.caps, ir.Requests)
+	if err != nil {
+		return nil, err
+	}
+	if need {
+		return nil, missingCapabilityError(missing)
 	}
 	keys := slices.Sorted(maps.Keys(ir.Requests))
 	answers := make(map[string]jsontext.Value, len(keys))

@@ -21,7 +21,6 @@ type entry[T any] struct {
 // snapshot is an immutable, sorted view of a registry. Readers load it
 // with one atomic read and never lock.
 type snapshot[T any] struct {
-	rev   uint64
 	items []*entry[T] // enabled entries, sorted by key
 	byKey map[string]*entry[T]
 	// firstPage caches the encoded first page of the list result for the
@@ -33,13 +32,12 @@ type snapshot[T any] struct {
 // registry holds items of one primitive and publishes a list change to the
 // hub on every add, remove, enable or disable.
 type registry[T any] struct {
-	mu      sync.Mutex
-	all     map[string]*entry[T]
-	snap    atomic.Pointer[snapshot[T]]
-	kind    hub.Kind
-	hub     *hub.Hub
-	used    atomic.Bool // set once anything was ever registered
-	changes atomic.Uint64
+	mu   sync.Mutex
+	all  map[string]*entry[T]
+	snap atomic.Pointer[snapshot[T]]
+	kind hub.Kind
+	hub  *hub.Hub
+	used atomic.Bool // set once anything was ever registered
 }
 
 func newRegistry[T any](h *hub.Hub, kind hub.Kind) *registry[T] {
@@ -104,8 +102,7 @@ func (r *registry[T]) setEnabled(key string, on bool) bool {
 }
 
 func (r *registry[T]) rebuildLocked() {
-	old := r.snap.Load()
-	s := &snapshot[T]{rev: old.rev + 1, byKey: make(map[string]*entry[T], len(r.all))}
+	s := &snapshot[T]{byKey: make(map[string]*entry[T], len(r.all))}
 	s.items = make([]*entry[T], 0, len(r.all))
 	for k, e := range r.all {
 		if e.disabled {
@@ -116,7 +113,6 @@ func (r *registry[T]) rebuildLocked() {
 	}
 	slices.SortFunc(s.items, func(a, b *entry[T]) int { return strings.Compare(a.key, b.key) })
 	r.snap.Store(s)
-	r.changes.Add(1)
 }
 
 // get returns the enabled entry for key.

@@ -141,7 +141,11 @@ type ToolRequest struct {
 // PromptRequest is a prompts/get.
 type PromptRequest struct {
 	Request
-	Name      string
+	// Name is the prompt asked for; it is registered and visible to the
+	// caller.
+	Name string
+	// Arguments are the caller's values; every required argument of the
+	// prompt is present (nil when the prompt was called without any).
 	Arguments map[string]string
 }
 
@@ -162,9 +166,14 @@ func (r *ResourceRequest) SetCache(p CachePolicy) { r.policy = &p }
 // CompleteRequest is a completion/complete.
 type CompleteRequest struct {
 	Request
-	Ref      mcp.CompleteRef
+	// Ref names the prompt or resource template being completed; a prompt
+	// ref is known to exist and be visible to the caller.
+	Ref mcp.CompleteRef
+	// Argument is the argument being typed and its partial value.
 	Argument mcp.CompleteArgument
-	Context  mcp.CompleteContext
+	// Context holds the values of arguments already filled in, so that
+	// suggestions can depend on them (zero when the client sent none).
+	Context mcp.CompleteContext
 }
 
 // InputRequired is returned (as an error) by a tool, prompt or resource
@@ -180,6 +189,8 @@ type InputRequired struct {
 	State []byte
 }
 
+// Error makes InputRequired an error, so a handler can return it; it is
+// never shown to the client, which receives an input_required result.
 func (e *InputRequired) Error() string { return "input required" }
 
 type ctxKey struct{}

@@ -68,7 +68,7 @@ func (p CachePolicy) scope() mcp.CacheScope {
 // announced by notifications, so a short TTL only bounds staleness for
 // clients that do not listen; reads default to 0 because content may
 // change at any time.
-func DefaultPolicies() [6]CachePolicy {
+func DefaultPolicies() [numLists]CachePolicy {
 	return [6]CachePolicy{
 		ListDiscover:  {TTL: time.Minute},
 		ListTools:     {TTL: 10 * time.Second},
@@ -83,7 +83,7 @@ type config struct {
 	instructions string
 	pageSize     int
 	secret       []byte
-	policies     [6]CachePolicy
+	policies     [numLists]CachePolicy
 	logger       *slog.Logger
 	keepAlive    time.Duration
 	stateTTL     time.Duration
@@ -114,10 +114,14 @@ func WithPageSize(n int) Option {
 	}
 }
 
+// minSecretLen is the shortest secret New accepts without a warning.
+const minSecretLen = 32
+
 // WithSecret sets the key that protects cursors and request state. Give
 // every replica behind a balancer the same key (at least 32 random bytes)
 // so that tokens issued by one are accepted by the others. Without it a
-// random key is drawn at start.
+// random key is drawn at start. New logs a warning for a key shorter
+// than 32 bytes, which would make the tokens easier to forge.
 func WithSecret(key []byte) Option {
 	return func(c *config) { c.secret = append([]byte(nil), key...) }
 }
@@ -135,8 +139,10 @@ func WithCachePolicy(l List, p CachePolicy) Option {
 // payloads and secrets are never logged.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithKeepAlive sets the idle interval after which listen streams get a
-// keep-alive (default 15s; 0 disables).
+// WithKeepAlive sets the interval of listen stream keep-alives (default
+// 15s; 0 disables). A listen gets one after a whole tick of the interval
+// passed with nothing written, so an idle stream hears something within
+// twice the interval.
 func WithKeepAlive(d time.Duration) Option { return func(c *config) { c.keepAlive = d } }
 
 // WithRequestStateTTL bounds how long an MRTR requestState stays valid
@@ -207,12 +213,15 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
 	if len(cfg.secret) == 0 {
 		cfg.secret = make([]byte, 32)
 		_, _ = rand.Read(cfg.secret)
-	}
-	if cfg.logger == nil {
-		cfg.logger = slog.Default()
+	} else if len(cfg.secret) < minSecretLen {
+		cfg.logger.Warn("server: the secret is shorter than recommended; cursors and request state are easier to forge",
+			"bytes", len(cfg.secret), "recommended", minSecretLen)
 	}
 	h := hub.New()
 	s := &Server{

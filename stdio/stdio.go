@@ -39,14 +39,37 @@ type Option func(*config)
 // WithMaxLineBytes bounds one incoming message (default 4 MiB). A longer
 // line is discarded whole and answered with a parse error; the connection
 // stays usable.
-func WithMaxLineBytes(n int) Option { return func(c *config) { c.maxLine = n } }
+// Values of n ≤ 0 are ignored.
+func WithMaxLineBytes(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxLine = n
+		}
+	}
+}
 
 // WithMaxInFlight bounds concurrently running ordinary requests (default
-// 64); reading pauses while the bound is reached.
-func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
+// 64). Requests over the bound wait for a slot without holding up the
+// reader, so cancellations still arrive; up to four times the bound may
+// wait, and any beyond that are answered at once with an error saying the
+// server is busy. Values of n ≤ 0 are ignored.
+func WithMaxInFlight(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxInFlight = n
+		}
+	}
+}
 
 // WithMaxListens bounds open listens on one connection (default 1000).
-func WithMaxListens(n int) Option { return func(c *config) { c.maxListens = n } }
+// Values of n ≤ 0 are ignored.
+func WithMaxListens(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxListens = n
+		}
+	}
+}
 
 // WithDrainTimeout sets how long requests still running at end of input
 // may take to finish before they are cancelled (default 5s). Their answers
@@ -58,6 +81,10 @@ func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drain
 // ends the listen itself. By default both are sent, so clients that follow
 // either reading of the specification see the end.
 func WithoutCancelOnListenEnd() Option { return func(c *config) { c.cancelOnClose = false } }
+
+// maxWaitingFactor times the in-flight bound is how many ordinary
+// requests may wait for a slot before new ones are refused as busy.
+const maxWaitingFactor = 4
 
 // conn is one stdio connection.
 type conn struct {
@@ -71,6 +98,7 @@ type conn struct {
 	mu            sync.Mutex
 	inflight      map[string]*call
 	listens       int
+	waiting       int // ordinary requests waiting for a slot in sem
 	session       *server.Session
 	sessionCancel context.CancelFunc
 
@@ -248,33 +276,46 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 		return c.write(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInternalError,
 			"Too many open listens on this connection", nil)))
 	}
+	if !isListen && c.waiting >= maxWaitingFactor*c.cfg.maxInFlight {
+		c.mu.Unlock()
+		return c.write(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInternalError,
+			"Server busy: too many requests in flight on this connection", nil)))
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	cl := &call{cancel: cancel, listen: isListen}
 	c.inflight[key] = cl
 	if isListen {
 		c.listens++
+	} else {
+		c.waiting++
 	}
 	c.mu.Unlock()
 
-	if !isListen {
-		select {
-		case c.sem <- struct{}{}:
-		case <-ctx.Done():
-			cancel()
-			return nil
-		}
-	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
+		// The slot is taken here, never in the reader, so that a
+		// notifications/cancelled (or a response) behind a full
+		// connection is still read.
+		run := true
 		if !isListen {
-			defer func() { <-c.sem }()
+			select {
+			case c.sem <- struct{}{}:
+				defer func() { <-c.sem }()
+			case <-cctx.Done():
+				run = false
+			}
+			c.mu.Lock()
+			c.waiting--
+			c.mu.Unlock()
 		}
-		var reply server.Reply
-		if session != nil {
+		var reply server.Reply // a request cancelled while waiting has no answer
+		switch {
+		case !run:
+		case session != nil:
 			reply = c.srv.ServeLegacy(cctx, session, parsed, "", &stream{c: c, cl: cl})
-		} else {
+		default:
 			reply = c.srv.Serve(cctx, parsed, "", &stream{c: c, cl: cl})
 		}
 		c.mu.Lock()

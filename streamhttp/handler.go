@@ -74,11 +74,25 @@ func WithAnyHost() Option { return func(c *config) { c.anyHost = true } }
 // authenticate every request and are never reachable from a browser.
 func WithAnyOrigin() Option { return func(c *config) { c.anyOrigin = true } }
 
-// WithMaxBodyBytes bounds a request body (default 4 MiB).
-func WithMaxBodyBytes(n int64) Option { return func(c *config) { c.maxBody = n } }
+// WithMaxBodyBytes bounds a request body (default 4 MiB). Values of n ≤ 0
+// are ignored.
+func WithMaxBodyBytes(n int64) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxBody = n
+		}
+	}
+}
 
-// WithMaxDepth bounds JSON nesting in a request (default 128).
-func WithMaxDepth(n int) Option { return func(c *config) { c.maxDepth = n } }
+// WithMaxDepth bounds JSON nesting in a request (default 128). Values of
+// n ≤ 0 are ignored.
+func WithMaxDepth(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxDepth = n
+		}
+	}
+}
 
 // WithWriteTimeout bounds how long one write to a stream may block
 // (default 10s). A listen whose reader stops reading is cut after it, so a
@@ -239,10 +253,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, rep.Status, rep.Body)
 		return
 	}
-	principal := ""
-	if h.cfg.principal != nil {
-		principal = h.cfg.principal(r)
-	}
+	principal := h.principalOf(r)
 	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
 	reply := h.srv.Serve(r.Context(), call, principal, out)
 	out.finish(reply)
@@ -310,7 +321,7 @@ func (h *Handler) checkHeaders(r *http.Request, c *server.Call) *server.Reply {
 			return fail(mcp.HeaderName + " does not match the body")
 		}
 	}
-	for _, p := range h.srv.HeaderParams(c) {
+	for _, p := range h.srv.HeaderParams(c, h.principalOf(r)) {
 		if msg := checkParam(r.Header, p); msg != "" {
 			return fail(msg)
 		}

@@ -49,8 +49,13 @@ func AppendComment(dst []byte, text string) []byte {
 
 // Event is one parsed event.
 type Event struct {
+	// Name is the event field ("message" for every MCP event), or empty
+	// when the event had none.
 	Name string
-	ID   string
+	// ID is the id field; 2026-07-28 servers send none, since there is no
+	// resumption, but a 2025-11-25 server may.
+	ID string
+	// Data is the event's data lines joined by LF.
 	Data []byte
 }
 
@@ -77,33 +82,42 @@ func NewReader(r io.Reader, max int) *Reader {
 }
 
 // Next returns the next event that carries data. Comments and empty
-// events are skipped. It returns io.EOF at a clean end of stream.
+// events are skipped. The size limit applies to each event's field lines
+// alone: comments and the blank lines between events are not counted, so
+// keep-alives on a long idle stream never add up to ErrTooLarge. An event
+// is dispatched only once a blank line ends it; at end of stream a
+// partial event is discarded and Next returns io.ErrUnexpectedEOF, or
+// io.EOF when nothing was pending.
 func (r *Reader) Next() (Event, error) {
 	var ev Event
 	var data []byte
 	hasData := false
+	pending := false // a field line of the current event has been read
 	size := 0
 	for {
-		line, err := r.readLine(r.max - size)
+		line, err := r.readLine(r.max)
 		if err != nil {
-			if err == io.EOF && hasData {
-				ev.Data = data
-				return ev, nil
+			if err == io.EOF && pending {
+				return Event{}, io.ErrUnexpectedEOF
 			}
 			return Event{}, err
 		}
-		size += len(line)
 		if len(line) == 0 {
 			if hasData {
 				ev.Data = data
 				return ev, nil
 			}
-			ev = Event{}
+			ev, pending, size = Event{}, false, 0
 			continue
 		}
 		if line[0] == ':' {
 			continue
 		}
+		size += len(line)
+		if size > r.max {
+			return Event{}, fmt.Errorf("%w (limit %d bytes)", ErrTooLarge, r.max)
+		}
+		pending = true
 		field, value := line, []byte(nil)
 		if i := bytes.IndexByte(line, ':'); i >= 0 {
 			field, value = line[:i], line[i+1:]
@@ -126,7 +140,9 @@ func (r *Reader) Next() (Event, error) {
 	}
 }
 
-// readLine reads one line without its terminator (LF, CR or CRLF).
+// readLine reads one line without its terminator (LF, CR or CRLF). A
+// line cut short by the end of the stream is returned as it is; the next
+// call reports io.EOF.
 func (r *Reader) readLine(limit int) ([]byte, error) {
 	var line []byte
 	for {

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/big"
 	"strconv"
 	"strings"
 
@@ -197,12 +198,12 @@ func Value(typ string, raw jsontext.Value) (string, error) {
 		}
 		return s, nil
 	case "integer":
-		f, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil {
-			return "", fmt.Errorf("argument is not a number: %w", err)
+		r, ok := jsonNumber(raw)
+		if !ok {
+			return "", errors.New("argument is not a number")
 		}
-		if f == float64(int64(f)) {
-			return strconv.FormatInt(int64(f), 10), nil
+		if r.IsInt() {
+			return r.Num().String(), nil // exact, however large
 		}
 		return string(raw), nil
 	case "boolean":
@@ -216,15 +217,66 @@ func Value(typ string, raw jsontext.Value) (string, error) {
 }
 
 // Matches reports whether a decoded header value stands for the raw JSON
-// argument. Integers compare numerically, so 42 matches 42.0.
+// argument. Integers compare exactly, not as float64, so that two large
+// integers that round to the same float do not match; the argument may be
+// written in any JSON form of an integer (42, 42.0, 4.2e1), while the
+// header must be plain decimal (an optional sign, digits, and optionally
+// a point followed by zeros) so that no other spelling slips through.
 func Matches(typ string, raw jsontext.Value, header string) bool {
 	switch typ {
 	case "integer":
-		want, err1 := strconv.ParseFloat(string(raw), 64)
-		have, err2 := strconv.ParseFloat(strings.TrimSpace(header), 64)
-		return err1 == nil && err2 == nil && want == have
+		want, ok := jsonNumber(raw)
+		if !ok || !want.IsInt() {
+			return false
+		}
+		have, ok := decimalInt(header)
+		return ok && want.Num().Cmp(have) == 0
 	default:
 		v, err := Value(typ, raw)
 		return err == nil && v == header
 	}
+}
+
+// jsonNumber parses a JSON number exactly. Anything but a JSON number
+// (which has no base prefix, fraction slash or hexadecimal form) is
+// refused before big.Rat could read it.
+func jsonNumber(raw jsontext.Value) (*big.Rat, bool) {
+	s := string(raw)
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) || strings.ContainsAny(s, "xXbBoOpP/_") {
+		return nil, false
+	}
+	if exp := strings.IndexAny(s, "eE"); exp >= 0 {
+		// Bound the exponent: 1e1000000000 is valid JSON but would take
+		// big.Rat a long time and much memory to expand.
+		n, err := strconv.Atoi(strings.TrimPrefix(s[exp+1:], "+"))
+		if err != nil || n > 400 || n < -400 {
+			return nil, false
+		}
+	}
+	r, ok := new(big.Rat).SetString(s)
+	return r, ok
+}
+
+// decimalInt parses a header integer: an optional sign, one or more
+// decimal digits, and optionally "." followed by one or more zeros.
+func decimalInt(h string) (*big.Int, bool) {
+	digits := h
+	if digits != "" && (digits[0] == '-' || digits[0] == '+') {
+		digits = digits[1:]
+	}
+	if i := strings.IndexByte(digits, '.'); i >= 0 {
+		frac := digits[i+1:]
+		if frac == "" || strings.Trim(frac, "0") != "" {
+			return nil, false
+		}
+		digits = digits[:i]
+	}
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return nil, false
+	}
+	n, ok := new(big.Int).SetString(digits, 10)
+	if ok && h[0] == '-' {
+		n.Neg(n)
+	}
+	return n, ok
 }
