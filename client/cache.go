@@ -53,11 +53,13 @@ type cached struct {
 	topic    string
 	value    any
 	received time.Time
-	ttl      time.Duration
-	scope    mcp.CacheScope
-	stale    bool
-	unknown  bool
-	elem     *list.Element
+	// expires is when the answer stops being fresh: received + ttl for a
+	// single response, the earliest page expiry for a list snapshot.
+	expires time.Time
+	scope   mcp.CacheScope
+	stale   bool
+	unknown bool
+	elem    *list.Element
 	// gen is the topic generation when the fetch that produced the entry
 	// started; an answer from an older fetch never replaces it.
 	gen uint64
@@ -67,7 +69,7 @@ func (e *cached) freshness(now time.Time) Freshness {
 	switch {
 	case e.unknown:
 		return Unknown
-	case e.stale || !now.Before(e.received.Add(e.ttl)):
+	case e.stale || !now.Before(e.expires):
 		return Stale
 	}
 	return Fresh
@@ -87,7 +89,11 @@ type flight struct {
 type fetched struct {
 	value any
 	ttl   time.Duration
-	scope mcp.CacheScope
+	// expires, when set, overrides received + ttl: a list assembled from
+	// several pages is fresh only until the first of them expires
+	// (CACHE-5), however long the walk took.
+	expires time.Time
+	scope   mcp.CacheScope
 	// noStore keeps the answer out of the cache.
 	noStore bool
 }
@@ -211,7 +217,11 @@ func (c *cache) putLocked(key, topic, authCtx string, res fetched, gen uint64, r
 	if res.scope == mcp.ScopePrivate {
 		k = privateKey(key, authCtx)
 	}
-	e := &cached{key: k, topic: topic, value: res.value, received: received, ttl: res.ttl, scope: res.scope, stale: stale, gen: gen}
+	expires := res.expires
+	if expires.IsZero() {
+		expires = received.Add(res.ttl)
+	}
+	e := &cached{key: k, topic: topic, value: res.value, received: received, expires: expires, scope: res.scope, stale: stale, gen: gen}
 	e.elem = c.lru.PushFront(e)
 	c.entries[k] = e
 	for c.lru.Len() > c.max {
@@ -248,14 +258,23 @@ func (c *cache) invalidate(topics ...string) {
 	}
 }
 
-// markUnknown flags entries whose topics a broken listen covered.
-func (c *cache) markUnknown(match func(topic string) bool) {
+// markUnknown flags the entries of the topics a broken listen covered,
+// and bumps the generation of every one of those topics, whether or not it
+// has entries yet: a first fetch in flight during the drop must land
+// unknown-stale too, never fresh.
+func (c *cache) markUnknown(topics ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	covered := make(map[string]bool, len(topics))
+	for _, t := range topics {
+		if !covered[t] {
+			covered[t] = true
+			c.gens[t]++
+		}
+	}
 	for _, e := range c.entries {
-		if match(e.topic) {
+		if covered[e.topic] {
 			e.unknown = true
-			c.gens[e.topic]++
 		}
 	}
 }
@@ -278,7 +297,7 @@ func (c *cache) info(key, authCtx string) FreshnessInfo {
 	if e == nil {
 		return FreshnessInfo{State: Missing}
 	}
-	return FreshnessInfo{State: e.freshness(c.now()), ObservedAt: e.received, Expires: e.received.Add(e.ttl), Scope: e.scope}
+	return FreshnessInfo{State: e.freshness(c.now()), ObservedAt: e.received, Expires: e.expires, Scope: e.scope}
 }
 
 // peekTrusted returns a cached value however old, unless a change

@@ -235,10 +235,10 @@ func (c *Client) ReadResource(ctx context.Context, uri string) (*mcp.ReadResourc
 }
 
 // Complete asks for completion values.
-func (c *Client) Complete(ctx context.Context, ref mcp.CompleteRef, arg mcp.CompleteArgument, context map[string]string) (*mcp.Completion, error) {
+func (c *Client) Complete(ctx context.Context, ref mcp.CompleteRef, arg mcp.CompleteArgument, resolved map[string]string) (*mcp.Completion, error) {
 	params := map[string]any{"ref": ref, "argument": arg}
-	if context != nil {
-		params["context"] = mcp.CompleteContext{Arguments: context}
+	if resolved != nil {
+		params["context"] = mcp.CompleteContext{Arguments: resolved}
 	}
 	res, err := c.do(ctx, mcp.MethodComplete, params, callOpts{})
 	if err != nil {

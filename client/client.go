@@ -147,12 +147,12 @@ type Client struct {
 
 	mu      sync.Mutex
 	version string
-	closed  bool
 	// shared is the client this one is a view of (see As), or nil.
 	shared *Client
 	// era is decided once, by probing; views share it.
 	era *eraState
-	bg  sync.WaitGroup // answers to a legacy server's requests
+	// life ends at Close, for the client and all its views.
+	life *lifetime
 }
 
 func newConfig(opts []Option) config {
@@ -177,9 +177,9 @@ func newConfig(opts []Option) config {
 	return cfg
 }
 
-func newClient(t transport, cfg config) *Client {
+func newClient(t transport, cfg config, life *lifetime) *Client {
 	return &Client{
-		t: t, cfg: cfg, version: mcp.Version, ids: new(atomic.Int64), era: &eraState{},
+		t: t, cfg: cfg, version: mcp.Version, ids: new(atomic.Int64), era: &eraState{}, life: life,
 		cache: newCache(cfg.cacheSize, cfg.now, cfg.serveStale, cfg.timeout),
 	}
 }
@@ -194,7 +194,7 @@ func (c *Client) As(authorization string) *Client {
 	cfg.header = c.cfg.header.Clone()
 	cfg.header.Set("Authorization", authorization)
 	cfg.authCtx = authorization
-	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, era: c.era, version: c.currentVersion(), shared: c}
+	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, era: c.era, life: c.life, version: c.currentVersion(), shared: c}
 	if ht, ok := c.t.(*httpTransport); ok {
 		cp := *ht
 		cp.header = cfg.header
@@ -209,12 +209,19 @@ func (c *Client) As(authorization string) *Client {
 // does no I/O until the first call.
 func NewHTTP(url string, opts ...Option) *Client {
 	cfg := newConfig(opts)
-	return newClient(&httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg}, cfg)
+	life := newLifetime()
+	return newClient(&httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg, life: life.ctx}, cfg, life)
 }
 
 // NewCommand starts a stdio server as a subprocess and returns a client for
 // it. Close stops the process (closing its stdin, then SIGTERM, then
-// SIGKILL).
+// SIGKILL); on Unix the server runs in a process group of its own and the
+// signals go to the whole group, so helpers it started cannot keep Close
+// waiting.
+//
+// ctx bounds only the start. The server lives until Close, whatever
+// happens to ctx: a client often outlives the context it was made in, and
+// a server killed when that ended would fail every later request.
 //
 // A server that crashes is started again on the next request (in-flight
 // requests fail with ErrDropped, and a Watcher reconnects and reconciles),
@@ -222,7 +229,7 @@ func NewHTTP(url string, opts ...Option) *Client {
 // ErrServerGone.
 func NewCommand(ctx context.Context, name string, args []string, opts ...Option) (*Client, error) {
 	cfg := newConfig(opts)
-	c := newClient(nil, cfg)
+	c := newClient(nil, cfg, newLifetime())
 	spawn := func() (*stdioTransport, error) {
 		return startStdio(ctx, name, args, cfg.env, cfg.stderr, c.otherMessage, cfg.maxMsg)
 	}
@@ -259,22 +266,27 @@ func (c *Client) deliverLog(m *jsonrpc.Message) {
 	}
 }
 
-// Close releases the connection (and stops a spawned server).
+// Close releases the connection (and stops a spawned server). Requests and
+// listens in flight, on this client and its views, end with ErrClosed, and
+// answers to a legacy server's requests still running are cancelled and
+// waited for.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	if ls := c.legacy(); ls != nil && ls.id != "" && c.shared == nil {
+	first := c.life.end()
+	if ls := c.legacy(); first && ls != nil && ls.id != "" {
 		// End the 2025-11-25 session so the server can free it now rather
-		// than at its idle expiry.
-		if ht, ok := c.t.(*httpTransport); ok {
+		// than at its idle expiry, with the credentials that opened it.
+		root := c
+		for root.shared != nil {
+			root = root.shared
+		}
+		if ht, ok := root.t.(*httpTransport); ok {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			ht.endSession(ctx, ls.id, ls.version)
 			cancel()
 		}
 	}
 	err := c.t.close()
-	c.bg.Wait()
+	c.life.bg.Wait()
 	return err
 }
 
@@ -305,6 +317,21 @@ type callOpts struct {
 	onMsg    func(*jsonrpc.Message)
 	noLimit  bool // listens: no request timeout
 	progress func(progress float64, total *float64, message string)
+	// httpStatus, when set, receives the HTTP status of the response (0
+	// on stdio, or when none came): the era probe needs it.
+	httpStatus *int
+}
+
+// deliverProgress hands a notifications/progress to fn.
+func deliverProgress(m *jsonrpc.Message, fn func(progress float64, total *float64, message string)) {
+	var p struct {
+		Progress float64  `json:"progress"`
+		Total    *float64 `json:"total"`
+		Message  string   `json:"message"`
+	}
+	if jsonrpc.UnmarshalParams(m.Params, &p) == nil {
+		fn(p.Progress, p.Total, p.Message)
+	}
 }
 
 func (c *Client) nextID() jsonrpc.ID { return jsonrpc.IntID(c.ids.Add(1)) }
@@ -341,21 +368,33 @@ func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, tok
 	return jsonrpc.AppendRequest(nil, id, method, pb), nil
 }
 
-// do sends one request and returns its result object. It retries once with
-// another version when the server says it does not speak ours and offers
-// one we do (a server may also ask for the version we sent).
+// do sends one request and returns its result object. When the server
+// answers -32022 (unsupported protocol version) and lists
+// 2026-07-28 among the versions it supports, it retries once: a server may
+// refuse the version we sent for a transient reason and then ask for that
+// same version; a list without ours ends the request with the error. Close
+// ends the request with ErrClosed.
 func (c *Client) do(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if c.life.closed() {
 		return nil, ErrClosed
 	}
-	if err := c.ensureEra(ctx); err != nil {
+	ctx, stop := bindLife(ctx, c.life.ctx)
+	defer stop()
+	res, err := c.doEra(ctx, method, params, o)
+	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+		return nil, fmt.Errorf("%w (%s)", ErrClosed, method)
+	}
+	return res, err
+}
+
+// doEra sends the request in the server's era.
+func (c *Client) doEra(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
+	ls, err := c.ensureEra(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if c.legacy() != nil {
-		return c.doLegacy(ctx, method, params, o)
+	if ls != nil {
+		return c.doLegacy(ctx, ls, method, params, o)
 	}
 	return c.doModern(ctx, method, params, o)
 }
@@ -388,14 +427,7 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 				return
 			case mcp.NotifyProgress:
 				if o.progress != nil {
-					var p struct {
-						Progress float64  `json:"progress"`
-						Total    *float64 `json:"total"`
-						Message  string   `json:"message"`
-					}
-					if jsonrpc.UnmarshalParams(m.Params, &p) == nil {
-						o.progress(p.Progress, p.Total, p.Message)
-					}
+					deliverProgress(m, o.progress)
 				}
 				return
 			}
@@ -404,6 +436,9 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 			}
 		}
 		resp, err := c.t.roundTrip(ctx, req, onMsg)
+		if o.httpStatus != nil {
+			*o.httpStatus = req.statusOut
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -427,8 +462,9 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 // notifications/cancelled (stdio's way of closing a listen).
 var errServerEnded = errors.New("client: server ended the request")
 
-// adoptVersion picks a version we speak from a -32022 error's supported
-// list and reports whether a retry makes sense.
+// adoptVersion reports whether a -32022 error's supported list holds the
+// one version this client speaks, 2026-07-28, and so whether a retry makes
+// sense; it then sends that version from now on.
 func (c *Client) adoptVersion(e *jsonrpc.Error) bool {
 	var data struct {
 		Supported []string `json:"supported"`
@@ -483,7 +519,10 @@ func (c *Client) Request(ctx context.Context, method string, params map[string]a
 	return c.do(ctx, method, params, o)
 }
 
-// cacheHints reads ttlMs and cacheScope from a result.
+// cacheHints reads ttlMs and cacheScope from a result. Only an explicit
+// "public" makes an answer shareable across authorization contexts: a
+// missing or unknown cacheScope is treated as private, the choice that
+// cannot leak one caller's answer to another through a shared client.
 func cacheHints(result jsontext.Value) (time.Duration, mcp.CacheScope) {
 	var h struct {
 		TTL   *int64         `json:"ttlMs"`
@@ -495,8 +534,8 @@ func cacheHints(result jsontext.Value) (time.Duration, mcp.CacheScope) {
 		ttl = time.Duration(*h.TTL) * time.Millisecond
 	}
 	scope := h.Scope
-	if scope != mcp.ScopePrivate {
-		scope = mcp.ScopePublic
+	if scope != mcp.ScopePublic {
+		scope = mcp.ScopePrivate
 	}
 	return ttl, scope
 }
@@ -511,10 +550,11 @@ type DiscoverResult struct {
 
 // Discover asks the server who it is and what it can do (cached per ttlMs).
 func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
-	if err := c.ensureEra(ctx); err != nil {
+	l, err := c.ensureEra(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if l := c.legacy(); l != nil {
+	if l != nil {
 		// A 2025-11-25 server said all of this at initialize.
 		return &DiscoverResult{SupportedVersions: []string{l.version}, Capabilities: l.caps, Instructions: l.instructions, ServerInfo: &l.info}, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -35,17 +36,51 @@ const (
 	EraLegacy Era = mcp.LegacyVersion
 )
 
+// eraDecision is one probe's outcome: the session, or nil for 2026-07-28.
+type eraDecision struct{ legacy *legacySession }
+
 // eraState is the probe's outcome, shared by a client and its views.
 type eraState struct {
-	mu     sync.Mutex
-	probed bool
-	legacy atomic.Pointer[legacySession]
+	// decided holds the probe's outcome once there is one; with reprobe
+	// unset it lets every request skip the probe with two atomic loads.
+	// Outcome and session travel together in one pointer, so a reader
+	// never pairs "decided" with a session that a reprobe just cleared.
+	decided atomic.Pointer[eraDecision]
+	legacy  atomic.Pointer[legacySession]
 	// reprobe asks the next request to probe again (the server restarted).
 	reprobe atomic.Bool
+	// mu guards busy: the channel of the probe or handshake in flight,
+	// closed when it ends, so that a single request talks to the server
+	// while the others wait on it or on their own deadlines.
+	mu   sync.Mutex
+	busy chan struct{}
 	// live is set while a Watcher holds the legacy notification stream: it
 	// holds the cache topics that stream announces changes of, and only
 	// answers of those topics, which carry no TTL, may be kept as fresh.
 	live atomic.Pointer[map[string]bool]
+}
+
+// claim makes the caller the one request that talks to the server, or
+// returns the channel of the request that already does.
+func (e *eraState) claim() (mine bool, wait <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.busy != nil {
+		return false, e.busy
+	}
+	e.busy = make(chan struct{})
+	return true, nil
+}
+
+// release ends a claim: it runs commit under the lock (so that no other
+// request starts a probe in between) and wakes the waiters.
+func (e *eraState) release(commit func()) {
+	e.mu.Lock()
+	commit()
+	ch := e.busy
+	e.busy = nil
+	e.mu.Unlock()
+	close(ch)
 }
 
 // legacySession is what initialize established.
@@ -66,10 +101,11 @@ func (c *Client) legacy() *legacySession { return c.era.legacy.Load() }
 
 // Era reports the protocol era in use, probing the server if needed.
 func (c *Client) Era(ctx context.Context) (Era, error) {
-	if err := c.ensureEra(ctx); err != nil {
+	ls, err := c.ensureEra(ctx)
+	if err != nil {
 		return "", err
 	}
-	if c.legacy() != nil {
+	if ls != nil {
 		return EraLegacy, nil
 	}
 	return EraModern, nil
@@ -88,33 +124,105 @@ func isModernError(err error) bool {
 	return false
 }
 
-// ensureEra probes the server once.
-func (c *Client) ensureEra(ctx context.Context) error {
+// ensureEra probes the server once and returns the 2025-11-25 session,
+// or nil for a modern server. It runs on every request: once the era is
+// known it costs two atomic loads. While one request probes, the others
+// wait for it, each no longer than its own ctx allows.
+func (c *Client) ensureEra(ctx context.Context) (*legacySession, error) {
 	e := c.era
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.reprobe.Swap(false) {
-		e.probed = false
-		e.legacy.Store(nil)
+	for {
+		if d := e.decided.Load(); d != nil && !e.reprobe.Load() {
+			return d.legacy, nil
+		}
+		mine, wait := e.claim()
+		if !mine {
+			select {
+			case <-wait:
+				continue // decided, or failed: look again
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if e.reprobe.Swap(false) {
+			e.decided.Store(nil)
+			e.legacy.Store(nil)
+		}
+		if e.decided.Load() != nil {
+			e.release(func() {})
+			continue
+		}
+		ls, err := c.probe(ctx)
+		e.release(func() {
+			if err == nil {
+				e.legacy.Store(ls)
+				e.decided.Store(&eraDecision{legacy: ls})
+			}
+		})
+		return ls, err
 	}
-	if e.probed {
-		return nil
+}
+
+// probe asks the server which era it speaks: server/discover, then, when
+// the server answered in a way only a 2025-11-25 server would,
+// initialize. A failure that says nothing about the era (a broken
+// connection, a 5xx, our own deadline over HTTP) is returned, and the next
+// request probes again: one transient error must not switch a dual-era
+// server to the old protocol for good.
+func (c *Client) probe(ctx context.Context) (*legacySession, error) {
+	if c.life.closed() {
+		return nil, ErrClosed
 	}
-	_, derr := c.doModern(ctx, mcp.MethodDiscover, nil, callOpts{})
+	ctx, stop := bindLife(ctx, c.life.ctx)
+	defer stop()
+	status := 0
+	_, derr := c.doModern(ctx, mcp.MethodDiscover, nil, callOpts{httpStatus: &status})
 	if derr == nil || isModernError(derr) {
-		e.probed = true
-		return nil
+		return nil, nil
 	}
-	if ctx.Err() != nil {
-		return derr
+	if errors.Is(context.Cause(ctx), ErrClosed) {
+		return nil, ErrClosed
+	}
+	if ctx.Err() != nil || !c.speaksLegacy(derr, status) {
+		return nil, fmt.Errorf("client: era probe (server/discover): %w", derr)
 	}
 	ls, err := c.initialize(ctx)
 	if err != nil {
-		return fmt.Errorf("client: the server answered neither server/discover (%v) nor initialize: %w", derr, err)
+		return nil, fmt.Errorf("client: the server answered neither server/discover (%v) nor initialize: %w", derr, err)
 	}
-	e.legacy.Store(ls)
-	e.probed = true
-	return nil
+	return ls, nil
+}
+
+// speaksLegacy reports whether server/discover's failure (not a modern
+// error) shows a server that does not know the method, so initialize is
+// worth trying. Over HTTP only an answer counts (BC-3): a 400, 404 or 405
+// without a JSON-RPC body, or a JSON-RPC error that came with a success or
+// one of those statuses. On stdio any JSON-RPC error, and a request that
+// timed out, count (BC-2).
+func (c *Client) speaksLegacy(err error, status int) bool {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return isRefusal(he.Status)
+	}
+	var rpc *jsonrpc.Error
+	if errors.As(err, &rpc) {
+		return status == 0 || status < 300 || isRefusal(status)
+	}
+	if _, overHTTP := c.t.(*httpTransport); overHTTP {
+		return false
+	}
+	// stdio: no answer within the request timeout (the caller's own ctx
+	// is still live, see probe).
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// isRefusal reports the HTTP statuses with which servers of the old era
+// refuse a method or a request without a session.
+func isRefusal(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed:
+		return true
+	}
+	return false
 }
 
 // initialize performs the 2025-11-25 handshake.
@@ -164,29 +272,52 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 
 // forgetEra makes the next request probe the server again: a restarted
 // server process may speak another era, and never has the old session.
-// It only raises a flag: it runs deep inside a request, possibly under
-// the probe's own lock.
+// It only raises a flag: it runs deep inside a request, possibly inside
+// the probe itself.
 func (c *Client) forgetEra() { c.era.reprobe.Store(true) }
 
-// reinitialize replaces a session the server forgot.
-func (c *Client) reinitialize(ctx context.Context, old *legacySession) error {
+// reinitialize replaces a session the server forgot and returns the
+// session to use from now on (nil when the era is being probed again). It
+// shares the probe's single flight: one request shakes hands, the others
+// wait for it or for their own ctx.
+func (c *Client) reinitialize(ctx context.Context, old *legacySession) (*legacySession, error) {
 	e := c.era
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if c.legacy() != old {
-		return nil // someone else already did
+	for {
+		if cur := e.legacy.Load(); cur != old {
+			return cur, nil // someone else already did
+		}
+		mine, wait := e.claim()
+		if !mine {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if cur := e.legacy.Load(); cur != old {
+			e.release(func() {})
+			return cur, nil
+		}
+		ls, err := c.initialize(ctx)
+		e.release(func() {
+			if err == nil && e.legacy.Load() == old {
+				e.legacy.Store(ls)
+				e.decided.Store(&eraDecision{legacy: ls})
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		return ls, nil
 	}
-	ls, err := c.initialize(ctx)
-	if err != nil {
-		return err
-	}
-	e.legacy.Store(ls)
-	return nil
 }
 
-// doLegacy sends one request of a 2025-11-25 session: no protocol _meta,
-// the session header, and answers to the server's own requests.
-func (c *Client) doLegacy(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
+// doLegacy sends one request of session ls (a 2025-11-25 session): no
+// protocol _meta, the session header, and answers to the server's own
+// requests. The caller passes the session it loaded once: a concurrent
+// reprobe may clear the shared one at any time.
+func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
 	if method == mcp.MethodListen || method == mcp.MethodDiscover {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + " does not exist in " + mcp.LegacyVersion}
 	}
@@ -196,7 +327,6 @@ func (c *Client) doLegacy(ctx context.Context, method string, params map[string]
 		defer cancel()
 	}
 	for attempt := 0; ; attempt++ {
-		ls := c.legacy()
 		id := c.nextID()
 		p := make(map[string]any, len(params)+1)
 		for k, v := range params {
@@ -220,23 +350,22 @@ func (c *Client) doLegacy(ctx context.Context, method string, params map[string]
 			case m.Method == mcp.NotifyMessage:
 				c.deliverLog(m)
 			case m.Method == mcp.NotifyProgress && o.progress != nil:
-				var pr struct {
-					Progress float64  `json:"progress"`
-					Total    *float64 `json:"total"`
-					Message  string   `json:"message"`
-				}
-				if jsonrpc.UnmarshalParams(m.Params, &pr) == nil {
-					o.progress(pr.Progress, pr.Total, pr.Message)
-				}
+				deliverProgress(m, o.progress)
 			case o.onMsg != nil:
 				o.onMsg(m)
 			}
 		}
 		resp, err := c.t.roundTrip(ctx, req, onMsg)
 		if errors.Is(err, errSessionGone) && attempt == 0 {
-			if rerr := c.reinitialize(ctx, ls); rerr != nil {
+			nls, rerr := c.reinitialize(ctx, ls)
+			if rerr != nil {
 				return nil, rerr
 			}
+			if nls == nil {
+				// The server restarted and its era is to be probed again.
+				return nil, fmt.Errorf("%w (%s: the server restarted)", ErrDropped, method)
+			}
+			ls = nls
 			continue
 		}
 		if err != nil {
@@ -255,16 +384,17 @@ func (c *Client) doLegacy(ctx context.Context, method string, params map[string]
 // answerServer answers a legacy server's request (elicitation, sampling,
 // roots, ping) through the installed handlers. It runs in the background:
 // the answer may need a person, and the stream it came on must keep being
-// read meanwhile.
+// read meanwhile. The answer outlives the request that carried the
+// server's question, not the client: Close cancels it and waits for it,
+// and once Close has begun no answer starts.
 func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 	ls := c.legacy()
 	if ls == nil {
 		return
 	}
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
-		ctx := context.WithoutCancel(ctx)
+	c.life.goBackground(func() {
+		ctx, stop := bindLife(context.WithoutCancel(ctx), c.life.ctx)
+		defer stop()
 		if c.cfg.timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
@@ -282,7 +412,7 @@ func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 			}
 		}
 		_ = c.t.send(ctx, &outbound{method: m.Method, body: body, legacy: true, session: ls.id, version: ls.version})
-	}()
+	})
 }
 
 // hints returns the cache hints of a result of the given cache topic. A
@@ -295,10 +425,14 @@ func (c *Client) hints(topic string, res jsontext.Value) (time.Duration, mcp.Cac
 	if c.legacy() == nil {
 		return cacheHints(res)
 	}
+	// Private: nothing tells whether the answer depends on who asked, and
+	// views made with As share the cache under other authorizations. The
+	// key of a private entry holds the authorization, so a client of one
+	// user loses nothing.
 	if live := c.era.live.Load(); live != nil && (*live)[topic] {
-		return legacyLiveTTL, mcp.ScopePublic
+		return legacyLiveTTL, mcp.ScopePrivate
 	}
-	return 0, mcp.ScopePublic
+	return 0, mcp.ScopePrivate
 }
 
 // setLive records that a legacy stream with grant g is up.

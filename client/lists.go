@@ -24,26 +24,29 @@ const walkRetries = 4
 
 // listAll walks every page of a paginated list and returns one consistent
 // snapshot: when a change notification for the list arrives during the
-// walk, or a cursor is refused, the walk starts over. The snapshot's TTL
-// is the smallest page TTL and its scope the strictest page scope.
-func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]jsontext.Value, time.Duration, mcp.CacheScope, error) {
+// walk, or a cursor is refused, the walk starts over. The snapshot
+// expires at the earliest receipt time plus TTL over its pages (CACHE-5),
+// not at the end of the walk plus the smallest TTL, and its scope is the
+// strictest page scope.
+func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]jsontext.Value, time.Time, mcp.CacheScope, error) {
 	var lastErr error
 	for attempt := 0; attempt < walkRetries; attempt++ {
 		gen := c.cache.gen(topic)
 		var items []jsontext.Value
 		var cursor *string
-		minTTL := time.Duration(-1)
+		var expires time.Time
 		scope := mcp.ScopePublic
 		restart := false
 		for page := 0; ; page++ {
 			if page >= maxPages {
-				return nil, 0, "", fmt.Errorf("client: %s: more than %d pages", method, maxPages)
+				return nil, time.Time{}, "", fmt.Errorf("client: %s: more than %d pages", method, maxPages)
 			}
 			params := map[string]any{}
 			if cursor != nil {
 				params["cursor"] = *cursor
 			}
 			res, err := c.do(ctx, method, params, callOpts{})
+			received := c.cfg.now()
 			if err != nil {
 				var rpc *jsonrpc.Error
 				if cursor != nil && errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeInvalidParams {
@@ -52,26 +55,26 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]js
 					lastErr, restart = err, true
 					break
 				}
-				return nil, 0, "", err
+				return nil, time.Time{}, "", err
 			}
 			var pageRes struct {
 				NextCursor *string `json:"nextCursor"`
 			}
 			var fields map[string]jsontext.Value
 			if err := json.Unmarshal(res, &fields); err != nil {
-				return nil, 0, "", fmt.Errorf("client: %s: %w", method, err)
+				return nil, time.Time{}, "", fmt.Errorf("client: %s: %w", method, err)
 			}
 			_ = json.Unmarshal(res, &pageRes)
 			var pageItems []jsontext.Value
 			if raw, ok := fields[field]; ok {
 				if err := json.Unmarshal(raw, &pageItems); err != nil {
-					return nil, 0, "", fmt.Errorf("client: %s: %s: %w", method, field, err)
+					return nil, time.Time{}, "", fmt.Errorf("client: %s: %s: %w", method, field, err)
 				}
 			}
 			items = append(items, pageItems...)
 			ttl, sc := c.hints(topic, res)
-			if minTTL < 0 || ttl < minTTL {
-				minTTL = ttl
+			if exp := received.Add(ttl); expires.IsZero() || exp.Before(expires) {
+				expires = exp
 			}
 			if sc == mcp.ScopePrivate {
 				scope = mcp.ScopePrivate
@@ -88,12 +91,12 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]js
 			lastErr = errors.New("list changed during the walk")
 			continue
 		}
-		if minTTL < 0 {
-			minTTL = 0
+		if expires.IsZero() { // no page at all; cannot happen, but never fresh
+			expires = c.cfg.now()
 		}
-		return items, minTTL, scope, nil
+		return items, expires, scope, nil
 	}
-	return nil, 0, "", fmt.Errorf("client: %s: no consistent snapshot after %d walks: %w", method, walkRetries, lastErr)
+	return nil, time.Time{}, "", fmt.Errorf("client: %s: no consistent snapshot after %d walks: %w", method, walkRetries, lastErr)
 }
 
 // decodeItems decodes raw list items into T, skipping ones that fail.
@@ -140,7 +143,7 @@ func (tl *toolList) lookup(name string) ([]xheader.Param, bool) {
 
 func (c *Client) toolList(ctx context.Context) (*toolList, error) {
 	v, err := c.cache.get(ctx, mcp.MethodToolsList, topicTools, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
-		raw, ttl, scope, err := c.listAll(ctx, mcp.MethodToolsList, "tools", topicTools)
+		raw, expires, scope, err := c.listAll(ctx, mcp.MethodToolsList, "tools", topicTools)
 		if err != nil {
 			return fetched{}, err
 		}
@@ -155,7 +158,7 @@ func (c *Client) toolList(ctx context.Context) (*toolList, error) {
 			tl.headers[t.Name] = ps
 			tl.tools = append(tl.tools, t)
 		}
-		return fetched{value: tl, ttl: ttl, scope: scope}, nil
+		return fetched{value: tl, expires: expires, scope: scope}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -180,11 +183,11 @@ func (c *Client) ResourceTemplates(ctx context.Context) ([]mcp.ResourceTemplate,
 
 func cachedList[T any](ctx context.Context, c *Client, method, field, topic string) ([]T, error) {
 	v, err := c.cache.get(ctx, method, topic, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
-		raw, ttl, scope, err := c.listAll(ctx, method, field, topic)
+		raw, expires, scope, err := c.listAll(ctx, method, field, topic)
 		if err != nil {
 			return fetched{}, err
 		}
-		return fetched{value: decodeItems[T](raw), ttl: ttl, scope: scope}, nil
+		return fetched{value: decodeItems[T](raw), expires: expires, scope: scope}, nil
 	})
 	if err != nil {
 		return nil, err

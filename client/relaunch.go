@@ -30,12 +30,18 @@ type commandTransport struct {
 	spawn     func() (*stdioTransport, error)
 	onRestart func()
 
-	mu      sync.Mutex
-	cur     *stdioTransport
-	started time.Time
-	quick   int
-	closed  bool
-	gone    bool
+	// quickDeath is the crash-loop guard's bound (the constant, but for
+	// tests).
+	quickDeath time.Duration
+	// reaping counts goroutines stopping dead processes; close waits.
+	reaping sync.WaitGroup
+
+	mu     sync.Mutex
+	cur    *stdioTransport
+	quick  int // quick deaths in a row
+	reaped bool
+	closed bool
+	gone   bool
 }
 
 func newCommandTransport(spawn func() (*stdioTransport, error), onRestart func()) (*commandTransport, error) {
@@ -43,10 +49,12 @@ func newCommandTransport(spawn func() (*stdioTransport, error), onRestart func()
 	if err != nil {
 		return nil, err
 	}
-	return &commandTransport{spawn: spawn, onRestart: onRestart, cur: t, started: time.Now()}, nil
+	return &commandTransport{spawn: spawn, onRestart: onRestart, cur: t, quickDeath: quickDeath}, nil
 }
 
-// current returns the live process, starting a new one if it died.
+// current returns the live process, starting a new one if it died. A dead
+// process is reaped in the background: stopping it may take the whole
+// shutdown sequence, which no request should wait for.
 func (t *commandTransport) current() (*stdioTransport, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -56,16 +64,23 @@ func (t *commandTransport) current() (*stdioTransport, error) {
 	if t.gone {
 		return nil, ErrServerGone
 	}
+	dead := t.cur
 	select {
-	case <-t.cur.done:
+	case <-dead.done:
 	default:
-		return t.cur, nil
+		return dead, nil
 	}
-	_ = t.cur.close() // reap the dead process
-	if time.Since(t.started) < quickDeath {
+	if !t.reaped {
+		t.reaped = true
+		t.reaping.Go(func() { _ = dead.close() })
+	}
+	// A life is judged from its start to its end, not to this request,
+	// which may come much later.
+	prev := t.quick
+	if dead.lifespan() < t.quickDeath {
 		t.quick++
 	} else {
-		t.quick = 1
+		t.quick = 0
 	}
 	if t.quick >= maxQuickDeath {
 		t.gone = true
@@ -73,9 +88,11 @@ func (t *commandTransport) current() (*stdioTransport, error) {
 	}
 	nt, err := t.spawn()
 	if err != nil {
+		// Judged again at the next request: do not count this death twice.
+		t.quick = prev
 		return nil, err
 	}
-	t.cur, t.started = nt, time.Now()
+	t.cur, t.reaped = nt, false
 	t.onRestart()
 	return nt, nil
 }
@@ -120,5 +137,7 @@ func (t *commandTransport) close() error {
 	t.closed = true
 	cur := t.cur
 	t.mu.Unlock()
-	return cur.close()
+	err := cur.close()
+	t.reaping.Wait()
+	return err
 }

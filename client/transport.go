@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -56,6 +55,8 @@ type outbound struct {
 	session string
 	// sessionOut receives the Mcp-Session-Id the server answered with.
 	sessionOut string
+	// statusOut receives the HTTP status of the response (0 on stdio).
+	statusOut int
 	// idle, for long-lived streams, cuts the stream when nothing at all
 	// (not even a keep-alive) arrives for that long.
 	idle time.Duration
@@ -91,6 +92,21 @@ type httpTransport struct {
 	hc     *http.Client
 	header http.Header
 	maxMsg int
+	// life ends when the client closes; the legacy GET stream, which runs
+	// outside any request, ends with it.
+	life context.Context
+}
+
+// newRequest builds a request carrying the client's own headers.
+func (t *httpTransport) newRequest(ctx context.Context, method string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, t.url, body)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	for k, v := range t.header {
+		req.Header[k] = append([]string(nil), v...)
+	}
+	return req, nil
 }
 
 func (t *httpTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
@@ -149,15 +165,11 @@ type readFunc func([]byte) (int, error)
 func (f readFunc) Read(p []byte) (int, error) { return f(p) }
 
 func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(r.body))
+	req, err := t.newRequest(ctx, http.MethodPost, bytes.NewReader(r.body))
 	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		return nil, err
 	}
-	h := req.Header
-	for k, v := range t.header {
-		h[k] = append([]string(nil), v...)
-	}
-	t.setHeaders(h, r)
+	t.setHeaders(req.Header, r)
 	resp, err := t.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -167,6 +179,7 @@ func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonr
 	}
 	defer resp.Body.Close()
 	r.sessionOut = resp.Header.Get(mcp.HeaderSessionID)
+	r.statusOut = resp.StatusCode
 	if r.session != "" && resp.StatusCode == http.StatusNotFound {
 		return nil, errSessionGone
 	}
@@ -240,12 +253,9 @@ func (t *httpTransport) setHeaders(h http.Header, r *outbound) {
 }
 
 func (t *httpTransport) send(ctx context.Context, r *outbound) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(r.body))
+	req, err := t.newRequest(ctx, http.MethodPost, bytes.NewReader(r.body))
 	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	for k, v := range t.header {
-		req.Header[k] = append([]string(nil), v...)
+		return err
 	}
 	t.setHeaders(req.Header, r)
 	resp, err := t.hc.Do(req)
@@ -262,22 +272,25 @@ func (t *httpTransport) send(ctx context.Context, r *outbound) error {
 
 // stream opens a legacy session's GET stream.
 func (t *httpTransport) stream(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
+	ctx, unbind := bindLife(ctx, t.life)
+	defer unbind()
 	ctx, stop := watchIdle(ctx, r.idle)
 	defer stop()
 	err := t.get(ctx, r, onOpen, onMsg)
-	if err != nil && errors.Is(context.Cause(ctx), errIdle) {
+	switch {
+	case err == nil:
+	case errors.Is(context.Cause(ctx), errIdle):
 		return fmt.Errorf("%w (GET stream: nothing received for %s)", ErrDropped, r.idle)
+	case errors.Is(context.Cause(ctx), ErrClosed):
+		return fmt.Errorf("%w (GET stream)", ErrClosed)
 	}
 	return err
 }
 
 func (t *httpTransport) get(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
+	req, err := t.newRequest(ctx, http.MethodGet, nil)
 	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	for k, v := range t.header {
-		req.Header[k] = append([]string(nil), v...)
+		return err
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set(mcp.HeaderSessionID, r.session)
@@ -318,12 +331,9 @@ func (t *httpTransport) get(ctx context.Context, r *outbound, onOpen func(), onM
 
 // endSession asks the server to end a 2025-11-25 session (best effort).
 func (t *httpTransport) endSession(ctx context.Context, session, version string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, t.url, nil)
+	req, err := t.newRequest(ctx, http.MethodDelete, nil)
 	if err != nil {
 		return
-	}
-	for k, v := range t.header {
-		req.Header[k] = append([]string(nil), v...)
 	}
 	req.Header.Set(mcp.HeaderSessionID, session)
 	req.Header.Set(mcp.HeaderProtocolVersion, version)
@@ -351,6 +361,10 @@ func snippet(b []byte) string {
 type pending struct {
 	onMsg func(*jsonrpc.Message)
 	resp  chan *jsonrpc.Message
+	// listen marks a subscriptions/listen: the only request a server may
+	// end with notifications/cancelled. A 2025-11-25 server sends that
+	// notification for its own requests, whose ids may equal ours.
+	listen bool
 }
 
 type stdioTransport struct {
@@ -368,11 +382,45 @@ type stdioTransport struct {
 	readErr   error
 	exited    chan struct{}
 	grace     time.Duration
-	closeMu   sync.Once
+	closeOnce sync.Once
+	// started is when the process started; ended, guarded by mu, when it
+	// stopped serving (its stdout ended or it exited, whichever came
+	// first): the crash-loop guard judges a life by the two.
+	started time.Time
+	ended   time.Time
 }
 
+// noteEnd records when the process stopped serving, once.
+func (t *stdioTransport) noteEnd() {
+	t.mu.Lock()
+	if t.ended.IsZero() {
+		t.ended = time.Now()
+	}
+	t.mu.Unlock()
+}
+
+// lifespan is how long the process served; only meaningful after done.
+func (t *stdioTransport) lifespan() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ended.Sub(t.started)
+}
+
+// startStdio starts the server. ctx bounds the start only (see
+// NewCommand): the process runs until close. It gets a process group of
+// its own where the platform has them, so that close can stop whatever it
+// started too; without that, a helper that inherited its stdout or stderr
+// would keep close waiting.
 func startStdio(ctx context.Context, name string, args []string, env []string, stderr io.Writer, onOther func(*jsonrpc.Message), maxMsg int) (*stdioTransport, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("client: start %s: %w", name, err)
+	}
+	const grace = 2 * time.Second
 	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = ownGroup()
+	// Once the process has exited, stop waiting for output a survivor
+	// still holds open.
+	cmd.WaitDelay = grace
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
@@ -395,10 +443,11 @@ func startStdio(ctx context.Context, name string, args []string, env []string, s
 		cmd: cmd, stdin: stdin,
 		pending: map[string]*pending{}, tokens: map[string]string{},
 		onOther: onOther, done: make(chan struct{}), exited: make(chan struct{}),
-		grace: 2 * time.Second,
+		grace: grace, started: time.Now(),
 	}
 	go func() {
 		_ = cmd.Wait()
+		t.noteEnd()
 		close(t.exited)
 	}()
 	go t.read(stdout, maxMsg)
@@ -417,6 +466,7 @@ func (t *stdioTransport) read(stdout io.Reader, maxMsg int) {
 		}
 		t.route(m)
 	}
+	t.noteEnd()
 	t.mu.Lock()
 	t.readErr = sc.Err()
 	if t.readErr == nil {
@@ -435,12 +485,13 @@ type routeParams struct {
 	RequestID     jsontext.Value `json:"requestId,omitzero"`
 }
 
-// finish hands m to the request with the given id as its final message.
-func (t *stdioTransport) finish(key string, m *jsonrpc.Message) {
+// finish hands m to the request with the given id as its final message;
+// with listenOnly, only if that request is a listen.
+func (t *stdioTransport) finish(key string, m *jsonrpc.Message, listenOnly bool) {
 	t.mu.Lock()
 	p := t.pending[key]
 	t.mu.Unlock()
-	if p != nil {
+	if p != nil && (p.listen || !listenOnly) {
 		select {
 		case p.resp <- m:
 		default:
@@ -450,7 +501,7 @@ func (t *stdioTransport) finish(key string, m *jsonrpc.Message) {
 
 func (t *stdioTransport) route(m *jsonrpc.Message) {
 	if m.IsResponse() {
-		t.finish(m.ID.Raw(), m)
+		t.finish(m.ID.Raw(), m, false)
 		return
 	}
 	var rm routeParams
@@ -464,9 +515,11 @@ func (t *stdioTransport) route(m *jsonrpc.Message) {
 		key = t.tokens[string(rm.ProgressToken)]
 		t.mu.Unlock()
 	case m.Method == mcp.NotifyCancelled && len(rm.RequestID) > 0:
-		// The server ended a request itself (a listen on shutdown): that
-		// ends the request gracefully, whatever follows.
-		t.finish(idKey(rm.RequestID), m)
+		// The server ended a listen itself (on shutdown): that ends it
+		// gracefully, whatever follows. The same notification about
+		// anything else is a legacy server cancelling its own request,
+		// whose id is not ours even when it looks the same.
+		t.finish(idKey(rm.RequestID), m, true)
 		return
 	}
 	if key != "" {
@@ -520,7 +573,7 @@ func (t *stdioTransport) write(b []byte) error {
 
 func (t *stdioTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
 	key := r.id.Raw()
-	p := &pending{onMsg: onMsg, resp: make(chan *jsonrpc.Message, 1)}
+	p := &pending{onMsg: onMsg, resp: make(chan *jsonrpc.Message, 1), listen: r.method == mcp.MethodListen}
 	t.mu.Lock()
 	select {
 	case <-t.done:
@@ -589,22 +642,23 @@ func (t *stdioTransport) stream(ctx context.Context, _ *outbound, onOpen func(),
 }
 
 // close shuts the server down the way stdio servers expect: close its
-// stdin, wait, then SIGTERM, wait, then SIGKILL.
+// stdin, wait, then SIGTERM, wait, then SIGKILL, the signals going to the
+// server's whole process group where there is one.
 func (t *stdioTransport) close() error {
-	t.closeMu.Do(func() {
+	t.closeOnce.Do(func() {
 		_ = t.stdin.Close()
 		select {
 		case <-t.exited:
 			return
 		case <-time.After(t.grace):
 		}
-		_ = t.cmd.Process.Signal(syscall.SIGTERM)
+		terminate(t.cmd.Process)
 		select {
 		case <-t.exited:
 			return
 		case <-time.After(t.grace):
 		}
-		_ = t.cmd.Process.Kill()
+		kill(t.cmd.Process)
 		<-t.exited
 	})
 	<-t.done

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,9 +63,17 @@ const (
 	ReadFailed
 )
 
+var eventKindNames = [...]string{"tools_changed", "prompts_changed", "resources_changed", "templates_changed",
+	"resource_updated", "connected", "disconnected", "read_failed"}
+
+// String names the kind; a value outside the known kinds (a zero value
+// from a newer or corrupted source) is printed as EventKind(n), never a
+// panic.
 func (k EventKind) String() string {
-	return [...]string{"tools_changed", "prompts_changed", "resources_changed", "templates_changed",
-		"resource_updated", "connected", "disconnected", "read_failed"}[k]
+	if k >= 0 && int(k) < len(eventKindNames) {
+		return eventKindNames[k]
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Event is one thing a Watcher observed.
@@ -90,8 +100,14 @@ const (
 	Down
 )
 
+var connStateNames = [...]string{"connecting", "live", "polling", "down"}
+
+// String names the state; an unknown value is printed as ConnState(n).
 func (s ConnState) String() string {
-	return [...]string{"connecting", "live", "polling", "down"}[s]
+	if s >= 0 && int(s) < len(connStateNames) {
+		return connStateNames[s]
+	}
+	return "ConnState(" + strconv.Itoa(int(s)) + ")"
 }
 
 // WatchStats counts what a Watcher did, for coalescing measurements.
@@ -175,23 +191,38 @@ func (w *Watcher) Stats() WatchStats {
 	return WatchStats{Notifications: w.stats.notes.Load(), Rereads: w.stats.rereads.Load(), Reconnects: w.stats.reconnects.Load()}
 }
 
-// topics lists every cache topic the options cover.
-func (w *Watcher) topics() []string {
+// filter is the subscription filter the options ask for.
+func (w *Watcher) filter() mcp.SubscriptionFilter {
+	return mcp.SubscriptionFilter{
+		ToolsListChanged:      w.opts.Tools,
+		PromptsListChanged:    w.opts.Prompts,
+		ResourcesListChanged:  w.opts.Resources,
+		ResourceSubscriptions: w.opts.URIs,
+	}
+}
+
+// filterTopics lists the cache topics a subscription filter covers: the
+// one mapping from what is asked of (or granted by) a listen to what it
+// keeps honest in the cache.
+func filterTopics(f mcp.SubscriptionFilter) []string {
 	var t []string
-	if w.opts.Tools {
+	if f.ToolsListChanged {
 		t = append(t, topicTools)
 	}
-	if w.opts.Prompts {
+	if f.PromptsListChanged {
 		t = append(t, topicPrompts)
 	}
-	if w.opts.Resources {
+	if f.ResourcesListChanged {
 		t = append(t, topicResources, topicTemplates)
 	}
-	for _, u := range w.opts.URIs {
+	for _, u := range f.ResourceSubscriptions {
 		t = append(t, topicResource+u)
 	}
 	return t
 }
+
+// topics lists every cache topic the options cover.
+func (w *Watcher) topics() []string { return filterTopics(w.filter()) }
 
 func (w *Watcher) covers(topic string) bool { return slices.Contains(w.topics(), topic) }
 
@@ -270,19 +301,15 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 func (w *Watcher) listenLoop(ctx context.Context) {
 	bo := &backoff{min: w.opts.MinBackoff, max: w.opts.MaxBackoff}
-	want := mcp.SubscriptionFilter{
-		ToolsListChanged:      w.opts.Tools,
-		PromptsListChanged:    w.opts.Prompts,
-		ResourcesListChanged:  w.opts.Resources,
-		ResourceSubscriptions: w.opts.URIs,
-	}
+	want := w.filter()
 	reported := false // the current outage has been reported
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
 			w.stats.reconnects.Add(1)
 		}
 		w.state.Store(int32(Connecting))
-		if err := w.c.ensureEra(ctx); err != nil {
+		ls, eraErr := w.c.ensureEra(ctx)
+		if err := eraErr; err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -297,8 +324,8 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if w.c.legacy() != nil {
-			if !w.legacyListen(ctx, want, bo) {
+		if ls != nil {
+			if !w.legacyListen(ctx, ls, want, bo) {
 				return
 			}
 			continue
@@ -335,7 +362,7 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			// attempt can succeed, so stop instead of retrying forever
 			// (reporting the end unless the drop before this was).
 			w.state.Store(int32(Down))
-			w.c.cache.markUnknown(w.covers)
+			w.c.cache.markUnknown(w.topics()...)
 			if !reported {
 				w.emit(ctx, Event{Kind: Disconnected, Err: err})
 			}
@@ -351,8 +378,10 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			if !sleepCtx(ctx, bo.next()) {
 				return
 			}
-		case errors.As(err, &rpc) && !acked.Load():
-			// No listen here (or not with this filter): poll everything.
+		case errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeMethodNotFound && !acked.Load():
+			// No listen here: poll everything. Any other error before the
+			// acknowledgement (an internal error, a server overloaded for a
+			// moment) is treated as a drop below: backed off and retried.
 			w.state.Store(int32(Polling))
 			w.setPolled(w.topics())
 			w.markDirty(w.topics()...)
@@ -361,7 +390,7 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 		default:
 			// An abrupt drop: changes may have been missed.
 			w.state.Store(int32(Down))
-			w.c.cache.markUnknown(w.covers)
+			w.c.cache.markUnknown(w.topics()...)
 			w.emit(ctx, Event{Kind: Disconnected, Err: err})
 			reported = true
 			if !sleepCtx(ctx, bo.next()) {
@@ -374,19 +403,11 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 // acknowledged compares the grant with the request: what was granted is
 // followed by notifications; the rest is polled. Then it reconciles.
 func (w *Watcher) acknowledged(ctx context.Context, want, got mcp.SubscriptionFilter) {
+	granted := filterTopics(got)
 	var polled []string
-	if want.ToolsListChanged && !got.ToolsListChanged {
-		polled = append(polled, topicTools)
-	}
-	if want.PromptsListChanged && !got.PromptsListChanged {
-		polled = append(polled, topicPrompts)
-	}
-	if want.ResourcesListChanged && !got.ResourcesListChanged {
-		polled = append(polled, topicResources, topicTemplates)
-	}
-	for _, u := range want.ResourceSubscriptions {
-		if !slices.Contains(got.ResourceSubscriptions, u) {
-			polled = append(polled, topicResource+u)
+	for _, t := range filterTopics(want) {
+		if !slices.Contains(granted, t) {
+			polled = append(polled, t)
 		}
 	}
 	w.mu.Lock()
@@ -432,6 +453,15 @@ func (w *Watcher) notification(m *jsonrpc.Message) {
 			return
 		}
 		topics = []string{topicResource + p.URI}
+		if !w.covers(topics[0]) {
+			// The update may name a sub-resource of one we follow (the
+			// schema allows it): that followed resource changed too.
+			for _, u := range w.opts.URIs {
+				if subResource(p.URI, u) {
+					topics = append(topics, topicResource+u)
+				}
+			}
+		}
 	default:
 		return
 	}
@@ -444,6 +474,24 @@ func (w *Watcher) notification(m *jsonrpc.Message) {
 		}
 	}
 	w.markDirty(covered...)
+}
+
+// subResource reports whether uri names a part of the resource at parent:
+// parent followed by a path, fragment or query boundary, or any longer URI
+// under a parent that ends in "/". A bare string prefix is not enough:
+// file:///a/bc is not part of file:///a/b.
+func subResource(uri, parent string) bool {
+	if len(uri) <= len(parent) || !strings.HasPrefix(uri, parent) {
+		return false
+	}
+	if strings.HasSuffix(parent, "/") {
+		return true
+	}
+	switch uri[len(parent)] {
+	case '/', '#', '?':
+		return true
+	}
+	return false
 }
 
 func (w *Watcher) pollLoop(ctx context.Context) {
@@ -605,9 +653,8 @@ func (w *Watcher) reread(ctx context.Context, topic string) {
 // subscribes to each resource, opens the session's notification stream and
 // reads it until it ends. What the server's capabilities do not promise to
 // announce is polled. It reports whether the loop should go on.
-func (w *Watcher) legacyListen(ctx context.Context, want mcp.SubscriptionFilter, bo *backoff) bool {
+func (w *Watcher) legacyListen(ctx context.Context, ls *legacySession, want mcp.SubscriptionFilter, bo *backoff) bool {
 	c := w.c
-	ls := c.legacy()
 	var got mcp.SubscriptionFilter
 	caps := ls.caps
 	got.ToolsListChanged = want.ToolsListChanged && caps.Tools != nil && caps.Tools.ListChanged
@@ -615,7 +662,7 @@ func (w *Watcher) legacyListen(ctx context.Context, want mcp.SubscriptionFilter,
 	got.ResourcesListChanged = want.ResourcesListChanged && caps.Resources != nil && caps.Resources.ListChanged
 	if caps.Resources != nil && caps.Resources.Subscribe {
 		for _, u := range want.ResourceSubscriptions {
-			if _, err := c.doLegacy(ctx, mcp.MethodResourcesSubscribe, map[string]any{"uri": u}, callOpts{}); err == nil {
+			if _, err := c.doLegacy(ctx, ls, mcp.MethodResourcesSubscribe, map[string]any{"uri": u}, callOpts{}); err == nil {
 				got.ResourceSubscriptions = append(got.ResourceSubscriptions, u)
 			} else if ctx.Err() != nil {
 				return false
@@ -655,10 +702,10 @@ func (w *Watcher) legacyListen(ctx context.Context, want mcp.SubscriptionFilter,
 		<-ctx.Done()
 		return false
 	case errors.Is(err, errSessionGone):
-		_ = c.reinitialize(ctx, ls)
+		_, _ = c.reinitialize(ctx, ls)
 	}
 	w.state.Store(int32(Down))
-	w.c.cache.markUnknown(w.covers)
+	w.c.cache.markUnknown(w.topics()...)
 	w.emit(ctx, Event{Kind: Disconnected, Err: err})
 	if errors.Is(err, ErrClosed) {
 		<-ctx.Done() // closed, or a server that cannot come back

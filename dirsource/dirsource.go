@@ -297,12 +297,48 @@ func (s *Source) open(rel string) (*os.Root, *os.File, error) {
 	if rel != "" {
 		name = filepath.FromSlash(rel)
 	}
-	f, err := root.Open(name)
+	f, err := openServable(root, name, true)
 	if err != nil {
 		root.Close()
 		return nil, nil, err
 	}
 	return root, f, nil
+}
+
+// servable reports whether a file of mode m may be opened: regular files
+// always, directories when allowDir is set. Named pipes, devices and
+// sockets never are: opening or reading them can block forever, pinning a
+// goroutine and an OS thread per request.
+func servable(m fs.FileMode, allowDir bool) bool {
+	return m.IsRegular() || allowDir && m.IsDir()
+}
+
+// openServable opens name inside root only if it is servable. The type is
+// checked with Lstat before the open, the open does not block (openFlags),
+// and the type of what was actually opened is checked once more, so a
+// named pipe swapped in between the two steps is refused too.
+func openServable(root *os.Root, name string, allowDir bool) (*os.File, error) {
+	fi, err := root.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !servable(fi.Mode(), allowDir) {
+		return nil, errNotFile
+	}
+	f, err := root.OpenFile(name, openFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err = f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !servable(fi.Mode(), allowDir) {
+		f.Close()
+		return nil, errNotFile
+	}
+	return f, nil
 }
 
 // readFile reads a regular file of at most limit bytes.
@@ -352,7 +388,7 @@ func (s *Source) metaOf(root *os.Root, rel string, fi fs.FileInfo) fileMeta {
 	m := fileMeta{size: fi.Size(), mod: fi.ModTime()}
 	var head []byte
 	if mime.TypeByExtension(filepath.Ext(rel)) == "" {
-		if f, err := root.Open(filepath.FromSlash(rel)); err == nil {
+		if f, err := openServable(root, filepath.FromSlash(rel), false); err == nil {
 			buf := make([]byte, 512)
 			n, _ := io.ReadFull(f, buf)
 			head = buf[:n]

@@ -35,7 +35,12 @@ const (
 
 func ptr[T any](v T) *T { return &v }
 
-var readOnly = &mcp.ToolAnnotations{ReadOnlyHint: ptr(true), DestructiveHint: ptr(false), IdempotentHint: ptr(true), OpenWorldHint: ptr(false)}
+// readOnly returns fresh annotations for a tool that only looks at the
+// directory. Each definition gets its own value, so nothing that holds one
+// tool's annotations can change another's.
+func readOnly() *mcp.ToolAnnotations {
+	return &mcp.ToolAnnotations{ReadOnlyHint: ptr(true), DestructiveHint: ptr(false), IdempotentHint: ptr(true), OpenWorldHint: ptr(false)}
+}
 
 const searchInput = `{
   "type": "object",
@@ -134,7 +139,7 @@ func (s *Source) addTools(srv *server.Server) error {
 			Description:  "Search the text files under " + s.root + " for a string or regular expression; returns matching lines with their paths, URIs and line numbers.",
 			InputSchema:  jsontext.Value(searchInput),
 			OutputSchema: jsontext.Value(searchOutput),
-			Annotations:  readOnly,
+			Annotations:  readOnly(),
 		}, s.searchTool},
 		{mcp.Tool{
 			Name:         "file_info",
@@ -142,7 +147,7 @@ func (s *Source) addTools(srv *server.Server) error {
 			Description:  "Size, modification time and media type of a file or directory under " + s.root + ".",
 			InputSchema:  jsontext.Value(pathInput),
 			OutputSchema: jsontext.Value(infoOutput),
-			Annotations:  readOnly,
+			Annotations:  readOnly(),
 		}, s.infoTool},
 		{mcp.Tool{
 			Name:         "list_directory",
@@ -150,7 +155,7 @@ func (s *Source) addTools(srv *server.Server) error {
 			Description:  "The files and subdirectories of a directory under " + s.root + ", hidden entries excluded.",
 			InputSchema:  jsontext.Value(listInput),
 			OutputSchema: jsontext.Value(listOutput),
-			Annotations:  readOnly,
+			Annotations:  readOnly(),
 		}, s.listTool},
 	}
 	for _, t := range tools {

@@ -73,8 +73,11 @@ type changeView struct {
 // It writes no escape sequences; the caller positions the cursor.
 func renderView(m viewModel) string {
 	var lines []string
+	// Every line goes through printable: the strings in it are the
+	// server's, and control characters in them must not drive the terminal
+	// or break the layout.
 	add := func(format string, a ...any) {
-		lines = append(lines, strings.TrimRight(fit(fmt.Sprintf(format, a...), m.Width), " "))
+		lines = append(lines, strings.TrimRight(fit(printable(fmt.Sprintf(format, a...)), m.Width), " "))
 	}
 
 	title := "tidings watch  " + m.Target

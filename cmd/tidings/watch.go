@@ -427,7 +427,10 @@ func eventText(e client.Event, uris int) string {
 	return e.Kind.String()
 }
 
-// eventLine is the plain one-line form of an event.
+// eventLine is the plain one-line form of an event. Names, URIs and
+// error texts come from the server, so the line is made printable: a
+// newline or escape sequence in them can neither forge further lines nor
+// drive the terminal.
 func eventLine(e client.Event) string {
 	var b strings.Builder
 	b.WriteString(e.At.UTC().Format(time.RFC3339) + " " + e.Kind.String())
@@ -471,7 +474,7 @@ func eventLine(e client.Event) string {
 		field("removed", e.Removed)
 		field("changed", e.Changed)
 	}
-	return b.String()
+	return printable(b.String())
 }
 
 // jsonEvent is the --json form of an event.
