@@ -26,6 +26,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime/debug"
 
@@ -34,11 +35,13 @@ import (
 
 func main() {
 	if err := newRootCmd().ExecuteContext(context.Background()); err != nil {
-		// cobra, or the command itself, has already reported the error.
 		var ee *exitError
 		if errors.As(err, &ee) {
-			os.Exit(ee.code)
+			os.Exit(ee.code) // the command has already reported it
 		}
+		// Errors may quote what a server sent; keep control sequences in
+		// them off the terminal.
+		fmt.Fprintln(os.Stderr, "Error:", printable(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -47,9 +50,11 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "tidings",
 		Short: "Serve and inspect MCP servers whose contents change at run time",
-		// Usage text on every run-time error hides the error itself.
-		SilenceUsage: true,
-		Version:      version(),
+		// Usage text on every run-time error hides the error itself, and
+		// main prints errors itself, made safe for a terminal.
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version(),
 	}
 	root.AddCommand(newServeCmd(), newWatchCmd(), newCallCmd(), newBenchCmd())
 	return root
