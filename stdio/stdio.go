@@ -291,10 +291,18 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	}
 	c.mu.Unlock()
 
+	var written func()
+	if isListen {
+		// Shutdown waits until the listen's last message is written.
+		written = c.srv.TrackListen()
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
+		if written != nil {
+			defer written()
+		}
 		// The slot is taken here, never in the reader, so that a
 		// notifications/cancelled (or a response) behind a full
 		// connection is still read.

@@ -254,6 +254,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	principal := h.principalOf(r)
+	if call.Method() == mcp.MethodListen {
+		// Shutdown waits until the listen's last message is written.
+		defer h.srv.TrackListen()()
+	}
 	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
 	reply := h.srv.Serve(r.Context(), call, principal, out)
 	out.finish(reply)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -133,6 +134,32 @@ func TestListenKeepAlive(t *testing.T) {
 		}
 		if blank := line(); blank != "" {
 			t.Fatalf("comment not followed by a blank line: %q", blank)
+		}
+	}
+}
+
+// TestShutdownWaitsForFinalWrite: once Shutdown returns, every listen's
+// complete result has been written, so a server that then closes all its
+// connections at once cuts none of them short.
+func TestShutdownWaitsForFinalWrite(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var streams []*stream
+	for i := range 20 {
+		s := f.open(t, ctx, listenBody(100+i, `{"toolsListChanged":true}`), headers(mcp.MethodListen, ""))
+		if ack := s.next(t); ack.Method != mcp.NotifyAcknowledged {
+			t.Fatalf("first event %q, want the acknowledgement", ack.Method)
+		}
+		streams = append(streams, s)
+	}
+	if err := f.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.ts.CloseClientConnections()
+	for i, s := range streams {
+		if end := s.next(t); string(end.ID) != fmt.Sprint(100+i) || end.Result == nil {
+			t.Fatalf("listen %d ended with %+v, want its complete result", 100+i, end)
 		}
 	}
 }
