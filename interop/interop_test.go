@@ -599,39 +599,18 @@ func TestTSClientWithGoServer(t *testing.T) {
 		hs.Close()
 	})
 
-	p := startNode(t, node, dir, "ts-client.mjs", hs.URL+"/mcp")
-	steps := map[string]json.RawMessage{}
-	var order []string
-	for {
-		line, ok := p.next(t, 60*time.Second)
-		if !ok {
-			break
+	steps, order := runSteps(t, node, dir, "ts-client.mjs", hs.URL+"/mcp", func(step string) {
+		if step != "ready" {
+			return
 		}
-		var s struct {
-			Step string `json:"step"`
+		err := srv.AddTool(mcp.Tool{Name: "late_tool", InputSchema: jsontext.Value(`{"type":"object"}`)},
+			func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{}}, nil
+			})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err := json.Unmarshal([]byte(line), &s); err != nil || s.Step == "" {
-			t.Fatalf("ts-client.mjs printed %q", line)
-		}
-		steps[s.Step] = json.RawMessage(line)
-		order = append(order, s.Step)
-		switch s.Step {
-		case "error":
-			t.Fatalf("ts-client.mjs: %s", line)
-		case "ready":
-			err := srv.AddTool(mcp.Tool{Name: "late_tool", InputSchema: jsontext.Value(`{"type":"object"}`)},
-				func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
-					return &mcp.CallToolResult{Content: []mcp.Content{}}, nil
-				})
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	<-p.done
-	if p.err != nil {
-		t.Fatalf("ts-client.mjs: %v (steps %v)", p.err, order)
-	}
+	})
 	wantOrder := []string{"connected", "listen", "tools", "greet", "regional", "elicitation", "confirm", "resources", "read", "ready", "changed", "tools_after", "closed"}
 	if !slices.Equal(order, wantOrder) {
 		t.Fatalf("steps = %v, want %v", order, wantOrder)
@@ -723,4 +702,38 @@ func TestTSClientWithGoServer(t *testing.T) {
 	if closed.How != "local" {
 		t.Errorf("subscription ended %q, want local", closed.How)
 	}
+}
+
+// runSteps runs a Node client script that prints one JSON object per step
+// ({"step": ...}), hands each step to onStep as it arrives (the test acts
+// on the server there), and returns every step's line and their order once
+// the script has exited successfully.
+func runSteps(t *testing.T, node, dir, script, url string, onStep func(step string)) (map[string]json.RawMessage, []string) {
+	t.Helper()
+	p := startNode(t, node, dir, script, url)
+	steps := map[string]json.RawMessage{}
+	var order []string
+	for {
+		line, ok := p.next(t, 60*time.Second)
+		if !ok {
+			break
+		}
+		var s struct {
+			Step string `json:"step"`
+		}
+		if err := json.Unmarshal([]byte(line), &s); err != nil || s.Step == "" {
+			t.Fatalf("%s printed %q", script, line)
+		}
+		steps[s.Step] = json.RawMessage(line)
+		order = append(order, s.Step)
+		if s.Step == "error" {
+			t.Fatalf("%s: %s", script, line)
+		}
+		onStep(s.Step)
+	}
+	<-p.done
+	if p.err != nil {
+		t.Fatalf("%s: %v (steps %v)", script, p.err, order)
+	}
+	return steps, order
 }

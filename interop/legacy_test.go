@@ -141,50 +141,29 @@ func TestSDK1ClientWithGoServer(t *testing.T) {
 		hs.Close()
 	})
 
-	p := startNode(t, node, dir, "sdk1-client.mjs", hs.URL+"/mcp")
-	steps := map[string]json.RawMessage{}
-	var order []string
-	for {
-		line, ok := p.next(t, 60*time.Second)
-		if !ok {
-			break
+	steps, order := runSteps(t, node, dir, "sdk1-client.mjs", hs.URL+"/mcp", func(step string) {
+		if step != "ready" {
+			return
 		}
-		var s struct {
-			Step string `json:"step"`
+		if n := srv.SessionCount(); n != 1 {
+			t.Errorf("SessionCount = %d while the SDK client is connected, want 1", n)
 		}
-		if err := json.Unmarshal([]byte(line), &s); err != nil || s.Step == "" {
-			t.Fatalf("sdk1-client.mjs printed %q", line)
+		// The SDK opens its GET stream on its own after
+		// notifications/initialized; announce only once it is up.
+		select {
+		case <-gw.opened:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the SDK client never opened its GET stream")
 		}
-		steps[s.Step] = json.RawMessage(line)
-		order = append(order, s.Step)
-		switch s.Step {
-		case "error":
-			t.Fatalf("sdk1-client.mjs: %s", line)
-		case "ready":
-			if n := srv.SessionCount(); n != 1 {
-				t.Errorf("SessionCount = %d while the SDK client is connected, want 1", n)
-			}
-			// The SDK opens its GET stream on its own after
-			// notifications/initialized; announce only once it is up.
-			select {
-			case <-gw.opened:
-			case <-time.After(20 * time.Second):
-				t.Fatal("the SDK client never opened its GET stream")
-			}
-			srv.ResourceUpdated("config://other") // not subscribed: never sent
-			srv.ResourceUpdated("config://app")
-			if err := srv.AddTool(mcp.Tool{Name: "late_tool", InputSchema: jsontext.Value(`{"type":"object"}`)},
-				func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
-					return &mcp.CallToolResult{Content: []mcp.Content{}}, nil
-				}); err != nil {
-				t.Fatal(err)
-			}
+		srv.ResourceUpdated("config://other") // not subscribed: never sent
+		srv.ResourceUpdated("config://app")
+		if err := srv.AddTool(mcp.Tool{Name: "late_tool", InputSchema: jsontext.Value(`{"type":"object"}`)},
+			func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{}}, nil
+			}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	<-p.done
-	if p.err != nil {
-		t.Fatalf("sdk1-client.mjs: %v (steps %v)", p.err, order)
-	}
+	})
 	// updated and changed may come in either order.
 	wantOrder := []string{"connected", "ping", "loglevel", "tools", "greet", "elicitation", "confirm", "read", "subscribed", "ready", "updated", "changed", "tools_after", "unsubscribed", "terminated"}
 	got := slices.Clone(order)

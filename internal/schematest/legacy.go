@@ -78,23 +78,12 @@ func legacyServerMessageDef(method string, request bool) (string, bool) {
 		}
 		return "", false
 	}
-	switch method {
-	case "notifications/tools/list_changed":
-		return "ToolListChangedNotification", true
-	case "notifications/prompts/list_changed":
-		return "PromptListChangedNotification", true
-	case "notifications/resources/list_changed":
-		return "ResourceListChangedNotification", true
-	case "notifications/resources/updated":
-		return "ResourceUpdatedNotification", true
-	case "notifications/progress":
-		return "ProgressNotification", true
-	case "notifications/message":
-		return "LoggingMessageNotification", true
-	case "notifications/cancelled":
-		return "CancelledNotification", true
+	// The same notifications as 2026-07-28, less the listen
+	// acknowledgement, which 2025-11-25 does not have.
+	if method == "notifications/subscriptions/acknowledged" {
+		return "", false
 	}
-	return "", false
+	return NotificationDef(method)
 }
 
 // CheckLegacyResponse validates a response of the 2025-11-25 wire to a
