@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/dirsource"
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -93,7 +94,7 @@ func (f *fixture) run(t *testing.T) {
 
 func (f *fixture) uri(rel string) string { return f.src.URI(rel) }
 
-func (f *fixture) request(t *testing.T, method string, params map[string]any) *server.Call {
+func (f *fixture) request(t *testing.T, method string, params map[string]any) *engine.Call {
 	t.Helper()
 	if params == nil {
 		params = map[string]any{}
@@ -110,7 +111,7 @@ func (f *fixture) request(t *testing.T, method string, params map[string]any) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	call, rep := f.srv.Parse(msg)
+	call, rep := engine.Parse(msg)
 	if rep != nil {
 		t.Fatalf("parse: %s", rep.Body)
 	}
@@ -134,7 +135,7 @@ func (discard) KeepAlive() error  { return nil }
 // rpc serves one request in process and decodes the response.
 func (f *fixture) rpc(t *testing.T, method string, params map[string]any) response {
 	t.Helper()
-	rep := f.srv.Serve(context.Background(), f.request(t, method, params), "", discard{})
+	rep := engine.Of(f.srv).Serve(context.Background(), f.request(t, method, params), "", nil, discard{})
 	var r response
 	if err := json.Unmarshal(rep.Body, &r); err != nil {
 		t.Fatalf("%s: %v: %s", method, err, rep.Body)
@@ -198,7 +199,7 @@ func (f *fixture) listen(t *testing.T, filter map[string]any) *listener {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		f.srv.Serve(ctx, call, "", st)
+		engine.Of(f.srv).Serve(ctx, call, "", nil, st)
 	}()
 	t.Cleanup(func() {
 		cancel()

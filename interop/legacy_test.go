@@ -127,7 +127,8 @@ func (h *headerSpy) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 func TestSDK1ClientWithGoServer(t *testing.T) {
 	node, dir := sdk1Setup(t)
 	srv := newGoServer(t)
-	gw := &getWatch{next: streamhttp.New(srv), opened: make(chan struct{})}
+	h := streamhttp.New(srv)
+	gw := &getWatch{next: h, opened: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", gw)
 	hs := httptest.NewServer(mux)
@@ -145,7 +146,7 @@ func TestSDK1ClientWithGoServer(t *testing.T) {
 		if step != "ready" {
 			return
 		}
-		if n := srv.SessionCount(); n != 1 {
+		if n := h.SessionCount(); n != 1 {
 			t.Errorf("SessionCount = %d while the SDK client is connected, want 1", n)
 		}
 		// The SDK opens its GET stream on its own after
@@ -249,7 +250,7 @@ func TestSDK1ClientWithGoServer(t *testing.T) {
 	if want := []string{"confirm", "greet", "late_tool", "regional", "t_a", "t_b"}; !slices.Equal(tools.Names, want) {
 		t.Errorf("tools after the change = %v, want %v", tools.Names, want)
 	}
-	if n := srv.SessionCount(); n != 0 {
+	if n := h.SessionCount(); n != 0 {
 		t.Errorf("SessionCount = %d after the SDK's DELETE, want 0", n)
 	}
 	gw.mu.Lock()

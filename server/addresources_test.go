@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -18,14 +19,14 @@ type batchStream chan []byte
 func (s batchStream) Send(msg []byte) error { s <- append([]byte(nil), msg...); return nil }
 func (s batchStream) KeepAlive() error      { return nil }
 
-func batchCall(t *testing.T, srv *server.Server, id int, method string, params string) *server.Call {
+func batchCall(t *testing.T, srv *server.Server, id int, method string, params string) *engine.Call {
 	t.Helper()
 	raw := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}%s}}`, id, method, params)
 	msg, err := jsonrpc.Decode([]byte(raw), jsonrpc.DefaultMaxDepth)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, rep := srv.Parse(msg)
+	c, rep := engine.Parse(msg)
 	if rep != nil {
 		t.Fatalf("%s", rep.Body)
 	}
@@ -42,7 +43,7 @@ func TestAddResourcesIsOneChange(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		srv.Serve(ctx, batchCall(t, srv, 1, mcp.MethodListen, `,"notifications":{"resourcesListChanged":true}`), "", out)
+		engine.Of(srv).Serve(ctx, batchCall(t, srv, 1, mcp.MethodListen, `,"notifications":{"resourcesListChanged":true}`), "", nil, out)
 	}()
 	defer func() {
 		cancel()
@@ -68,7 +69,7 @@ func TestAddResourcesIsOneChange(t *testing.T) {
 
 	list := func(id int) []mcp.Resource {
 		t.Helper()
-		rep := srv.Serve(context.Background(), batchCall(t, srv, id, mcp.MethodResourcesList, ""), "", batchStream(nil))
+		rep := engine.Of(srv).Serve(context.Background(), batchCall(t, srv, id, mcp.MethodResourcesList, ""), "", nil, batchStream(nil))
 		var res struct {
 			Result struct {
 				Resources []mcp.Resource `json:"resources"`
@@ -115,7 +116,7 @@ func TestAddResourcesIsOneChange(t *testing.T) {
 	if got := list(3); len(got) != 100 || got[0].URI != "a://001" || got[0].Name != "a://001" {
 		t.Fatalf("first page: %d items, %+v", len(got), got)
 	}
-	rep := srv.Serve(context.Background(), batchCall(t, srv, 4, mcp.MethodResourcesRead, `,"uri":"a://249"`), "", batchStream(nil))
+	rep := engine.Of(srv).Serve(context.Background(), batchCall(t, srv, 4, mcp.MethodResourcesRead, `,"uri":"a://249"`), "", nil, batchStream(nil))
 	var read2 struct {
 		Result struct {
 			Contents []struct{ Text string } `json:"contents"`

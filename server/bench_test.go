@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -40,7 +41,7 @@ func (r *fanRound) hit(total int64) {
 	}
 }
 
-// fanStream is the server.Stream of one in-process listen.
+// fanStream is the engine.Stream of one in-process listen.
 type fanStream struct{ f *fanOut }
 
 var listChanged = []byte(mcp.NotifyToolsListChanged)
@@ -81,7 +82,7 @@ func BenchmarkFanOut10k(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, rep := srv.Parse(msg)
+		c, rep := engine.Parse(msg)
 		if rep != nil {
 			b.Fatalf("listen refused: %s", rep.Body)
 		}
@@ -93,7 +94,7 @@ func BenchmarkFanOut10k(b *testing.B) {
 			// lock all 10,000 writers contend for into every wake-up.
 			lctx, lcancel := context.WithCancel(ctx)
 			defer lcancel()
-			srv.Serve(lctx, c, "", fanStream{f})
+			engine.Of(srv).Serve(lctx, c, "", nil, fanStream{f})
 		}()
 	}
 	<-f.acks.done

@@ -76,8 +76,8 @@ func TestMissingCapabilityIsPrecise(t *testing.T) {
 // naming elicitation.url, and nothing is asked of the client.
 func TestLegacyAskChecksMode(t *testing.T) {
 	srv := legacyServer(t)
-	mustAddTool(t, srv, textTool("url"), askFor(urlElicit))
-	mustAddTool(t, srv, textTool("sample"), askFor(toolSampling))
+	mustAddTool(t, srv.Server, textTool("url"), askFor(urlElicit))
+	mustAddTool(t, srv.Server, textTool("sample"), askFor(toolSampling))
 	ss := openSession(t, srv, map[string]any{"elicitation": map[string]any{}, "sampling": map[string]any{}})
 	for _, tc := range []struct{ tool, want string }{
 		{"url", `{"elicitation":{"url":{}}}`},

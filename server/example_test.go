@@ -1,26 +1,24 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 
-	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
+	"tidings/streamhttp"
 )
 
-// exampleStream is a server.Stream that hands every message to a channel,
-// where a transport would write it to the wire.
-type exampleStream chan string
-
-func (s exampleStream) Send(msg []byte) error { s <- string(msg); return nil }
-func (s exampleStream) KeepAlive() error      { return nil }
-
-// A server whose tools and resources change while a client listens. Every
-// message on the listen stream carries the listen's request id as its
-// subscriptionId, and a graceful shutdown ends the listen with a complete
-// result. Each change here waits for the previous notification, because
-// changes that arrive together are coalesced into one.
+// A server whose tools and resources change while a client listens over
+// Streamable HTTP. Every message on the listen stream carries the listen's
+// request id as its subscriptionId, and a graceful shutdown ends the
+// listen with a complete result. Each change here waits for the previous
+// notification, because changes that arrive together are coalesced into
+// one.
 func Example_liveChanges() {
 	must := func(err error) {
 		if err != nil {
@@ -38,29 +36,42 @@ func Example_liveChanges() {
 				mcp.TextContents(req.URI, "text/plain", "debug=false"),
 			}}, nil
 		}))
+	ts := httptest.NewServer(streamhttp.New(srv))
+	defer ts.Close()
 
 	// A client listens for tool list changes and for updates of the resource.
-	msg, err := jsonrpc.Decode([]byte(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{
+	req, err := http.NewRequest(http.MethodPost, ts.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{
 		"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},
-		"notifications":{"toolsListChanged":true,"resourceSubscriptions":["config://app"]}}}`), jsonrpc.DefaultMaxDepth)
+		"notifications":{"toolsListChanged":true,"resourceSubscriptions":["config://app"]}}}`))
 	must(err)
-	call, rep := srv.Parse(msg)
-	if rep != nil {
-		panic(string(rep.Body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
+	req.Header.Set(mcp.HeaderMethod, mcp.MethodListen)
+	resp, err := http.DefaultClient.Do(req)
+	must(err)
+	defer resp.Body.Close()
+	events := bufio.NewScanner(resp.Body)
+	next := func() string { // the data of the next SSE event
+		for events.Scan() {
+			if data, ok := strings.CutPrefix(events.Text(), "data: "); ok {
+				return data
+			}
+		}
+		return ""
 	}
-	out := make(exampleStream)
-	done := make(chan server.Reply)
-	go func() { done <- srv.Serve(context.Background(), call, "", out) }()
-	fmt.Println(<-out) // the acknowledgement: what the server will send
+	fmt.Println(next()) // the acknowledgement: what the server will send
 
 	must(srv.AddTool(mcp.Tool{Name: "goodbye"}, hello))
-	fmt.Println(<-out)
+	fmt.Println(next())
 
 	srv.ResourceUpdated("config://app")
-	fmt.Println(<-out)
+	fmt.Println(next())
 
-	must(srv.Shutdown(context.Background()))
-	fmt.Println(string((<-done).Body))
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(context.Background()) }()
+	fmt.Println(next())
+	must(<-shut)
 	// Output:
 	// {"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":1},"notifications":{"toolsListChanged":true,"resourceSubscriptions":["config://app"]}}}
 	// {"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":1}}}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -50,7 +50,7 @@ type fuzzListResp struct {
 
 // fuzzListPage serves tools/list with the given cursor params member (""
 // for none) and returns the reply and the decoded response.
-func fuzzListPage(t testing.TB, srv *server.Server, cursorMember string) (server.Reply, *fuzzListResp) {
+func fuzzListPage(t testing.TB, srv *server.Server, cursorMember string) (engine.Reply, *fuzzListResp) {
 	t.Helper()
 	params := `"_meta":{"io.modelcontextprotocol/protocolVersion":"` + mcp.Version + `","io.modelcontextprotocol/clientCapabilities":{}}`
 	if cursorMember != "" {
@@ -62,9 +62,9 @@ func fuzzListPage(t testing.TB, srv *server.Server, cursorMember string) (server
 		t.Fatalf("request does not decode: %v", err)
 	}
 	var out fuzzListResp
-	c, rep := srv.Parse(msg)
+	c, rep := engine.Parse(msg)
 	if rep == nil {
-		r := srv.Serve(context.Background(), c, "", nullStream{})
+		r := engine.Of(srv).Serve(context.Background(), c, "", nil, nullStream{})
 		rep = &r
 	}
 	if err := json.Unmarshal(rep.Body, &out); err != nil {
@@ -123,8 +123,8 @@ func FuzzCursor(f *testing.F) {
 			if out.Result != nil {
 				t.Fatalf("error response with a result: %s", rep.Body)
 			}
-			if rep.Status != http.StatusOK && rep.Status != http.StatusBadRequest {
-				t.Fatalf("status %d for a bad cursor", rep.Status)
+			if rep.Outcome != engine.Answered && rep.Outcome != engine.Refused {
+				t.Fatalf("outcome %d for a bad cursor", rep.Outcome)
 			}
 			return
 		}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/internal/schematest"
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -30,7 +31,7 @@ const waitLimit = 10 * time.Second
 
 var testInfo = mcp.Implementation{Name: "tidings-test", Version: "0.0.1"}
 
-// recorder is a server.Stream that keeps every message and checks each
+// recorder is a engine.Stream that keeps every message and checks each
 // against the schema as it arrives: a stream carries only notifications.
 type recorder struct {
 	t      testing.TB
@@ -237,7 +238,7 @@ func encodeRequest(t testing.TB, id any, method string, params P) []byte {
 // response is a decoded response.
 type response struct {
 	raw    []byte
-	reply  server.Reply
+	reply  engine.Reply
 	ID     json.RawMessage `json:"id"`
 	Result map[string]any  `json:"result"`
 	Error  *struct {
@@ -263,17 +264,17 @@ func newHarness(t testing.TB, opts ...server.Option) *harness {
 }
 
 // serveRaw runs one encoded request to its end on stream rec.
-func (h *harness) serveRaw(ctx context.Context, raw []byte, rec *recorder) server.Reply {
+func (h *harness) serveRaw(ctx context.Context, raw []byte, rec *recorder) engine.Reply {
 	h.t.Helper()
 	msg, err := jsonrpc.Decode(raw, 0)
 	if err != nil {
 		h.t.Fatalf("test request does not decode: %v\n%s", err, raw)
 	}
-	c, rep := h.srv.Parse(msg)
+	c, rep := engine.Parse(msg)
 	if rep != nil {
 		return *rep
 	}
-	return h.srv.Serve(ctx, c, h.principal, rec)
+	return engine.Of(h.srv).Serve(ctx, c, h.principal, nil, rec)
 }
 
 // call runs a request and returns its validated, decoded response and the
@@ -288,7 +289,7 @@ func (h *harness) call(id any, method string, params P) (*response, *recorder) {
 
 // decodeResponse checks the reply against the schema and ENV-3 (the id is
 // echoed with its JSON type) and decodes it.
-func decodeResponse(t testing.TB, method string, id any, rep server.Reply) *response {
+func decodeResponse(t testing.TB, method string, id any, rep engine.Reply) *response {
 	t.Helper()
 	if rep.Body == nil {
 		t.Fatalf("%s: no response", method)
@@ -398,7 +399,7 @@ type listen struct {
 	id     any
 	rec    *recorder
 	cancel context.CancelFunc
-	done   chan server.Reply
+	done   chan engine.Reply
 }
 
 func (h *harness) startListen(id any, params P) *listen {
@@ -413,16 +414,20 @@ func (h *harness) startListenOn(id any, params P, rec *recorder) *listen {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	c, rep := h.srv.Parse(msg)
+	c, rep := engine.Parse(msg)
 	if rep != nil {
 		h.t.Fatalf("listen rejected by Parse: %s", rep.Body)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &listen{id: id, rec: rec, cancel: cancel, done: make(chan server.Reply, 1)}
+	l := &listen{id: id, rec: rec, cancel: cancel, done: make(chan engine.Reply, 1)}
 	go func() {
-		rep := h.srv.Serve(ctx, c, h.principal, rec)
+		rep := engine.Of(h.srv).Serve(ctx, c, h.principal, nil, rec)
 		rec.end()
-		l.done <- rep
+		// As a transport would once the last message is written: the
+		// reply goes back (Shutdown waits for that), its body kept here.
+		kept := engine.Reply{Body: bytes.Clone(rep.Body), Outcome: rep.Outcome, ListenEnded: rep.ListenEnded, Err: rep.Err}
+		rep.Release()
+		l.done <- kept
 	}()
 	h.t.Cleanup(func() {
 		cancel()
@@ -463,7 +468,7 @@ func (l *listen) checkTag(t testing.TB, n notif) {
 }
 
 // wait waits until the listen ends and returns its reply.
-func (l *listen) wait(t testing.TB) server.Reply {
+func (l *listen) wait(t testing.TB) engine.Reply {
 	t.Helper()
 	select {
 	case rep := <-l.done:
@@ -471,7 +476,7 @@ func (l *listen) wait(t testing.TB) server.Reply {
 		return rep
 	case <-time.After(waitLimit):
 		t.Fatalf("listen %v did not end", l.id)
-		return server.Reply{}
+		return engine.Reply{}
 	}
 }
 

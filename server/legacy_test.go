@@ -14,17 +14,40 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/engine"
+	"tidings/internal/legacy"
 	"tidings/internal/schematest"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
 )
 
-// These tests drive the 2025-11-25 side of the server in-process, the way
-// a transport does: Initialize opens a session, ServeLegacy serves its
-// requests (no _meta), ServeSessionStream carries its notifications.
+// These tests drive the 2025-11-25 adapter over the server in-process,
+// the way a transport does: a session table opens sessions, each session
+// serves its requests (no _meta), and its stream carries its
+// notifications.
 
-// legacyOut is a server.Stream for a legacy request or session stream. It
+// lsrv is a server with a session table, as Streamable HTTP keeps one.
+type lsrv struct {
+	*server.Server
+	tbl *legacy.Table
+}
+
+func (s *lsrv) Initialize(c *engine.Call) (*legacy.Session, engine.Reply) { return s.tbl.Open(c) }
+
+func (s *lsrv) ServeLegacy(ctx context.Context, ss *legacy.Session, c *engine.Call, principal string, out engine.Stream) engine.Reply {
+	return ss.Serve(ctx, c, principal, out)
+}
+
+func (s *lsrv) ServeSessionStream(ctx context.Context, ss *legacy.Session, out engine.Stream, start func() error) error {
+	return ss.Stream(ctx, "", out, start)
+}
+
+func (s *lsrv) Session(id string) (*legacy.Session, bool) { return s.tbl.Get(id) }
+func (s *lsrv) SessionCount() int                         { return s.tbl.Len() }
+func (s *lsrv) EndSession(id string) bool                 { return s.tbl.End(id) }
+
+// legacyOut is an engine.Stream for a legacy request or session stream. It
 // checks every message against the 2025-11-25 schema and keeps it.
 type legacyOut struct {
 	t    testing.TB
@@ -160,7 +183,7 @@ func isUpdate(uri string) func(legacyMsg) bool {
 
 // legacyCall parses a 2025-11-25 message (no _meta unless params bring
 // one). The transport would have done the same.
-func legacyCall(t testing.TB, srv *server.Server, id any, method string, params any) *server.Call {
+func legacyCall(t testing.TB, srv *lsrv, id any, method string, params any) *engine.Call {
 	t.Helper()
 	msg := map[string]any{"jsonrpc": "2.0", "method": method}
 	if id != nil {
@@ -177,7 +200,7 @@ func legacyCall(t testing.TB, srv *server.Server, id any, method string, params 
 	if err != nil {
 		t.Fatalf("test message does not decode: %v\n%s", err, b)
 	}
-	c, rep := srv.Parse(m)
+	c, rep := engine.Parse(m)
 	if rep != nil {
 		t.Fatalf("Parse refused %s: %s", b, rep.Body)
 	}
@@ -238,7 +261,7 @@ func (r *legacyResponse) fails(t testing.TB, code int) {
 
 // openSession runs initialize with the given client capabilities and
 // checks the InitializeResult against the 2025-11-25 schema.
-func openSession(t testing.TB, srv *server.Server, caps map[string]any) *server.Session {
+func openSession(t testing.TB, srv *lsrv, caps map[string]any) *legacy.Session {
 	t.Helper()
 	if caps == nil {
 		caps = map[string]any{}
@@ -260,7 +283,7 @@ func openSession(t testing.TB, srv *server.Server, caps map[string]any) *server.
 }
 
 // serve runs one request of a session to its end.
-func serve(t testing.TB, srv *server.Server, ss *server.Session, id any, method string, params any) (*legacyResponse, *legacyOut) {
+func serve(t testing.TB, srv *lsrv, ss *legacy.Session, id any, method string, params any) (*legacyResponse, *legacyOut) {
 	t.Helper()
 	out := newLegacyOut(t)
 	rep := srv.ServeLegacy(context.Background(), ss, legacyCall(t, srv, id, method, params), "", out)
@@ -276,7 +299,7 @@ type sessionStream struct {
 
 // openStream starts ServeSessionStream and returns once the stream is
 // open (start has run).
-func openStream(t testing.TB, srv *server.Server, ss *server.Session) *sessionStream {
+func openStream(t testing.TB, srv *lsrv, ss *legacy.Session) *sessionStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &sessionStream{out: newLegacyOut(t), cancel: cancel, done: make(chan error, 1)}
@@ -333,7 +356,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // legacyServer has a tool, a prompt, a template, completions and two
 // resources.
-func legacyServer(t testing.TB, opts ...server.Option) *server.Server {
+func legacyServer(t testing.TB, opts ...server.Option) *lsrv {
+	t.Helper()
+	return legacyServerLimits(t, 10000, 30*time.Minute, opts...)
+}
+
+// legacyServerLimits is legacyServer with a session table of the given
+// bounds.
+func legacyServerLimits(t testing.TB, max int, idle time.Duration, opts ...server.Option) *lsrv {
 	t.Helper()
 	h := newHarness(t, opts...)
 	mustAddTool(t, h.srv, textTool("echo"), echoHandler("echoed"))
@@ -346,7 +376,7 @@ func legacyServer(t testing.TB, opts ...server.Option) *server.Server {
 	h.srv.SetCompletionHandler(func(context.Context, *server.CompleteRequest) (*mcp.Completion, error) {
 		return &mcp.Completion{Values: []string{"one"}}, nil
 	})
-	return h.srv
+	return &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), max, idle)}
 }
 
 func TestLegacyInitialize(t *testing.T) {
@@ -501,7 +531,7 @@ func TestLegacyResultsPlain(t *testing.T) {
 	}
 
 	// A handler's own _meta is kept.
-	mustAddTool(t, srv, textTool("meta"), func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+	mustAddTool(t, srv.Server, textTool("meta"), func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("m")}, Meta: mcp.Meta{"example.com/k": jsontext.Value(`"v"`)}}, nil
 	})
 	r, _ = serve(t, srv, ss, 4, mcp.MethodToolsCall, map[string]any{"name": "meta"})
@@ -514,7 +544,7 @@ func TestLegacyResultsPlain(t *testing.T) {
 // log messages on its requests, and that a progressToken gets progress.
 func TestLegacyLoggingAndProgress(t *testing.T) {
 	srv := legacyServer(t)
-	mustAddTool(t, srv, textTool("chatty"), func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	mustAddTool(t, srv.Server, textTool("chatty"), func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		_ = req.Log(mcp.LogLevel("debug"), "t", "fine detail")
 		_ = req.Log(mcp.LogLevel("warning"), "t", "careful")
 		total := 2.0
@@ -548,7 +578,7 @@ func TestLegacyLoggingAndProgress(t *testing.T) {
 // explicit ends.
 func TestLegacySessionExpiry(t *testing.T) {
 	clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	srv := legacyServer(t, server.WithClock(clk.Now), server.WithSessionLimits(100, time.Minute))
+	srv := legacyServerLimits(t, 100, time.Minute, server.WithClock(clk.Now))
 	ss := openSession(t, srv, nil)
 	id := ss.ID()
 
@@ -606,7 +636,7 @@ func TestLegacySessionExpiry(t *testing.T) {
 // open does not expire as idle, however quiet it is.
 func TestLegacyStreamKeepsSessionAlive(t *testing.T) {
 	clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	srv := legacyServer(t, server.WithClock(clk.Now), server.WithSessionLimits(100, time.Minute), server.WithKeepAlive(time.Millisecond))
+	srv := legacyServerLimits(t, 100, time.Minute, server.WithClock(clk.Now), server.WithKeepAlive(time.Millisecond))
 	ss := openSession(t, srv, nil)
 	st := openStream(t, srv, ss)
 	for range 3 {
@@ -629,7 +659,7 @@ func TestLegacyStreamKeepsSessionAlive(t *testing.T) {
 // the least recently used go first, and memory stays bounded.
 func TestLegacySessionFlood(t *testing.T) {
 	const max = 1000
-	srv := legacyServer(t, server.WithSessionLimits(max, time.Hour))
+	srv := legacyServerLimits(t, max, time.Hour)
 	keep := openSession(t, srv, nil)
 	first := openSession(t, srv, nil)
 	heap := func() uint64 {
@@ -694,18 +724,18 @@ func TestLegacyStream(t *testing.T) {
 	// A second stream on the same session is refused, before start.
 	started := false
 	err := srv.ServeSessionStream(context.Background(), ss, newLegacyOut(t), func() error { started = true; return nil })
-	if !errors.Is(err, server.ErrStreamOpen) || started {
+	if !errors.Is(err, legacy.ErrStreamOpen) || started {
 		t.Errorf("second stream: err = %v, started = %v; want ErrStreamOpen before start", err, started)
 	}
 
-	mustAddTool(t, srv, textTool("late"), echoHandler("late"))
+	mustAddTool(t, srv.Server, textTool("late"), echoHandler("late"))
 	m := st.out.waitFor(t, "tools/list_changed", isMethod(mcp.NotifyToolsListChanged))
 	if m.ID != nil || len(m.Params) != 0 {
 		t.Errorf("list_changed = %s, want a bare notification", m.raw)
 	}
-	mustAddPrompt(t, srv, mcp.Prompt{Name: "late"}, simplePrompt)
+	mustAddPrompt(t, srv.Server, mcp.Prompt{Name: "late"}, simplePrompt)
 	st.out.waitFor(t, "prompts/list_changed", isMethod(mcp.NotifyPromptsListChanged))
-	mustAddResource(t, srv, "res://late", textResource("res://late", "l"))
+	mustAddResource(t, srv.Server, "res://late", textResource("res://late", "l"))
 	st.out.waitFor(t, "resources/list_changed", isMethod(mcp.NotifyResourcesListChanged))
 
 	// Subscribe, then a change right after the answer: it must arrive.
@@ -792,10 +822,10 @@ func TestLegacySubscribeRace(t *testing.T) {
 // stream and a modern listen on the same server.
 func TestLegacyStreamIsolation(t *testing.T) {
 	h := newHarness(t)
-	srv := h.srv
-	mustAddResource(t, srv, "res://x", textResource("res://x", "x"))
-	mustAddResource(t, srv, "res://y", textResource("res://y", "y"))
-	mustAddResource(t, srv, "res://z", textResource("res://z", "z"))
+	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, time.Hour)}
+	mustAddResource(t, srv.Server, "res://x", textResource("res://x", "x"))
+	mustAddResource(t, srv.Server, "res://y", textResource("res://y", "y"))
+	mustAddResource(t, srv.Server, "res://z", textResource("res://z", "z"))
 
 	ss := openSession(t, srv, nil)
 	r, _ := serve(t, srv, ss, 1, mcp.MethodResourcesSubscribe, map[string]any{"uri": "res://x"})
@@ -811,7 +841,7 @@ func TestLegacyStreamIsolation(t *testing.T) {
 	srv.ResourceUpdated("res://x") // only the session asked
 	srv.ResourceUpdated("res://y") // only the listen asked
 	srv.ResourceUpdated("res://z") // the session's marker
-	mustAddTool(t, srv, textTool("t"), echoHandler("t"))
+	mustAddTool(t, srv.Server, textTool("t"), echoHandler("t"))
 	st.out.waitFor(t, "the update of res://z", isUpdate("res://z"))
 	st.out.waitFor(t, "tools/list_changed", isMethod(mcp.NotifyToolsListChanged))
 	l.rec.waitUntil(t, "the update of res://y", func(ns []notif) bool {
@@ -850,9 +880,9 @@ func TestLegacyStreamIsolation(t *testing.T) {
 }
 
 // inputTool asks for an elicitation until it has the answer.
-func inputTool(t testing.TB, srv *server.Server) {
+func inputTool(t testing.TB, srv *lsrv) {
 	t.Helper()
-	mustAddTool(t, srv, textTool("ask"), func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	mustAddTool(t, srv.Server, textTool("ask"), func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		answer, ok := req.InputResponses["who"]
 		if !ok {
 			return nil, &server.InputRequired{
@@ -979,7 +1009,7 @@ func TestLegacyInputBridge(t *testing.T) {
 // cannot read.
 func TestLegacyInputRoundsBounded(t *testing.T) {
 	srv := legacyServer(t)
-	mustAddTool(t, srv, textTool("insatiable"), func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+	mustAddTool(t, srv.Server, textTool("insatiable"), func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 		return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"again": {
 			Method: mcp.MethodElicit,
 			Params: jsontext.Value(`{"mode":"form","message":"Again?","requestedSchema":{"type":"object","properties":{}}}`),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"tidings/hub"
+	"tidings/internal/engine"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -248,10 +249,10 @@ func TestListenAudience(t *testing.T) {
 	lb := bob.startListen(1, P{"notifications": P{"toolsListChanged": true}})
 	la.ack(t)
 	lb.ack(t)
-	h.srv.Hub().Publish(hub.Event{Kinds: hub.ToolsList, Audience: []string{"alice"}})
+	engine.Of(h.srv).Hub().Publish(hub.Event{Kinds: hub.ToolsList, Audience: []string{"alice"}})
 	la.rec.waitUntil(t, "alice's change", func(ns []notif) bool { return countMethod(ns, mcp.NotifyToolsListChanged) == 1 })
 	// Then one for bob only; had he heard alice's, he would have two.
-	h.srv.Hub().Publish(hub.Event{Kinds: hub.ToolsList, Audience: []string{"bob"}})
+	engine.Of(h.srv).Hub().Publish(hub.Event{Kinds: hub.ToolsList, Audience: []string{"bob"}})
 	lb.rec.waitUntil(t, "bob's change", func(ns []notif) bool { return countMethod(ns, mcp.NotifyToolsListChanged) >= 1 })
 	if n := countMethod(lb.stop(t), mcp.NotifyToolsListChanged); n != 1 {
 		t.Errorf("bob heard %d changes, want only his own", n)
@@ -327,7 +328,7 @@ func TestListenManyAndShutdown(t *testing.T) {
 			t.Errorf("listen result without serverInfo (META-4)")
 		}
 	}
-	if got := h.srv.Hub().Len(); got != 0 {
+	if got := engine.Of(h.srv).Hub().Len(); got != 0 {
 		t.Errorf("%d subscriptions left in the hub after shutdown", got)
 	}
 
@@ -391,7 +392,7 @@ func TestListenClientCancel(t *testing.T) {
 	}
 	// Changes after the end reach nobody (the recorder reports late sends).
 	mustAddTool(t, h.srv, textTool("after"), echoHandler("a"))
-	if got := h.srv.Hub().Len(); got != 0 {
+	if got := engine.Of(h.srv).Hub().Len(); got != 0 {
 		t.Errorf("%d subscriptions left after cancel", got)
 	}
 }
@@ -409,7 +410,7 @@ func TestListenBrokenStream(t *testing.T) {
 			mustAddTool(t, h.srv, textTool(fmt.Sprint("b", okSends)), echoHandler("b"))
 		}
 		rep := l.wait(t)
-		if rep.Body != nil || !rep.Abort {
+		if rep.Body != nil || rep.Outcome != engine.Broken {
 			t.Errorf("after %d good sends: reply %+v, want Abort and no body", okSends, rep)
 		}
 	}

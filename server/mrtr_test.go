@@ -11,6 +11,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/internal/schematest"
+	"tidings/internal/engine"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -216,8 +217,8 @@ func TestMRTRMissingCapability(t *testing.T) {
 	h, _ := mrtrServer(t)
 	r, _ := h.call(1, mcp.MethodToolsCall, P{"name": "greet"})
 	r.fails(t, -32021)
-	if r.reply.Status != 400 {
-		t.Errorf("status %d, want 400", r.reply.Status)
+	if r.reply.Outcome != engine.Refused {
+		t.Errorf("outcome %d, want Refused (HTTP 400)", r.reply.Outcome)
 	}
 	rc, _ := r.data(t)["requiredCapabilities"].(map[string]any)
 	if _, ok := rc["elicitation"]; !ok {

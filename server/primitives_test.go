@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -140,7 +141,7 @@ func TestToolCallCancelled(t *testing.T) {
 		return nil, ctx.Err()
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan server.Reply, 1)
+	done := make(chan engine.Reply, 1)
 	rec := newRecorder(t)
 	go func() { done <- h.serveRaw(ctx, encodeRequest(t, 1, mcp.MethodToolsCall, P{"name": "wait"}), rec) }()
 	<-started
@@ -256,6 +257,9 @@ func TestPrompts(t *testing.T) {
 func TestCompletion(t *testing.T) {
 	h := newHarness(t)
 	mustAddPrompt(t, h.srv, mcp.Prompt{Name: "greet"}, simplePrompt)
+	if err := h.srv.AddResourceTemplate(mcp.ResourceTemplate{URITemplate: "mem://x/{y}"}, textResource("", "x")); err != nil {
+		t.Fatal(err)
+	}
 	var got *server.CompleteRequest
 	h.srv.SetCompletionHandler(func(ctx context.Context, req *server.CompleteRequest) (*mcp.Completion, error) {
 		got = req
@@ -289,6 +293,7 @@ func TestCompletion(t *testing.T) {
 	r.ok(t)
 	for _, params := range []P{
 		{"ref": P{"type": "ref/prompt", "name": "nope"}, "argument": P{"name": "a", "value": ""}},
+		{"ref": P{"type": "ref/resource", "uri": "mem://nope/{z}"}, "argument": P{"name": "z", "value": ""}},
 		{"ref": P{"type": "ref/tool", "name": "greet"}, "argument": P{"name": "a", "value": ""}},
 		{"ref": P{"type": "ref/prompt", "name": "greet"}},
 		{"argument": P{"name": "a", "value": ""}},
@@ -409,4 +414,32 @@ func TestLogging(t *testing.T) {
 	r.fails(t, -32602)
 	r, _ = h.call(3, mcp.MethodToolsList, P{"_meta": P{mcp.MetaLogLevel: "Warning"}})
 	r.fails(t, -32602)
+}
+
+// TestCompletionResourceRefVisibility covers CMP-1 with WithVisibility: a
+// resource template the caller may not see is a bad ref, told as for one
+// that does not exist, and its handler never runs.
+func TestCompletionResourceRefVisibility(t *testing.T) {
+	visible := func(principal string, l server.List, key string) bool {
+		return l != server.ListTemplates || key != "mem://secret/{id}" || principal == "alice"
+	}
+	h := newHarness(t, server.WithVisibility(visible))
+	if err := h.srv.AddResourceTemplate(mcp.ResourceTemplate{URITemplate: "mem://secret/{id}"}, textResource("", "s")); err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	h.srv.SetCompletionHandler(func(context.Context, *server.CompleteRequest) (*mcp.Completion, error) {
+		ran++
+		return &mcp.Completion{Values: []string{"1"}}, nil
+	})
+	params := P{"ref": P{"type": "ref/resource", "uri": "mem://secret/{id}"}, "argument": P{"name": "id", "value": ""}}
+	h.principal = "alice"
+	r, _ := h.call(1, mcp.MethodComplete, params)
+	r.ok(t)
+	h.principal = "bob"
+	r, _ = h.call(2, mcp.MethodComplete, params)
+	r.fails(t, -32602)
+	if ran != 1 {
+		t.Errorf("completion handler ran %d times, want once (for alice only)", ran)
+	}
 }

@@ -23,10 +23,9 @@ type entry[T any] struct {
 type snapshot[T any] struct {
 	items []*entry[T] // enabled entries, sorted by key
 	byKey map[string]*entry[T]
-	// firstPage caches the encoded first page of the list result for the
-	// default page size, per protocol era (index 1: legacy); it is filled
-	// lazily and dies with the snapshot.
-	firstPage [2]atomic.Pointer[[]byte]
+	// firstPage caches the encoded anonymous first page of the list
+	// result; it is filled lazily and dies with the snapshot.
+	firstPage atomic.Pointer[[]byte]
 }
 
 // registry holds items of one primitive and publishes a list change to the

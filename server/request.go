@@ -7,22 +7,10 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
-
-// Stream is where a request's own messages go before its response:
-// progress and log notifications, and for a listen, the acknowledgement
-// and change notifications. Transports implement it; stdio writes lines,
-// Streamable HTTP switches the response to SSE on first use.
-type Stream interface {
-	// Send writes one encoded JSON-RPC message. An error means the peer is
-	// gone or stuck; the request should end without a response.
-	Send(msg []byte) error
-	// KeepAlive writes a transport keep-alive (an SSE comment) if the
-	// transport has one, so idle streams are not cut by intermediaries.
-	KeepAlive() error
-}
 
 // Request is what every handler learns about the request it serves.
 type Request struct {
@@ -30,6 +18,9 @@ type Request struct {
 	ID jsonrpc.ID
 	// Method is the JSON-RPC method.
 	Method string
+	// Name is what the request names: the tool or prompt, or the
+	// resource's URI ("" for methods that name nothing).
+	Name string
 	// ProtocolVersion is the version the request declared.
 	ProtocolVersion string
 	// Capabilities are the client capabilities declared on this request.
@@ -46,12 +37,11 @@ type Request struct {
 
 	state    []byte
 	logLevel int // -1 when logging was not requested
-	// legacy marks a request of a 2025-11-25 session: results carry no
-	// resultType or cache hints.
-	legacy bool
-	// askInput, on legacy sessions, asks the client for input with
-	// server-to-client requests and returns the answers.
-	askInput func(ctx context.Context, ir *InputRequired) (map[string]jsontext.Value, error)
+	// enc finishes results the way the request's era wants them.
+	enc engine.Encoder
+	// askInput, on an earlier era's session, asks the client for input
+	// with server-to-client requests and returns the answers.
+	askInput func(ctx context.Context, reqs map[string]mcp.InputRequest) (map[string]jsontext.Value, error)
 	progress jsontext.Value
 	out      *requestOut
 }
@@ -64,7 +54,7 @@ func (r *Request) State() []byte { return r.state }
 // progress only increases and that nothing follows the response.
 type requestOut struct {
 	mu       sync.Mutex
-	stream   Stream
+	stream   engine.Stream
 	done     bool
 	last     float64
 	sentProg bool
@@ -128,22 +118,18 @@ func (o *requestOut) finish() {
 	o.mu.Unlock()
 }
 
-// ToolRequest is a tools/call.
+// ToolRequest is a tools/call; Name is the tool's name.
 type ToolRequest struct {
 	Request
-	// Name is the tool's name.
-	Name string
 	// Arguments is the raw arguments object, already validated against
 	// the tool's input schema.
 	Arguments jsontext.Value
 }
 
-// PromptRequest is a prompts/get.
+// PromptRequest is a prompts/get; Name is the prompt asked for, which
+// is registered and visible to the caller.
 type PromptRequest struct {
 	Request
-	// Name is the prompt asked for; it is registered and visible to the
-	// caller.
-	Name string
 	// Arguments are the caller's values; every required argument of the
 	// prompt is present (nil when the prompt was called without any).
 	Arguments map[string]string

@@ -3,10 +3,11 @@
 //
 // A Server holds registries (immutable sorted snapshots, read without
 // locks), a change hub that tells every open subscriptions/listen stream
-// what changed, and the dispatch logic for every method. It does no I/O of
-// its own: the streamhttp and stdio packages frame messages and call
-// Parse and Serve. Because the 2026-07-28 core is stateless, nothing here
-// is keyed by connection; every request stands on its own _meta.
+// what changed, and the handling of every method. It does no I/O of its
+// own: hand it to streamhttp.New or stdio.Serve. Because the 2026-07-28
+// core is stateless, nothing here is keyed by connection; every request
+// stands on its own _meta. Clients of the previous revision, 2025-11-25,
+// are served by those transports through the same handlers.
 package server
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/yosida95/uritemplate/v3"
 
 	"tidings/hub"
+	"tidings/internal/engine"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -79,105 +81,10 @@ func DefaultPolicies() [numLists]CachePolicy {
 	}
 }
 
-type config struct {
-	instructions string
-	pageSize     int
-	secret       []byte
-	policies     [numLists]CachePolicy
-	logger       *slog.Logger
-	keepAlive    time.Duration
-	stateTTL     time.Duration
-	noServerInfo bool
-	now          func() time.Time
-	capabilities capsOverride
-	maxSessions  int
-	sessionIdle  time.Duration
-	visible      func(principal string, l List, key string) bool
-}
-
-type capsOverride struct {
-	tools, prompts, resources, completions bool
-}
-
-// Option configures a Server.
-type Option func(*config)
-
-// WithInstructions sets the instructions returned by server/discover.
-func WithInstructions(s string) Option { return func(c *config) { c.instructions = s } }
-
-// WithPageSize sets how many items a list page holds (default 100).
-func WithPageSize(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.pageSize = n
-		}
-	}
-}
-
-// minSecretLen is the shortest secret New accepts without a warning.
-const minSecretLen = 32
-
-// WithSecret sets the key that protects cursors and request state. Give
-// every replica behind a balancer the same key (at least 32 random bytes)
-// so that tokens issued by one are accepted by the others. Without it a
-// random key is drawn at start. New logs a warning for a key shorter
-// than 32 bytes, which would make the tokens easier to forge.
-func WithSecret(key []byte) Option {
-	return func(c *config) { c.secret = append([]byte(nil), key...) }
-}
-
-// WithCachePolicy overrides the cache hint of one cacheable result.
-func WithCachePolicy(l List, p CachePolicy) Option {
-	return func(c *config) {
-		if l >= 0 && l < numLists {
-			c.policies[l] = p
-		}
-	}
-}
-
-// WithLogger sets where the server logs (default: slog.Default). Request
-// payloads and secrets are never logged.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
-
-// WithKeepAlive sets the interval of listen stream keep-alives (default
-// 15s; 0 disables). A listen gets one after a whole tick of the interval
-// passed with nothing written, so an idle stream hears something within
-// twice the interval.
-func WithKeepAlive(d time.Duration) Option { return func(c *config) { c.keepAlive = d } }
-
-// WithRequestStateTTL bounds how long an MRTR requestState stays valid
-// (default 10 minutes).
-func WithRequestStateTTL(d time.Duration) Option { return func(c *config) { c.stateTTL = d } }
-
-// WithoutServerInfo stops the server from putting serverInfo in result _meta.
-func WithoutServerInfo() Option { return func(c *config) { c.noServerInfo = true } }
-
-// WithVisibility makes what a caller sees depend on who the caller is:
-// visible reports whether principal (see streamhttp.WithPrincipal) may see
-// the item keyed key — a tool or prompt name, a resource URI, a URI
-// template — of list l. Hidden items are left out of lists and answer as
-// unknown when called or read. Lists then carry cacheScope "private", so
-// no cache ever serves one caller's list to another. Access control
-// itself belongs here, never in cache scopes: a public answer may be
-// reused under any token.
-func WithVisibility(visible func(principal string, l List, key string) bool) Option {
-	return func(c *config) { c.visible = visible }
-}
-
-// WithClock replaces time.Now, for tests of expiry.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
-
-// WithCapabilities advertises primitives before anything is registered, for
-// servers that start empty and fill up at run time. A primitive is also
-// advertised as soon as something of its kind is first registered.
-func WithCapabilities(tools, prompts, resources, completions bool) Option {
-	return func(c *config) {
-		c.capabilities = capsOverride{tools, prompts, resources, completions}
-	}
-}
-
 // Server is an MCP server. Create it with New; it is safe for concurrent use.
 type Server struct {
+	handle // the transports' view; see engine.Of
+
 	info     mcp.Implementation
 	infoJSON []byte
 	cfg      config
@@ -193,8 +100,9 @@ type Server struct {
 	completeMu sync.RWMutex
 	complete   CompleteHandler
 
-	sessions *sessions
-	writers  writers
+	// chain wraps every method's handling (nil without middleware).
+	chain   func(MethodHandler) MethodHandler
+	writers writers
 
 	// bodies recycles response buffers; see okReply.
 	bodies sync.Pool
@@ -203,13 +111,11 @@ type Server struct {
 // New returns a server that introduces itself as info.
 func New(info mcp.Implementation, opts ...Option) *Server {
 	cfg := config{
-		pageSize:    100,
-		policies:    DefaultPolicies(),
-		keepAlive:   15 * time.Second,
-		stateTTL:    10 * time.Minute,
-		now:         time.Now,
-		maxSessions: 10000,
-		sessionIdle: 30 * time.Minute,
+		pageSize:  100,
+		policies:  DefaultPolicies(),
+		keepAlive: 15 * time.Second,
+		stateTTL:  10 * time.Minute,
+		now:       time.Now,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -226,13 +132,14 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	}
 	h := hub.New()
 	s := &Server{
-		info:     info,
-		cfg:      cfg,
-		seal:     sealer{key: cfg.secret},
-		hub:      h,
-		log:      cfg.logger,
-		sessions: newSessions(cfg.maxSessions, cfg.sessionIdle),
+		info:  info,
+		cfg:   cfg,
+		seal:  sealer{key: cfg.secret},
+		hub:   h,
+		log:   cfg.logger,
+		chain: chain(cfg.middleware),
 	}
+	s.handle = engine.NewHandle((*seam)(s))
 	s.infoJSON, _ = jsonrpc.Marshal(info)
 	s.tools = newRegistry[*tool](h, hub.ToolsList)
 	s.prompts = newRegistry[*prompt](h, hub.PromptsList)
@@ -240,9 +147,6 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	s.templates = newRegistry[*template](h, hub.ResourcesList)
 	return s
 }
-
-// Hub returns the server's change hub, for wiring a bus between replicas.
-func (s *Server) Hub() *hub.Hub { return s.hub }
 
 // Info returns the implementation the server introduces itself as.
 func (s *Server) Info() mcp.Implementation { return s.info }
@@ -461,74 +365,4 @@ func (s *Server) completer() CompleteHandler {
 	s.completeMu.RLock()
 	defer s.completeMu.RUnlock()
 	return s.complete
-}
-
-// ---- lifecycle ----
-
-// Shutdown ends every open listen gracefully (each gets the complete
-// result) and waits until their streams are closed or ctx ends. A
-// transport that registered a listen with TrackListen is waited for until
-// it has written that last message, so closing connections right after
-// Shutdown returns cuts nothing short. New listens are refused afterwards;
-// other requests are still served, so a transport can drain in-flight
-// calls on its own schedule.
-func (s *Server) Shutdown(ctx context.Context) error {
-	s.hub.Shutdown()
-	idle := s.writers.close()
-	for _, ch := range []<-chan struct{}{s.hub.Drained(), idle} {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("server: shutdown: %w", ctx.Err())
-		}
-	}
-	return nil
-}
-
-// TrackListen tells the server that a transport is serving a listen and
-// will write its final message after Serve returns; call the returned
-// function once that write is done (or abandoned). Shutdown waits for it.
-func (s *Server) TrackListen() (done func()) { return s.writers.add() }
-
-// writers counts listens whose last message a transport has yet to write.
-type writers struct {
-	mu         sync.Mutex
-	n          int
-	closing    bool
-	idle       chan struct{}
-	idleClosed bool
-}
-
-func (w *writers) add() func() {
-	w.mu.Lock()
-	w.n++
-	w.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			w.n--
-			if w.closing && w.n == 0 && !w.idleClosed {
-				w.idleClosed = true
-				close(w.idle)
-			}
-		})
-	}
-}
-
-// close marks the shutdown and returns a channel closed once no listen
-// is left to write.
-func (w *writers) close() <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closing {
-		w.closing = true
-		w.idle = make(chan struct{})
-		if w.n == 0 {
-			w.idleClosed = true
-			close(w.idle)
-		}
-	}
-	return w.idle
 }

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/engine"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -157,8 +157,8 @@ func TestRequiredMeta(t *testing.T) {
 			}
 			r, rec := h.call("m2", m.method, params)
 			r.fails(t, -32602)
-			if r.reply.Status != http.StatusBadRequest {
-				t.Errorf("%s %s: status %d, want 400", m.method, c.name, r.reply.Status)
+			if r.reply.Outcome != engine.Refused {
+				t.Errorf("%s %s: outcome %d, want Refused (HTTP 400)", m.method, c.name, r.reply.Outcome)
 			}
 			if n := len(rec.messages()); n != 0 {
 				t.Errorf("%s %s: %d stream messages before the error", m.method, c.name, n)
@@ -182,8 +182,8 @@ func TestUnsupportedVersion(t *testing.T) {
 		for _, m := range everyMethod() {
 			r, _ := h.call(1, m.method, P{"_meta": P{mcp.MetaProtocolVersion: v}})
 			r.fails(t, -32022)
-			if r.reply.Status != http.StatusBadRequest {
-				t.Errorf("status %d, want 400", r.reply.Status)
+			if r.reply.Outcome != engine.Refused {
+				t.Errorf("outcome %d, want Refused (HTTP 400)", r.reply.Outcome)
 			}
 			d := r.data(t)
 			if d["requested"] != v {
@@ -227,8 +227,8 @@ func TestUnadvertisedMethods(t *testing.T) {
 	} {
 		r, _ := h.call("c", c.method, c.params)
 		r.fails(t, -32601)
-		if r.reply.Status != http.StatusNotFound {
-			t.Errorf("%s: status %d, want 404", c.method, r.reply.Status)
+		if r.reply.Outcome != engine.UnknownMethod {
+			t.Errorf("%s: outcome %d, want UnknownMethod (HTTP 404)", c.method, r.reply.Outcome)
 		}
 	}
 	// A server with nothing at all does not even offer tools.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -52,27 +53,44 @@ func TestListenGrantsOnlyVisibleResources(t *testing.T) {
 	}
 }
 
+// routeRecorder is an engine.Envelope that agrees with every request and
+// keeps the mirrored parameters the server asks it to check.
+type routeRecorder struct{ params []engine.HeaderParam }
+
+func (r *routeRecorder) Version() (string, error) { return mcp.Version, nil }
+
+func (r *routeRecorder) Route(_ *engine.Call, params []engine.HeaderParam) error {
+	r.params = params
+	return nil
+}
+
 // TestHeaderParamsHideHiddenTool: for a principal that may not see a tool,
-// HeaderParams reports nothing, so a transport answers as for an unknown
-// tool instead of revealing it through a header mismatch (-32020).
+// the transport is asked to check no Mcp-Param-* header, so it answers as
+// for an unknown tool instead of revealing it through a header mismatch
+// (-32020).
 func TestHeaderParamsHideHiddenTool(t *testing.T) {
 	h := newHarness(t, server.WithVisibility(hideSecret))
 	tool := mcp.Tool{Name: "secret", InputSchema: jsontext.Value(`{"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}}`)}
 	mustAddTool(t, h.srv, tool, echoHandler("x"))
-	msg, err := jsonrpc.Decode(encodeRequest(t, 1, mcp.MethodToolsCall, P{"name": "secret", "arguments": P{"region": "eu"}}), 0)
-	if err != nil {
-		t.Fatal(err)
+	serveAs := func(principal string) (engine.Reply, []engine.HeaderParam) {
+		msg, err := jsonrpc.Decode(encodeRequest(t, 1, mcp.MethodToolsCall, P{"name": "secret", "arguments": P{"region": "eu"}}), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, rep := engine.Parse(msg)
+		if rep != nil {
+			t.Fatalf("Parse: %s", rep.Body)
+		}
+		env := &routeRecorder{}
+		r := engine.Of(h.srv).Serve(context.Background(), c, principal, env, newRecorder(t))
+		return r, env.params
 	}
-	c, rep := h.srv.Parse(msg)
-	if rep != nil {
-		t.Fatalf("Parse: %s", rep.Body)
+	if _, ps := serveAs("alice"); len(ps) != 1 || ps[0].Header != "Mcp-Param-Region" {
+		t.Errorf("alice: header params = %+v, want Mcp-Param-Region", ps)
 	}
-	if ps := h.srv.HeaderParams(c, "alice"); len(ps) != 1 || ps[0].Header != "Mcp-Param-Region" {
-		t.Errorf("alice: HeaderParams = %+v, want Mcp-Param-Region", ps)
+	r, ps := serveAs("bob")
+	if len(ps) != 0 {
+		t.Errorf("bob: header params = %+v, want none for a tool he may not see", ps)
 	}
-	if ps := h.srv.HeaderParams(c, "bob"); len(ps) != 0 {
-		t.Errorf("bob: HeaderParams = %+v, want none for a tool he may not see", ps)
-	}
-	r := h.srv.Serve(context.Background(), c, "bob", newRecorder(t))
 	decodeResponse(t, mcp.MethodToolsCall, 1, r).fails(t, -32602)
 }

@@ -17,8 +17,11 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"tidings/internal/engine"
+	"tidings/internal/legacy"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -88,7 +91,7 @@ const maxWaitingFactor = 4
 
 // conn is one stdio connection.
 type conn struct {
-	srv *server.Server
+	srv engine.Server
 	cfg config
 
 	wmu  sync.Mutex
@@ -99,18 +102,21 @@ type conn struct {
 	inflight      map[string]*call
 	listens       int
 	waiting       int // ordinary requests waiting for a slot in sem
-	session       *server.Session
+	session       *legacy.Session
 	sessionCancel context.CancelFunc
 
 	sem chan struct{}
 	wg  sync.WaitGroup
 }
 
+// call is one request in flight. cancelled is atomic, never a lock:
+// the reader sets it for a notifications/cancelled while the request's
+// own goroutine may be blocked writing to a stdout nobody reads, and
+// the reader must not wait for that write.
 type call struct {
 	cancel    context.CancelFunc
 	listen    bool
-	cancelled bool
-	mu        sync.Mutex
+	cancelled atomic.Bool
 }
 
 // Serve reads requests from in and writes responses and notifications to
@@ -125,7 +131,7 @@ func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer,
 	for _, o := range opts {
 		o(&cfg)
 	}
-	c := &conn{srv: srv, cfg: cfg, w: out, inflight: map[string]*call{}, sem: make(chan struct{}, cfg.maxInFlight)}
+	c := &conn{srv: engine.Of(srv), cfg: cfg, w: out, inflight: map[string]*call{}, sem: make(chan struct{}, cfg.maxInFlight)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
 		cancel()
@@ -251,11 +257,11 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 		}
 		return nil
 	}
-	parsed, rep := c.srv.Parse(msg)
+	parsed, rep := engine.Parse(msg)
 	if rep != nil {
 		return c.write(rep.Body)
 	}
-	_, modern := parsed.ProtocolVersion()
+	_, modern := parsed.Version()
 	if msg.Method == mcp.MethodInitialize && !modern {
 		return c.initialize(ctx, parsed)
 	}
@@ -291,18 +297,10 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	}
 	c.mu.Unlock()
 
-	var written func()
-	if isListen {
-		// Shutdown waits until the listen's last message is written.
-		written = c.srv.TrackListen()
-	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
-		if written != nil {
-			defer written()
-		}
 		// The slot is taken here, never in the reader, so that a
 		// notifications/cancelled (or a response) behind a full
 		// connection is still read.
@@ -318,23 +316,24 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 			c.waiting--
 			c.mu.Unlock()
 		}
-		var reply server.Reply // a request cancelled while waiting has no answer
+		var reply engine.Reply // a request cancelled while waiting has no answer
 		switch {
 		case !run:
 		case session != nil:
-			reply = c.srv.ServeLegacy(cctx, session, parsed, "", &stream{c: c, cl: cl})
+			reply = session.Serve(cctx, parsed, "", &stream{c: c, cl: cl})
 		default:
-			reply = c.srv.Serve(cctx, parsed, "", &stream{c: c, cl: cl})
+			reply = c.srv.Serve(cctx, parsed, "", nil, &stream{c: c, cl: cl})
 		}
+		// Released once written or dropped; for a listen, Shutdown waits
+		// for this.
+		defer reply.Release()
 		c.mu.Lock()
 		delete(c.inflight, key)
 		if isListen {
 			c.listens--
 		}
 		c.mu.Unlock()
-		cl.mu.Lock()
-		defer cl.mu.Unlock()
-		if cl.cancelled || reply.Body == nil {
+		if cl.cancelled.Load() || reply.Body == nil {
 			return
 		}
 		if reply.ListenEnded && c.cfg.cancelOnClose {
@@ -344,8 +343,7 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 			}{msg.ID, "server is shutting down"})
 			_ = c.write(jsonrpc.AppendNotification(nil, mcp.NotifyCancelled, b))
 		}
-		_ = c.write(reply.Body) // write copies the bytes, so the buffer may go back
-		reply.Release()
+		_ = c.write(reply.Body)
 	}()
 	return nil
 }
@@ -376,7 +374,7 @@ func (c *conn) drain(ctx context.Context) {
 
 // legacySession returns the connection's 2025-11-25 session, if an
 // initialize opened one.
-func (c *conn) legacySession() *server.Session {
+func (c *conn) legacySession() *legacy.Session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.session
@@ -385,14 +383,14 @@ func (c *conn) legacySession() *server.Session {
 // initialize switches the connection to the 2025-11-25 rules: the session
 // lives as long as the connection, and its notifications (list changes,
 // updates of subscribed resources) are written to the connection itself.
-func (c *conn) initialize(ctx context.Context, init *server.Call) error {
+func (c *conn) initialize(ctx context.Context, init *engine.Call) error {
 	c.mu.Lock()
 	if c.session != nil {
 		c.mu.Unlock()
 		return c.write(jsonrpc.AppendErrorResponse(nil, init.Msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
 			"Invalid Request: this connection is already initialized", nil)))
 	}
-	ss, reply := c.srv.InitializeConnection(init)
+	ss, reply := legacy.Open(c.srv, init)
 	if ss == nil {
 		c.mu.Unlock()
 		return c.write(reply.Body)
@@ -408,8 +406,8 @@ func (c *conn) initialize(ctx context.Context, init *server.Call) error {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		defer c.srv.EndConnectionSession(ss)
-		_ = c.srv.ServeSessionStream(sctx, ss, &stream{c: c, cl: &call{cancel: cancel}}, func() error { return nil })
+		defer ss.End()
+		_ = ss.Stream(sctx, "", &stream{c: c, cl: &call{cancel: cancel}}, func() error { return nil })
 	}()
 	return nil
 }
@@ -444,13 +442,11 @@ func (c *conn) cancel(msg *jsonrpc.Message) {
 	if cl == nil {
 		return
 	}
-	cl.mu.Lock()
-	cl.cancelled = true
-	cl.mu.Unlock()
+	cl.cancelled.Store(true)
 	cl.cancel()
 }
 
-// stream is the server.Stream of one request on a stdio connection: its
+// stream is the engine.Stream of one request on a stdio connection: its
 // messages share the connection, and fall silent once it is cancelled.
 type stream struct {
 	c  *conn
@@ -458,9 +454,7 @@ type stream struct {
 }
 
 func (s *stream) Send(msg []byte) error {
-	s.cl.mu.Lock()
-	defer s.cl.mu.Unlock()
-	if s.cl.cancelled {
+	if s.cl.cancelled.Load() {
 		return context.Canceled
 	}
 	return s.c.write(msg)

@@ -32,6 +32,7 @@ const echoSchema = `{"type":"object","properties":{` +
 // fixture is one server behind a real loopback HTTP listener.
 type fixture struct {
 	srv *server.Server
+	h   *streamhttp.Handler
 	ts  *httptest.Server
 	c   *http.Client
 
@@ -90,7 +91,8 @@ func newFixture(t testing.TB, sopts []server.Option, hopts ...streamhttp.Option)
 		func(_ context.Context, req *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
 			return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{mcp.TextContents(req.URI, "text/plain", "body")}}, nil
 		}))
-	f.ts = httptest.NewServer(streamhttp.New(f.srv, hopts...))
+	f.h = streamhttp.New(f.srv, hopts...)
+	f.ts = httptest.NewServer(f.h)
 	f.c = f.ts.Client()
 	t.Cleanup(func() {
 		f.ts.CloseClientConnections()

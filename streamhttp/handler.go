@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"tidings/internal/engine"
+	"tidings/internal/legacy"
 	"tidings/internal/sse"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
@@ -40,6 +42,8 @@ type config struct {
 	writeTimeout   time.Duration
 	principal      func(*http.Request) string
 	modernOnly     bool
+	maxSessions    int
+	sessionIdle    time.Duration
 }
 
 // Option configures a Handler.
@@ -100,8 +104,9 @@ func WithMaxDepth(n int) Option {
 func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writeTimeout = d } }
 
 // WithPrincipal sets how a request's authorization context is named, for
-// private cache scopes, cursor binding and change audiences. It runs after
-// the transport checks; return "" for anonymous.
+// private cache scopes, cursor binding and change audiences. It runs once
+// per request, after the Host, Origin and body checks; return "" for
+// anonymous.
 func WithPrincipal(fn func(*http.Request) string) Option {
 	return func(c *config) { c.principal = fn }
 }
@@ -110,10 +115,26 @@ func WithPrincipal(fn func(*http.Request) string) Option {
 // traffic of 2025-11-25 clients are refused like any unknown method.
 func WithoutLegacy() Option { return func(c *config) { c.modernOnly = true } }
 
+// WithSessionLimits bounds the sessions of 2025-11-25 clients: at most
+// max at once (the least recently used is evicted to admit a new one),
+// and idle ones expire after idle. Defaults: 10000 and 30 minutes.
+// Values ≤ 0 keep the default.
+func WithSessionLimits(max int, idle time.Duration) Option {
+	return func(c *config) {
+		if max > 0 {
+			c.maxSessions = max
+		}
+		if idle > 0 {
+			c.sessionIdle = idle
+		}
+	}
+}
+
 // Handler serves one MCP server over Streamable HTTP.
 type Handler struct {
-	srv *server.Server
-	cfg config
+	srv      engine.Server
+	cfg      config
+	sessions *legacy.Table // nil with WithoutLegacy
 }
 
 // New returns a Handler for srv.
@@ -124,11 +145,27 @@ func New(srv *server.Server, opts ...Option) *Handler {
 		maxBody:        4 << 20,
 		maxDepth:       jsonrpc.DefaultMaxDepth,
 		writeTimeout:   10 * time.Second,
+		maxSessions:    10000,
+		sessionIdle:    30 * time.Minute,
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return &Handler{srv: srv, cfg: cfg}
+	h := &Handler{srv: engine.Of(srv), cfg: cfg}
+	if !cfg.modernOnly {
+		h.sessions = legacy.NewTable(h.srv, cfg.maxSessions, cfg.sessionIdle)
+	}
+	return h
+}
+
+// SessionCount returns the number of live 2025-11-25 sessions, for
+// monitoring: each holds a little state until it ends, expires or is
+// evicted (see WithSessionLimits).
+func (h *Handler) SessionCount() int {
+	if h.sessions == nil {
+		return 0
+	}
+	return h.sessions.Len()
 }
 
 func isLoopbackHost(host string) bool {
@@ -245,22 +282,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
-	call, rep := h.srv.Parse(msg)
-	if rep == nil {
-		rep = h.checkHeaders(r, call)
-	}
+	call, rep := engine.Parse(msg)
 	if rep != nil {
-		writeJSON(w, rep.Status, rep.Body)
+		writeJSON(w, statusOf(rep), rep.Body)
 		return
 	}
-	principal := h.principalOf(r)
-	if call.Method() == mcp.MethodListen {
-		// Shutdown waits until the listen's last message is written.
-		defer h.srv.TrackListen()()
-	}
 	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
-	reply := h.srv.Serve(r.Context(), call, principal, out)
+	out.env.h = r.Header
+	reply := h.srv.Serve(r.Context(), call, h.principalOf(r), &out.env, out)
 	out.finish(reply)
+}
+
+// statusOf maps a reply to the HTTP status Streamable HTTP gives it
+// while the response has not turned into a stream.
+func statusOf(rep *engine.Reply) int {
+	switch rep.Outcome {
+	case engine.Refused:
+		return http.StatusBadRequest
+	case engine.UnknownMethod:
+		return http.StatusNotFound
+	case engine.Silent:
+		if rep.Body == nil {
+			return http.StatusNoContent
+		}
+	}
+	return http.StatusOK
 }
 
 var errTooLarge = errors.New("body too large")
@@ -277,63 +323,53 @@ func readBody(r io.Reader, max int64) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// checkHeaders validates the transport headers against the body. The
-// order follows the error precedence peers rely on: a missing version
-// header (-32020), incomplete _meta (-32602), a version header that
-// differs from _meta (-32020), an unsupported version (-32022), then the
-// Mcp-Method, Mcp-Name and Mcp-Param-* headers (-32020).
-func (h *Handler) checkHeaders(r *http.Request, c *server.Call) *server.Reply {
-	id := c.Msg.ID
-	fail := func(msg string) *server.Reply {
-		rep := h.srv.ErrorReply(id, mcp.CodeHeaderMismatch, "Header mismatch: "+msg, nil)
-		return &rep
-	}
-	hv, ok := single(r.Header, mcp.HeaderProtocolVersion)
+// envelope is a request's MCP headers, checked against its body by the
+// core in the order peers rely on (see engine.Envelope).
+type envelope struct{ h http.Header }
+
+// Version returns the MCP-Protocol-Version header.
+func (e *envelope) Version() (string, error) {
+	hv, ok := single(e.h, mcp.HeaderProtocolVersion)
 	if !ok || hv == "" {
-		return fail("missing or repeated " + mcp.HeaderProtocolVersion + " header")
+		return "", errors.New("missing or repeated " + mcp.HeaderProtocolVersion + " header")
 	}
 	if !xheader.Safe(hv) {
-		return fail(mcp.HeaderProtocolVersion + " has invalid characters")
+		return "", errors.New(mcp.HeaderProtocolVersion + " has invalid characters")
 	}
-	if rep := h.srv.CheckMeta(c); rep != nil {
-		return rep
-	}
-	if bv, _ := c.ProtocolVersion(); bv != hv {
-		return fail(mcp.HeaderProtocolVersion + " does not match _meta protocolVersion")
-	}
-	if hv != mcp.Version {
-		rep := h.srv.VersionError(id, hv)
-		return &rep
-	}
-	method, ok := single(r.Header, mcp.HeaderMethod)
+	return hv, nil
+}
+
+// Route checks Mcp-Method, Mcp-Name and the Mcp-Param-* headers.
+func (e *envelope) Route(c *engine.Call, params []engine.HeaderParam) error {
+	method, ok := single(e.h, mcp.HeaderMethod)
 	if !ok || method == "" {
-		return fail("missing " + mcp.HeaderMethod + " header")
+		return errors.New("missing " + mcp.HeaderMethod + " header")
 	}
 	if method != c.Method() {
-		return fail(mcp.HeaderMethod + " does not match the body's method")
+		return errors.New(mcp.HeaderMethod + " does not match the body's method")
 	}
 	if want, needed := c.NameParam(); needed {
-		got, ok := single(r.Header, mcp.HeaderName)
+		got, ok := single(e.h, mcp.HeaderName)
 		if !ok {
-			return fail("missing " + mcp.HeaderName + " header")
+			return errors.New("missing " + mcp.HeaderName + " header")
 		}
 		dec, err := DecodeHeaderValue(got)
 		if err != nil {
-			return fail(mcp.HeaderName + " has invalid characters")
+			return errors.New(mcp.HeaderName + " has invalid characters")
 		}
 		if dec != want {
-			return fail(mcp.HeaderName + " does not match the body")
+			return errors.New(mcp.HeaderName + " does not match the body")
 		}
 	}
-	for _, p := range h.srv.HeaderParams(c, h.principalOf(r)) {
-		if msg := checkParam(r.Header, p); msg != "" {
-			return fail(msg)
+	for _, p := range params {
+		if msg := checkParam(e.h, p); msg != "" {
+			return errors.New(msg)
 		}
 	}
 	return nil
 }
 
-func checkParam(hdr http.Header, p server.HeaderParam) string {
+func checkParam(hdr http.Header, p engine.HeaderParam) string {
 	vals := hdr.Values(p.Header)
 	if len(p.Value) == 0 {
 		if len(vals) > 0 {
@@ -371,7 +407,7 @@ func DecodeHeaderValue(v string) (string, error) { return xheader.Decode(v) }
 // or itself looks like a sentinel.
 func EncodeHeaderValue(v string) string { return xheader.Encode(v) }
 
-// responder is the server.Stream of one POST. It answers with plain JSON
+// responder is the engine.Stream of one POST. It answers with plain JSON
 // unless something is sent before the response, in which case it switches
 // to SSE for the rest of the request.
 type responder struct {
@@ -383,6 +419,7 @@ type responder struct {
 	broken   bool
 	buf      []byte
 	deadline time.Time
+	env      envelope
 }
 
 func (o *responder) startSSE() {
@@ -447,22 +484,18 @@ func (o *responder) KeepAlive() error {
 	return o.write(sse.AppendComment(o.buf[:0], "keep-alive"))
 }
 
-func (o *responder) finish(rep server.Reply) {
+func (o *responder) finish(rep engine.Reply) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	defer rep.Release() // the body is written (or dropped) by the time this runs
-	if rep.Abort {
+	if rep.Outcome == engine.Broken {
 		panic(http.ErrAbortHandler)
 	}
 	defer o.clearDeadline()
 	if rep.Body == nil {
 		if !o.sse {
 			// The client went away, or a notification: nothing to say.
-			status := rep.Status
-			if status == 0 {
-				status = http.StatusNoContent
-			}
-			o.w.WriteHeader(status)
+			o.w.WriteHeader(statusOf(&rep))
 		}
 		return
 	}
@@ -471,9 +504,5 @@ func (o *responder) finish(rep server.Reply) {
 		_ = o.write(o.buf)
 		return
 	}
-	status := rep.Status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	writeJSON(o.w, status, rep.Body)
+	writeJSON(o.w, statusOf(&rep), rep.Body)
 }

@@ -7,26 +7,25 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/engine"
+	"tidings/internal/legacy"
 	"tidings/jsonrpc"
 	"tidings/mcp"
-	"tidings/server"
 )
 
 // The same endpoint serves 2025-11-25 clients through sessions. The era is
-// decided per request: a request that names a session, or one that carries
-// neither _meta nor a 2026-07-28 version header, is a legacy one (an initialize that carries 2026-07-28 _meta is a modern
-// request for a method that no longer exists); everything else follows
-// 2026-07-28, with no session state.
+// decided per request, and the version a request declares wins: one that
+// declares 2026-07-28 (in _meta or in MCP-Protocol-Version) is served
+// statelessly even if it also names a session; one that declares neither
+// is a session's, or an initialize (an initialize that carries 2026-07-28
+// _meta is a modern request for a method that no longer exists).
 
 // isLegacy decides the era of one POST.
 func (h *Handler) isLegacy(r *http.Request, msg *jsonrpc.Message, sid string) bool {
-	if sid != "" {
-		return true
-	}
 	if msg.IsResponse() {
-		return false
+		return sid != ""
 	}
-	if hv := r.Header.Get(mcp.HeaderProtocolVersion); hv != "" && !server.IsLegacyVersion(hv) {
+	if hv := r.Header.Get(mcp.HeaderProtocolVersion); hv != "" && !legacy.IsVersion(hv) {
 		return false
 	}
 	var p struct {
@@ -64,26 +63,21 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 				"Bad Request: no session; send initialize first, or use protocol version "+mcp.Version+" with _meta", nil)
 			return
 		}
-		call, rep := h.srv.Parse(msg)
+		call, rep := engine.Parse(msg)
 		if rep != nil {
-			writeJSON(w, rep.Status, rep.Body)
+			writeJSON(w, statusOf(rep), rep.Body)
 			return
 		}
-		ss, reply := h.srv.Initialize(call)
+		ss, reply := h.sessions.Open(call)
 		if ss != nil {
 			w.Header().Set(mcp.HeaderSessionID, ss.ID())
 		}
-		writeJSON(w, statusOr200(reply.Status), reply.Body)
+		writeJSON(w, statusOf(&reply), reply.Body)
 		return
 	}
-	ss, ok := h.srv.Session(sid)
+	ss, ok := h.sessions.Get(sid)
 	if !ok {
 		writeError(w, http.StatusNotFound, msg.ID, jsonrpc.CodeInvalidRequest, "Session not found: initialize again", nil)
-		return
-	}
-	if hv := r.Header.Get(mcp.HeaderProtocolVersion); hv != "" && !server.IsLegacyVersion(hv) {
-		writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest,
-			"Bad Request: "+mcp.HeaderProtocolVersion+" "+hv+" does not belong to a session", nil)
 		return
 	}
 	switch {
@@ -101,37 +95,30 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 		writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Bad Request: the session is already initialized", nil)
 		return
 	}
-	call, rep := h.srv.Parse(msg)
+	call, rep := engine.Parse(msg)
 	if rep != nil {
-		writeJSON(w, rep.Status, rep.Body)
+		writeJSON(w, statusOf(rep), rep.Body)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer ss.Track(msg.ID, cancel)()
 	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
-	reply := h.srv.ServeLegacy(ctx, ss, call, h.principalOf(r), out)
+	reply := ss.Serve(ctx, call, h.principalOf(r), out)
 	out.finish(reply)
-}
-
-func statusOr200(s int) int {
-	if s == 0 {
-		return http.StatusOK
-	}
-	return s
 }
 
 // serveSessionMethod handles GET (the session's notification stream) and
 // DELETE (the end of a session).
 func (h *Handler) serveSessionMethod(w http.ResponseWriter, r *http.Request, sid string) {
-	ss, ok := h.srv.Session(sid)
+	ss, ok := h.sessions.Get(sid)
 	if !ok {
 		writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Session not found: initialize again", nil)
 		return
 	}
 	switch r.Method {
 	case http.MethodDelete:
-		h.srv.EndSession(ss.ID())
+		ss.End()
 		w.WriteHeader(http.StatusOK)
 	case http.MethodGet:
 		out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
@@ -141,12 +128,12 @@ func (h *Handler) serveSessionMethod(w http.ResponseWriter, r *http.Request, sid
 			out.startSSE()
 			return out.rc.Flush()
 		}
-		err := h.srv.ServeSessionStream(r.Context(), ss, out, start)
+		err := ss.Stream(r.Context(), h.principalOf(r), out, start)
 		out.mu.Lock()
 		out.clearDeadline()
 		out.mu.Unlock()
 		switch {
-		case errors.Is(err, server.ErrStreamOpen):
+		case errors.Is(err, legacy.ErrStreamOpen):
 			writeError(w, http.StatusConflict, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Conflict: the session already has a notification stream", nil)
 		case err != nil:
 			panic(http.ErrAbortHandler)

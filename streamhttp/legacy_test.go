@@ -338,7 +338,7 @@ func TestLegacyHTTPLifecycle(t *testing.T) {
 	f := newFixture(t, nil)
 	addLegacyFixtures(t, f.srv)
 	sid := legacyInitialize(t, f, nil)
-	if n := f.srv.SessionCount(); n != 1 {
+	if n := f.h.SessionCount(); n != 1 {
 		t.Errorf("SessionCount = %d, want 1", n)
 	}
 
@@ -378,10 +378,12 @@ func TestLegacyHTTPLifecycle(t *testing.T) {
 		t.Fatalf("second event = %+v, want the result", ev)
 	}
 
-	// The version header may only name an era the session speaks.
+	// The version a request declares wins over the session it names
+	// (STL-1): a 2026-07-28 version header makes it a stateless request,
+	// refused here for its missing _meta.
 	h := legacyHeaders(sid)
 	h.Set(mcp.HeaderProtocolVersion, mcp.Version)
-	wantError(t, f.post(t, legacyBody(7, mcp.MethodToolsList, nil), h), http.StatusBadRequest, -32600)
+	wantError(t, f.post(t, legacyBody(7, mcp.MethodToolsList, nil), h), http.StatusBadRequest, -32602)
 	// A session is initialized once.
 	wantError(t, f.post(t, legacyBody(8, mcp.MethodInitialize, map[string]any{"protocolVersion": mcp.LegacyVersion, "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "x", "version": "1"}}), legacyHeaders(sid)), http.StatusBadRequest, -32600)
 	// PUT is not a session method.
@@ -393,7 +395,7 @@ func TestLegacyHTTPLifecycle(t *testing.T) {
 	if r := f.sessionRequest(t, http.MethodDelete, sid); r.status != http.StatusOK {
 		t.Fatalf("DELETE: status %d, body %s", r.status, r.body)
 	}
-	if n := f.srv.SessionCount(); n != 0 {
+	if n := f.h.SessionCount(); n != 0 {
 		t.Errorf("SessionCount = %d after DELETE, want 0", n)
 	}
 	wantError(t, f.post(t, legacyBody(9, mcp.MethodToolsList, nil), legacyHeaders(sid)), http.StatusNotFound, -32600)
@@ -416,11 +418,13 @@ func TestLegacyHTTPRefusals(t *testing.T) {
 	if r := f.sessionRequest(t, http.MethodDelete, "no-such-session"); r.status != http.StatusNotFound {
 		t.Errorf("DELETE of an unknown session: %d, want 404", r.status)
 	}
-	// Even a request that looks modern is a session request when it names
-	// a session: the header decides, and the session does not exist.
+	// A request that declares 2026-07-28 is served statelessly, whatever
+	// session it names (STL-1): the unknown session does not matter.
 	h := headers(mcp.MethodToolsList, "")
 	h.Set(mcp.HeaderSessionID, "no-such-session")
-	wantError(t, f.post(t, request(2, mcp.MethodToolsList, ""), h), http.StatusNotFound, -32600)
+	if res := wantResult(t, f.post(t, request(2, mcp.MethodToolsList, ""), h)); string(res["resultType"]) != `"complete"` {
+		t.Errorf("a 2026-07-28 request naming a session was not served statelessly: %v", res)
+	}
 	// No session and no _meta: only initialize may open one.
 	wantError(t, f.post(t, legacyBody(3, mcp.MethodToolsList, nil), legacyHeaders("")), http.StatusBadRequest, -32600)
 	// A GET without a session is not a thing in either era.
@@ -429,7 +433,7 @@ func TestLegacyHTTPRefusals(t *testing.T) {
 	if r := f.do(t, req); r.status != http.StatusMethodNotAllowed {
 		t.Errorf("GET without a session: %d, want 405", r.status)
 	}
-	if n := f.srv.SessionCount(); n != 0 {
+	if n := f.h.SessionCount(); n != 0 {
 		t.Errorf("SessionCount = %d, want 0", n)
 	}
 
@@ -454,7 +458,7 @@ func TestLegacyHTTPRefusals(t *testing.T) {
 	if r.status < 400 || r.header.Get(mcp.HeaderSessionID) != "" {
 		t.Errorf("WithoutLegacy: initialize answered %d with session %q", r.status, r.header.Get(mcp.HeaderSessionID))
 	}
-	if m.srv.SessionCount() != 0 {
+	if m.h.SessionCount() != 0 {
 		t.Error("WithoutLegacy: a session was opened")
 	}
 }
@@ -466,7 +470,7 @@ func TestLegacyHTTPExpiry(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	f := newFixture(t, []server.Option{server.WithClock(clock), server.WithSessionLimits(10, time.Minute)})
+	f := newFixture(t, []server.Option{server.WithClock(clock)}, streamhttp.WithSessionLimits(10, time.Minute))
 	sid := legacyInitialize(t, f, nil)
 	advance(50 * time.Second)
 	f.call(t, sid, 1, mcp.MethodPing, nil)
@@ -477,7 +481,7 @@ func TestLegacyHTTPExpiry(t *testing.T) {
 	if r := f.sessionRequest(t, http.MethodGet, sid); r.status != http.StatusNotFound {
 		t.Errorf("GET of an expired session: %d, want 404", r.status)
 	}
-	if n := f.srv.SessionCount(); n != 0 {
+	if n := f.h.SessionCount(); n != 0 {
 		t.Errorf("SessionCount = %d after expiry, want 0", n)
 	}
 }
@@ -486,7 +490,7 @@ func TestLegacyHTTPExpiry(t *testing.T) {
 // at the cap and the oldest is forgotten (404).
 func TestLegacyHTTPSessionCap(t *testing.T) {
 	const max = 50
-	f := newFixture(t, []server.Option{server.WithSessionLimits(max, time.Hour)})
+	f := newFixture(t, nil, streamhttp.WithSessionLimits(max, time.Hour))
 	first := legacyInitialize(t, f, nil)
 	body := legacyBody(0, mcp.MethodInitialize, map[string]any{"protocolVersion": mcp.LegacyVersion, "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "flood", "version": "1"}})
 	for i := 0; i < 20*max; i++ {
@@ -494,7 +498,7 @@ func TestLegacyHTTPSessionCap(t *testing.T) {
 		if r.status != http.StatusOK || r.header.Get(mcp.HeaderSessionID) == "" {
 			t.Fatalf("initialize %d: status %d", i, r.status)
 		}
-		if n := f.srv.SessionCount(); n > max {
+		if n := f.h.SessionCount(); n > max {
 			t.Fatalf("SessionCount = %d, above the cap %d", n, max)
 		}
 	}
@@ -611,16 +615,21 @@ func TestLegacyHTTPIsolation(t *testing.T) {
 	if res := wantResult(t, f.post(t, request(30, mcp.MethodResourcesRead, `"uri":"res://x"`), headers(mcp.MethodResourcesRead, "res://x"))); res["ttlMs"] == nil {
 		t.Errorf("modern resources/read lacks ttlMs: %v", res)
 	}
-	// A request that names the session is a session request, _meta or not.
+	// A request that declares 2026-07-28 in _meta is served as such even
+	// when it names the session (STL-1): its own version and
+	// capabilities, never the session's, so it gets resultType and cache
+	// hints.
 	h := headers(mcp.MethodToolsList, "")
 	h.Set(mcp.HeaderSessionID, sid)
-	h.Set(mcp.HeaderProtocolVersion, mcp.LegacyVersion)
-	r := f.post(t, request(31, mcp.MethodToolsList, ""), h)
-	if r.status != http.StatusOK {
-		t.Fatalf("session request with _meta: %d %s", r.status, r.body)
+	res := wantResult(t, f.post(t, request(31, mcp.MethodToolsList, ""), h))
+	if string(res["resultType"]) != `"complete"` || res["ttlMs"] == nil {
+		t.Errorf("2026-07-28 request naming a session served as the session's era: %v", res)
 	}
-	legacyResult(t, r.body)
-	if n := f.srv.SessionCount(); n != 1 {
+	// A version header that disagrees with _meta is a header mismatch,
+	// session or not.
+	h.Set(mcp.HeaderProtocolVersion, mcp.LegacyVersion)
+	wantError(t, f.post(t, request(32, mcp.MethodToolsList, ""), h), http.StatusBadRequest, -32020)
+	if n := f.h.SessionCount(); n != 1 {
 		t.Errorf("SessionCount = %d, want 1: modern requests open no sessions", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"tidings/internal/engine"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -190,7 +191,7 @@ func TestSlowReaderIsolation(t *testing.T) {
 	filler := fillers()
 	a := dialListen(t, f, listenBody(1, listenFilter(append(filler, markURI))))
 	b := openB(t, f)
-	waitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return f.srv.Hub().Len() == 2 })
+	waitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return engine.Of(f.srv).Hub().Len() == 2 })
 
 	before := heapInUse()
 	// At least 400 rounds (≈800k changes) and at least half a second of
@@ -217,11 +218,11 @@ func TestSlowReaderIsolation(t *testing.T) {
 		t.Fatalf("ResourceUpdated allocates %v times per call with a stalled subscriber", n)
 	}
 	// A was never cut (the write timeout is long) yet never delayed B.
-	if n := f.srv.Hub().Len(); n != 2 {
+	if n := engine.Of(f.srv).Hub().Len(); n != 2 {
 		t.Fatalf("hub has %d subscriptions, want both listens still open", n)
 	}
 	a.Close()
-	waitFor(t, 10*time.Second, "A's listen to end after its connection closed", func() bool { return f.srv.Hub().Len() == 1 })
+	waitFor(t, 10*time.Second, "A's listen to end after its connection closed", func() bool { return engine.Of(f.srv).Hub().Len() == 1 })
 	round(t, f, filler, rounds)
 	b.expect(t, 5*time.Second)
 }
@@ -234,11 +235,11 @@ func TestStuckReaderIsCut(t *testing.T) {
 	filler := fillers()
 	a := dialListen(t, f, listenBody(1, listenFilter(append(filler, markURI))))
 	b := openB(t, f)
-	waitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return f.srv.Hub().Len() == 2 })
+	waitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return engine.Of(f.srv).Hub().Len() == 2 })
 
 	deadline := time.Now().Add(60 * time.Second)
 	i := 0
-	for f.srv.Hub().Len() == 2 {
+	for engine.Of(f.srv).Hub().Len() == 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("A was not cut after %d rounds", i)
 		}
@@ -247,7 +248,7 @@ func TestStuckReaderIsCut(t *testing.T) {
 		i++
 	}
 	t.Logf("A cut after %d rounds", i)
-	if n := f.srv.Hub().Len(); n != 1 {
+	if n := engine.Of(f.srv).Hub().Len(); n != 1 {
 		t.Fatalf("hub has %d subscriptions after the cut, want 1", n)
 	}
 	round(t, f, filler, i)

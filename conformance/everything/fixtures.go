@@ -11,6 +11,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/hub"
+	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -159,7 +160,7 @@ func loggingTool(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResul
 
 func triggerTool(srv *server.Server, kind hub.Kind) server.ToolHandler {
 	return func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
-		srv.Hub().ListChanged(kind)
+		engine.Of(srv).Hub().ListChanged(kind)
 		return text("Mutation triggered"), nil
 	}
 }

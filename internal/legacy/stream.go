@@ -1,0 +1,141 @@
+package legacy
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"tidings/hub"
+	"tidings/internal/engine"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// ErrStreamOpen is returned when a session already has its stream.
+var ErrStreamOpen = errors.New("legacy: the session already has a notification stream")
+
+// notices are the session stream's notifications: untagged, and only for
+// resources the session still subscribes to — after unsubscribe answers,
+// nothing more arrives for that URI.
+type notices struct{ ss *Session }
+
+func (n notices) ListChanged(k hub.Kind) []byte {
+	method := mcp.NotifyResourcesListChanged
+	switch k {
+	case hub.ToolsList:
+		method = mcp.NotifyToolsListChanged
+	case hub.PromptsList:
+		method = mcp.NotifyPromptsListChanged
+	}
+	return jsonrpc.AppendNotification(nil, method, nil)
+}
+
+func (n notices) Updated(uri string) []byte {
+	n.ss.mu.Lock()
+	still := n.ss.uris[uri]
+	n.ss.mu.Unlock()
+	if !still {
+		return nil
+	}
+	p, _ := jsonrpc.Marshal(map[string]string{"uri": uri})
+	return jsonrpc.AppendNotification(nil, mcp.NotifyResourceUpdated, p)
+}
+
+// current is the session's newest subscription, as a pump Source.
+type current struct{ sub *hub.Subscription }
+
+func (c *current) Wake() <-chan struct{}                  { return c.sub.Wake() }
+func (c *current) Take(buf []string) (hub.Kind, []string) { return c.sub.Take(buf) }
+func (c *current) Ending() bool                           { return c.sub.Ending() }
+
+// Stream sends the session's notifications to out until ctx ends, the
+// session ends, or the server shuts down: list changes of every kind the
+// server advertises, and resources/updated for the URIs the session
+// subscribed to. Notifications of 2026-07-28 listeners never go here, nor
+// these there: each is its own hub subscription.
+//
+// start runs once the stream is claimed, before anything is sent (a
+// transport writes its response headers there); a session has at most one
+// stream, and a second one fails with ErrStreamOpen before start. The
+// error is nil when the stream ended for any reason but a failed write.
+func (ss *Session) Stream(ctx context.Context, principal string, out engine.Stream, start func() error) error {
+	ss.mu.Lock()
+	if ss.streaming {
+		ss.mu.Unlock()
+		return ErrStreamOpen
+	}
+	// Subscribe before start: once the client sees the stream open, every
+	// change from then on must reach it.
+	sub, err := ss.srv.Hub().Subscribe(ss.filterLocked(principal))
+	if err == nil {
+		ss.streaming = true
+		ss.subs = []*hub.Subscription{sub}
+	}
+	ss.mu.Unlock()
+	if err != nil {
+		return start() // shutting down: the stream opens and ends at once
+	}
+	defer func() {
+		ss.mu.Lock()
+		for _, o := range ss.subs {
+			o.Close()
+		}
+		ss.subs = nil
+		ss.streaming = false
+		ss.mu.Unlock()
+	}()
+	if err := start(); err != nil {
+		return err
+	}
+	n := notices{ss}
+	src := &current{sub: sub}
+	var uris []string
+	refresh := func() error {
+		// Drain and retire the subscriptions a subscribe or unsubscribe
+		// replaced; the pump then drains the newest.
+		ss.mu.Lock()
+		last := len(ss.subs) - 1
+		retired := slices.Clone(ss.subs[:last])
+		src.sub = ss.subs[last]
+		ss.subs = []*hub.Subscription{src.sub}
+		ss.mu.Unlock()
+		for _, o := range retired {
+			var k hub.Kind
+			k, uris = o.Take(uris[:0])
+			err := engine.Flush(out, n, k, uris)
+			o.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	end := engine.Pump(ctx, src, out, n, engine.PumpOptions{
+		KeepAlive: ss.srv.KeepAlive(),
+		// An open stream is a session in use, however long it stays
+		// quiet: it must not expire as idle under its client.
+		OnKeepAlive: func() { ss.lastSeen.Store(ss.srv.Now().UnixNano()) },
+		Stop:        ss.ended,
+		Refresh:     ss.changed,
+		OnRefresh:   refresh,
+	})
+	if end == engine.Lost {
+		return errors.New("legacy: session stream broken")
+	}
+	return nil
+}
+
+// filterLocked is the hub filter of the session's stream: the resources
+// the session subscribed to that principal may see, through the same
+// grant a 2026-07-28 listen gets, and every list kind — also those the
+// server did not offer when the session began, since a session lasts
+// while a server starts to offer more.
+func (ss *Session) filterLocked(principal string) hub.Filter {
+	f := mcp.SubscriptionFilter{}
+	for u := range ss.uris {
+		f.ResourceSubscriptions = append(f.ResourceSubscriptions, u)
+	}
+	_, hf := ss.srv.Grant(principal, f)
+	hf.Kinds = hub.ToolsList | hub.PromptsList | hub.ResourcesList
+	return hf
+}

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Shutdown ends every open listen gracefully (each gets the complete
+// result) and waits until their streams are closed and each transport has
+// written that last message, or until ctx ends; closing connections right
+// after Shutdown returns cuts nothing short. New listens are refused afterwards;
+// other requests are still served, so a transport can drain in-flight
+// calls on its own schedule.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.hub.Shutdown()
+	idle := s.writers.close()
+	for _, ch := range []<-chan struct{}{s.hub.Drained(), idle} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("server: shutdown: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// writers counts listens whose last message a transport has yet to write.
+type writers struct {
+	mu         sync.Mutex
+	n          int
+	closing    bool
+	idle       chan struct{}
+	idleClosed bool
+}
+
+func (w *writers) add() func() {
+	w.mu.Lock()
+	w.n++
+	w.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.n--
+			if w.closing && w.n == 0 && !w.idleClosed {
+				w.idleClosed = true
+				close(w.idle)
+			}
+		})
+	}
+}
+
+// close marks the shutdown and returns a channel closed once no listen
+// is left to write.
+func (w *writers) close() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closing {
+		w.closing = true
+		w.idle = make(chan struct{})
+		if w.n == 0 {
+			w.idleClosed = true
+			close(w.idle)
+		}
+	}
+	return w.idle
+}

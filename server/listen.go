@@ -1,0 +1,136 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/hub"
+	"tidings/internal/engine"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// grant returns the part of f the server will honour. Resources the
+// caller may not see are not granted: granting them would confirm that
+// they exist, and their updates would leak to the caller.
+func (s *Server) grant(principal string, f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Filter) {
+	var g mcp.SubscriptionFilter
+	hf := hub.Filter{Principal: principal}
+	if f.ToolsListChanged && s.advertisesTools() {
+		g.ToolsListChanged = true
+		hf.Kinds |= hub.ToolsList
+	}
+	if f.PromptsListChanged && s.advertisesPrompts() {
+		g.PromptsListChanged = true
+		hf.Kinds |= hub.PromptsList
+	}
+	if s.advertisesResources() {
+		if f.ResourcesListChanged {
+			g.ResourcesListChanged = true
+			hf.Kinds |= hub.ResourcesList
+		}
+		if len(f.ResourceSubscriptions) > 0 {
+			g.ResourceSubscriptions = slices.Compact(slices.Sorted(slices.Values(f.ResourceSubscriptions)))
+			g.ResourceSubscriptions = slices.DeleteFunc(g.ResourceSubscriptions, func(uri string) bool {
+				return !s.sees(principal, ListResources, uri)
+			})
+			if len(g.ResourceSubscriptions) == 0 {
+				g.ResourceSubscriptions = nil
+			}
+			hf.URIs = g.ResourceSubscriptions
+		}
+	}
+	return g, hf
+}
+
+// maxListenURIs bounds one listen's URI set, which bounds its memory.
+const maxListenURIs = 10000
+
+// listenNotices tags every notification of one listen with its
+// subscription id, the listen request's id.
+type listenNotices struct {
+	idMeta string
+	kinds  [3][]byte
+}
+
+func newListenNotices(id jsonrpc.ID) *listenNotices {
+	n := &listenNotices{idMeta: `{"` + mcp.MetaSubscriptionID + `":` + id.Raw() + `}`}
+	for i, method := range [3]string{mcp.NotifyToolsListChanged, mcp.NotifyPromptsListChanged, mcp.NotifyResourcesListChanged} {
+		n.kinds[i] = jsonrpc.AppendNotification(nil, method, []byte(`{"_meta":`+n.idMeta+`}`))
+	}
+	return n
+}
+
+func (n *listenNotices) ListChanged(k hub.Kind) []byte {
+	switch k {
+	case hub.ToolsList:
+		return n.kinds[0]
+	case hub.PromptsList:
+		return n.kinds[1]
+	}
+	return n.kinds[2]
+}
+
+func (n *listenNotices) Updated(uri string) []byte {
+	buf := make([]byte, 0, len(uri)+len(n.idMeta)+16)
+	buf = append(buf, `{"uri":`...)
+	buf, _ = jsontext.AppendQuote(buf, uri)
+	buf = append(buf, `,"_meta":`...)
+	buf = append(buf, n.idMeta...)
+	buf = append(buf, '}')
+	return jsonrpc.AppendNotification(nil, mcp.NotifyResourceUpdated, buf)
+}
+
+// listen serves subscriptions/listen: the acknowledgement first, then
+// the changes its grant covers, until the client leaves (no response),
+// the stream breaks (cut), or the server shuts down (the complete result,
+// after everything pending was sent).
+func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.Notifications == nil {
+		return invalid(req.ID, "Invalid params: missing notifications filter")
+	}
+	if len(c.P.Notifications.ResourceSubscriptions) > maxListenURIs {
+		return invalid(req.ID, "Invalid params: too many resourceSubscriptions (limit "+strconv.Itoa(maxListenURIs)+")")
+	}
+	granted, hf := s.grant(req.Principal, *c.P.Notifications)
+	gb, err := jsonrpc.Marshal(granted)
+	if err != nil {
+		return s.internal(req.ID, err)
+	}
+	n := newListenNotices(req.ID)
+	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
+		[]byte(`{"_meta":`+n.idMeta+`,"notifications":`+string(gb)+`}`))
+	out := req.out.stream
+	complete := func() engine.Reply {
+		b, err := req.enc.Finish([]byte{'{'}, engine.Tail{ResultType: mcp.ResultComplete,
+			Meta: mcp.Meta{mcp.MetaSubscriptionID: jsontext.Value(req.ID.Raw())}})
+		if err != nil {
+			return s.internal(req.ID, err)
+		}
+		r := s.okReply(req.ID, b)
+		r.ListenEnded = true
+		return r
+	}
+	sub, err := s.hub.Subscribe(hf)
+	if errors.Is(err, hub.ErrClosed) {
+		if out.Send(ack) != nil {
+			return engine.Reply{Outcome: engine.Broken}
+		}
+		return complete()
+	}
+	defer sub.Close()
+	if err := out.Send(ack); err != nil {
+		return engine.Reply{Outcome: engine.Broken}
+	}
+	switch engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive}) {
+	case engine.Lost:
+		return engine.Reply{Outcome: engine.Broken}
+	case engine.Drained:
+		return complete()
+	}
+	return engine.Reply{Outcome: engine.Silent}
+}

@@ -1,0 +1,245 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/internal/engine"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// This file serves the methods that run an author's handler: tools/call,
+// prompts/get, resources/read and completion/complete.
+
+func invalid(id jsonrpc.ID, msg string) engine.Reply {
+	return engine.Fail(id, jsonrpc.CodeInvalidParams, msg, nil)
+}
+
+func (s *Server) callTool(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.Name == nil {
+		return invalid(req.ID, "Invalid params: missing tool name")
+	}
+	name := *c.P.Name
+	e, ok := s.tools.load().get(name)
+	if !ok || !s.sees(req.Principal, ListTools, name) {
+		return invalid(req.ID, "Unknown tool: "+strconv.Quote(name))
+	}
+	args := c.P.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = jsontext.Value("{}")
+	}
+	if args[0] != '{' {
+		return invalid(req.ID, "Invalid params: arguments must be an object")
+	}
+	if r := s.openState(c, req, name, args); r != nil {
+		return *r
+	}
+	t := e.val
+	if err := validateJSON(t.input, args); err != nil {
+		res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.TextContent("Invalid arguments for tool " + strconv.Quote(name) + ": " + err.Error())}}
+		return s.toolResult(req, name, t, res)
+	}
+	treq := &ToolRequest{Request: *req, Arguments: args}
+	treq.Request.out = req.out
+	res, err := withInput(ctx, &treq.Request, func() (*mcp.CallToolResult, error) {
+		return t.handler(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
+	})
+	if err != nil {
+		var ir *InputRequired
+		var je *jsonrpc.Error
+		switch {
+		case errors.As(err, &ir):
+			return s.inputRequired(req, name, args, ir)
+		case errors.As(err, &je):
+			return engine.ErrorReply(req.ID, je)
+		case ctx.Err() != nil:
+			return engine.Reply{Outcome: engine.Silent}
+		}
+		res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.TextContent(err.Error())}}
+	}
+	if res == nil {
+		res = &mcp.CallToolResult{}
+	}
+	return s.toolResult(req, name, t, res)
+}
+
+func (s *Server) toolResult(req *Request, name string, t *tool, res *mcp.CallToolResult) engine.Reply {
+	if res.Content == nil {
+		res.Content = []mcp.Content{}
+	}
+	if t.output != nil && !res.IsError {
+		if len(res.StructuredContent) == 0 {
+			return s.internal(req.ID, fmt.Errorf("tool %q declares an output schema but returned no structuredContent", name))
+		}
+		if err := validateJSON(t.output, res.StructuredContent); err != nil {
+			return s.internal(req.ID, fmt.Errorf("tool %q returned structuredContent that does not match its output schema: %w", name, err))
+		}
+	}
+	// The handler's _meta is merged with serverInfo into one member; left
+	// on the struct it would be written a second time.
+	body, meta := *res, res.Meta
+	body.Meta = nil
+	return s.reply(req, &body, engine.Tail{Meta: meta})
+}
+
+func (s *Server) getPrompt(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.Name == nil {
+		return invalid(req.ID, "Invalid params: missing prompt name")
+	}
+	name := *c.P.Name
+	e, ok := s.prompts.load().get(name)
+	if !ok || !s.sees(req.Principal, ListPrompts, name) {
+		return invalid(req.ID, "Unknown prompt: "+strconv.Quote(name))
+	}
+	var args map[string]string
+	if len(c.P.Arguments) > 0 && string(c.P.Arguments) != "null" {
+		if err := jsonrpc.UnmarshalParams(c.P.Arguments, &args); err != nil {
+			return invalid(req.ID, "Invalid params: prompt arguments must be an object of strings")
+		}
+	}
+	for _, a := range e.val.def.Arguments {
+		if _, ok := args[a.Name]; a.Required && !ok {
+			return invalid(req.ID, "Missing required argument: "+strconv.Quote(a.Name))
+		}
+	}
+	if r := s.openState(c, req, name, c.P.Arguments); r != nil {
+		return *r
+	}
+	preq := &PromptRequest{Request: *req, Arguments: args}
+	res, err := withInput(ctx, &preq.Request, func() (*mcp.GetPromptResult, error) {
+		return e.val.handler(context.WithValue(ctx, ctxKey{}, &preq.Request), preq)
+	})
+	if err != nil {
+		return s.handlerError(ctx, req, name, c.P.Arguments, err)
+	}
+	if res == nil {
+		res = &mcp.GetPromptResult{}
+	}
+	if res.Messages == nil {
+		res.Messages = []mcp.PromptMessage{}
+	}
+	body, meta := *res, res.Meta
+	body.Meta = nil
+	return s.reply(req, &body, engine.Tail{Meta: meta})
+}
+
+// resolve finds the handler that reads uri for the caller: a registered
+// resource, else the first template (in key order) that matches.
+func (s *Server) resolve(principal, uri string) (h ResourceHandler, opts resourceOpts, vars map[string]string) {
+	if e, ok := s.resources.load().get(uri); ok {
+		if s.sees(principal, ListResources, uri) {
+			return e.val.handler, e.val.opts, nil
+		}
+		return nil, resourceOpts{}, nil
+	}
+	for _, e := range s.templates.load().items {
+		if !s.sees(principal, ListTemplates, e.key) {
+			continue
+		}
+		vals := e.val.tmpl.Match(uri)
+		if vals == nil {
+			continue
+		}
+		vars = map[string]string{}
+		for _, name := range e.val.tmpl.Varnames() {
+			if v := vals.Get(name); v.Valid() {
+				vars[name] = v.String()
+			}
+		}
+		return e.val.handler, e.val.opts, vars
+	}
+	return nil, resourceOpts{}, nil
+}
+
+func (s *Server) readResource(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.URI == nil {
+		return invalid(req.ID, "Invalid params: missing uri")
+	}
+	uri := *c.P.URI
+	notFound := func() engine.Reply {
+		return engine.Fail(req.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri})
+	}
+	h, opts, vars := s.resolve(req.Principal, uri)
+	if h == nil {
+		return notFound()
+	}
+	if r := s.openState(c, req, uri, nil); r != nil {
+		return *r
+	}
+	rreq := &ResourceRequest{Request: *req, URI: uri, Vars: vars}
+	res, err := withInput(ctx, &rreq.Request, func() (*mcp.ReadResourceResult, error) {
+		return h(context.WithValue(ctx, ctxKey{}, &rreq.Request), rreq)
+	})
+	if err != nil {
+		if errors.Is(err, ErrResourceNotFound) {
+			return notFound()
+		}
+		return s.handlerError(ctx, req, uri, nil, err)
+	}
+	if res == nil || len(res.Contents) == 0 {
+		return notFound()
+	}
+	p := s.cfg.policies[ReadResource]
+	if opts.policy != nil {
+		p = *opts.policy
+	}
+	if rreq.policy != nil {
+		p = *rreq.policy
+	} else if opts.policy == nil && s.cfg.visible != nil {
+		p.Scope = mcp.ScopePrivate // what a read shows depends on who asks
+	}
+	body, meta := *res, res.Meta
+	body.Meta = nil
+	return s.reply(req, &body, engine.Tail{Hint: p.hint(), Meta: meta})
+}
+
+func (s *Server) completeCall(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.Ref == nil || c.P.Argument == nil {
+		return invalid(req.ID, "Invalid params: ref and argument are required")
+	}
+	ref := *c.P.Ref
+	switch ref.Type {
+	case "ref/prompt":
+		if _, ok := s.prompts.load().get(ref.Name); !ok || !s.sees(req.Principal, ListPrompts, ref.Name) {
+			return invalid(req.ID, "Unknown prompt: "+strconv.Quote(ref.Name))
+		}
+	case "ref/resource":
+		// The ref names a registered resource template (or resource) the
+		// caller may see; anything else is a bad ref, told apart from
+		// nothing so that hidden templates stay hidden.
+		_, isTemplate := s.templates.load().get(ref.URI)
+		_, isResource := s.resources.load().get(ref.URI)
+		if !(isTemplate && s.sees(req.Principal, ListTemplates, ref.URI)) &&
+			!(isResource && s.sees(req.Principal, ListResources, ref.URI)) {
+			return invalid(req.ID, "Unknown resource template: "+strconv.Quote(ref.URI))
+		}
+	default:
+		return invalid(req.ID, "Invalid params: unknown ref type "+strconv.Quote(ref.Type))
+	}
+	creq := &CompleteRequest{Request: *req, Ref: ref, Argument: *c.P.Argument}
+	if c.P.Context != nil {
+		creq.Context = *c.P.Context
+	}
+	comp, err := s.completer()(context.WithValue(ctx, ctxKey{}, &creq.Request), creq)
+	if err != nil {
+		return s.handlerError(ctx, req, "", nil, err)
+	}
+	if comp == nil {
+		comp = &mcp.Completion{}
+	}
+	if comp.Values == nil {
+		comp.Values = []string{}
+	}
+	if len(comp.Values) > 100 {
+		comp.Values = comp.Values[:100]
+		comp.HasMore = true
+	}
+	return s.reply(req, struct {
+		Completion *mcp.Completion `json:"completion"`
+	}{comp}, engine.Tail{})
+}

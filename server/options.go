@@ -1,0 +1,137 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+type config struct {
+	instructions string
+	pageSize     int
+	secret       []byte
+	policies     [numLists]CachePolicy
+	logger       *slog.Logger
+	keepAlive    time.Duration
+	stateTTL     time.Duration
+	noServerInfo bool
+	now          func() time.Time
+	capabilities capsOverride
+	visible      func(principal string, l List, key string) bool
+	middleware   []Middleware
+}
+
+type capsOverride struct {
+	tools, prompts, resources, completions bool
+}
+
+// Option configures a Server.
+type Option func(*config)
+
+// WithInstructions sets the instructions returned by server/discover.
+func WithInstructions(s string) Option { return func(c *config) { c.instructions = s } }
+
+// WithPageSize sets how many items a list page holds (default 100).
+func WithPageSize(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.pageSize = n
+		}
+	}
+}
+
+// minSecretLen is the shortest secret New accepts without a warning.
+const minSecretLen = 32
+
+// WithSecret sets the key that protects cursors and request state. Give
+// every replica behind a balancer the same key (at least 32 random bytes)
+// so that tokens issued by one are accepted by the others. Without it a
+// random key is drawn at start. New logs a warning for a key shorter
+// than 32 bytes, which would make the tokens easier to forge.
+func WithSecret(key []byte) Option {
+	return func(c *config) { c.secret = append([]byte(nil), key...) }
+}
+
+// WithCachePolicy overrides the cache hint of one cacheable result.
+func WithCachePolicy(l List, p CachePolicy) Option {
+	return func(c *config) {
+		if l >= 0 && l < numLists {
+			c.policies[l] = p
+		}
+	}
+}
+
+// WithLogger sets where the server logs (default: slog.Default). Request
+// payloads and secrets are never logged.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithKeepAlive sets the interval of listen stream keep-alives (default
+// 15s; 0 disables). A listen gets one after a whole tick of the interval
+// passed with nothing written, so an idle stream hears something within
+// twice the interval.
+func WithKeepAlive(d time.Duration) Option { return func(c *config) { c.keepAlive = d } }
+
+// WithRequestStateTTL bounds how long an MRTR requestState stays valid
+// (default 10 minutes).
+func WithRequestStateTTL(d time.Duration) Option { return func(c *config) { c.stateTTL = d } }
+
+// WithoutServerInfo stops the server from putting serverInfo in result _meta.
+func WithoutServerInfo() Option { return func(c *config) { c.noServerInfo = true } }
+
+// WithVisibility makes what a caller sees depend on who the caller is:
+// visible reports whether principal (see streamhttp.WithPrincipal) may see
+// the item keyed key — a tool or prompt name, a resource URI, a URI
+// template — of list l. Hidden items are left out of lists and answer as
+// unknown when called or read. Lists then carry cacheScope "private", so
+// no cache ever serves one caller's list to another. Access control
+// itself belongs here, never in cache scopes: a public answer may be
+// reused under any token.
+func WithVisibility(visible func(principal string, l List, key string) bool) Option {
+	return func(c *config) { c.visible = visible }
+}
+
+// WithClock replaces time.Now, for tests of expiry.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithCapabilities advertises primitives before anything is registered, for
+// servers that start empty and fill up at run time. A primitive is also
+// advertised as soon as something of its kind is first registered.
+func WithCapabilities(tools, prompts, resources, completions bool) Option {
+	return func(c *config) {
+		c.capabilities = capsOverride{tools, prompts, resources, completions}
+	}
+}
+
+// MethodHandler serves one request, of any method and either protocol
+// era. It reports the outcome as an error: nil for a result (a tool result
+// with isError set included), a *jsonrpc.Error for a protocol error.
+type MethodHandler func(ctx context.Context, req *Request) error
+
+// Middleware wraps the handling of every request: logging, metrics,
+// tracing, authorization. It sees the request before any handler runs
+// (req.Method, req.Name, req.Principal) and the outcome after; it may
+// refuse a request by returning an error without calling next (a
+// *jsonrpc.Error reaches the client as it is; any other error becomes
+// -32603), and may pass next a context of its own. For a listen, next
+// returns when the listen ends.
+type Middleware func(next MethodHandler) MethodHandler
+
+// WithMiddleware adds middleware; the first given is the outermost.
+func WithMiddleware(mw ...Middleware) Option {
+	return func(c *config) { c.middleware = append(c.middleware, mw...) }
+}
+
+// chain composes middleware around a handler; nil when there is none, so
+// a server without middleware pays nothing for it.
+func chain(mw []Middleware) func(MethodHandler) MethodHandler {
+	if len(mw) == 0 {
+		return nil
+	}
+	mw = append([]Middleware(nil), mw...)
+	return func(h MethodHandler) MethodHandler {
+		for i := len(mw) - 1; i >= 0; i-- {
+			h = mw[i](h)
+		}
+		return h
+	}
+}

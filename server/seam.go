@@ -1,0 +1,253 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"tidings/hub"
+	"tidings/internal/engine"
+	"tidings/internal/xheader"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// handle hides the seam inside Server: the embedded field is unexported,
+// so users see nothing of it, while the transports reach it through
+// engine.Of.
+type handle = engine.Handle
+
+// seam is the Server as its transports see it. Its methods are exported
+// to satisfy engine.Server but, being on an unexported type, are not part
+// of the package's API.
+type seam Server
+
+func (c *seam) srv() *Server { return (*Server)(c) }
+
+// Hub returns the change hub.
+func (c *seam) Hub() *hub.Hub { return c.hub }
+
+// Now returns the server's clock.
+func (c *seam) Now() time.Time { return c.cfg.now() }
+
+// KeepAlive returns the keep-alive interval of idle streams.
+func (c *seam) KeepAlive() time.Duration { return c.cfg.keepAlive }
+
+// Introduction is what a session's client is told at its start.
+func (c *seam) Introduction() engine.Introduction {
+	s := c.srv()
+	return engine.Introduction{Info: s.info, Capabilities: s.capabilities(), Instructions: s.cfg.instructions}
+}
+
+// Grant returns what the server honours of a subscription filter.
+func (c *seam) Grant(principal string, f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Filter) {
+	return c.srv().grant(principal, f)
+}
+
+// Serve checks a 2026-07-28 request and serves it. The checks run in the
+// order of the error precedence peers rely on: a missing version in the
+// envelope (-32020), incomplete _meta (-32602), an envelope version that
+// differs from _meta (-32020), an unsupported version (-32022), the
+// envelope's routing copies (-32020), then the method's own params
+// (-32602).
+func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, env engine.Envelope, out engine.Stream) engine.Reply {
+	s := c.srv()
+	m := call.Msg
+	if m.IsNotification() {
+		return engine.Reply{Outcome: engine.Silent}
+	}
+	var declared string
+	if env != nil {
+		v, err := env.Version()
+		if err != nil {
+			return mismatch(m.ID, err)
+		}
+		declared = v
+	}
+	if r := checkMeta(call); r != nil {
+		return *r
+	}
+	version := *call.P.Meta.ProtocolVersion
+	if env != nil && declared != version {
+		return mismatch(m.ID, errors.New(mcp.HeaderProtocolVersion+" does not match _meta protocolVersion"))
+	}
+	if version != mcp.Version {
+		return engine.Fail(m.ID, mcp.CodeUnsupportedProtocolVersion,
+			"Unsupported protocol version: "+strconv.Quote(version),
+			map[string]any{"supported": []string{mcp.Version}, "requested": version})
+	}
+	if env != nil {
+		if err := env.Route(call, s.headerParams(call, principal)); err != nil {
+			return mismatch(m.ID, err)
+		}
+	}
+	if call.ParamErr != nil {
+		return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+call.ParamErr.Error(), nil)
+	}
+	meta := call.P.Meta
+	req := s.newRequest(call, principal, out)
+	req.ProtocolVersion = version
+	req.Capabilities = *meta.ClientCapabilities
+	req.ClientInfo = meta.ClientInfo
+	req.enc = (*modern)(s)
+	if meta.LogLevel != nil {
+		sev, ok := meta.LogLevel.Severity()
+		if !ok {
+			return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: unknown log level "+strconv.Quote(string(*meta.LogLevel)), nil)
+		}
+		req.logLevel = sev
+	}
+	var done func()
+	if m.Method == mcp.MethodListen {
+		// Shutdown waits until the transport has written the listen's
+		// last message, which it reports by releasing the reply.
+		done = s.writers.add()
+	}
+	r := s.run(ctx, call, req, s.route)
+	if done != nil {
+		r.Done = done
+	}
+	return r
+}
+
+// Dispatch serves a request of an earlier era through the same handlers.
+func (c *seam) Dispatch(ctx context.Context, call *engine.Call, era engine.Era, out engine.Stream) (engine.Reply, bool) {
+	s := c.srv()
+	if !isPrimitive(call.Msg.Method) {
+		return engine.Reply{}, false
+	}
+	if call.ParamErr != nil {
+		return engine.Fail(call.Msg.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+call.ParamErr.Error(), nil), true
+	}
+	req := s.newRequest(call, era.Principal, out)
+	req.ProtocolVersion = era.Version
+	req.Capabilities = era.Capabilities
+	req.logLevel = era.LogLevel
+	req.enc = era.Encoder
+	req.askInput = era.AskInput
+	return s.run(ctx, call, req, func(ctx context.Context, call *engine.Call, req *Request) engine.Reply {
+		r, _ := s.primitive(ctx, call, req)
+		return r
+	}), true
+}
+
+// newRequest builds the Request every handler of call sees.
+func (s *Server) newRequest(call *engine.Call, principal string, out engine.Stream) *Request {
+	req := &Request{
+		ID:             call.Msg.ID,
+		Method:         call.Msg.Method,
+		Principal:      principal,
+		InputResponses: call.P.InputResponses,
+		logLevel:       -1,
+		out:            &requestOut{stream: out},
+	}
+	req.Name, _ = call.NameParam()
+	if call.P.Meta != nil {
+		req.progress = call.P.Meta.ProgressToken
+	}
+	return req
+}
+
+// run serves req through the middleware chain and the router.
+func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route func(context.Context, *engine.Call, *Request) engine.Reply) engine.Reply {
+	defer req.out.finish()
+	ctx = context.WithValue(ctx, ctxKey{}, req)
+	if s.chain == nil {
+		return route(ctx, call, req)
+	}
+	var r engine.Reply
+	called := false
+	err := s.chain(func(ctx context.Context, req *Request) error {
+		called = true
+		r = route(context.WithValue(ctx, ctxKey{}, req), call, req)
+		if r.Err != nil {
+			return r.Err
+		}
+		return nil
+	})(ctx, req)
+	if called && (err == nil || (r.Err != nil && errors.Is(err, r.Err))) {
+		return r
+	}
+	if called {
+		r.Release()
+	}
+	return s.middlewareError(ctx, req, err)
+}
+
+// middlewareError answers for a request a middleware ended with err.
+func (s *Server) middlewareError(ctx context.Context, req *Request, err error) engine.Reply {
+	var je *jsonrpc.Error
+	switch {
+	case err == nil:
+		return s.internal(req.ID, errors.New("middleware returned without calling the handler or an error"))
+	case errors.As(err, &je):
+		return engine.ErrorReply(req.ID, je)
+	case ctx.Err() != nil:
+		return engine.Reply{Outcome: engine.Silent}
+	}
+	return s.internal(req.ID, err)
+}
+
+// route serves a 2026-07-28 method.
+func (s *Server) route(ctx context.Context, call *engine.Call, req *Request) engine.Reply {
+	switch call.Msg.Method {
+	case mcp.MethodDiscover:
+		return s.discover(req)
+	case mcp.MethodListen:
+		return s.listen(ctx, call, req)
+	}
+	if r, ok := s.primitive(ctx, call, req); ok {
+		return r
+	}
+	return engine.Fail(req.ID, jsonrpc.CodeMethodNotFound, "Method not found: "+strconv.Quote(call.Msg.Method), nil)
+}
+
+func mismatch(id jsonrpc.ID, err error) engine.Reply {
+	return engine.Fail(id, mcp.CodeHeaderMismatch, "Header mismatch: "+err.Error(), nil)
+}
+
+// checkMeta returns the refusal for a request whose _meta lacks a field
+// every 2026-07-28 request must carry (protocolVersion or
+// clientCapabilities), or nil.
+func checkMeta(c *engine.Call) *engine.Reply {
+	meta := c.P.Meta
+	var missing string
+	switch {
+	case c.MetaErr != nil:
+		r := engine.Fail(c.Msg.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+c.MetaErr.Error(), nil)
+		r.Outcome = engine.Refused
+		return &r
+	case meta == nil:
+		missing = "_meta"
+	case meta.ProtocolVersion == nil:
+		missing = "_meta." + mcp.MetaProtocolVersion
+	case meta.ClientCapabilities == nil:
+		missing = "_meta." + mcp.MetaClientCapabilities
+	default:
+		return nil
+	}
+	r := engine.Fail(c.Msg.ID, jsonrpc.CodeInvalidParams, "Invalid params: missing "+missing, nil)
+	r.Outcome = engine.Refused
+	return &r
+}
+
+// headerParams returns, for a tools/call, the x-mcp-header parameters of
+// the named tool with the argument values they mirror. A tool the
+// principal may not see is treated as unknown, so that a header mismatch
+// (-32020) does not reveal that it exists.
+func (s *Server) headerParams(c *engine.Call, principal string) []engine.HeaderParam {
+	if c.Msg.Method != mcp.MethodToolsCall || c.P.Name == nil {
+		return nil
+	}
+	e, ok := s.tools.load().get(*c.P.Name)
+	if !ok || len(e.val.headers) == 0 || !s.sees(principal, ListTools, *c.P.Name) {
+		return nil
+	}
+	out := make([]engine.HeaderParam, 0, len(e.val.headers))
+	for _, h := range e.val.headers {
+		v, _ := xheader.Lookup(c.P.Arguments, h.Path)
+		out = append(out, engine.HeaderParam{Header: h.Header(), Type: h.Type, Value: v})
+	}
+	return out
+}
