@@ -16,8 +16,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"tidings/internal/schematest"
 	"tidings/internal/engine"
+	"tidings/internal/schematest"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"

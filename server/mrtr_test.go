@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"tidings/internal/schematest"
 	"tidings/internal/engine"
+	"tidings/internal/schematest"
 	"tidings/mcp"
 	"tidings/server"
 )
