@@ -203,7 +203,26 @@ func collectSchemas(t reflect.Type, own map[reflect.Type]*jsonschema.Schema, see
 		return fmt.Errorf("%s has JSONSchema on its pointer; give it a value receiver so that the zero value can answer", t)
 	}
 	switch t.Kind() {
-	case reflect.Slice, reflect.Array, reflect.Map:
+	case reflect.Slice, reflect.Array:
+		// The JSON package writes bytes as one base64 string and a nil
+		// slice as [], never null; the inference library assumes
+		// encoding/json's null for nil slices and an array of numbers
+		// for bytes, so both get their schema here.
+		if t.Elem().Kind() == reflect.Uint8 {
+			own[t] = &jsonschema.Schema{Type: "string", ContentEncoding: "base64"}
+			return nil
+		}
+		if err := collectSchemas(t.Elem(), own, seen); err != nil {
+			return err
+		}
+		if t.Kind() == reflect.Slice {
+			items, err := jsonschema.ForType(t.Elem(), &jsonschema.ForOptions{TypeSchemas: own})
+			if err != nil {
+				return err
+			}
+			own[t] = &jsonschema.Schema{Type: "array", Items: items}
+		}
+	case reflect.Map:
 		return collectSchemas(t.Elem(), own, seen)
 	case reflect.Struct:
 		for i := range t.NumField() {

@@ -691,3 +691,51 @@ func TestTypedPromptRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTypedToolEncodingSchemas checks the schemas of Go types whose JSON
+// encoding differs from what their kind suggests: bytes are one base64
+// string, and a nil slice is written as [] (never null), so a slice's
+// schema is an array and nothing else.
+func TestTypedToolEncodingSchemas(t *testing.T) {
+	type in struct {
+		Data   []byte   `json:"data"`
+		Places []place  `json:"places"`
+		Maybe  *[]int   `json:"maybe,omitzero"`
+		Fixed  [2]int   `json:"fixed,omitzero"`
+		Names  []string `json:"names,omitempty"`
+	}
+	type out struct {
+		Places []place `json:"places"`
+		Data   []byte  `json:"data"`
+	}
+	srv := server.New(testInfo)
+	err := server.AddTypedTool(srv, mcp.Tool{Name: "enc"}, func(_ context.Context, _ *server.ToolRequest, a in) (out, error) {
+		return out{Places: a.Places, Data: a.Data}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := listedTool(t, srv, "enc")
+	const wantIn = `{"type":"object","properties":{` +
+		`"data":{"type":"string","contentEncoding":"base64"},` +
+		`"places":{"type":"array","items":{"type":"object","properties":{"city":{"type":"string","description":"The city, in English."},"country":{"type":"string"}},"required":["city"],"additionalProperties":false}},` +
+		`"maybe":{"type":["null","array"],"items":{"type":"integer"}},` +
+		`"fixed":{"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":2},` +
+		`"names":{"type":"array","items":{"type":"string"}}},` +
+		`"required":["data","places"],"additionalProperties":false}`
+	if string(d.InputSchema) != wantIn {
+		t.Errorf("inputSchema\n got %s\nwant %s", d.InputSchema, wantIn)
+	}
+	w := serveHTTP(t, srv)
+	res := w.toolResult("enc", map[string]any{"data": "aGk=", "places": nil})
+	if !res.IsError {
+		t.Errorf("null places accepted: %+v", res)
+	}
+	res = w.toolResult("enc", map[string]any{"data": "aGk=", "places": []any{}})
+	if string(res.StructuredContent) != `{"places":[],"data":"aGk="}` {
+		t.Errorf("structuredContent = %s", res.StructuredContent)
+	}
+	if err := valid(t, compile(t, d.OutputSchema), string(res.StructuredContent)); err != nil {
+		t.Errorf("structuredContent does not match the output schema: %v", err)
+	}
+}
