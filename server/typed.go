@@ -34,7 +34,8 @@ type TypedToolHandler[In, Out any] func(ctx context.Context, req *ToolRequest, i
 //     map with string keys; anything else is a registration error,
 //     because tool arguments are always an object. A struct's properties
 //     are its exported fields under their json names; a field without
-//     "omitempty" or "omitzero" in its json tag is required, and unknown
+//     "omitempty" or "omitzero" in its json tag is required (a pointer
+//     field without them is required but may be null), and unknown
 //     members are refused. A field's `jsonschema:"..."` tag becomes its
 //     description, and a type that implements SchemaDescriber supplies its
 //     own schema (an enum, a range, a pattern).
@@ -59,9 +60,9 @@ type TypedToolHandler[In, Out any] func(ctx context.Context, req *ToolRequest, i
 // -32603.
 //
 // The json tag options that change the encoding beyond names and
-// omission ("inline", "unknown", "string", "format:...") are refused,
-// because the inferred schema would not describe what the JSON package
-// reads and writes.
+// omission ("inline", "unknown", "string", "format:...") are refused, and
+// so is an embedded struct given a json name, because the inferred schema
+// would not describe what the JSON package reads and writes.
 func AddTypedTool[In, Out any](s *Server, t mcp.Tool, h TypedToolHandler[In, Out]) error {
 	if h == nil {
 		return fmt.Errorf("server: tool %q needs a handler", t.Name)
@@ -249,7 +250,12 @@ func checkJSONTag(t reflect.Type, f reflect.StructField) error {
 	if !ok || tag == "-" {
 		return nil
 	}
-	_, opts, _ := strings.Cut(tag, ",")
+	name, opts, _ := strings.Cut(tag, ",")
+	if f.Anonymous && name != "" {
+		// The JSON package nests a named embedded struct under its
+		// name; the inference library would list its fields flat.
+		return fmt.Errorf("field %s.%s: an embedded field with a json name is not supported by schema inference; make it a named field", t, f.Name)
+	}
 	for opt := range strings.SplitSeq(opts, ",") {
 		switch {
 		case opt == "inline", opt == "unknown", opt == "string", strings.HasPrefix(opt, "format:"):

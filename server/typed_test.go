@@ -586,6 +586,11 @@ func TestTypedToolRefused(t *testing.T) {
 		}) (struct{}, error) {
 			return struct{}{}, nil
 		}),
+		"named embedded struct": server.AddTypedTool(srv, mcp.Tool{Name: "k"}, func(context.Context, *server.ToolRequest, struct {
+			place `json:"where"`
+		}) (struct{}, error) {
+			return struct{}{}, nil
+		}),
 		"pointer describer": server.AddTypedTool(srv, mcp.Tool{Name: "h"}, func(context.Context, *server.ToolRequest, struct {
 			N badDescriber `json:"n"`
 		}) (struct{}, error) {
