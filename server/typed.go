@@ -55,9 +55,9 @@ type TypedToolHandler[In, Out any] func(ctx context.Context, req *ToolRequest, i
 // schema and then decoded into In strictly (member names match exactly;
 // duplicates are refused). Arguments that pass the schema but do not fit
 // In, which can only happen with a hand-written schema, end as an isError
-// result for the model to correct. A nil pointer Out with a nil error, or
-// an Out that cannot be encoded, is a fault of the server and answers
-// -32603.
+// result for the model to correct. A nil pointer returned for an object
+// Out with a nil error, or an Out that cannot be encoded, is a fault of
+// the server and answers -32603.
 //
 // The json tag options that change the encoding beyond names and
 // omission ("inline", "unknown", "string", "format:...") are refused, and
