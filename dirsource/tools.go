@@ -15,10 +15,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
+	"github.com/google/jsonschema-go/jsonschema"
 
-	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -42,141 +40,84 @@ func readOnly() *mcp.ToolAnnotations {
 	return &mcp.ToolAnnotations{ReadOnlyHint: ptr(true), DestructiveHint: ptr(false), IdempotentHint: ptr(true), OpenWorldHint: ptr(false)}
 }
 
-const searchInput = `{
-  "type": "object",
-  "properties": {
-    "query": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "Text to look for, or a regular expression (RE2 syntax) when regexp is true. Matching is case-sensitive; use (?i) in a regexp to ignore case."},
-    "regexp": {"type": "boolean", "description": "Treat query as a regular expression."},
-    "max_results": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Most matching lines to return (default 50)."}
-  },
-  "required": ["query"],
-  "additionalProperties": false
-}`
+// searchQuery is the text or pattern search_files looks for. It is never
+// empty, and a bound on its length keeps a regular expression cheap to
+// compile.
+type searchQuery string
 
-const searchOutput = `{
-  "type": "object",
-  "properties": {
-    "matches": {
-      "type": "array",
-      "items": {
-        "type": "object",
-        "properties": {
-          "path": {"type": "string"},
-          "uri": {"type": "string"},
-          "line": {"type": "integer", "minimum": 1},
-          "text": {"type": "string"}
-        },
-        "required": ["path", "uri", "line", "text"]
-      }
-    },
-    "truncated": {"type": "boolean", "description": "More matches may exist: the result limit or the search budget was reached."},
-    "filesSearched": {"type": "integer"}
-  },
-  "required": ["matches", "truncated", "filesSearched"]
-}`
-
-const pathInput = `{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "description": "Path relative to the served directory, with / as separator."}
-  },
-  "required": ["path"],
-  "additionalProperties": false
-}`
-
-const infoOutput = `{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string"},
-    "uri": {"type": "string"},
-    "type": {"enum": ["file", "directory"]},
-    "size": {"type": "integer", "minimum": 0},
-    "modTime": {"type": "string", "format": "date-time"},
-    "mimeType": {"type": "string"}
-  },
-  "required": ["path", "uri", "type", "size", "modTime"]
-}`
-
-const listInput = `{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "description": "Directory relative to the served directory; omit or use \"\" for the top."}
-  },
-  "additionalProperties": false
-}`
-
-const listOutput = `{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string"},
-    "entries": {
-      "type": "array",
-      "items": {
-        "type": "object",
-        "properties": {
-          "name": {"type": "string"},
-          "path": {"type": "string"},
-          "type": {"enum": ["file", "directory"]},
-          "size": {"type": "integer", "minimum": 0},
-          "uri": {"type": "string"}
-        },
-        "required": ["name", "path", "type"]
-      }
-    },
-    "truncated": {"type": "boolean"}
-  },
-  "required": ["path", "entries", "truncated"]
-}`
-
-func (s *Source) addTools(srv *server.Server) error {
-	tools := []struct {
-		def mcp.Tool
-		h   server.ToolHandler
-	}{
-		{mcp.Tool{
-			Name:         "search_files",
-			Title:        "Search files",
-			Description:  "Search the text files under " + s.root + " for a string or regular expression; returns matching lines with their paths, URIs and line numbers.",
-			InputSchema:  jsontext.Value(searchInput),
-			OutputSchema: jsontext.Value(searchOutput),
-			Annotations:  readOnly(),
-		}, s.searchTool},
-		{mcp.Tool{
-			Name:         "file_info",
-			Title:        "File information",
-			Description:  "Size, modification time and media type of a file or directory under " + s.root + ".",
-			InputSchema:  jsontext.Value(pathInput),
-			OutputSchema: jsontext.Value(infoOutput),
-			Annotations:  readOnly(),
-		}, s.infoTool},
-		{mcp.Tool{
-			Name:         "list_directory",
-			Title:        "List directory",
-			Description:  "The files and subdirectories of a directory under " + s.root + ", hidden entries excluded.",
-			InputSchema:  jsontext.Value(listInput),
-			OutputSchema: jsontext.Value(listOutput),
-			Annotations:  readOnly(),
-		}, s.listTool},
-	}
-	for _, t := range tools {
-		if err := srv.AddTool(t.def, t.h); err != nil {
-			return fmt.Errorf("dirsource: %w", err)
-		}
-	}
-	return nil
+// JSONSchema bounds the query's length in the tool's input schema.
+func (searchQuery) JSONSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "string", MinLength: ptr(1), MaxLength: ptr(1000)}
 }
 
-// structured builds a result whose text content mirrors the structured
-// content, for clients that only show text.
-func structured(v any, text string) (*mcp.CallToolResult, error) {
-	b, err := jsonrpc.Marshal(v)
+// resultLimit is how many matching lines search_files returns at most.
+type resultLimit int
+
+// JSONSchema states the accepted range in the tool's input schema.
+func (resultLimit) JSONSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "integer", Minimum: ptr(1.0), Maximum: ptr(float64(maxSearchResults))}
+}
+
+// entryKind says what a path names; tools serve nothing but these two.
+type entryKind string
+
+const (
+	kindFile      entryKind = "file"
+	kindDirectory entryKind = "directory"
+)
+
+// JSONSchema lists the kinds in the tools' output schemas.
+func (entryKind) JSONSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Enum: []any{string(kindFile), string(kindDirectory)}}
+}
+
+// dateTime is an RFC 3339 time, which the output schema says by format.
+type dateTime string
+
+// JSONSchema marks the string as a date-time.
+func (dateTime) JSONSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "string", Format: "date-time"}
+}
+
+type searchArgs struct {
+	Query      searchQuery `json:"query" jsonschema:"Text to look for, or a regular expression (RE2 syntax) when regexp is true. Matching is case-sensitive; use (?i) in a regexp to ignore case."`
+	Regexp     bool        `json:"regexp,omitzero" jsonschema:"Treat query as a regular expression."`
+	MaxResults resultLimit `json:"max_results,omitzero" jsonschema:"Most matching lines to return (default 50)."`
+}
+
+type pathArgs struct {
+	Path string `json:"path" jsonschema:"Path relative to the served directory, with / as separator."`
+}
+
+type listArgs struct {
+	Path string `json:"path,omitempty" jsonschema:"Directory relative to the served directory; omit or use \"\" for the top."`
+}
+
+func (s *Source) addTools(srv *server.Server) error {
+	err := errors.Join(
+		server.AddTypedTool(srv, mcp.Tool{
+			Name:        "search_files",
+			Title:       "Search files",
+			Description: "Search the text files under " + s.root + " for a string or regular expression; returns matching lines with their paths, URIs and line numbers.",
+			Annotations: readOnly(),
+		}, s.searchTool),
+		server.AddTypedTool(srv, mcp.Tool{
+			Name:        "file_info",
+			Title:       "File information",
+			Description: "Size, modification time and media type of a file or directory under " + s.root + ".",
+			Annotations: readOnly(),
+		}, s.infoTool),
+		server.AddTypedTool(srv, mcp.Tool{
+			Name:        "list_directory",
+			Title:       "List directory",
+			Description: "The files and subdirectories of a directory under " + s.root + ", hidden entries excluded.",
+			Annotations: readOnly(),
+		}, s.listTool),
+	)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("dirsource: %w", err)
 	}
-	if text == "" {
-		text = string(b)
-	}
-	return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent(text)}, StructuredContent: b}, nil
+	return nil
 }
 
 type searchMatch struct {
@@ -188,29 +129,27 @@ type searchMatch struct {
 
 type searchResult struct {
 	Matches       []searchMatch `json:"matches"`
-	Truncated     bool          `json:"truncated"`
+	Truncated     bool          `json:"truncated" jsonschema:"More matches may exist: the result limit or the search budget was reached."`
 	FilesSearched int           `json:"filesSearched"`
+
+	text string // one "path:line: text" per match
 }
 
-func (s *Source) searchTool(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-	var args struct {
-		Query      string `json:"query"`
-		Regexp     bool   `json:"regexp"`
-		MaxResults int    `json:"max_results"`
-	}
-	if err := json.Unmarshal(req.Arguments, &args); err != nil {
-		return nil, fmt.Errorf("arguments: %w", err)
-	}
-	limit := args.MaxResults
+// ToolText lists the matches one per line, as grep does, which reads
+// better than the JSON and says the same.
+func (r searchResult) ToolText() string { return r.text }
+
+func (s *Source) searchTool(ctx context.Context, _ *server.ToolRequest, args searchArgs) (searchResult, error) {
+	limit := int(args.MaxResults)
 	if limit <= 0 {
 		limit = defaultSearchResults
 	}
 	limit = min(limit, maxSearchResults)
 	match := func(line []byte) bool { return bytes.Contains(line, []byte(args.Query)) }
 	if args.Regexp {
-		re, err := regexp.Compile(args.Query)
+		re, err := regexp.Compile(string(args.Query))
 		if err != nil {
-			return nil, fmt.Errorf("invalid regular expression: %w", err)
+			return searchResult{}, fmt.Errorf("invalid regular expression: %w", err)
 		}
 		match = re.Match
 	}
@@ -221,7 +160,7 @@ func (s *Source) searchTool(ctx context.Context, req *server.ToolRequest) (*mcp.
 files:
 	for _, rel := range rels {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return searchResult{}, err
 		}
 		m := metas[rel]
 		if m.size > s.cfg.maxSearch {
@@ -258,7 +197,8 @@ files:
 	case res.Truncated:
 		text.WriteString("(more matches may exist)")
 	}
-	return structured(res, strings.TrimRight(text.String(), "\n"))
+	res.text = strings.TrimRight(text.String(), "\n")
+	return res, nil
 }
 
 // clip shortens b to at most n bytes without splitting a character.
@@ -273,12 +213,12 @@ func clip(b []byte, n int) string {
 }
 
 type fileInfo struct {
-	Path     string `json:"path"`
-	URI      string `json:"uri"`
-	Type     string `json:"type"`
-	Size     int64  `json:"size"`
-	ModTime  string `json:"modTime"`
-	MimeType string `json:"mimeType,omitempty"`
+	Path     string    `json:"path"`
+	URI      string    `json:"uri"`
+	Type     entryKind `json:"type"`
+	Size     int64     `json:"size"`
+	ModTime  dateTime  `json:"modTime"`
+	MimeType string    `json:"mimeType,omitempty"`
 }
 
 // errNoSuchPath is what tools say for anything they may not show, so the
@@ -286,77 +226,78 @@ type fileInfo struct {
 var errNoSuchPath = errors.New("no such file or directory")
 
 // openArg opens the file or directory a tool's "path" argument names,
-// inside the served directory only. It returns the clean relative path and
-// the argument as given (for messages).
-func (s *Source) openArg(req *server.ToolRequest) (rel, arg string, root *os.Root, f *os.File, err error) {
-	var args struct {
-		Path string `json:"path"`
-	}
-	if err := json.Unmarshal(req.Arguments, &args); err != nil {
-		return "", "", nil, nil, fmt.Errorf("arguments: %w", err)
-	}
-	rel, ok := cleanRel(args.Path)
+// inside the served directory only. It returns the clean relative path.
+func (s *Source) openArg(arg string) (rel string, root *os.Root, f *os.File, err error) {
+	rel, ok := cleanRel(arg)
 	if !ok {
-		return "", "", nil, nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
+		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	root, f, err = s.open(rel)
 	if err != nil {
-		return "", "", nil, nil, fmt.Errorf("%s: %w", args.Path, errNoSuchPath)
+		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
-	return rel, args.Path, root, f, nil
+	return rel, root, f, nil
 }
 
-func (s *Source) infoTool(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-	rel, arg, root, f, err := s.openArg(req)
+func (s *Source) infoTool(_ context.Context, _ *server.ToolRequest, args pathArgs) (fileInfo, error) {
+	arg := args.Path
+	rel, root, f, err := s.openArg(arg)
 	if err != nil {
-		return nil, err
+		return fileInfo{}, err
 	}
 	defer root.Close()
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
+		return fileInfo{}, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
-	info := fileInfo{Path: rel, URI: s.URI(rel), Size: fi.Size(), ModTime: fi.ModTime().UTC().Format(time.RFC3339Nano)}
+	info := fileInfo{Path: rel, URI: s.URI(rel), Size: fi.Size(), ModTime: dateTime(fi.ModTime().UTC().Format(time.RFC3339Nano))}
 	switch {
 	case fi.IsDir():
-		info.Type, info.Size = "directory", 0
+		info.Type, info.Size = kindDirectory, 0
 	case fi.Mode().IsRegular():
-		info.Type = "file"
+		info.Type = kindFile
 		info.MimeType = s.metaOf(root, rel, fi).mime
 	default:
-		return nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
+		return fileInfo{}, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
-	return structured(info, "")
+	return info, nil
 }
 
 type dirEntry struct {
-	Name string `json:"name"`
-	Path string `json:"path"`
-	Type string `json:"type"`
-	Size *int64 `json:"size,omitzero"`
-	URI  string `json:"uri,omitempty"`
+	Name string    `json:"name"`
+	Path string    `json:"path"`
+	Type entryKind `json:"type"`
+	Size *int64    `json:"size,omitzero"`
+	URI  string    `json:"uri,omitempty"`
 }
 
 type dirListing struct {
 	Path      string     `json:"path"`
 	Entries   []dirEntry `json:"entries"`
 	Truncated bool       `json:"truncated"`
+
+	text string // one entry per line, as ls prints them
 }
 
-func (s *Source) listTool(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-	rel, arg, root, f, err := s.openArg(req)
+// ToolText lists the entries one per line, directories with a trailing
+// slash and files with their sizes.
+func (l dirListing) ToolText() string { return l.text }
+
+func (s *Source) listTool(_ context.Context, _ *server.ToolRequest, args listArgs) (dirListing, error) {
+	arg := args.Path
+	rel, root, f, err := s.openArg(arg)
 	if err != nil {
-		return nil, err
+		return dirListing{}, err
 	}
 	defer root.Close()
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%s: not a directory", arg)
+		return dirListing{}, fmt.Errorf("%s: not a directory", arg)
 	}
 	des, err := f.ReadDir(-1)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", arg, err)
+		return dirListing{}, fmt.Errorf("%s: %w", arg, err)
 	}
 	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	out := dirListing{Path: rel, Entries: []dirEntry{}}
@@ -370,13 +311,13 @@ func (s *Source) listTool(_ context.Context, req *server.ToolRequest) (*mcp.Call
 		line := d.Name() + "/"
 		switch {
 		case d.IsDir():
-			e.Type = "directory"
+			e.Type = kindDirectory
 		case d.Type().IsRegular():
 			fi, err := d.Info()
 			if err != nil {
 				continue
 			}
-			e.Type, e.Size, e.URI = "file", ptr(fi.Size()), s.URI(p)
+			e.Type, e.Size, e.URI = kindFile, ptr(fi.Size()), s.URI(p)
 			line = d.Name() + "\t" + strconv.FormatInt(fi.Size(), 10) + " bytes"
 		default:
 			continue // symbolic links and special files are not served
@@ -392,5 +333,6 @@ func (s *Source) listTool(_ context.Context, req *server.ToolRequest) (*mcp.Call
 	if len(out.Entries) == 0 {
 		text.WriteString("(empty)")
 	}
-	return structured(out, strings.TrimRight(text.String(), "\n"))
+	out.text = strings.TrimRight(text.String(), "\n")
+	return out, nil
 }

@@ -229,7 +229,7 @@ func ResourceLink(uri, name, mimeType string) Content {
 // CallToolResult is a tool's final answer.
 type CallToolResult struct {
 	Content           []Content      `json:"content"`
-	StructuredContent jsontext.Value `json:"structuredContent,omitempty"`
+	StructuredContent jsontext.Value `json:"structuredContent,omitzero"`
 	IsError           bool           `json:"isError,omitzero"`
 	Meta              Meta           `json:"_meta,omitempty"`
 }

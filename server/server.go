@@ -171,14 +171,22 @@ type tool struct {
 // Schema (2020-12 unless it says otherwise) whose root type is "object";
 // arguments are validated against it before the handler runs.
 func (s *Server) AddTool(t mcp.Tool, h ToolHandler) error {
-	if t.Name == "" {
-		return errors.New("server: tool needs a name")
+	if err := CheckToolName(t.Name); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	if h == nil {
 		return fmt.Errorf("server: tool %q needs a handler", t.Name)
 	}
 	if len(t.InputSchema) == 0 {
 		t.InputSchema = jsontext.Value(`{"type":"object"}`)
+	}
+	if err := checkInputSchema(t.InputSchema); err != nil {
+		return fmt.Errorf("server: tool %q: %w", t.Name, err)
+	}
+	if len(t.OutputSchema) > 0 {
+		if err := checkOutputSchema(t.OutputSchema); err != nil {
+			return fmt.Errorf("server: tool %q: %w", t.Name, err)
+		}
 	}
 	in, err := s.compileSchema("tool:"+t.Name+":input", t.InputSchema)
 	if err != nil {

@@ -63,7 +63,7 @@ func newFixture(t testing.TB, sopts []server.Option, hopts ...streamhttp.Option)
 		func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 			return text(string(req.Arguments)), nil
 		}))
-	must(f.srv.AddTool(mcp.Tool{Name: "café"},
+	must(f.srv.AddTool(mcp.Tool{Name: "coffee"},
 		func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) { return text("coffee"), nil }))
 	must(f.srv.AddTool(mcp.Tool{Name: "progress"},
 		func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
@@ -83,10 +83,13 @@ func newFixture(t testing.TB, sopts []server.Option, hopts ...streamhttp.Option)
 			f.blockCancelled <- ctx.Err()
 			return nil, ctx.Err()
 		}))
-	must(f.srv.AddPrompt(mcp.Prompt{Name: "greet"},
-		func(context.Context, *server.PromptRequest) (*mcp.GetPromptResult, error) {
-			return &mcp.GetPromptResult{Messages: []mcp.PromptMessage{{Role: "user", Content: mcp.TextContent("hi")}}}, nil
-		}))
+	greet := func(context.Context, *server.PromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{Messages: []mcp.PromptMessage{{Role: "user", Content: mcp.TextContent("hi")}}}, nil
+	}
+	must(f.srv.AddPrompt(mcp.Prompt{Name: "greet"}, greet))
+	// Tool names are ASCII only; a prompt name may be anything, so a prompt
+	// is what puts a non-ASCII name into Mcp-Name.
+	must(f.srv.AddPrompt(mcp.Prompt{Name: "café"}, greet))
 	must(f.srv.AddResource(mcp.Resource{URI: "res://doc", Name: "doc"},
 		func(_ context.Context, req *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
 			return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{mcp.TextContents(req.URI, "text/plain", "body")}}, nil

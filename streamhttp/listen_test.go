@@ -44,7 +44,7 @@ func TestListenOverHTTP(t *testing.T) {
 		t.Fatalf("granted filter = %+v", g)
 	}
 
-	if f.srv.RemoveTools("café") != 1 {
+	if f.srv.RemoveTools("coffee") != 1 {
 		t.Fatal("RemoveTools found nothing")
 	}
 	if ev := s.next(t); ev.Method != mcp.NotifyToolsListChanged || subscriptionID(t, ev.Params) != "11" {
