@@ -230,10 +230,12 @@ func NewHTTP(url string, opts ...Option) *Client {
 func NewCommand(ctx context.Context, name string, args []string, opts ...Option) (*Client, error) {
 	cfg := newConfig(opts)
 	c := newClient(nil, cfg, newLifetime())
-	spawn := func() (*stdioTransport, error) {
+	// The first start is bounded by ctx; restarts, which happen long after
+	// ctx may have ended, by the client's own life, which Close ends.
+	spawn := func(ctx context.Context) (*stdioTransport, error) {
 		return startStdio(ctx, name, args, cfg.env, cfg.stderr, c.otherMessage, cfg.maxMsg)
 	}
-	t, err := newCommandTransport(spawn, c.forgetEra)
+	t, err := newCommandTransport(ctx, c.life.ctx, spawn, c.forgetEra)
 	if err != nil {
 		return nil, err
 	}
