@@ -323,7 +323,9 @@ func TestStdioCancelledEndsOnlyListens(t *testing.T) {
 	for _, method := range []string{mcp.MethodToolsCall, mcp.MethodListen} {
 		t.Run(method, func(t *testing.T) {
 			w := make(lineWriter, 4)
-			st := &stdioTransport{stdin: w, pending: map[string]*pending{}, tokens: map[string]string{}, done: make(chan struct{})}
+			r, rw := io.Pipe() // a server that writes nothing on its own
+			st := newStdioConn(r, w, r, 1<<20, nil, nil)
+			t.Cleanup(func() { _ = rw.Close(); _ = st.close() })
 			got := make(chan *jsonrpc.Message, 1)
 			go func() {
 				m, err := st.roundTrip(t.Context(), &outbound{id: jsonrpc.IntID(7), method: method, body: []byte(`{}`)}, nil)
