@@ -3,9 +3,13 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"tidings/jsonrpc"
+	"tidings/mcp"
 )
 
 // TestStdioRestartAfterStartContextEnds: the context NewCommand was given
@@ -111,5 +115,87 @@ func TestStdioStuckWriteRespectsContext(t *testing.T) {
 		}
 	case <-deadline.C:
 		t.Fatal("a later request blocked behind the stuck write")
+	}
+}
+
+// ackTransport is a server that answers every read at once with an empty
+// result and hands each listen's message callback to the test, which
+// plays the transport's reader with it.
+type ackTransport struct {
+	listens chan func(*jsonrpc.Message)
+}
+
+func (f *ackTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
+	var result string
+	switch r.method {
+	case mcp.MethodDiscover:
+		result = `{"supportedVersions":["` + mcp.Version + `"],"capabilities":{}}`
+	case mcp.MethodListen:
+		f.listens <- onMsg
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case mcp.MethodResourcesRead:
+		result = `{"contents":[]}`
+	default:
+		result = `{}`
+	}
+	return jsonrpc.Decode(jsonrpc.AppendResponse(nil, r.id, []byte(result)), 0)
+}
+
+func (f *ackTransport) send(context.Context, *outbound) error { return nil }
+
+func (f *ackTransport) stream(context.Context, *outbound, func(), func(*jsonrpc.Message)) error {
+	return errNoStream
+}
+
+func (f *ackTransport) close() error { return nil }
+
+// TestSlowOnEventNeverBlocksReader: with the event callback stuck and
+// the watcher's event backlog full, a message arriving on the listen
+// (here a second acknowledgement) is still taken at once, so the
+// transport's reader, which on stdio serves every request, never waits
+// for the callback.
+func TestSlowOnEventNeverBlocksReader(t *testing.T) {
+	ft := &ackTransport{listens: make(chan func(*jsonrpc.Message), 1)}
+	c := newClient(ft, newConfig([]Option{WithLogger(quietLogger()), WithTimeout(waitTimeout)}), newLifetime())
+	t.Cleanup(func() { _ = c.Close() })
+	var uris []string
+	for i := range 70 {
+		uris = append(uris, fmt.Sprintf("mem://r%02d", i))
+	}
+	release := make(chan struct{})
+	var released bool
+	unblock := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	w := c.Watch(context.Background(), WatchOptions{URIs: uris, PollInterval: waitTimeout,
+		OnEvent: func(Event) { <-release }})
+	readerDone := make(chan struct{})
+	t.Cleanup(func() {
+		unblock()
+		w.Close()
+		<-readerDone
+	})
+	var onMsg func(*jsonrpc.Message)
+	select {
+	case onMsg = <-ft.listens:
+	case <-time.After(waitTimeout):
+		t.Fatal("no listen")
+	}
+	ack := &jsonrpc.Message{Method: mcp.NotifyAcknowledged,
+		Params: []byte(`{"notifications":{"resourceSubscriptions":["mem://r00"]}}`)}
+	onMsg(ack)
+	waitUntil(t, "the event backlog to fill", func() bool { return w.Stats().Rereads >= 65 })
+	go func() {
+		defer close(readerDone)
+		onMsg(ack)
+	}()
+	select {
+	case <-readerDone:
+	case <-time.After(waitTimeout / 2):
+		t.Fatal("the listen's message handler blocked on the event callback")
 	}
 }
