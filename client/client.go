@@ -163,7 +163,7 @@ func newConfig(opts []Option) config {
 		listenIdle: 60 * time.Second,
 		header:     http.Header{},
 		now:        time.Now,
-		maxMsg:     16 << 20,
+		maxMsg:     defaultMaxMsg,
 	}
 	for _, o := range opts {
 		o(&cfg)
