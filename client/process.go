@@ -62,10 +62,9 @@ func startStdio(ctx context.Context, name string, args []string, env []string, s
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
 	}
-	if stderr == nil {
-		stderr = io.Discard
+	if stderr != nil { // else the null device: no pipe, no copier
+		cmd.Stderr = stderr
 	}
-	cmd.Stderr = stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)

@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,5 +199,36 @@ func TestSlowOnEventNeverBlocksReader(t *testing.T) {
 	case <-readerDone:
 	case <-time.After(waitTimeout / 2):
 		t.Fatal("the listen's message handler blocked on the event callback")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the copier goroutine and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestWithStderr: what a spawned server writes to stderr reaches the
+// writer WithStderr gave, all of it by the time Close returns.
+func TestWithStderr(t *testing.T) {
+	var buf syncBuffer
+	c, err := NewCommand(context.Background(), "sh", []string{"-c", "echo diagnostics >&2; cat >/dev/null"},
+		WithLogger(quietLogger()), WithStderr(&buf))
+	must(t, err)
+	must(t, c.Close())
+	if got := buf.String(); got != "diagnostics\n" {
+		t.Errorf("stderr = %q, want the server's diagnostics", got)
 	}
 }
