@@ -3,6 +3,7 @@ package client
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -168,6 +169,37 @@ func (c *cache) get(ctx context.Context, key, topic, authCtx string, fn func(con
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// cachedAs is get for answers of type T: the one place where a stored
+// answer meets its type. An entry of another type (two methods sharing a
+// key by mistake) is an error, never a panic.
+func cachedAs[T any](ctx context.Context, c *cache, key, topic, authCtx string, fn func(context.Context) (fetched, error)) (T, error) {
+	v, err := c.get(ctx, key, topic, authCtx, fn)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return as[T](key, v)
+}
+
+// peekTrustedAs is peekTrusted for answers of type T.
+func peekTrustedAs[T any](c *cache, key, authCtx string) (T, bool) {
+	v, ok := c.peekTrusted(key, authCtx)
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	t, err := as[T](key, v)
+	return t, err == nil
+}
+
+func as[T any](key string, v any) (T, error) {
+	t, ok := v.(T)
+	if !ok {
+		return t, fmt.Errorf("client: cached answer for %q is a %T, not a %T", key, v, t)
+	}
+	return t, nil
 }
 
 // run performs one shared fetch. It is detached from the first caller's

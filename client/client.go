@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -56,7 +57,7 @@ type config struct {
 	logger     *slog.Logger
 	now        func() time.Time
 	maxMsg     int
-	stderr     interface{ Write([]byte) (int, error) }
+	stderr     io.Writer
 	env        []string
 	onLog      func(level mcp.LogLevel, logger string, data jsontext.Value)
 	logLevel   mcp.LogLevel
@@ -124,8 +125,13 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // WithClock replaces time.Now, for tests of TTL expiry.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
-// WithStderr sets where a spawned server's stderr goes (default: discarded).
-func WithStderr(w interface{ Write([]byte) (int, error) }) Option {
+// WithStderr sets where a spawned server's stderr goes. By default it is
+// discarded: a server's diagnostics are not the client's output, and a
+// pipe nobody read would stall a chatty server once its buffer filled.
+// Pass os.Stderr to see them, or a log writer. w is written from one
+// goroutine of the process (exec's copier) and must not block for long,
+// or the server blocks on its writes to stderr.
+func WithStderr(w io.Writer) Option {
 	return func(c *config) { c.stderr = w }
 }
 
@@ -163,7 +169,7 @@ func newConfig(opts []Option) config {
 		listenIdle: 60 * time.Second,
 		header:     http.Header{},
 		now:        time.Now,
-		maxMsg:     16 << 20,
+		maxMsg:     defaultMaxMsg,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -230,10 +236,12 @@ func NewHTTP(url string, opts ...Option) *Client {
 func NewCommand(ctx context.Context, name string, args []string, opts ...Option) (*Client, error) {
 	cfg := newConfig(opts)
 	c := newClient(nil, cfg, newLifetime())
-	spawn := func() (*stdioTransport, error) {
+	// The first start is bounded by ctx; restarts, which happen long after
+	// ctx may have ended, by the client's own life, which Close ends.
+	spawn := func(ctx context.Context) (*stdioTransport, error) {
 		return startStdio(ctx, name, args, cfg.env, cfg.stderr, c.otherMessage, cfg.maxMsg)
 	}
-	t, err := newCommandTransport(spawn, c.forgetEra)
+	t, err := newCommandTransport(ctx, c.life.ctx, spawn, c.forgetEra)
 	if err != nil {
 		return nil, err
 	}
@@ -558,7 +566,7 @@ func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
 		// A 2025-11-25 server said all of this at initialize.
 		return &DiscoverResult{SupportedVersions: []string{l.version}, Capabilities: l.caps, Instructions: l.instructions, ServerInfo: &l.info}, nil
 	}
-	v, err := c.cache.get(ctx, mcp.MethodDiscover, topicDiscover, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
+	return cachedAs[*DiscoverResult](ctx, c.cache, mcp.MethodDiscover, topicDiscover, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
 		res, err := c.do(ctx, mcp.MethodDiscover, nil, callOpts{})
 		if err != nil {
 			return fetched{}, err
@@ -577,8 +585,4 @@ func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
 		ttl, scope := cacheHints(res)
 		return fetched{value: &d, ttl: ttl, scope: scope}, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*DiscoverResult), nil
 }

@@ -142,7 +142,7 @@ func (tl *toolList) lookup(name string) ([]xheader.Param, bool) {
 }
 
 func (c *Client) toolList(ctx context.Context) (*toolList, error) {
-	v, err := c.cache.get(ctx, mcp.MethodToolsList, topicTools, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
+	return cachedAs[*toolList](ctx, c.cache, mcp.MethodToolsList, topicTools, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
 		raw, expires, scope, err := c.listAll(ctx, mcp.MethodToolsList, "tools", topicTools)
 		if err != nil {
 			return fetched{}, err
@@ -160,10 +160,6 @@ func (c *Client) toolList(ctx context.Context) (*toolList, error) {
 		}
 		return fetched{value: tl, expires: expires, scope: scope}, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*toolList), nil
 }
 
 // Prompts returns the server's whole prompt list (cached).
@@ -182,17 +178,13 @@ func (c *Client) ResourceTemplates(ctx context.Context) ([]mcp.ResourceTemplate,
 }
 
 func cachedList[T any](ctx context.Context, c *Client, method, field, topic string) ([]T, error) {
-	v, err := c.cache.get(ctx, method, topic, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
+	return cachedAs[[]T](ctx, c.cache, method, topic, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
 		raw, expires, scope, err := c.listAll(ctx, method, field, topic)
 		if err != nil {
 			return fetched{}, err
 		}
 		return fetched{value: decodeItems[T](raw), expires: expires, scope: scope}, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.([]T), nil
 }
 
 // Freshness reports how far the cached answer of a list method

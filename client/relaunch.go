@@ -27,8 +27,12 @@ const (
 // the client probes its era again and watchers re-listen (they see the
 // death as a drop and reconcile).
 type commandTransport struct {
-	spawn     func() (*stdioTransport, error)
+	// spawn starts a process; ctx bounds the start only.
+	spawn     func(ctx context.Context) (*stdioTransport, error)
 	onRestart func()
+	// life bounds restarts: it is the client's, not that of whoever made
+	// the client, so restarts keep working after that caller is gone.
+	life context.Context
 
 	// quickDeath is the crash-loop guard's bound (the constant, but for
 	// tests).
@@ -44,12 +48,14 @@ type commandTransport struct {
 	gone   bool
 }
 
-func newCommandTransport(spawn func() (*stdioTransport, error), onRestart func()) (*commandTransport, error) {
-	t, err := spawn()
+// newCommandTransport starts the first process within ctx; later ones are
+// started within life.
+func newCommandTransport(ctx, life context.Context, spawn func(context.Context) (*stdioTransport, error), onRestart func()) (*commandTransport, error) {
+	t, err := spawn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &commandTransport{spawn: spawn, onRestart: onRestart, cur: t, quickDeath: quickDeath}, nil
+	return &commandTransport{spawn: spawn, onRestart: onRestart, life: life, cur: t, quickDeath: quickDeath}, nil
 }
 
 // current returns the live process, starting a new one if it died. A dead
@@ -86,7 +92,7 @@ func (t *commandTransport) current() (*stdioTransport, error) {
 		t.gone = true
 		return nil, ErrServerGone
 	}
-	nt, err := t.spawn()
+	nt, err := t.spawn(t.life)
 	if err != nil {
 		// Judged again at the next request: do not count this death twice.
 		t.quick = prev

@@ -252,9 +252,9 @@ func TestCloseStopsServerGroup(t *testing.T) {
 }
 
 // spawnExiting returns a spawn function for a server that exits at once.
-func spawnExiting(t *testing.T) func() (*stdioTransport, error) {
-	return func() (*stdioTransport, error) {
-		return startStdio(t.Context(), "sh", []string{"-c", "exit 0"}, nil, nil, nil, 1<<20)
+func spawnExiting(t *testing.T) func(context.Context) (*stdioTransport, error) {
+	return func(ctx context.Context) (*stdioTransport, error) {
+		return startStdio(ctx, "sh", []string{"-c", "exit 0"}, nil, nil, nil, 1<<20)
 	}
 }
 
@@ -270,7 +270,7 @@ func waitDone(t *testing.T, p *stdioTransport) {
 // TestCrashLoopGuardResets: a death after a long life ends a run of quick
 // deaths, so two more quick deaths after it are not a crash loop.
 func TestCrashLoopGuardResets(t *testing.T) {
-	tr, err := newCommandTransport(spawnExiting(t), func() {})
+	tr, err := newCommandTransport(t.Context(), t.Context(), spawnExiting(t), func() {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestCrashLoopGuardResets(t *testing.T) {
 // TestCrashLoopJudgedAtDeath: a process that died right after its start is
 // a quick death even when the next request comes much later.
 func TestCrashLoopJudgedAtDeath(t *testing.T) {
-	tr, err := newCommandTransport(spawnExiting(t), func() {})
+	tr, err := newCommandTransport(t.Context(), t.Context(), spawnExiting(t), func() {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,9 @@ func TestStdioCancelledEndsOnlyListens(t *testing.T) {
 	for _, method := range []string{mcp.MethodToolsCall, mcp.MethodListen} {
 		t.Run(method, func(t *testing.T) {
 			w := make(lineWriter, 4)
-			st := &stdioTransport{stdin: w, pending: map[string]*pending{}, tokens: map[string]string{}, done: make(chan struct{})}
+			r, rw := io.Pipe() // a server that writes nothing on its own
+			st := newStdioConn(r, w, r, 1<<20, nil, nil)
+			t.Cleanup(func() { _ = rw.Close(); _ = st.close() })
 			got := make(chan *jsonrpc.Message, 1)
 			go func() {
 				m, err := st.roundTrip(t.Context(), &outbound{id: jsonrpc.IntID(7), method: method, body: []byte(`{}`)}, nil)

@@ -26,7 +26,9 @@ type WatchOptions struct {
 	// URIs are resources whose content to follow.
 	URIs []string
 	// OnEvent receives every event, in order, from the watcher's own
-	// goroutine. It must not block for long.
+	// goroutine, never from the connection's reader: a slow callback holds
+	// up the watcher's re-reads (which wait for room among the 64 events
+	// not yet delivered), never the client's other requests.
 	OnEvent func(Event)
 	// PollInterval is how often kinds the server would not subscribe us to
 	// are re-read (default 30s; jittered, and backed off on errors). A poll
@@ -332,6 +334,7 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 		}
 		var acked atomic.Bool
 		var ackedAt atomic.Int64 // unix nanoseconds
+		acks := w.handleAcks(ctx, want)
 		onMsg := func(m *jsonrpc.Message) {
 			if m.Method == mcp.NotifyAcknowledged {
 				var p struct {
@@ -340,12 +343,13 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 				_ = jsonrpc.UnmarshalParams(m.Params, &p)
 				ackedAt.Store(time.Now().UnixNano())
 				acked.Store(true)
-				w.acknowledged(ctx, want, p.Notifications)
+				acks.put(p.Notifications)
 				return
 			}
 			w.notification(m)
 		}
 		_, err := w.c.do(ctx, mcp.MethodListen, map[string]any{"notifications": want}, callOpts{onMsg: onMsg, noLimit: true})
+		acks.stop()
 		if ctx.Err() != nil {
 			return
 		}
@@ -398,6 +402,64 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// ackHandler takes a listen's acknowledgements off the transport's
+// reader, which serves every request on stdio and so must never wait for
+// the event callback. Its goroutine handles them (emitting Connected may
+// wait for the callback); acknowledgements that arrive meanwhile coalesce
+// into the latest.
+type ackHandler struct {
+	acks chan mcp.SubscriptionFilter // holds at most the latest
+	quit chan struct{}
+	done chan struct{}
+}
+
+// handleAcks starts the goroutine that handles one listen's
+// acknowledgements; stop ends it.
+func (w *Watcher) handleAcks(ctx context.Context, want mcp.SubscriptionFilter) *ackHandler {
+	h := &ackHandler{acks: make(chan mcp.SubscriptionFilter, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		for {
+			select {
+			case got := <-h.acks:
+				w.acknowledged(ctx, want, got)
+			case <-h.quit:
+				select {
+				case got := <-h.acks:
+					w.acknowledged(ctx, want, got)
+				default:
+				}
+				return
+			}
+		}
+	}()
+	return h
+}
+
+// put hands over an acknowledgement without blocking, replacing one not
+// yet handled. The reader is the only caller.
+func (h *ackHandler) put(got mcp.SubscriptionFilter) {
+	for {
+		select {
+		case h.acks <- got:
+			return
+		default:
+		}
+		select {
+		case <-h.acks:
+		default:
+		}
+	}
+}
+
+// stop waits until the acknowledgement handed over last is handled (so
+// that Connected comes before whatever the listen's end reports) and ends
+// the goroutine.
+func (h *ackHandler) stop() {
+	close(h.quit)
+	<-h.done
 }
 
 // acknowledged compares the grant with the request: what was granted is

@@ -12,6 +12,8 @@
 //	                         announces the update to subscribers
 //	shutdown                 ends every listen gracefully (srv.Shutdown)
 //	crash                    exits at once with status 3, answering nothing
+//	big {size}               answers with a text of size bytes
+//	stall                    stops reading stdin for good (a wedged server)
 //
 // Flags set the page size and the number of seed tools (seed1...).
 package main
@@ -24,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -46,14 +49,15 @@ func main() {
 		os.Exit(3)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := newServer(*page, *seed, log)
+	stdin := &stallReader{r: os.Stdin, stalled: make(chan struct{})}
+	srv, err := newServer(*page, *seed, log, stdin.stall)
 	if err != nil {
 		log.Error("stdioserver", "err", err)
 		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := stdio.Serve(ctx, srv, os.Stdin, os.Stdout); err != nil {
+	if err := stdio.Serve(ctx, srv, stdin, os.Stdout); err != nil {
 		log.Error("stdioserver", "err", err)
 		os.Exit(1)
 	}
@@ -64,6 +68,29 @@ type controlArgs struct {
 	Name string `json:"name"`
 	URI  string `json:"uri"`
 	Text string `json:"text"`
+	Size int    `json:"size"`
+}
+
+// stallReader reads r until stall is called; from then on every read
+// blocks until the process ends, as in a server wedged on something else.
+type stallReader struct {
+	r       io.Reader
+	once    sync.Once
+	stalled chan struct{}
+}
+
+func (s *stallReader) stall() { s.once.Do(func() { close(s.stalled) }) }
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	select {
+	case <-s.stalled:
+		// Whatever this read returned came after the stall: it is never
+		// seen. The process ends, at SIGTERM, with this still blocked.
+		select {}
+	default:
+	}
+	return n, err
 }
 
 const nameSchema = `{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`
@@ -72,7 +99,7 @@ func text(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent(s)}}
 }
 
-func newServer(page, seed int, log *slog.Logger) (*server.Server, error) {
+func newServer(page, seed int, log *slog.Logger, stall func()) (*server.Server, error) {
 	srv := server.New(mcp.Implementation{Name: "stdioserver", Version: "1.0.0"},
 		server.WithPageSize(page), server.WithLogger(log))
 	named := func(_ context.Context, r *server.ToolRequest) (*mcp.CallToolResult, error) { return text(r.Name), nil }
@@ -144,6 +171,17 @@ func newServer(page, seed int, log *slog.Logger) (*server.Server, error) {
 				_ = srv.Shutdown(ctx)
 			}()
 			return text("shutting down"), nil
+		},
+		"big": func(_ context.Context, r *server.ToolRequest) (*mcp.CallToolResult, error) {
+			args, err := decode(r)
+			if err != nil {
+				return nil, err
+			}
+			return text(strings.Repeat("x", args.Size)), nil
+		},
+		"stall": func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+			stall()
+			return text("stalled"), nil
 		},
 		"crash": func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 			os.Exit(3)
