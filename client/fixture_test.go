@@ -242,6 +242,7 @@ func (g *gate) open() {
 // request recorded.
 type fixture struct {
 	srv *server.Server
+	h   *streamhttp.Handler
 	rec *recorder
 	ts  *httptest.Server
 	url string
@@ -261,7 +262,8 @@ func newFixture(t testing.TB, srv *server.Server, o fixtureOpts) *fixture {
 	if srv == nil {
 		srv = server.New(mcp.Implementation{Name: "fixture", Version: "1.0.0"}, append([]server.Option{server.WithLogger(quietLogger())}, o.sopts...)...)
 	}
-	f := &fixture{srv: srv, rec: &recorder{next: streamhttp.New(srv, o.hopts...), gate: o.gate}}
+	h := streamhttp.New(srv, o.hopts...)
+	f := &fixture{srv: srv, h: h, rec: &recorder{next: h, gate: o.gate}}
 	f.ts = httptest.NewUnstartedServer(f.rec)
 	if o.ln != nil {
 		f.ts.Listener.Close()

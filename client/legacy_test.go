@@ -71,15 +71,35 @@ func legacyOnly(next http.Handler, how refusal, modern *atomic.Int32) http.Handl
 // recorded.
 type legacyFix struct {
 	srv    *server.Server
+	h      *streamhttp.Handler
 	rec    *recorder
 	url    string
 	modern atomic.Int32 // refused modern requests
 	doc    *textResource
 }
 
+// endSession ends a session on the server, as another party's DELETE
+// would, without the client knowing.
+func (f *legacyFix) endSession(t testing.TB, id string) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodDelete, "http://127.0.0.1/", nil)
+	req.Header.Set(mcp.HeaderSessionID, id)
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, req)
+	if w.Code != http.StatusOK {
+		t.Fatalf("DELETE of session %s: status %d", id, w.Code)
+	}
+}
+
 // newLegacyFix serves a server with tools a and b, a prompt, the resource
 // res://doc and a tool that needs the user's name.
 func newLegacyFix(t testing.TB, how refusal, sopts ...server.Option) *legacyFix {
+	t.Helper()
+	return newLegacyFixHandler(t, how, nil, sopts...)
+}
+
+// newLegacyFixHandler is newLegacyFix with options for the HTTP handler.
+func newLegacyFixHandler(t testing.TB, how refusal, hopts []streamhttp.Option, sopts ...server.Option) *legacyFix {
 	t.Helper()
 	f := &legacyFix{
 		srv: server.New(mcp.Implementation{Name: "old-server", Version: "2025.11"}, append([]server.Option{server.WithLogger(quietLogger())}, sopts...)...),
@@ -104,7 +124,8 @@ func newLegacyFix(t testing.TB, how refusal, sopts ...server.Option) *legacyFix 
 		}
 		return text(fmt.Sprintf("%s %s", res.Action, res.Content["name"])), nil
 	}))
-	f.rec = &recorder{next: legacyOnly(streamhttp.New(f.srv), how, &f.modern)}
+	f.h = streamhttp.New(f.srv, hopts...)
+	f.rec = &recorder{next: legacyOnly(f.h, how, &f.modern)}
 	ts := httptest.NewServer(f.rec)
 	f.url = ts.URL
 	t.Cleanup(func() {
@@ -399,7 +420,7 @@ func TestLegacyUnfollowedStaysStale(t *testing.T) {
 // replaced without the application noticing, for calls and for a watcher.
 func TestLegacySessionExpiry(t *testing.T) {
 	clk := newFakeClock()
-	f := newLegacyFix(t, refuseJSON, server.WithClock(clk.Now), server.WithSessionLimits(100, time.Minute))
+	f := newLegacyFixHandler(t, refuseJSON, []streamhttp.Option{streamhttp.WithSessionLimits(100, time.Minute)}, server.WithClock(clk.Now))
 	c := f.client(t)
 	ctx := t.Context()
 	if _, err := c.CallTool(ctx, "a", map[string]any{}); err != nil {
@@ -415,7 +436,7 @@ func TestLegacySessionExpiry(t *testing.T) {
 	if ids := f.sessionIDs(); len(ids) != 2 {
 		t.Errorf("session ids = %v, want the old and the new", ids)
 	}
-	if n := f.srv.SessionCount(); n != 1 {
+	if n := f.h.SessionCount(); n != 1 {
 		t.Errorf("SessionCount = %d, want 1", n)
 	}
 
@@ -424,9 +445,7 @@ func TestLegacySessionExpiry(t *testing.T) {
 	_, log := watch(t, c, WatchOptions{Tools: true, URIs: []string{"res://doc"}, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
 	log.waitFor(t, "connected", kindIs(Connected))
 	ids := f.sessionIDs()
-	if !f.srv.EndSession(ids[len(ids)-1]) {
-		t.Fatal("EndSession found no session")
-	}
+	f.endSession(t, ids[len(ids)-1])
 	log.waitFor(t, "the drop", kindIs(Disconnected))
 	log.waitFor(t, "connected again", kindIs(Connected))
 	if ids := f.sessionIDs(); len(ids) != 3 {
@@ -465,7 +484,7 @@ func TestDualEraServerIsModern(t *testing.T) {
 			t.Errorf("resources/subscribe sent to a modern server")
 		}
 	}
-	if n := f.srv.SessionCount(); n != 0 {
+	if n := f.h.SessionCount(); n != 0 {
 		t.Errorf("SessionCount = %d, want 0", n)
 	}
 }
@@ -478,13 +497,13 @@ func TestLegacyCloseEndsSession(t *testing.T) {
 	if _, err := c.Tools(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.srv.SessionCount(); n != 1 {
+	if n := f.h.SessionCount(); n != 1 {
 		t.Fatalf("sessions = %d, want 1", n)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.srv.SessionCount(); n != 0 {
+	if n := f.h.SessionCount(); n != 0 {
 		t.Errorf("sessions after Close = %d, want 0", n)
 	}
 }

@@ -32,8 +32,9 @@ func TestLegacyLiveAnswersArePrivate(t *testing.T) {
 		who, _ := ctx.Value(authKey{}).(string)
 		return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{{URI: "res://me", Text: &who}}}, nil
 	}))
+	h := streamhttp.New(srv) // one handler: it keeps the sessions
 	withAuth := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		streamhttp.New(srv).ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, r.Header.Get("Authorization"))))
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, r.Header.Get("Authorization"))))
 	})
 	var modern atomic.Int32
 	rec := &recorder{next: legacyOnly(withAuth, refuseJSON, &modern)}

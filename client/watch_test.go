@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"tidings/hub"
+	"tidings/internal/engine"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -233,7 +234,7 @@ func TestWatcherOnlyRealChanges(t *testing.T) {
 	log.waitFor(t, "initial read", kindIs(ToolsChanged))
 	reads := f.rec.count(mcp.MethodToolsList)
 
-	f.srv.Hub().ListChanged(hub.ToolsList) // nothing really changed
+	engine.Of(f.srv).Hub().ListChanged(hub.ToolsList) // nothing really changed
 	waitUntil(t, "the no-op notification to be re-read", func() bool {
 		return f.rec.count(mcp.MethodToolsList) > reads && c.Freshness(mcp.MethodToolsList, "").State == Fresh
 	})

@@ -34,7 +34,7 @@ func batchCall(t *testing.T, srv *server.Server, id int, method string, params s
 }
 
 func TestAddResourcesIsOneChange(t *testing.T) {
-	srv := server.New(mcp.Implementation{Name: "t", Version: "1"}, server.WithCapabilities(false, false, true, false), server.WithKeepAlive(0))
+	srv := server.New(mcp.Implementation{Name: "t", Version: "1"}, server.WithCapabilities(server.Resources), server.WithKeepAlive(0))
 	read := func(_ context.Context, req *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
 		return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{mcp.TextContents(req.URI, "", req.URI)}}, nil
 	}

@@ -93,12 +93,28 @@ func WithVisibility(visible func(principal string, l List, key string) bool) Opt
 // WithClock replaces time.Now, for tests of expiry.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
+// Capability names a kind of primitive a server can advertise.
+type Capability uint8
+
+// The capabilities WithCapabilities can advertise early.
+const (
+	Tools Capability = 1 << iota
+	Prompts
+	Resources
+	Completions
+)
+
 // WithCapabilities advertises primitives before anything is registered, for
 // servers that start empty and fill up at run time. A primitive is also
 // advertised as soon as something of its kind is first registered.
-func WithCapabilities(tools, prompts, resources, completions bool) Option {
+func WithCapabilities(caps ...Capability) Option {
 	return func(c *config) {
-		c.capabilities = capsOverride{tools, prompts, resources, completions}
+		for _, k := range caps {
+			c.capabilities.tools = c.capabilities.tools || k&Tools != 0
+			c.capabilities.prompts = c.capabilities.prompts || k&Prompts != 0
+			c.capabilities.resources = c.capabilities.resources || k&Resources != 0
+			c.capabilities.completions = c.capabilities.completions || k&Completions != 0
+		}
 	}
 }
 

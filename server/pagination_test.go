@@ -178,7 +178,7 @@ func TestPaginationStableUnderChange(t *testing.T) {
 		if step == 0 {
 			h.srv.RemoveTools(toolName(1), toolName(15))
 			removed[toolName(1)], removed[toolName(15)] = true, true
-			h.srv.EnableTool(toolName(17), false)
+			h.srv.DisableTool(toolName(17))
 			removed[toolName(17)] = true
 		}
 		for _, n := range []string{fmt.Sprintf("a%02d", step), fmt.Sprintf("t%03d5", 4*step+5), fmt.Sprintf("z%02d", step)} {

@@ -65,7 +65,7 @@ func TestToolCalls(t *testing.T) {
 		return nil, nil
 	})
 	mustAddTool(t, h.srv, textTool("hidden"), echoHandler("h"))
-	h.srv.EnableTool("hidden", false)
+	h.srv.DisableTool("hidden")
 
 	// Success, with structuredContent that matches the output schema.
 	r, _ := h.call(1, mcp.MethodToolsCall, P{"name": "add", "arguments": P{"a": 2, "b": 3}})

@@ -213,9 +213,14 @@ func (s *Server) AddTool(t mcp.Tool, h ToolHandler) error {
 // RemoveTools unregisters tools by name and reports how many were found.
 func (s *Server) RemoveTools(names ...string) int { return s.tools.remove(names...) }
 
-// EnableTool shows (true) or hides (false) a registered tool. A hidden tool
-// is neither listed nor callable. It reports whether the tool exists.
-func (s *Server) EnableTool(name string, on bool) bool { return s.tools.setEnabled(name, on) }
+// EnableTool shows a tool hidden by DisableTool again. It reports whether
+// the tool is registered.
+func (s *Server) EnableTool(name string) bool { return s.tools.setEnabled(name, true) }
+
+// DisableTool hides a registered tool without forgetting it: a disabled
+// tool is neither listed nor callable, and listeners are told the list
+// changed. It reports whether the tool is registered.
+func (s *Server) DisableTool(name string) bool { return s.tools.setEnabled(name, false) }
 
 // ---- prompts ----
 
@@ -244,8 +249,13 @@ func (s *Server) AddPrompt(p mcp.Prompt, h PromptHandler) error {
 // RemovePrompts unregisters prompts by name.
 func (s *Server) RemovePrompts(names ...string) int { return s.prompts.remove(names...) }
 
-// EnablePrompt shows or hides a registered prompt.
-func (s *Server) EnablePrompt(name string, on bool) bool { return s.prompts.setEnabled(name, on) }
+// EnablePrompt shows a prompt hidden by DisablePrompt again. It reports
+// whether the prompt is registered.
+func (s *Server) EnablePrompt(name string) bool { return s.prompts.setEnabled(name, true) }
+
+// DisablePrompt hides a registered prompt without forgetting it, as
+// DisableTool does for tools.
+func (s *Server) DisablePrompt(name string) bool { return s.prompts.setEnabled(name, false) }
 
 // ---- resources ----
 

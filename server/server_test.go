@@ -238,7 +238,7 @@ func TestUnadvertisedMethods(t *testing.T) {
 	r, _ = empty.call(1, mcp.MethodToolsCall, P{"name": "x"})
 	r.fails(t, -32601)
 	// WithCapabilities advertises primitives before anything is registered.
-	early := newHarness(t, server.WithCapabilities(true, true, true, false))
+	early := newHarness(t, server.WithCapabilities(server.Tools, server.Prompts, server.Resources))
 	for _, m := range []string{mcp.MethodToolsList, mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodResourcesTemplates} {
 		r, _ := early.call(1, m, P{})
 		if got := len(r.ok(t)[listField(m)].([]any)); got != 0 {
