@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -108,8 +110,12 @@ func inputRequired(t testing.TB, r *response) string {
 	if state == "" {
 		t.Fatalf("no requestState: %s", r.raw)
 	}
-	if strings.Contains(state, "secret") || strings.Contains(string(r.raw), "secret-internal") {
-		t.Errorf("requestState exposes the handler's state in clear: %s", state)
+	raw, err := base64.RawURLEncoding.DecodeString(state)
+	if err != nil {
+		t.Fatalf("requestState is not base64url: %v", err)
+	}
+	if bytes.Contains(raw, []byte("secret-internal")) || strings.Contains(string(r.raw), "secret-internal") {
+		t.Errorf("requestState exposes the handler's state in clear: %q", raw)
 	}
 	return state
 }
@@ -191,6 +197,14 @@ func TestMRTRStateIntegrity(t *testing.T) {
 	retry(h, mcp.MethodToolsCall, greet, "not-a-state").fails(t, -32602)
 	// Bound to the tool name: the same handler under another name refuses it.
 	retry(h, mcp.MethodToolsCall, P{"name": "greet2"}, state).fails(t, -32602)
+	// Bound to the arguments: the same tool with other arguments refuses
+	// it.
+	retry(h, mcp.MethodToolsCall, P{"name": "greet", "arguments": P{"as": "admin"}}, state).fails(t, -32602)
+	// ...while the same arguments, encoded otherwise, are the same call.
+	r, _ = h.call(2, mcp.MethodToolsCall, P{"name": "greet", "arguments": P{"a": 1, "b": "x"}, "_meta": withElicitation})
+	argState := inputRequired(t, r)
+	retry(h, mcp.MethodToolsCall, P{"name": "greet", "arguments": jsontext.Value(`{ "b" : "x", "a" : 1.0e0 }`)}, argState).ok(t)
+	retry(h, mcp.MethodToolsCall, P{"name": "greet", "arguments": P{"a": 2, "b": "x"}}, argState).fails(t, -32602)
 	// Bound to the method: prompt "greet" exists and takes state too.
 	retry(h, mcp.MethodPromptsGet, P{"name": "greet"}, state).fails(t, -32602)
 	r, _ = h.call("p", mcp.MethodPromptsGet, P{"name": "greet", "_meta": withElicitation})

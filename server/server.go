@@ -134,7 +134,7 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	s := &Server{
 		info:  info,
 		cfg:   cfg,
-		seal:  sealer{key: cfg.secret},
+		seal:  newSealer(cfg.secret),
 		hub:   h,
 		log:   cfg.logger,
 		chain: chain(cfg.middleware),
