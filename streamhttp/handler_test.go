@@ -95,6 +95,8 @@ func TestBadInput(t *testing.T) {
 			hdr: headers(mcp.MethodToolsCall, "echo"), status: 400, code: mcp.CodeHeaderMismatch},
 		{name: "Mcp-Param integer mismatch", body: call("echo", `{"count":42}`),
 			hdr: with(headers(mcp.MethodToolsCall, "echo"), "Mcp-Param-Count", "43"), status: 400, code: mcp.CodeHeaderMismatch},
+		{name: "Mcp-Param integer beyond 2^53-1 (XH-3)", body: call("echo", `{"count":9007199254740993}`),
+			hdr: with(headers(mcp.MethodToolsCall, "echo"), "Mcp-Param-Count", "9007199254740993"), status: 400, code: mcp.CodeHeaderMismatch},
 		{name: "Mcp-Param integer not a number", body: call("echo", `{"count":42}`),
 			hdr: with(headers(mcp.MethodToolsCall, "echo"), "Mcp-Param-Count", "forty-two"), status: 400, code: mcp.CodeHeaderMismatch},
 		{name: "header version differs from _meta version",

@@ -22,10 +22,14 @@ func TestMatchesIntegerExactly(t *testing.T) {
 		{"-7", "-7", true},
 		{"7", "+7", true},
 		{"0", "-0", true},
-		{"9007199254740993", "9007199254740993", true},
-		{"9007199254740993", "9007199254740992", false},
-		{"123456789012345678901234567890", "123456789012345678901234567890", true},
-		{"123456789012345678901234567890", "123456789012345678901234567891", false},
+		{"9007199254740991", "9007199254740991", true},
+		{"-9007199254740991", "-9007199254740991", true},
+		{"9007199254740991", "9007199254740990", false},
+		// Beyond ±(2^53−1) an integer may not be mirrored (XH-3), even
+		// digit for digit.
+		{"9007199254740992", "9007199254740992", false},
+		{"-9007199254740992", "-9007199254740992", false},
+		{"123456789012345678901234567890", "123456789012345678901234567890", false},
 		{"42", "0x2Ap0", false},
 		{"42", "0x2A", false},
 		{"42", "4.2e1", false},
@@ -46,11 +50,16 @@ func TestMatchesIntegerExactly(t *testing.T) {
 	}
 }
 
-// TestValueIntegerExactly: an integer argument beyond float64 precision
-// is written into its header digit for digit.
+// TestValueIntegerExactly: an integer argument is written into its header
+// digit for digit, up to ±(2^53−1); beyond that it is refused (XH-3).
 func TestValueIntegerExactly(t *testing.T) {
+	for _, raw := range []string{"9007199254740992", "-9007199254740992", "1e20"} {
+		if got, err := Value("integer", jsontext.Value(raw)); err == nil {
+			t.Errorf("Value(integer, %s) = %q, want an error: beyond ±(2^53−1)", raw, got)
+		}
+	}
 	for raw, want := range map[string]string{
-		"9007199254740993": "9007199254740993",
+		"9007199254740991": "9007199254740991",
 		"42.0":             "42",
 		"4.2e1":            "42",
 		"-3":               "-3",

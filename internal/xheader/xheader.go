@@ -203,7 +203,10 @@ func Value(typ string, raw jsontext.Value) (string, error) {
 			return "", errors.New("argument is not a number")
 		}
 		if r.IsInt() {
-			return r.Num().String(), nil // exact, however large
+			if !inSafeRange(r.Num()) {
+				return "", errors.New("integer argument outside ±(2^53−1), which a header may not carry")
+			}
+			return r.Num().String(), nil
 		}
 		return string(raw), nil
 	case "boolean":
@@ -217,8 +220,8 @@ func Value(typ string, raw jsontext.Value) (string, error) {
 }
 
 // Matches reports whether a decoded header value stands for the raw JSON
-// argument. Integers compare exactly, not as float64, so that two large
-// integers that round to the same float do not match; the argument may be
+// argument. Integers must lie within ±(2^53−1) and compare exactly, not
+// as float64; the argument may be
 // written in any JSON form of an integer (42, 42.0, 4.2e1), while the
 // header must be plain decimal (an optional sign, digits, and optionally
 // a point followed by zeros) so that no other spelling slips through.
@@ -226,7 +229,7 @@ func Matches(typ string, raw jsontext.Value, header string) bool {
 	switch typ {
 	case "integer":
 		want, ok := jsonNumber(raw)
-		if !ok || !want.IsInt() {
+		if !ok || !want.IsInt() || !inSafeRange(want.Num()) {
 			return false
 		}
 		have, ok := decimalInt(header)
@@ -236,6 +239,13 @@ func Matches(typ string, raw jsontext.Value, header string) bool {
 		return err == nil && v == header
 	}
 }
+
+// maxSafe is 2^53−1, the largest integer every JSON peer reads exactly:
+// integers mirrored into headers must lie within ±maxSafe (XH-3).
+var maxSafe = big.NewInt(1<<53 - 1)
+
+// inSafeRange reports whether |n| ≤ 2^53−1.
+func inSafeRange(n *big.Int) bool { return n.CmpAbs(maxSafe) <= 0 }
 
 // jsonNumber parses a JSON number exactly. Anything but a JSON number
 // (which has no base prefix, fraction slash or hexadecimal form) is
