@@ -1,0 +1,115 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"tidings/internal/engine"
+	"tidings/internal/legacy"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// seenLog records what a middleware saw of each request.
+type seenLog struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (l *seenLog) add(s string) {
+	l.mu.Lock()
+	l.entries = append(l.entries, s)
+	l.mu.Unlock()
+}
+
+func (l *seenLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.entries)
+}
+
+// recording logs method, name, principal and outcome code of every
+// request, and refuses tools/call of "forbidden" without calling next.
+func recording(log *seenLog) server.Middleware {
+	return func(next server.MethodHandler) server.MethodHandler {
+		return func(ctx context.Context, req *server.Request) error {
+			if req.Method == mcp.MethodToolsCall && req.Name == "forbidden" {
+				log.add(req.Method + " " + req.Name + " refused")
+				return jsonrpc.NewError(-32001, "Forbidden by policy", nil)
+			}
+			err := next(ctx, req)
+			code := 0
+			var je *jsonrpc.Error
+			if errors.As(err, &je) {
+				code = je.Code
+			}
+			log.add(fmt.Sprintf("%s %s %s %d", req.Method, req.Name, req.Principal, code))
+			return err
+		}
+	}
+}
+
+// TestMiddlewareWrapsEveryMethod: middleware sees every method of both
+// eras with its name, principal and outcome, and can refuse a request
+// before its handler runs.
+func TestMiddlewareWrapsEveryMethod(t *testing.T) {
+	log := &seenLog{}
+	order := &seenLog{}
+	outer := func(next server.MethodHandler) server.MethodHandler {
+		return func(ctx context.Context, req *server.Request) error {
+			order.add("outer")
+			return next(ctx, req)
+		}
+	}
+	h := newHarness(t, server.WithMiddleware(outer, recording(log)))
+	h.principal = "alice"
+	ran := 0
+	mustAddTool(t, h.srv, textTool("echo"), echoHandler("hi"))
+	mustAddTool(t, h.srv, textTool("forbidden"), func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		ran++
+		return nil, nil
+	})
+
+	r, _ := h.call(1, mcp.MethodToolsList, P{})
+	r.ok(t)
+	r, _ = h.call(2, mcp.MethodToolsCall, P{"name": "echo"})
+	r.ok(t)
+	r, _ = h.call(3, mcp.MethodToolsCall, P{"name": "nope"})
+	r.fails(t, -32602)
+	r, _ = h.call(4, mcp.MethodToolsCall, P{"name": "forbidden"})
+	r.fails(t, -32001)
+	if ran != 0 {
+		t.Errorf("a refused tool's handler ran %d times", ran)
+	}
+	l := h.startListen(5, P{"notifications": P{"toolsListChanged": true}})
+	l.ack(t)
+	l.stop(t)
+
+	// The same policy for a 2025-11-25 session.
+	tbl := legacy.NewTable(engine.Of(h.srv), 10, time.Hour)
+	srv := &lsrv{Server: h.srv, tbl: tbl}
+	ss := openSession(t, srv, nil)
+	lr, _ := serve(t, srv, ss, 6, mcp.MethodToolsCall, map[string]any{"name": "forbidden"})
+	lr.fails(t, -32001)
+
+	want := []string{
+		"tools/list  alice 0",
+		"tools/call echo alice 0",
+		"tools/call nope alice -32602",
+		"tools/call forbidden refused",
+		"subscriptions/listen  alice 0",
+		"tools/call forbidden refused",
+	}
+	if got := log.all(); !slices.Equal(got, want) {
+		t.Errorf("middleware saw\n%q\nwant\n%q", got, want)
+	}
+	if n := len(order.all()); n != len(want) {
+		t.Errorf("the outer middleware ran %d times, want %d (it wraps the inner one)", n, len(want))
+	}
+}
