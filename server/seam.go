@@ -104,7 +104,7 @@ func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, e
 		// last message, which it reports by releasing the reply.
 		done = s.writers.add()
 	}
-	r := s.run(ctx, call, req, s.route)
+	r := s.run(ctx, call, req, (*Server).route)
 	if done != nil {
 		r.Done = done
 	}
@@ -126,10 +126,7 @@ func (c *seam) Dispatch(ctx context.Context, call *engine.Call, era engine.Era, 
 	req.logLevel = era.LogLevel
 	req.enc = era.Encoder
 	req.askInput = era.AskInput
-	return s.run(ctx, call, req, func(ctx context.Context, call *engine.Call, req *Request) engine.Reply {
-		r, _ := s.primitive(ctx, call, req)
-		return r
-	}), true
+	return s.run(ctx, call, req, (*Server).routePrimitive), true
 }
 
 // newRequest builds the Request every handler of call sees.
@@ -149,18 +146,22 @@ func (s *Server) newRequest(call *engine.Call, principal string, out engine.Stre
 	return req
 }
 
+// router serves a method; a method expression, so that passing one
+// allocates nothing.
+type router func(s *Server, ctx context.Context, call *engine.Call, req *Request) engine.Reply
+
 // run serves req through the middleware chain and the router.
-func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route func(context.Context, *engine.Call, *Request) engine.Reply) engine.Reply {
+func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route router) engine.Reply {
 	defer req.out.finish()
 	ctx = context.WithValue(ctx, ctxKey{}, req)
 	if s.chain == nil {
-		return route(ctx, call, req)
+		return route(s, ctx, call, req)
 	}
 	var r engine.Reply
 	called := false
 	err := s.chain(func(ctx context.Context, req *Request) error {
 		called = true
-		r = route(context.WithValue(ctx, ctxKey{}, req), call, req)
+		r = route(s, context.WithValue(ctx, ctxKey{}, req), call, req)
 		if r.Err != nil {
 			return r.Err
 		}
@@ -187,6 +188,13 @@ func (s *Server) middlewareError(ctx context.Context, req *Request, err error) e
 		return engine.Reply{Outcome: engine.Silent}
 	}
 	return s.internal(req.ID, err)
+}
+
+// routePrimitive serves a method both eras share (the caller checked
+// that it is one).
+func (s *Server) routePrimitive(ctx context.Context, call *engine.Call, req *Request) engine.Reply {
+	r, _ := s.primitive(ctx, call, req)
+	return r
 }
 
 // route serves a 2026-07-28 method.
