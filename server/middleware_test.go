@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,4 +113,21 @@ func TestMiddlewareWrapsEveryMethod(t *testing.T) {
 	if n := len(order.all()); n != len(want) {
 		t.Errorf("the outer middleware ran %d times, want %d (it wraps the inner one)", n, len(want))
 	}
+}
+
+// TestHandlerPanicIsAnError: a panicking handler becomes -32603 for its
+// own request, is logged, and the server goes on serving.
+func TestHandlerPanicIsAnError(t *testing.T) {
+	h := newHarness(t)
+	mustAddTool(t, h.srv, textTool("boom"), func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		panic("a bug in the handler")
+	})
+	mustAddTool(t, h.srv, textTool("echo"), echoHandler("still here"))
+	r, _ := h.call(1, mcp.MethodToolsCall, P{"name": "boom"})
+	r.fails(t, -32603)
+	if strings.Contains(string(r.raw), "a bug in the handler") {
+		t.Errorf("the panic's text reached the client: %s", r.raw)
+	}
+	r, _ = h.call(2, mcp.MethodToolsCall, P{"name": "echo"})
+	r.ok(t)
 }

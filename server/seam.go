@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -150,9 +152,20 @@ func (s *Server) newRequest(call *engine.Call, principal string, out engine.Stre
 // allocates nothing.
 type router func(s *Server, ctx context.Context, call *engine.Call, req *Request) engine.Reply
 
-// run serves req through the middleware chain and the router.
-func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route router) engine.Reply {
+// run serves req through the middleware chain and the router. A panic
+// in a handler (or a middleware) becomes -32603 for that request alone,
+// logged with its stack: one bad handler must not take a stdio server
+// down or cut an HTTP connection without an answer.
+func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route router) (rep engine.Reply) {
 	defer req.out.finish()
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("mcp: handler panicked", "method", req.Method, "name", req.Name,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			rep.Release()
+			rep = engine.Fail(req.ID, jsonrpc.CodeInternalError, "Internal error", nil)
+		}
+	}()
 	ctx = context.WithValue(ctx, ctxKey{}, req)
 	if s.chain == nil {
 		return route(s, ctx, call, req)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"tidings/jsonrpc"
 	"tidings/mcp"
+	"tidings/server"
 	"tidings/streamhttp"
 )
 
@@ -370,4 +372,17 @@ func readAll(t testing.TB, resp *http.Response) reply {
 		t.Fatalf("reading body: %v", err)
 	}
 	return reply{resp.StatusCode, resp.Header, b.Bytes()}
+}
+
+// TestHandlerPanicAnswered: over HTTP a panicking handler is answered with
+// -32603 (not a cut connection), and the server serves the next request.
+func TestHandlerPanicAnswered(t *testing.T) {
+	f := newFixture(t, []server.Option{server.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil)))})
+	if err := f.srv.AddTool(mcp.Tool{Name: "boom"}, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		panic("a bug in the handler")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, f.post(t, request(1, mcp.MethodToolsCall, `"name":"boom"`), headers(mcp.MethodToolsCall, "boom")), http.StatusOK, -32603)
+	wantResult(t, f.post(t, request(2, mcp.MethodToolsList, ""), headers(mcp.MethodToolsList, "")))
 }

@@ -1,0 +1,30 @@
+package stdio_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// TestHandlerPanicKeepsServing: a tool handler that panics is answered
+// with -32603, and the connection serves the next request.
+func TestHandlerPanicKeepsServing(t *testing.T) {
+	srv := server.New(mcp.Implementation{Name: "t", Version: "1"}, server.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	if err := srv.AddTool(mcp.Tool{Name: "boom"}, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		panic("a bug in the handler")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, srv)
+	c.send(1, mcp.MethodToolsCall, P{"name": "boom"})
+	if l, _ := c.response(1); l.Error == nil || l.Error.Code != -32603 {
+		t.Fatalf("panicking tool answered %s, want -32603", l.raw)
+	}
+	c.send(2, mcp.MethodToolsList, P{})
+	if l, _ := c.response(2); l.Result == nil {
+		t.Fatalf("after the panic, tools/list answered %s", l.raw)
+	}
+}
