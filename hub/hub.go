@@ -97,6 +97,9 @@ type Subscription struct {
 	bits   atomic.Uint32
 	flags  []atomic.Bool
 	ending atomic.Bool
+	// merged counts changes that found their bit or flag already set:
+	// changes the subscription's next notification stands for as well.
+	merged atomic.Int64
 	wake   chan struct{}
 	once   sync.Once
 }
@@ -221,7 +224,9 @@ func (h *Hub) deliver(e Event) {
 			}
 			for s := range h.kinds[i] {
 				if s.admits(e.Audience) {
-					s.bits.Or(uint32(bit))
+					if s.bits.Or(uint32(bit))&uint32(bit) != 0 {
+						s.merged.Add(1)
+					}
 					s.poke()
 				}
 			}
@@ -230,7 +235,9 @@ func (h *Hub) deliver(e Event) {
 	if e.URI != "" {
 		for _, r := range h.byURI[e.URI] {
 			if r.sub.admits(e.Audience) {
-				r.sub.flags[r.idx].Store(true)
+				if r.sub.flags[r.idx].Swap(true) {
+					r.sub.merged.Add(1)
+				}
 				r.sub.bits.Or(uint32(resourceBit))
 				r.sub.poke()
 			}
@@ -282,6 +289,12 @@ func (s *Subscription) Take(buf []string) (Kind, []string) {
 	}
 	return bits &^ resourceBit, buf
 }
+
+// TakeMerged returns how many changes were folded into pending state
+// that was already set since the last call (a change to a list whose
+// change the subscriber has not yet been told of), and resets it: what
+// coalescing saved.
+func (s *Subscription) TakeMerged() int { return int(s.merged.Swap(0)) }
 
 // Close removes the subscription from the hub. It is safe to call more
 // than once.

@@ -126,7 +126,7 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	if err := out.Send(ack); err != nil {
 		return engine.Reply{Outcome: engine.Broken}
 	}
-	switch engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive}) {
+	switch engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()}) {
 	case engine.Lost:
 		return engine.Reply{Outcome: engine.Broken}
 	case engine.Drained:

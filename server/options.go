@@ -19,6 +19,7 @@ type config struct {
 	capabilities capsOverride
 	visible      func(principal string, l List, key string) bool
 	middleware   []Middleware
+	observer     StreamObserver
 }
 
 type capsOverride struct {
@@ -150,4 +151,23 @@ func chain(mw []Middleware) func(MethodHandler) MethodHandler {
 		}
 		return h
 	}
+}
+
+// StreamObserver hears what happens on change streams (2026-07-28 listens
+// and 2025-11-25 session streams), for metrics. Its methods run on the
+// streams' own goroutines and must not block.
+type StreamObserver interface {
+	// Notified reports the notifications one stream just wrote (sent) and
+	// how many further changes they stood for (merged): three changes to
+	// the tool list before the stream could write make one notification
+	// and two merged changes.
+	Notified(sent, merged int)
+	// CutOff reports a stream ended because its reader stopped reading
+	// for longer than the transport's write timeout.
+	CutOff()
+}
+
+// WithStreamObserver sets the observer of every change stream.
+func WithStreamObserver(o StreamObserver) Option {
+	return func(c *config) { c.observer = o }
 }

@@ -36,6 +36,14 @@ func (c *seam) Now() time.Time { return c.cfg.now() }
 // KeepAlive returns the keep-alive interval of idle streams.
 func (c *seam) KeepAlive() time.Duration { return c.cfg.keepAlive }
 
+// StreamObserver returns the observer of change streams, nil if none.
+func (c *seam) StreamObserver() engine.StreamObserver {
+	if c.cfg.observer == nil {
+		return nil
+	}
+	return c.cfg.observer
+}
+
 // Introduction is what a session's client is told at its start.
 func (c *seam) Introduction() engine.Introduction {
 	s := c.srv()

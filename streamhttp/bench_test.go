@@ -11,8 +11,10 @@ import (
 	"testing"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"tidings/mcp"
+	"tidings/metrics"
 	"tidings/server"
 	"tidings/streamhttp"
 )
@@ -27,9 +29,9 @@ const benchSchema = `{"type":"object","properties":{` +
 	`"required":["path","query"],"additionalProperties":false}`
 
 // benchServer returns a server with 50 tools.
-func benchServer(b *testing.B) *server.Server {
+func benchServer(b *testing.B, opts ...server.Option) *server.Server {
 	b.Helper()
-	srv := server.New(mcp.Implementation{Name: "bench", Version: "1.0.0"})
+	srv := server.New(mcp.Implementation{Name: "bench", Version: "1.0.0"}, opts...)
 	yes := true
 	for i := range 50 {
 		err := srv.AddTool(mcp.Tool{
@@ -88,6 +90,18 @@ func runToolsList(b *testing.B, url string) {
 // dispatch and the response write.
 func BenchmarkToolsListHTTP(b *testing.B) {
 	ts := httptest.NewServer(streamhttp.New(benchServer(b)))
+	defer ts.Close()
+	runToolsList(b, ts.URL)
+}
+
+// BenchmarkToolsListHTTPMetrics is BenchmarkToolsListHTTP with the
+// Prometheus metrics on: the cost of counting and timing each request.
+func BenchmarkToolsListHTTPMetrics(b *testing.B) {
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(streamhttp.New(benchServer(b, m.ServerOptions()...)))
 	defer ts.Close()
 	runToolsList(b, ts.URL)
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,7 +232,8 @@ func TestSlowReaderIsolation(t *testing.T) {
 // its socket buffers are full, abruptly (no complete result), while B
 // keeps working.
 func TestStuckReaderIsCut(t *testing.T) {
-	f := newFixture(t, []server.Option{server.WithKeepAlive(0)}, streamhttp.WithWriteTimeout(200*time.Millisecond))
+	obs := &cutCounter{}
+	f := newFixture(t, []server.Option{server.WithKeepAlive(0), server.WithStreamObserver(obs)}, streamhttp.WithWriteTimeout(200*time.Millisecond))
 	filler := fillers()
 	a := dialListen(t, f, listenBody(1, listenFilter(append(filler, markURI))))
 	b := openB(t, f)
@@ -253,6 +255,12 @@ func TestStuckReaderIsCut(t *testing.T) {
 	}
 	round(t, f, filler, i)
 	b.expect(t, 5*time.Second)
+	if n := obs.cuts.Load(); n != 1 {
+		t.Errorf("the stream observer heard of %d cut-offs, want 1", n)
+	}
+	if obs.sent.Load() == 0 {
+		t.Error("the stream observer heard of no notifications")
+	}
 
 	// What A would read: a stream that stops without the listen result and
 	// without the chunked terminator, so its client knows it broke.
@@ -277,6 +285,12 @@ func TestStuckReaderIsCut(t *testing.T) {
 		t.Fatal("A's stream ends with a clean chunked terminator; it must end abruptly")
 	}
 }
+
+// cutCounter is a server.StreamObserver that counts.
+type cutCounter struct{ sent, cuts atomic.Int64 }
+
+func (c *cutCounter) Notified(sent, merged int) { c.sent.Add(int64(sent)) }
+func (c *cutCounter) CutOff()                  { c.cuts.Add(1) }
 
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "connection reset")

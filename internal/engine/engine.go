@@ -92,6 +92,8 @@ type Server interface {
 	Now() time.Time
 	// KeepAlive is the interval of keep-alives on idle streams (0: none).
 	KeepAlive() time.Duration
+	// StreamObserver hears of every stream's notifications (nil: none).
+	StreamObserver() StreamObserver
 }
 
 // Era describes a request served through Dispatch: what the client

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"math/bits"
+	"os"
 	"time"
 
 	"tidings/hub"
@@ -17,6 +20,20 @@ type Source interface {
 	Take(buf []string) (hub.Kind, []string)
 	// Ending reports that the hub is shutting down.
 	Ending() bool
+	// TakeMerged returns and resets how many changes were folded into
+	// what was already pending.
+	TakeMerged() int
+}
+
+// StreamObserver hears what happens on change streams, for metrics. Its
+// methods run on the streams' own goroutines and must not block.
+type StreamObserver interface {
+	// Notified reports the notifications one flush wrote (sent) and the
+	// changes folded into them (merged).
+	Notified(sent, merged int)
+	// CutOff reports a stream ended because its reader stopped reading
+	// for longer than the transport's write timeout.
+	CutOff()
 }
 
 // Notices encodes the notifications one stream sends: each era tags (or
@@ -44,6 +61,8 @@ type PumpOptions struct {
 	// subscriptions changed, so the Source now drains another one).
 	Refresh   <-chan struct{}
 	OnRefresh func() error
+	// Observer, when set, hears of each flush and of a cut-off.
+	Observer StreamObserver
 }
 
 // PumpEnd says why Pump returned.
@@ -66,6 +85,14 @@ const (
 // notification per kind and URI, so a slow stream coalesces instead of
 // queueing.
 func Pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions) PumpEnd {
+	end, err := pump(ctx, src, out, n, o)
+	if end == Lost && o.Observer != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		o.Observer.CutOff()
+	}
+	return end
+}
+
+func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions) (PumpEnd, error) {
 	var tick <-chan time.Time
 	if o.KeepAlive > 0 {
 		t := time.NewTicker(o.KeepAlive)
@@ -77,12 +104,12 @@ func Pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 	for {
 		select {
 		case <-ctx.Done():
-			return Stopped
+			return Stopped, nil
 		case <-o.Stop:
-			return Stopped
+			return Stopped, nil
 		case <-o.Refresh:
 			if err := o.OnRefresh(); err != nil {
-				return Lost
+				return Lost, err
 			}
 		case <-tick:
 			if wrote {
@@ -90,7 +117,7 @@ func Pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 				continue
 			}
 			if err := out.KeepAlive(); err != nil {
-				return Lost
+				return Lost, err
 			}
 			if o.OnKeepAlive != nil {
 				o.OnKeepAlive()
@@ -99,11 +126,14 @@ func Pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 			var kinds hub.Kind
 			kinds, uris = src.Take(uris[:0])
 			if err := Flush(out, n, kinds, uris); err != nil {
-				return Lost
+				return Lost, err
+			}
+			if o.Observer != nil {
+				o.Observer.Notified(bits.OnesCount32(uint32(kinds))+len(uris), src.TakeMerged())
 			}
 			wrote = true
 			if src.Ending() {
-				return Drained
+				return Drained, nil
 			}
 		}
 	}

@@ -47,6 +47,7 @@ type current struct{ sub *hub.Subscription }
 func (c *current) Wake() <-chan struct{}                  { return c.sub.Wake() }
 func (c *current) Take(buf []string) (hub.Kind, []string) { return c.sub.Take(buf) }
 func (c *current) Ending() bool                           { return c.sub.Ending() }
+func (c *current) TakeMerged() int                        { return c.sub.TakeMerged() }
 
 // Stream sends the session's notifications to out until ctx ends, the
 // session ends, or the server shuts down: list changes of every kind the
@@ -118,6 +119,7 @@ func (ss *Session) Stream(ctx context.Context, principal string, out engine.Stre
 		Stop:        ss.ended,
 		Refresh:     ss.changed,
 		OnRefresh:   refresh,
+		Observer:    ss.srv.StreamObserver(),
 	})
 	if end == engine.Lost {
 		return errors.New("legacy: session stream broken")

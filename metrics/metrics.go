@@ -1,0 +1,154 @@
+// Package metrics exports what a tidings server does as Prometheus
+// series: requests by method and outcome with their latency, open
+// listens, change notifications sent and coalesced, and streams cut off
+// because their reader stopped reading.
+//
+// The series are cheap enough for the hot path: labels come from small
+// fixed sets (an unknown method is "other", an uncommon error code
+// "other"), so a hostile client cannot grow the series without bound.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// Metrics holds the series of one server. It implements
+// server.StreamObserver.
+type Metrics struct {
+	requests      *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	listens       prometheus.Gauge
+	sent          prometheus.Counter
+	coalesced     prometheus.Counter
+	cutoffs       prometheus.Counter
+	knownMethods  map[string]bool
+	knownOutcomes map[int]string
+}
+
+// New registers the series with reg (for example prometheus.NewRegistry()
+// or prometheus.DefaultRegisterer).
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tidings_requests_total",
+			Help: "MCP requests served, by method and outcome (ok, or the JSON-RPC error).",
+		}, []string{"method", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tidings_request_duration_seconds",
+			Help: "Time to serve an MCP request, by method; a listen counts until it ends.",
+			// From a cached list page (tens of microseconds) to a slow tool.
+			Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 30},
+		}, []string{"method"}),
+		listens: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tidings_listens_open",
+			Help: "subscriptions/listen requests open now.",
+		}),
+		sent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidings_notifications_sent_total",
+			Help: "Change notifications written to listen and session streams.",
+		}),
+		coalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidings_notifications_coalesced_total",
+			Help: "Changes folded into a notification already pending for the same stream, instead of sent on their own.",
+		}),
+		cutoffs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidings_stream_cutoffs_total",
+			Help: "Streams cut because their reader stopped reading for longer than the write timeout.",
+		}),
+		knownMethods: map[string]bool{},
+		knownOutcomes: map[int]string{
+			jsonrpc.CodeInvalidParams:          "invalid_params",
+			jsonrpc.CodeMethodNotFound:         "method_not_found",
+			jsonrpc.CodeInternalError:          "internal_error",
+			jsonrpc.CodeInvalidRequest:         "invalid_request",
+			mcp.CodeMissingRequiredCapability:  "missing_capability",
+			mcp.CodeUnsupportedProtocolVersion: "unsupported_version",
+			mcp.CodeHeaderMismatch:             "header_mismatch",
+		},
+	}
+	for _, method := range []string{
+		mcp.MethodDiscover, mcp.MethodListen, mcp.MethodToolsList, mcp.MethodToolsCall,
+		mcp.MethodPromptsList, mcp.MethodPromptsGet, mcp.MethodResourcesList, mcp.MethodResourcesTemplates,
+		mcp.MethodResourcesRead, mcp.MethodComplete,
+	} {
+		m.knownMethods[method] = true
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.listens, m.sent, m.coalesced, m.cutoffs} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// ServerOptions returns the options that feed m from a server.
+func (m *Metrics) ServerOptions() []server.Option {
+	return []server.Option{server.WithMiddleware(m.Middleware()), server.WithStreamObserver(m)}
+}
+
+// Middleware counts and times every request.
+func (m *Metrics) Middleware() server.Middleware {
+	return func(next server.MethodHandler) server.MethodHandler {
+		return func(ctx context.Context, req *server.Request) error {
+			method := req.Method
+			if !m.knownMethods[method] {
+				method = "other"
+			}
+			if req.Method == mcp.MethodListen {
+				m.listens.Inc()
+				defer m.listens.Dec()
+			}
+			start := time.Now()
+			err := next(ctx, req)
+			m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			m.requests.WithLabelValues(method, m.outcome(ctx, err)).Inc()
+			return err
+		}
+	}
+}
+
+// outcome names err for the outcome label.
+func (m *Metrics) outcome(ctx context.Context, err error) string {
+	if err == nil {
+		if ctx.Err() != nil {
+			return "cancelled" // a listen the client left, a call it gave up
+		}
+		return "ok"
+	}
+	var je *jsonrpc.Error
+	if errors.As(err, &je) {
+		if name, ok := m.knownOutcomes[je.Code]; ok {
+			return name
+		}
+		if je.Code <= -32000 && je.Code >= -32099 {
+			return "server_error_" + strconv.Itoa(-je.Code)
+		}
+		return "other"
+	}
+	if ctx.Err() != nil {
+		return "cancelled"
+	}
+	return "other"
+}
+
+// Notified counts the notifications of one flush and the changes merged
+// into them.
+func (m *Metrics) Notified(sent, merged int) {
+	m.sent.Add(float64(sent))
+	if merged > 0 {
+		m.coalesced.Add(float64(merged))
+	}
+}
+
+// CutOff counts a stream cut for a stuck reader.
+func (m *Metrics) CutOff() { m.cutoffs.Inc() }
