@@ -290,7 +290,7 @@ func TestStuckReaderIsCut(t *testing.T) {
 type cutCounter struct{ sent, cuts atomic.Int64 }
 
 func (c *cutCounter) Notified(sent, merged int) { c.sent.Add(int64(sent)) }
-func (c *cutCounter) CutOff()                  { c.cuts.Add(1) }
+func (c *cutCounter) CutOff()                   { c.cuts.Add(1) }
 
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "connection reset")
