@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -44,6 +45,7 @@ type config struct {
 	modernOnly     bool
 	maxSessions    int
 	sessionIdle    time.Duration
+	logger         *slog.Logger
 }
 
 // Option configures a Handler.
@@ -115,6 +117,12 @@ func WithPrincipal(fn func(*http.Request) string) Option {
 // traffic of 2025-11-25 clients are refused like any unknown method.
 func WithoutLegacy() Option { return func(c *config) { c.modernOnly = true } }
 
+// WithLogger sets where the handler logs (default: slog.Default). A
+// request refused for its Host or Origin is logged at info, once per
+// refused value, so that a misconfigured proxy or a DNS-rebinding attempt
+// is visible without one line per request.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
 // WithSessionLimits bounds the sessions of 2025-11-25 clients: at most
 // max at once (the least recently used is evicted to admit a new one),
 // and idle ones expire after idle. Defaults: 10000 and 30 minutes.
@@ -135,6 +143,7 @@ type Handler struct {
 	srv      engine.Server
 	cfg      config
 	sessions *legacy.Table // nil with WithoutLegacy
+	refusals refusals
 }
 
 // New returns a Handler for srv.
@@ -150,6 +159,9 @@ func New(srv *server.Server, opts ...Option) *Handler {
 	}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
 	}
 	h := &Handler{srv: engine.Of(srv), cfg: cfg}
 	if !cfg.modernOnly {
@@ -207,6 +219,43 @@ func (h *Handler) originAllowed(origin string) bool {
 	return isLoopbackHost(u.Hostname())
 }
 
+// maxRefusalsRemembered bounds the refused values remembered for logging
+// once; past it the memory starts over, so a flood of distinct values
+// costs bounded memory and at worst one line per value per round.
+const maxRefusalsRemembered = 1024
+
+// refusals remembers which refused Host and Origin values were logged.
+type refusals struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// first reports whether key is refused for the first time.
+func (r *refusals) first(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.seen[key]; ok {
+		return false
+	}
+	if r.seen == nil || len(r.seen) >= maxRefusalsRemembered {
+		r.seen = make(map[string]struct{})
+	}
+	r.seen[key] = struct{}{}
+	return true
+}
+
+// logRefusal logs a request refused for its Host or Origin header, once
+// per refused value.
+func (h *Handler) logRefusal(header, value string, r *http.Request) {
+	if len(value) > 200 {
+		value = value[:200]
+	}
+	if h.refusals.first(header + "\x00" + value) {
+		h.cfg.logger.Info("streamhttp: refused a request for its "+header+" header (see WithAllowedHosts, WithAllowedOrigins)",
+			"header", header, "value", value, "remote", r.RemoteAddr)
+	}
+}
+
 // writeError writes a JSON-RPC error body with the given HTTP status.
 func writeError(w http.ResponseWriter, status int, id jsonrpc.ID, code int, msg string, data any) {
 	body := jsonrpc.AppendErrorResponse(nil, id, jsonrpc.NewError(code, msg, data))
@@ -227,10 +276,12 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 // JSON syntax and depth, then the MCP headers against the body.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.hostAllowed(r) {
+		h.logRefusal("Host", r.Host, r)
 		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Host not allowed", nil)
 		return
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(origin) {
+		h.logRefusal("Origin", origin, r)
 		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Origin not allowed", nil)
 		return
 	}

@@ -1,7 +1,11 @@
 package streamhttp_test
 
 import (
+	"bytes"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -38,4 +42,49 @@ func TestPrincipalRunsOncePerRequest(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("the principal function ran %d times for one tools/list, want 1", n)
 	}
+}
+
+// TestRefusedHostLoggedOnce: a request refused for its Host or Origin is
+// logged at info once per refused value, not once per request.
+func TestRefusedHostLoggedOnce(t *testing.T) {
+	var buf syncBuffer
+	f := newFixture(t, nil, streamhttp.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, f.ts.URL, strings.NewReader(string(request(1, mcp.MethodToolsList, ""))))
+		req.Header = headers(mcp.MethodToolsList, "")
+		req.Host = "evil.example"
+		if r := f.do(t, req); r.status != http.StatusForbidden {
+			t.Fatalf("status %d, want 403", r.status)
+		}
+		h := headers(mcp.MethodToolsList, "")
+		h.Set("Origin", "https://evil.example")
+		if r := f.post(t, request(2, mcp.MethodToolsList, ""), h); r.status != http.StatusForbidden {
+			t.Fatalf("status %d, want 403", r.status)
+		}
+	}
+	out := buf.String()
+	if n := strings.Count(out, "level=INFO"); n != 2 {
+		t.Errorf("%d log lines for three refusals of each of two values, want 2:\n%s", n, out)
+	}
+	if !strings.Contains(out, "value=evil.example") || !strings.Contains(out, "value=https://evil.example") {
+		t.Errorf("the log does not name the refused values:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the handler's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
