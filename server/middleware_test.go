@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -131,3 +132,36 @@ func TestHandlerPanicIsAnError(t *testing.T) {
 	r, _ = h.call(2, mcp.MethodToolsCall, P{"name": "echo"})
 	r.ok(t)
 }
+
+// TestLogRequests: the request log names method, name and outcome, and
+// never an argument value.
+func TestLogRequests(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := newHarness(t, server.WithMiddleware(server.LogRequests(logger)))
+	mustAddTool(t, h.srv, textTool("echo"), echoHandler("hi"))
+	r, _ := h.call(1, mcp.MethodToolsCall, P{"name": "echo", "arguments": P{"password": "hunter2"}})
+	r.ok(t)
+	r, _ = h.call(2, mcp.MethodToolsCall, P{"name": "nope"})
+	r.fails(t, -32602)
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, want := range []string{"method=tools/call", "name=echo", "outcome=ok", "name=nope", "code=-32602", "duration="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("request log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("request log shows an argument value:\n%s", out)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
