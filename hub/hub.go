@@ -15,19 +15,33 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+
+	"tidings/mcp"
 )
 
-// Kind is a set of list kinds, used as a bit set.
+// Kind is a set of lists (mcp.List), used as a bit set.
 type Kind uint32
 
-// The list kinds a subscription can follow.
+// The list kinds a subscription can follow, one bit per mcp.List.
 const (
-	ToolsList Kind = 1 << iota
-	PromptsList
-	ResourcesList
+	ToolsList     Kind = 1 << mcp.ToolsList
+	PromptsList   Kind = 1 << mcp.PromptsList
+	ResourcesList Kind = 1 << mcp.ResourcesList
 	// resourceBit marks that at least one URI flag is set.
-	resourceBit
+	resourceBit Kind = 1 << 3
 )
+
+// Of returns the set of the given lists.
+func Of(lists ...mcp.List) Kind {
+	var k Kind
+	for _, l := range lists {
+		k |= 1 << l
+	}
+	return k
+}
+
+// Has reports whether l is in the set.
+func (k Kind) Has(l mcp.List) bool { return k&(1<<l) != 0 }
 
 // ErrClosed is returned by Subscribe after Shutdown.
 var ErrClosed = errors.New("hub: shut down")

@@ -20,19 +20,13 @@ import (
 func (s *Server) grant(principal string, f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Filter) {
 	var g mcp.SubscriptionFilter
 	hf := hub.Filter{Principal: principal}
-	if f.ToolsListChanged && s.advertisesTools() {
-		g.ToolsListChanged = true
-		hf.Kinds |= hub.ToolsList
-	}
-	if f.PromptsListChanged && s.advertisesPrompts() {
-		g.PromptsListChanged = true
-		hf.Kinds |= hub.PromptsList
-	}
-	if s.advertisesResources() {
-		if f.ResourcesListChanged {
-			g.ResourcesListChanged = true
-			hf.Kinds |= hub.ResourcesList
+	for _, l := range mcp.Lists() {
+		if f.Wants(l) && s.advertises(l) {
+			g.Want(l)
+			hf.Kinds |= hub.Of(l)
 		}
+	}
+	if s.advertises(mcp.ResourcesList) {
 		if len(f.ResourceSubscriptions) > 0 {
 			g.ResourceSubscriptions = slices.Compact(slices.Sorted(slices.Values(f.ResourceSubscriptions)))
 			g.ResourceSubscriptions = slices.DeleteFunc(g.ResourceSubscriptions, func(uri string) bool {
@@ -53,27 +47,19 @@ const maxListenURIs = 10000
 // listenNotices tags every notification of one listen with its
 // subscription id, the listen request's id.
 type listenNotices struct {
-	idMeta string
-	kinds  [3][]byte
+	idMeta  string
+	changed [3][]byte // by mcp.List
 }
 
 func newListenNotices(id jsonrpc.ID) *listenNotices {
 	n := &listenNotices{idMeta: `{"` + mcp.MetaSubscriptionID + `":` + id.Raw() + `}`}
-	for i, method := range [3]string{mcp.NotifyToolsListChanged, mcp.NotifyPromptsListChanged, mcp.NotifyResourcesListChanged} {
-		n.kinds[i] = jsonrpc.AppendNotification(nil, method, []byte(`{"_meta":`+n.idMeta+`}`))
+	for _, l := range mcp.Lists() {
+		n.changed[l] = jsonrpc.AppendNotification(nil, l.Changed(), []byte(`{"_meta":`+n.idMeta+`}`))
 	}
 	return n
 }
 
-func (n *listenNotices) ListChanged(k hub.Kind) []byte {
-	switch k {
-	case hub.ToolsList:
-		return n.kinds[0]
-	case hub.PromptsList:
-		return n.kinds[1]
-	}
-	return n.kinds[2]
-}
+func (n *listenNotices) ListChanged(l mcp.List) []byte { return n.changed[l] }
 
 func (n *listenNotices) Updated(uri string) []byte {
 	buf := make([]byte, 0, len(uri)+len(n.idMeta)+16)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"tidings/hub"
+	"tidings/mcp"
 )
 
 // entry is one registered item with its wire JSON encoded once, so a list
@@ -34,13 +35,13 @@ type registry[T any] struct {
 	mu   sync.Mutex
 	all  map[string]*entry[T]
 	snap atomic.Pointer[snapshot[T]]
-	kind hub.Kind
+	list mcp.List
 	hub  *hub.Hub
 	used atomic.Bool // set once anything was ever registered
 }
 
-func newRegistry[T any](h *hub.Hub, kind hub.Kind) *registry[T] {
-	r := &registry[T]{all: make(map[string]*entry[T]), kind: kind, hub: h}
+func newRegistry[T any](h *hub.Hub, list mcp.List) *registry[T] {
+	r := &registry[T]{all: make(map[string]*entry[T]), list: list, hub: h}
 	r.snap.Store(&snapshot[T]{byKey: map[string]*entry[T]{}})
 	return r
 }
@@ -59,7 +60,7 @@ func (r *registry[T]) put(es ...*entry[T]) {
 	r.rebuildLocked()
 	r.mu.Unlock()
 	r.used.Store(true)
-	r.hub.ListChanged(r.kind)
+	r.hub.ListChanged(hub.Of(r.list))
 }
 
 // remove deletes entries by key and reports how many existed.
@@ -77,7 +78,7 @@ func (r *registry[T]) remove(keys ...string) int {
 	}
 	r.mu.Unlock()
 	if n > 0 {
-		r.hub.ListChanged(r.kind)
+		r.hub.ListChanged(hub.Of(r.list))
 	}
 	return n
 }
@@ -95,7 +96,7 @@ func (r *registry[T]) setEnabled(key string, on bool) bool {
 	}
 	r.mu.Unlock()
 	if changed {
-		r.hub.ListChanged(r.kind)
+		r.hub.ListChanged(hub.Of(r.list))
 	}
 	return ok
 }

@@ -58,6 +58,17 @@ func (s *Server) primitive(ctx context.Context, c *engine.Call, req *Request) (r
 	return engine.Reply{}, false
 }
 
+// advertises reports whether the server offers list l now.
+func (s *Server) advertises(l mcp.List) bool {
+	switch l {
+	case mcp.ToolsList:
+		return s.advertisesTools()
+	case mcp.PromptsList:
+		return s.advertisesPrompts()
+	}
+	return s.advertisesResources()
+}
+
 func (s *Server) advertisesTools() bool {
 	return s.cfg.capabilities.tools || s.tools.used.Load()
 }

@@ -141,10 +141,10 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	}
 	s.handle = engine.NewHandle((*seam)(s))
 	s.infoJSON, _ = jsonrpc.Marshal(info)
-	s.tools = newRegistry[*tool](h, hub.ToolsList)
-	s.prompts = newRegistry[*prompt](h, hub.PromptsList)
-	s.resources = newRegistry[*resource](h, hub.ResourcesList)
-	s.templates = newRegistry[*template](h, hub.ResourcesList)
+	s.tools = newRegistry[*tool](h, mcp.ToolsList)
+	s.prompts = newRegistry[*prompt](h, mcp.PromptsList)
+	s.resources = newRegistry[*resource](h, mcp.ResourcesList)
+	s.templates = newRegistry[*template](h, mcp.ResourcesList)
 	return s
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tidings/hub"
+	"tidings/mcp"
 )
 
 // Source is pending change state to drain: a hub subscription, or a
@@ -39,8 +40,8 @@ type StreamObserver interface {
 // Notices encodes the notifications one stream sends: each era tags (or
 // does not tag) them its own way.
 type Notices interface {
-	// ListChanged returns the message for one list kind (a single bit).
-	ListChanged(k hub.Kind) []byte
+	// ListChanged returns the message announcing a change of l.
+	ListChanged(l mcp.List) []byte
 	// Updated returns the resources/updated message for uri, or nil to
 	// send nothing for it.
 	Updated(uri string) []byte
@@ -141,9 +142,9 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 
 // Flush sends the notifications for kinds and uris.
 func Flush(out Stream, n Notices, kinds hub.Kind, uris []string) error {
-	for _, k := range [...]hub.Kind{hub.ToolsList, hub.PromptsList, hub.ResourcesList} {
-		if kinds&k != 0 {
-			if err := out.Send(n.ListChanged(k)); err != nil {
+	for _, l := range mcp.Lists() {
+		if kinds.Has(l) {
+			if err := out.Send(n.ListChanged(l)); err != nil {
 				return err
 			}
 		}

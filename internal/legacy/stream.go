@@ -19,15 +19,8 @@ var ErrStreamOpen = errors.New("legacy: the session already has a notification s
 // nothing more arrives for that URI.
 type notices struct{ ss *Session }
 
-func (n notices) ListChanged(k hub.Kind) []byte {
-	method := mcp.NotifyResourcesListChanged
-	switch k {
-	case hub.ToolsList:
-		method = mcp.NotifyToolsListChanged
-	case hub.PromptsList:
-		method = mcp.NotifyPromptsListChanged
-	}
-	return jsonrpc.AppendNotification(nil, method, nil)
+func (n notices) ListChanged(l mcp.List) []byte {
+	return jsonrpc.AppendNotification(nil, l.Changed(), nil)
 }
 
 func (n notices) Updated(uri string) []byte {
@@ -138,6 +131,6 @@ func (ss *Session) filterLocked(principal string) hub.Filter {
 		f.ResourceSubscriptions = append(f.ResourceSubscriptions, u)
 	}
 	_, hf := ss.srv.Grant(principal, f)
-	hf.Kinds = hub.ToolsList | hub.PromptsList | hub.ResourcesList
+	hf.Kinds = hub.Of(mcp.Lists()...)
 	return hf
 }
