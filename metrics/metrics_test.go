@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestScrapeAfterListenAndChange(t *testing.T) {
 	}
 	changed := make(chan struct{}, 16)
 	w := c.Watch(ctx, client.WatchOptions{Tools: true, OnEvent: func(e client.Event) {
-		if e.Kind == client.ToolsChanged && len(e.Added) > 0 && e.Added[0] == "b" {
+		if e.Kind == client.ToolsChanged && slices.Contains(e.Added, "b") {
 			changed <- struct{}{}
 		}
 	}})
