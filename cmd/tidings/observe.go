@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"tidings/metrics"
+	"tidings/server"
+)
+
+// newLogger returns the logger of a command: text (one key=value line per
+// event, for people) or JSON (one object per line, for log pipelines),
+// at the given level, on w.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is neither text nor json", format)
+}
+
+// observability is what a serving process tells the platform it runs on:
+// Prometheus metrics, liveness and readiness.
+type observability struct {
+	registry *prometheus.Registry
+	metrics  *metrics.Metrics
+	ready    atomic.Bool // the directory is scanned
+	stopping atomic.Bool // shutting down: take no new traffic
+}
+
+func newObservability() (*observability, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &observability{registry: reg, metrics: m}, nil
+}
+
+// serverOptions feeds the metrics and the debug request log from srv.
+func (o *observability) serverOptions(log *slog.Logger) []server.Option {
+	return append(o.metrics.ServerOptions(), server.WithMiddleware(server.LogRequests(log)))
+}
+
+// mount adds /metrics, /healthz and /readyz to mux. /healthz answers 200
+// while the process serves at all; /readyz answers 200 once the directory
+// is scanned and until shutdown begins, and 503 otherwise, so that a
+// balancer sends traffic only where lists are complete.
+func (o *observability) mount(mux *http.ServeMux) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case o.stopping.Load():
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		case !o.ready.Load():
+			http.Error(w, "scanning the directory", http.StatusServiceUnavailable)
+		default:
+			_, _ = io.WriteString(w, "ready\n")
+		}
+	})
+}
