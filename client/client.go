@@ -27,6 +27,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -215,8 +216,7 @@ func (c *Client) As(authorization string) *Client {
 // does no I/O until the first call.
 func NewHTTP(url string, opts ...Option) *Client {
 	cfg := newConfig(opts)
-	life := newLifetime()
-	return newClient(&httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg, life: life.ctx}, cfg, life)
+	return newClient(&httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg}, cfg, newLifetime())
 }
 
 // NewCommand starts a stdio server as a subprocess and returns a client for
@@ -257,6 +257,10 @@ func (c *Client) otherMessage(m *jsonrpc.Message) {
 		c.answerServer(context.Background(), m)
 	case m.Method == mcp.NotifyMessage:
 		c.deliverLog(m)
+	default:
+		if ls := c.legacy(); ls != nil {
+			ls.shared.streamed(m)
+		}
 	}
 }
 
@@ -287,11 +291,9 @@ func (c *Client) Close() error {
 		for root.shared != nil {
 			root = root.shared
 		}
-		if ht, ok := root.t.(*httpTransport); ok {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			ht.endSession(ctx, ls.id, ls.version)
-			cancel()
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ls.over(root).end(ctx)
+		cancel()
 	}
 	err := c.t.close()
 	c.life.bg.Wait()
@@ -321,7 +323,7 @@ type RPCError = jsonrpc.Error
 // callOpts tunes one request.
 type callOpts struct {
 	name     *string
-	params   []paramHeader
+	params   []headerField
 	onMsg    func(*jsonrpc.Message)
 	noLimit  bool // listens: no request timeout
 	progress func(progress float64, total *float64, message string)
@@ -424,7 +426,7 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		if err != nil {
 			return nil, err
 		}
-		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), name: o.name, params: o.params, token: token}
+		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), header: modernHeader(method, o), token: token}
 		if o.noLimit {
 			req.idle = c.cfg.listenIdle
 		}
@@ -464,6 +466,18 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		}
 		return resp.Result, nil
 	}
+}
+
+// modernHeader lists the header fields a 2026-07-28 request carries over
+// HTTP, so that intermediaries can route it without reading the body: its
+// method, the name it acts on, and the arguments its tool mirrors.
+func modernHeader(method string, o callOpts) []headerField {
+	h := make([]headerField, 0, 2+len(o.params))
+	h = append(h, headerField{mcp.HeaderMethod, method})
+	if o.name != nil {
+		h = append(h, headerField{mcp.HeaderName, xheader.Encode(*o.name)})
+	}
+	return append(h, o.params...)
 }
 
 // errServerEnded reports that the server ended a request itself with

@@ -54,10 +54,6 @@ type eraState struct {
 	// while the others wait on it or on their own deadlines.
 	mu   sync.Mutex
 	busy chan struct{}
-	// live is set while a Watcher holds the legacy notification stream: it
-	// holds the cache topics that stream announces changes of, and only
-	// answers of those topics, which carry no TTL, may be kept as fresh.
-	live atomic.Pointer[map[string]bool]
 }
 
 // claim makes the caller the one request that talks to the server, or
@@ -90,6 +86,45 @@ type legacySession struct {
 	caps         mcp.ServerCaps
 	info         mcp.Implementation
 	instructions string
+	// shared is what the session hands on to the sessions that replace
+	// it (see reinitialize).
+	shared *sessionShared
+}
+
+// sessionShared is the state of a Watcher's notification stream, which
+// outlives the session it was opened in when the server forgets that
+// session and the client shakes hands again.
+type sessionShared struct {
+	// live is set while a Watcher holds the notification stream: it holds
+	// the cache topics that stream announces changes of, and only answers
+	// of those topics, which carry no TTL, may be kept as fresh.
+	live atomic.Pointer[map[string]bool]
+	// mu guards stream: on stdio, where the connection is the stream, the
+	// handler of the session's messages that belong to no request.
+	mu     sync.Mutex
+	stream func(*jsonrpc.Message)
+}
+
+func (s *sessionShared) setStream(fn func(*jsonrpc.Message)) {
+	s.mu.Lock()
+	s.stream = fn
+	s.mu.Unlock()
+}
+
+// streamed hands m to the stream's handler, and reports whether there is
+// one. A nil sessionShared (a session made by hand) has none.
+func (s *sessionShared) streamed(m *jsonrpc.Message) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	fn := s.stream
+	s.mu.Unlock()
+	if fn == nil {
+		return false
+	}
+	fn(m)
+	return true
 }
 
 // legacyLiveTTL bounds how long a legacy answer counts as fresh while the
@@ -241,7 +276,7 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 		return nil, err
 	}
 	id := c.nextID()
-	req := &outbound{id: id, method: mcp.MethodInitialize, body: jsonrpc.AppendRequest(nil, id, mcp.MethodInitialize, params), legacy: true}
+	req := &outbound{id: id, method: mcp.MethodInitialize, body: jsonrpc.AppendRequest(nil, id, mcp.MethodInitialize, params)}
 	resp, err := c.t.roundTrip(ctx, req, nil)
 	if err != nil {
 		return nil, err
@@ -258,13 +293,13 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 	if err := json.Unmarshal(resp.Result, &res); err != nil {
 		return nil, fmt.Errorf("initialize result: %w", err)
 	}
-	ls := &legacySession{id: req.sessionOut, version: res.ProtocolVersion, caps: res.Capabilities, info: res.ServerInfo, instructions: res.Instructions}
+	ls := &legacySession{id: req.headerOut.Get(mcp.HeaderSessionID), version: res.ProtocolVersion, caps: res.Capabilities,
+		info: res.ServerInfo, instructions: res.Instructions, shared: &sessionShared{}}
 	if ls.version == "" {
 		ls.version = mcp.LegacyVersion
 	}
-	note := &outbound{method: mcp.NotifyInitialized, body: jsonrpc.AppendNotification(nil, mcp.NotifyInitialized, nil),
-		legacy: true, session: ls.id, version: ls.version}
-	if err := c.t.send(ctx, note); err != nil {
+	note := &outbound{method: mcp.NotifyInitialized, body: jsonrpc.AppendNotification(nil, mcp.NotifyInitialized, nil)}
+	if err := ls.over(c).send(ctx, note); err != nil {
 		return nil, fmt.Errorf("notifications/initialized: %w", err)
 	}
 	return ls, nil
@@ -300,6 +335,9 @@ func (c *Client) reinitialize(ctx context.Context, old *legacySession) (*legacyS
 			return cur, nil
 		}
 		ls, err := c.initialize(ctx)
+		if err == nil {
+			ls.shared = old.shared
+		}
 		e.release(func() {
 			if err == nil && e.legacy.Load() == old {
 				e.legacy.Store(ls)
@@ -341,8 +379,7 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 		if err != nil {
 			return nil, fmt.Errorf("client: %s params: %w", method, err)
 		}
-		req := &outbound{id: id, method: method, body: jsonrpc.AppendRequest(nil, id, method, pb),
-			legacy: true, session: ls.id, version: ls.version, token: token}
+		req := &outbound{id: id, method: method, body: jsonrpc.AppendRequest(nil, id, method, pb), token: token}
 		onMsg := func(m *jsonrpc.Message) {
 			switch {
 			case m.IsRequest():
@@ -355,7 +392,7 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 				o.onMsg(m)
 			}
 		}
-		resp, err := c.t.roundTrip(ctx, req, onMsg)
+		resp, err := ls.over(c).roundTrip(ctx, req, onMsg)
 		if errors.Is(err, errSessionGone) && attempt == 0 {
 			nls, rerr := c.reinitialize(ctx, ls)
 			if rerr != nil {
@@ -411,7 +448,7 @@ func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 				body = jsonrpc.AppendResponse(nil, m.ID, res)
 			}
 		}
-		_ = c.t.send(ctx, &outbound{method: m.Method, body: body, legacy: true, session: ls.id, version: ls.version})
+		_ = ls.over(c).send(ctx, &outbound{method: m.Method, body: body})
 	})
 }
 
@@ -422,47 +459,42 @@ func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 // announces, a resource the session subscribed to. Every other read goes
 // to the server.
 func (c *Client) hints(topic string, res jsontext.Value) (time.Duration, mcp.CacheScope) {
-	if c.legacy() == nil {
+	ls := c.legacy()
+	if ls == nil {
 		return cacheHints(res)
 	}
 	// Private: nothing tells whether the answer depends on who asked, and
 	// views made with As share the cache under other authorizations. The
 	// key of a private entry holds the authorization, so a client of one
 	// user loses nothing.
-	if live := c.era.live.Load(); live != nil && (*live)[topic] {
-		return legacyLiveTTL, mcp.ScopePrivate
+	if ls.shared != nil {
+		if live := ls.shared.live.Load(); live != nil && (*live)[topic] {
+			return legacyLiveTTL, mcp.ScopePrivate
+		}
 	}
 	return 0, mcp.ScopePrivate
 }
 
-// setLive records that a legacy stream with grant g is up.
-func (c *Client) setLive(g mcp.SubscriptionFilter) {
+// setLive records that the session's stream is up with grant g.
+func (ls *legacySession) setLive(g mcp.SubscriptionFilter) {
 	t := liveTopics(g)
-	c.era.live.Store(&t)
+	ls.shared.live.Store(&t)
 }
 
-// endLive records that the legacy stream is down: the answers kept fresh
-// on its word lose that with it.
-func (c *Client) endLive() {
-	if live := c.era.live.Swap(nil); live != nil {
-		c.cache.invalidate(slices.Collect(maps.Keys(*live))...)
+// endLive records that the session's stream is down: the answers kept
+// fresh on its word lose that with it.
+func (ls *legacySession) endLive(cache *cache) {
+	if live := ls.shared.live.Swap(nil); live != nil {
+		cache.invalidate(slices.Collect(maps.Keys(*live))...)
 	}
 }
 
-// liveTopics are the cache topics a legacy stream with grant g announces.
+// liveTopics are the cache topics a session's stream with grant g
+// announces.
 func liveTopics(g mcp.SubscriptionFilter) map[string]bool {
 	t := map[string]bool{}
-	if g.ToolsListChanged {
-		t[topicTools] = true
-	}
-	if g.PromptsListChanged {
-		t[topicPrompts] = true
-	}
-	if g.ResourcesListChanged {
-		t[topicResources], t[topicTemplates] = true, true
-	}
-	for _, u := range g.ResourceSubscriptions {
-		t[topicResource+u] = true
+	for _, topic := range filterTopics(g) {
+		t[topic] = true
 	}
 	return t
 }
