@@ -249,20 +249,9 @@ func NewCommand(ctx context.Context, name string, args []string, opts ...Option)
 	return c, nil
 }
 
-// otherMessage handles stdio messages that belong to no request: log
-// messages, and a legacy server's requests for input.
-func (c *Client) otherMessage(m *jsonrpc.Message) {
-	switch {
-	case m.IsRequest():
-		c.answerServer(context.Background(), m)
-	case m.Method == mcp.NotifyMessage:
-		c.deliverLog(m)
-	default:
-		if ls := c.legacy(); ls != nil {
-			ls.shared.streamed(m)
-		}
-	}
-}
+// otherMessage handles stdio messages that belong to no request, as the
+// server's dialect has them.
+func (c *Client) otherMessage(m *jsonrpc.Message) { c.dialect().serverMessage(c, m) }
 
 func (c *Client) deliverLog(m *jsonrpc.Message) {
 	if c.cfg.onLog == nil {
@@ -280,20 +269,11 @@ func (c *Client) deliverLog(m *jsonrpc.Message) {
 
 // Close releases the connection (and stops a spawned server). Requests and
 // listens in flight, on this client and its views, end with ErrClosed, and
-// answers to a legacy server's requests still running are cancelled and
-// waited for.
+// answers to a server's own requests still running are cancelled and
+// waited for. A 2025-11-25 session is ended first.
 func (c *Client) Close() error {
-	first := c.life.end()
-	if ls := c.legacy(); first && ls != nil && ls.id != "" {
-		// End the 2025-11-25 session so the server can free it now rather
-		// than at its idle expiry, with the credentials that opened it.
-		root := c
-		for root.shared != nil {
-			root = root.shared
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		ls.over(root).end(ctx)
-		cancel()
+	if c.life.end() {
+		c.dialect().end(c)
 	}
 	err := c.t.close()
 	c.life.bg.Wait()
@@ -399,14 +379,11 @@ func (c *Client) do(ctx context.Context, method string, params map[string]any, o
 
 // doEra sends the request in the server's era.
 func (c *Client) doEra(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
-	ls, err := c.ensureEra(ctx)
+	d, err := c.ensureEra(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if ls != nil {
-		return c.doLegacy(ctx, ls, method, params, o)
-	}
-	return c.doModern(ctx, method, params, o)
+	return d.do(ctx, c, method, params, o)
 }
 
 // doModern sends one 2026-07-28 request.
@@ -572,13 +549,12 @@ type DiscoverResult struct {
 
 // Discover asks the server who it is and what it can do (cached per ttlMs).
 func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
-	l, err := c.ensureEra(ctx)
+	d, err := c.ensureEra(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if l != nil {
-		// A 2025-11-25 server said all of this at initialize.
-		return &DiscoverResult{SupportedVersions: []string{l.version}, Capabilities: l.caps, Instructions: l.instructions, ServerInfo: &l.info}, nil
+	if r := d.discovered(); r != nil {
+		return r, nil
 	}
 	return cachedAs[*DiscoverResult](ctx, c.cache, mcp.MethodDiscover, topicDiscover, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
 		res, err := c.do(ctx, mcp.MethodDiscover, nil, callOpts{})
