@@ -403,7 +403,10 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		if err != nil {
 			return nil, err
 		}
-		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), header: modernHeader(method, o), token: token}
+		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), token: token}
+		if _, overHTTP := c.t.(*httpTransport); overHTTP {
+			req.header = modernHeader(method, o)
+		}
 		if o.noLimit {
 			req.idle = c.cfg.listenIdle
 		}

@@ -58,20 +58,18 @@ func (s *sessionShared) setStream(fn func(*jsonrpc.Message)) {
 	s.mu.Unlock()
 }
 
-// streamed hands m to the stream's handler, and reports whether there is
-// one. A nil sessionShared (a session made by hand) has none.
-func (s *sessionShared) streamed(m *jsonrpc.Message) bool {
+// streamed hands m to the stream's handler, if a stream is open. A nil
+// sessionShared (a session made by hand) has none.
+func (s *sessionShared) streamed(m *jsonrpc.Message) {
 	if s == nil {
-		return false
+		return
 	}
 	s.mu.Lock()
 	fn := s.stream
 	s.mu.Unlock()
-	if fn == nil {
-		return false
+	if fn != nil {
+		fn(m)
 	}
-	fn(m)
-	return true
 }
 
 // legacyLiveTTL bounds how long a legacy answer counts as fresh while the
