@@ -159,7 +159,7 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, opts ...Ca
 
 // paramHeaders builds the Mcp-Param-* headers of a call from the tool's
 // x-mcp-header annotations.
-func (c *Client) paramHeaders(ctx context.Context, name string, args jsontext.Value) ([]paramHeader, error) {
+func (c *Client) paramHeaders(ctx context.Context, name string, args jsontext.Value) ([]headerField, error) {
 	if _, ok := c.t.(*httpTransport); !ok {
 		return nil, nil // only HTTP carries headers
 	}
@@ -175,7 +175,7 @@ func (c *Client) paramHeaders(ctx context.Context, name string, args jsontext.Va
 		}
 	}
 	ps, _ := tl.lookup(name)
-	var out []paramHeader
+	var out []headerField
 	for _, p := range ps {
 		v, err := xheader.Lookup(args, p.Path)
 		if err != nil {
@@ -185,7 +185,7 @@ func (c *Client) paramHeaders(ctx context.Context, name string, args jsontext.Va
 		if err != nil {
 			return nil, fmt.Errorf("client: tool %q: argument for %s: %w", name, p.Header(), err)
 		}
-		out = append(out, paramHeader{name: p.Header(), value: xheader.Encode(s)})
+		out = append(out, headerField{name: p.Header(), value: xheader.Encode(s)})
 	}
 	return out, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -215,8 +216,7 @@ func (c *Client) As(authorization string) *Client {
 // does no I/O until the first call.
 func NewHTTP(url string, opts ...Option) *Client {
 	cfg := newConfig(opts)
-	life := newLifetime()
-	return newClient(&httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg, life: life.ctx}, cfg, life)
+	return newClient(&httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg}, cfg, newLifetime())
 }
 
 // NewCommand starts a stdio server as a subprocess and returns a client for
@@ -249,16 +249,9 @@ func NewCommand(ctx context.Context, name string, args []string, opts ...Option)
 	return c, nil
 }
 
-// otherMessage handles stdio messages that belong to no request: log
-// messages, and a legacy server's requests for input.
-func (c *Client) otherMessage(m *jsonrpc.Message) {
-	switch {
-	case m.IsRequest():
-		c.answerServer(context.Background(), m)
-	case m.Method == mcp.NotifyMessage:
-		c.deliverLog(m)
-	}
-}
+// otherMessage handles stdio messages that belong to no request, as the
+// server's dialect has them.
+func (c *Client) otherMessage(m *jsonrpc.Message) { c.dialect().serverMessage(c, m) }
 
 func (c *Client) deliverLog(m *jsonrpc.Message) {
 	if c.cfg.onLog == nil {
@@ -276,22 +269,11 @@ func (c *Client) deliverLog(m *jsonrpc.Message) {
 
 // Close releases the connection (and stops a spawned server). Requests and
 // listens in flight, on this client and its views, end with ErrClosed, and
-// answers to a legacy server's requests still running are cancelled and
-// waited for.
+// answers to a server's own requests still running are cancelled and
+// waited for. A 2025-11-25 session is ended first.
 func (c *Client) Close() error {
-	first := c.life.end()
-	if ls := c.legacy(); first && ls != nil && ls.id != "" {
-		// End the 2025-11-25 session so the server can free it now rather
-		// than at its idle expiry, with the credentials that opened it.
-		root := c
-		for root.shared != nil {
-			root = root.shared
-		}
-		if ht, ok := root.t.(*httpTransport); ok {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			ht.endSession(ctx, ls.id, ls.version)
-			cancel()
-		}
+	if c.life.end() {
+		c.dialect().end(c)
 	}
 	err := c.t.close()
 	c.life.bg.Wait()
@@ -321,7 +303,7 @@ type RPCError = jsonrpc.Error
 // callOpts tunes one request.
 type callOpts struct {
 	name     *string
-	params   []paramHeader
+	params   []headerField
 	onMsg    func(*jsonrpc.Message)
 	noLimit  bool // listens: no request timeout
 	progress func(progress float64, total *float64, message string)
@@ -397,14 +379,11 @@ func (c *Client) do(ctx context.Context, method string, params map[string]any, o
 
 // doEra sends the request in the server's era.
 func (c *Client) doEra(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
-	ls, err := c.ensureEra(ctx)
+	d, err := c.ensureEra(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if ls != nil {
-		return c.doLegacy(ctx, ls, method, params, o)
-	}
-	return c.doModern(ctx, method, params, o)
+	return d.do(ctx, c, method, params, o)
 }
 
 // doModern sends one 2026-07-28 request.
@@ -424,7 +403,10 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		if err != nil {
 			return nil, err
 		}
-		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), name: o.name, params: o.params, token: token}
+		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), token: token}
+		if _, overHTTP := c.t.(*httpTransport); overHTTP {
+			req.header = modernHeader(method, o)
+		}
 		if o.noLimit {
 			req.idle = c.cfg.listenIdle
 		}
@@ -464,6 +446,18 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		}
 		return resp.Result, nil
 	}
+}
+
+// modernHeader lists the header fields a 2026-07-28 request carries over
+// HTTP, so that intermediaries can route it without reading the body: its
+// method, the name it acts on, and the arguments its tool mirrors.
+func modernHeader(method string, o callOpts) []headerField {
+	h := make([]headerField, 0, 2+len(o.params))
+	h = append(h, headerField{mcp.HeaderMethod, method})
+	if o.name != nil {
+		h = append(h, headerField{mcp.HeaderName, xheader.Encode(*o.name)})
+	}
+	return append(h, o.params...)
 }
 
 // errServerEnded reports that the server ended a request itself with
@@ -558,13 +552,12 @@ type DiscoverResult struct {
 
 // Discover asks the server who it is and what it can do (cached per ttlMs).
 func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
-	l, err := c.ensureEra(ctx)
+	d, err := c.ensureEra(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if l != nil {
-		// A 2025-11-25 server said all of this at initialize.
-		return &DiscoverResult{SupportedVersions: []string{l.version}, Capabilities: l.caps, Instructions: l.instructions, ServerInfo: &l.info}, nil
+	if r := d.discovered(); r != nil {
+		return r, nil
 	}
 	return cachedAs[*DiscoverResult](ctx, c.cache, mcp.MethodDiscover, topicDiscover, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
 		res, err := c.do(ctx, mcp.MethodDiscover, nil, callOpts{})

@@ -19,77 +19,57 @@ import (
 	"tidings/mcp"
 )
 
-// A client speaks to servers of both eras. It probes with server/discover:
-// a DiscoverResult, or an error only a 2026-07-28 server sends, means the
-// modern protocol; anything else (another error, a non-JSON-RPC HTTP
-// failure, a timeout) means a 2025-11-25 server, which gets the
-// initialize handshake and a session. The fallback never keys on one
-// error code. The application sees the same API, events and freshness
-// model either way.
+// The 2025-11-25 protocol: a session opened by initialize, requests
+// without the 2026-07-28 _meta and headers, the server's own requests for
+// input answered as requests of their own, and change notifications on
+// the session's stream (legacy_watch.go). The session's transport is in
+// legacy_transport.go.
 
-// Era names the protocol generation a server speaks.
-type Era string
-
-// The two eras.
-const (
-	EraModern Era = mcp.Version
-	EraLegacy Era = mcp.LegacyVersion
-)
-
-// eraDecision is one probe's outcome: the session, or nil for 2026-07-28.
-type eraDecision struct{ legacy *legacySession }
-
-// eraState is the probe's outcome, shared by a client and its views.
-type eraState struct {
-	// decided holds the probe's outcome once there is one; with reprobe
-	// unset it lets every request skip the probe with two atomic loads.
-	// Outcome and session travel together in one pointer, so a reader
-	// never pairs "decided" with a session that a reprobe just cleared.
-	decided atomic.Pointer[eraDecision]
-	legacy  atomic.Pointer[legacySession]
-	// reprobe asks the next request to probe again (the server restarted).
-	reprobe atomic.Bool
-	// mu guards busy: the channel of the probe or handshake in flight,
-	// closed when it ends, so that a single request talks to the server
-	// while the others wait on it or on their own deadlines.
-	mu   sync.Mutex
-	busy chan struct{}
-	// live is set while a Watcher holds the legacy notification stream: it
-	// holds the cache topics that stream announces changes of, and only
-	// answers of those topics, which carry no TTL, may be kept as fresh.
-	live atomic.Pointer[map[string]bool]
-}
-
-// claim makes the caller the one request that talks to the server, or
-// returns the channel of the request that already does.
-func (e *eraState) claim() (mine bool, wait <-chan struct{}) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.busy != nil {
-		return false, e.busy
-	}
-	e.busy = make(chan struct{})
-	return true, nil
-}
-
-// release ends a claim: it runs commit under the lock (so that no other
-// request starts a probe in between) and wakes the waiters.
-func (e *eraState) release(commit func()) {
-	e.mu.Lock()
-	commit()
-	ch := e.busy
-	e.busy = nil
-	e.mu.Unlock()
-	close(ch)
-}
-
-// legacySession is what initialize established.
+// legacySession is what initialize established; it is the dialect of a
+// 2025-11-25 server.
 type legacySession struct {
 	id           string
 	version      string
 	caps         mcp.ServerCaps
 	info         mcp.Implementation
 	instructions string
+	// shared is what the session hands on to the sessions that replace
+	// it (see reinitialize).
+	shared *sessionShared
+}
+
+// sessionShared is the state of a Watcher's notification stream, which
+// outlives the session it was opened in when the server forgets that
+// session and the client shakes hands again.
+type sessionShared struct {
+	// live is set while a Watcher holds the notification stream: it holds
+	// the cache topics that stream announces changes of, and only answers
+	// of those topics, which carry no TTL, may be kept as fresh.
+	live atomic.Pointer[map[string]bool]
+	// mu guards stream: on stdio, where the connection is the stream, the
+	// handler of the session's messages that belong to no request.
+	mu     sync.Mutex
+	stream func(*jsonrpc.Message)
+}
+
+func (s *sessionShared) setStream(fn func(*jsonrpc.Message)) {
+	s.mu.Lock()
+	s.stream = fn
+	s.mu.Unlock()
+}
+
+// streamed hands m to the stream's handler, if a stream is open. A nil
+// sessionShared (a session made by hand) has none.
+func (s *sessionShared) streamed(m *jsonrpc.Message) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	fn := s.stream
+	s.mu.Unlock()
+	if fn != nil {
+		fn(m)
+	}
 }
 
 // legacyLiveTTL bounds how long a legacy answer counts as fresh while the
@@ -97,92 +77,60 @@ type legacySession struct {
 // catches changes a server forgot to announce.
 const legacyLiveTTL = 5 * time.Minute
 
-func (c *Client) legacy() *legacySession { return c.era.legacy.Load() }
-
-// Era reports the protocol era in use, probing the server if needed.
-func (c *Client) Era(ctx context.Context) (Era, error) {
-	ls, err := c.ensureEra(ctx)
-	if err != nil {
-		return "", err
-	}
-	if ls != nil {
-		return EraLegacy, nil
-	}
-	return EraModern, nil
+// legacy returns the session in use, or nil.
+func (c *Client) legacy() *legacySession {
+	ls, _ := c.era.current().(*legacySession)
+	return ls
 }
 
-// isModernError reports an error only a 2026-07-28 server would send.
-func isModernError(err error) bool {
-	var rpc *jsonrpc.Error
-	if !errors.As(err, &rpc) {
-		return false
-	}
-	switch rpc.Code {
-	case mcp.CodeUnsupportedProtocolVersion, mcp.CodeHeaderMismatch, mcp.CodeMissingRequiredCapability:
-		return true
-	}
-	return false
+func (*legacySession) era() Era { return EraLegacy }
+
+func (ls *legacySession) do(ctx context.Context, c *Client, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
+	return c.doLegacy(ctx, ls, method, params, o)
 }
 
-// ensureEra probes the server once and returns the 2025-11-25 session,
-// or nil for a modern server. It runs on every request: once the era is
-// known it costs two atomic loads. While one request probes, the others
-// wait for it, each no longer than its own ctx allows.
-func (c *Client) ensureEra(ctx context.Context) (*legacySession, error) {
-	e := c.era
-	for {
-		if d := e.decided.Load(); d != nil && !e.reprobe.Load() {
-			return d.legacy, nil
-		}
-		mine, wait := e.claim()
-		if !mine {
-			select {
-			case <-wait:
-				continue // decided, or failed: look again
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		if e.reprobe.Swap(false) {
-			e.decided.Store(nil)
-			e.legacy.Store(nil)
-		}
-		if e.decided.Load() != nil {
-			e.release(func() {})
-			continue
-		}
-		ls, err := c.probe(ctx)
-		e.release(func() {
-			if err == nil {
-				e.legacy.Store(ls)
-				e.decided.Store(&eraDecision{legacy: ls})
-			}
-		})
-		return ls, err
+// discovered returns what initialize said, which is all server/discover
+// would.
+func (ls *legacySession) discovered() *DiscoverResult {
+	return &DiscoverResult{SupportedVersions: []string{ls.version}, Capabilities: ls.caps, Instructions: ls.instructions, ServerInfo: &ls.info}
+}
+
+func (ls *legacySession) follow(ctx context.Context, w *Watcher, want mcp.SubscriptionFilter, bo *backoff) bool {
+	return w.legacyListen(ctx, ls, want, bo)
+}
+
+// serverMessage handles what a stdio connection carries outside any
+// request: the server's own requests, log messages, and the session's
+// notifications, which go to a Watcher's stream when one is open.
+func (ls *legacySession) serverMessage(c *Client, m *jsonrpc.Message) {
+	switch {
+	case m.IsRequest():
+		c.answerServer(context.Background(), m)
+	case m.Method == mcp.NotifyMessage:
+		c.deliverLog(m)
+	default:
+		ls.shared.streamed(m)
 	}
 }
 
-// probe asks the server which era it speaks: server/discover, then, when
-// the server answered in a way only a 2025-11-25 server would,
-// initialize. A failure that says nothing about the era (a broken
-// connection, a 5xx, our own deadline over HTTP) is returned, and the next
-// request probes again: one transient error must not switch a dual-era
-// server to the old protocol for good.
-func (c *Client) probe(ctx context.Context) (*legacySession, error) {
-	if c.life.closed() {
-		return nil, ErrClosed
+// end ends the session so the server can free it now rather than at its
+// idle expiry, with the credentials that opened it.
+func (ls *legacySession) end(c *Client) {
+	root := c
+	for root.shared != nil {
+		root = root.shared
 	}
-	ctx, stop := bindLife(ctx, c.life.ctx)
-	defer stop()
-	status := 0
-	_, derr := c.doModern(ctx, mcp.MethodDiscover, nil, callOpts{httpStatus: &status})
-	if derr == nil || isModernError(derr) {
-		return nil, nil
-	}
-	if errors.Is(context.Cause(ctx), ErrClosed) {
-		return nil, ErrClosed
-	}
-	if ctx.Err() != nil || !c.speaksLegacy(derr, status) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ls.over(root).end(ctx)
+}
+
+// fallback is the era probe's way to the 2025-11-25 protocol, once
+// server/discover failed with derr (and HTTP status, 0 when none): the
+// initialize handshake, when the failure shows a server that does not
+// know the method.
+func (c *Client) fallback(ctx context.Context, derr error, status int) (dialect, error) {
+	if !c.speaksLegacy(derr, status) {
 		return nil, fmt.Errorf("client: era probe (server/discover): %w", derr)
 	}
 	ls, err := c.initialize(ctx)
@@ -241,7 +189,7 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 		return nil, err
 	}
 	id := c.nextID()
-	req := &outbound{id: id, method: mcp.MethodInitialize, body: jsonrpc.AppendRequest(nil, id, mcp.MethodInitialize, params), legacy: true}
+	req := &outbound{id: id, method: mcp.MethodInitialize, body: jsonrpc.AppendRequest(nil, id, mcp.MethodInitialize, params)}
 	resp, err := c.t.roundTrip(ctx, req, nil)
 	if err != nil {
 		return nil, err
@@ -258,23 +206,17 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 	if err := json.Unmarshal(resp.Result, &res); err != nil {
 		return nil, fmt.Errorf("initialize result: %w", err)
 	}
-	ls := &legacySession{id: req.sessionOut, version: res.ProtocolVersion, caps: res.Capabilities, info: res.ServerInfo, instructions: res.Instructions}
+	ls := &legacySession{id: req.headerOut.Get(mcp.HeaderSessionID), version: res.ProtocolVersion, caps: res.Capabilities,
+		info: res.ServerInfo, instructions: res.Instructions, shared: &sessionShared{}}
 	if ls.version == "" {
 		ls.version = mcp.LegacyVersion
 	}
-	note := &outbound{method: mcp.NotifyInitialized, body: jsonrpc.AppendNotification(nil, mcp.NotifyInitialized, nil),
-		legacy: true, session: ls.id, version: ls.version}
-	if err := c.t.send(ctx, note); err != nil {
+	note := &outbound{method: mcp.NotifyInitialized, body: jsonrpc.AppendNotification(nil, mcp.NotifyInitialized, nil)}
+	if err := ls.over(c).send(ctx, note); err != nil {
 		return nil, fmt.Errorf("notifications/initialized: %w", err)
 	}
 	return ls, nil
 }
-
-// forgetEra makes the next request probe the server again: a restarted
-// server process may speak another era, and never has the old session.
-// It only raises a flag: it runs deep inside a request, possibly inside
-// the probe itself.
-func (c *Client) forgetEra() { c.era.reprobe.Store(true) }
 
 // reinitialize replaces a session the server forgot and returns the
 // session to use from now on (nil when the era is being probed again). It
@@ -283,7 +225,7 @@ func (c *Client) forgetEra() { c.era.reprobe.Store(true) }
 func (c *Client) reinitialize(ctx context.Context, old *legacySession) (*legacySession, error) {
 	e := c.era
 	for {
-		if cur := e.legacy.Load(); cur != old {
+		if cur := c.legacy(); cur != old {
 			return cur, nil // someone else already did
 		}
 		mine, wait := e.claim()
@@ -295,15 +237,17 @@ func (c *Client) reinitialize(ctx context.Context, old *legacySession) (*legacyS
 				return nil, ctx.Err()
 			}
 		}
-		if cur := e.legacy.Load(); cur != old {
+		if cur := c.legacy(); cur != old {
 			e.release(func() {})
 			return cur, nil
 		}
 		ls, err := c.initialize(ctx)
+		if err == nil {
+			ls.shared = old.shared
+		}
 		e.release(func() {
-			if err == nil && e.legacy.Load() == old {
-				e.legacy.Store(ls)
-				e.decided.Store(&eraDecision{legacy: ls})
+			if err == nil && c.legacy() == old {
+				e.decided.Store(&eraDecision{dialect: ls})
 			}
 		})
 		if err != nil {
@@ -341,8 +285,7 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 		if err != nil {
 			return nil, fmt.Errorf("client: %s params: %w", method, err)
 		}
-		req := &outbound{id: id, method: method, body: jsonrpc.AppendRequest(nil, id, method, pb),
-			legacy: true, session: ls.id, version: ls.version, token: token}
+		req := &outbound{id: id, method: method, body: jsonrpc.AppendRequest(nil, id, method, pb), token: token}
 		onMsg := func(m *jsonrpc.Message) {
 			switch {
 			case m.IsRequest():
@@ -355,7 +298,7 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 				o.onMsg(m)
 			}
 		}
-		resp, err := c.t.roundTrip(ctx, req, onMsg)
+		resp, err := ls.over(c).roundTrip(ctx, req, onMsg)
 		if errors.Is(err, errSessionGone) && attempt == 0 {
 			nls, rerr := c.reinitialize(ctx, ls)
 			if rerr != nil {
@@ -411,7 +354,7 @@ func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 				body = jsonrpc.AppendResponse(nil, m.ID, res)
 			}
 		}
-		_ = c.t.send(ctx, &outbound{method: m.Method, body: body, legacy: true, session: ls.id, version: ls.version})
+		_ = ls.over(c).send(ctx, &outbound{method: m.Method, body: body})
 	})
 }
 
@@ -421,48 +364,39 @@ func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 // (and then for legacyLiveTTL at most): a list whose changes the server
 // announces, a resource the session subscribed to. Every other read goes
 // to the server.
-func (c *Client) hints(topic string, res jsontext.Value) (time.Duration, mcp.CacheScope) {
-	if c.legacy() == nil {
-		return cacheHints(res)
-	}
+func (ls *legacySession) hints(_ *Client, topic string, _ jsontext.Value) (time.Duration, mcp.CacheScope) {
 	// Private: nothing tells whether the answer depends on who asked, and
 	// views made with As share the cache under other authorizations. The
 	// key of a private entry holds the authorization, so a client of one
 	// user loses nothing.
-	if live := c.era.live.Load(); live != nil && (*live)[topic] {
-		return legacyLiveTTL, mcp.ScopePrivate
+	if ls.shared != nil {
+		if live := ls.shared.live.Load(); live != nil && (*live)[topic] {
+			return legacyLiveTTL, mcp.ScopePrivate
+		}
 	}
 	return 0, mcp.ScopePrivate
 }
 
-// setLive records that a legacy stream with grant g is up.
-func (c *Client) setLive(g mcp.SubscriptionFilter) {
+// setLive records that the session's stream is up with grant g.
+func (ls *legacySession) setLive(g mcp.SubscriptionFilter) {
 	t := liveTopics(g)
-	c.era.live.Store(&t)
+	ls.shared.live.Store(&t)
 }
 
-// endLive records that the legacy stream is down: the answers kept fresh
-// on its word lose that with it.
-func (c *Client) endLive() {
-	if live := c.era.live.Swap(nil); live != nil {
-		c.cache.invalidate(slices.Collect(maps.Keys(*live))...)
+// endLive records that the session's stream is down: the answers kept
+// fresh on its word lose that with it.
+func (ls *legacySession) endLive(cache *cache) {
+	if live := ls.shared.live.Swap(nil); live != nil {
+		cache.invalidate(slices.Collect(maps.Keys(*live))...)
 	}
 }
 
-// liveTopics are the cache topics a legacy stream with grant g announces.
+// liveTopics are the cache topics a session's stream with grant g
+// announces.
 func liveTopics(g mcp.SubscriptionFilter) map[string]bool {
 	t := map[string]bool{}
-	if g.ToolsListChanged {
-		t[topicTools] = true
-	}
-	if g.PromptsListChanged {
-		t[topicPrompts] = true
-	}
-	if g.ResourcesListChanged {
-		t[topicResources], t[topicTemplates] = true, true
-	}
-	for _, u := range g.ResourceSubscriptions {
-		t[topicResource+u] = true
+	for _, topic := range filterTopics(g) {
+		t[topic] = true
 	}
 	return t
 }

@@ -6,8 +6,8 @@ import (
 )
 
 // lifetime is what Close ends, shared by a client and its views: the
-// context every request and listen is bound to, and the background
-// answers to a legacy server's requests.
+// context every request and listen is bound to, and the background work
+// Close waits for (answers to a server's own requests).
 type lifetime struct {
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -114,8 +114,4 @@ func (f foreignTransport) send(ctx context.Context, r *outbound) error {
 	return f.t.Notify(ctx, r.body)
 }
 
-func (f foreignTransport) stream(context.Context, *outbound, func(), func(*jsonrpc.Message)) error {
-	return errNoStream
-}
-
 func (f foreignTransport) close() error { return f.t.Close() }

@@ -124,14 +124,6 @@ func (t *commandTransport) send(ctx context.Context, r *outbound) error {
 	return cur.send(ctx, r)
 }
 
-func (t *commandTransport) stream(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
-	cur, err := t.current()
-	if err != nil {
-		return err
-	}
-	return cur.stream(ctx, r, onOpen, onMsg)
-}
-
 func (t *commandTransport) isClosed() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()

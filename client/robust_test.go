@@ -403,8 +403,7 @@ func TestCloseRefusesBackgroundAnswers(t *testing.T) {
 	t.Cleanup(func() { closeServer(ts) })
 	c := rawClient(t, ts.URL)
 	ls := &legacySession{version: mcp.LegacyVersion}
-	c.era.legacy.Store(ls)
-	c.era.decided.Store(&eraDecision{legacy: ls})
+	c.era.decided.Store(&eraDecision{dialect: ls})
 	must(t, c.Close())
 	m, err := jsonrpc.Decode([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`), 0)
 	must(t, err)

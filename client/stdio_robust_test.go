@@ -146,10 +146,6 @@ func (f *ackTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*j
 
 func (f *ackTransport) send(context.Context, *outbound) error { return nil }
 
-func (f *ackTransport) stream(context.Context, *outbound, func(), func(*jsonrpc.Message)) error {
-	return errNoStream
-}
-
 func (f *ackTransport) close() error { return nil }
 
 // TestSlowOnEventNeverBlocksReader: with the event callback stuck and

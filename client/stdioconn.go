@@ -54,10 +54,7 @@ type stdioConn struct {
 	pending map[string]*pending
 	tokens  map[string]string
 	onOther func(*jsonrpc.Message)
-	// streamMsg receives notifications that belong to no request while a
-	// legacy watcher listens (see stream).
-	streamMsg func(*jsonrpc.Message)
-	readErr   error
+	readErr error
 	// onEnd runs once when the reader stops.
 	onEnd func()
 
@@ -276,8 +273,8 @@ func (c *stdioConn) route(m *jsonrpc.Message) {
 	case m.Method == mcp.NotifyCancelled && len(rm.RequestID) > 0:
 		// The server ended a listen itself (on shutdown): that ends it
 		// gracefully, whatever follows. The same notification about
-		// anything else is a legacy server cancelling its own request,
-		// whose id is not ours even when it looks the same.
+		// anything else is a server cancelling a request of its own, whose
+		// id is not ours even when it looks the same.
 		c.finish(idKey(rm.RequestID), answer{m: m}, true)
 		return
 	}
@@ -290,22 +287,10 @@ func (c *stdioConn) route(m *jsonrpc.Message) {
 		}
 		return
 	}
-	if m.IsRequest() {
-		// A legacy server asking the client something: it belongs to the
-		// request in flight that caused it, which we cannot tell on stdio,
-		// so it goes to the client's general handler.
-		if other := c.other(); other != nil {
-			other(m)
-		}
-		return
-	}
-	c.mu.Lock()
-	sm := c.streamMsg
-	c.mu.Unlock()
-	if sm != nil && m.Method != mcp.NotifyMessage {
-		sm(m)
-		return
-	}
+	// A message that belongs to no request we can tell: a log message, a
+	// notification of the connection as a whole, or a server's own
+	// request (which belongs to the request in flight that caused it,
+	// something stdio does not say). The client's general handler decides.
 	if other := c.other(); other != nil {
 		other(m)
 	}
@@ -387,26 +372,6 @@ func (c *stdioConn) send(ctx context.Context, r *outbound) error {
 	default:
 	}
 	return c.write(ctx, r.body)
-}
-
-// stream hands the connection's session-wide notifications to onMsg until
-// ctx ends or the server exits: on stdio the connection is the stream.
-func (c *stdioConn) stream(ctx context.Context, _ *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
-	c.mu.Lock()
-	c.streamMsg = onMsg
-	c.mu.Unlock()
-	onOpen()
-	defer func() {
-		c.mu.Lock()
-		c.streamMsg = nil
-		c.mu.Unlock()
-	}()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
-		return fmt.Errorf("%w (server exited)", ErrDropped)
-	}
 }
 
 // closeWrite stops the writer: it closes w, which also ends a write that

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"tidings/internal/sse"
-	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -40,44 +39,33 @@ type outbound struct {
 	method  string
 	body    []byte
 	version string
-	name    *string
-	params  []paramHeader
-	token   string // raw JSON of the progress token, for stdio routing
-	// legacy requests belong to a 2025-11-25 session: they carry the
-	// session id and none of the 2026-07-28 headers.
-	legacy  bool
-	session string
-	// sessionOut receives the Mcp-Session-Id the server answered with.
-	sessionOut string
-	// statusOut receives the HTTP status of the response (0 on stdio).
+	// header holds the request's protocol header fields (Mcp-Method and
+	// the like): whoever builds the request decides which it carries.
+	// Only HTTP sends them.
+	header []headerField
+	token  string // raw JSON of the progress token, for stdio routing
+	// statusOut and headerOut receive the HTTP status and header fields
+	// of the response (0 and nil on stdio, or when none came).
 	statusOut int
+	headerOut http.Header
 	// idle, for long-lived streams, cuts the stream when nothing at all
 	// (not even a keep-alive) arrives for that long.
 	idle time.Duration
 }
 
-type paramHeader struct{ name, value string }
+// headerField is one HTTP header field of a request.
+type headerField struct{ name, value string }
 
 // transport carries requests to one server. roundTrip returns the
 // request's final response; messages that belong to the request and
 // arrive before it (progress, log, listen notifications) go to onMsg.
 type transport interface {
 	roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error)
-	// send delivers a message that gets no response (a notification, or
-	// the answer to a server's request in a legacy session).
+	// send delivers a message that gets no response: a notification, or
+	// the answer to a server's own request.
 	send(ctx context.Context, r *outbound) error
-	// stream receives a legacy session's notifications until ctx ends or
-	// the stream drops. errNoStream means the server offers none.
-	// onOpen runs once the stream is established.
-	stream(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error
 	close() error
 }
-
-// errNoStream reports a legacy server without a notification stream.
-var errNoStream = errors.New("client: the server offers no notification stream")
-
-// errSessionGone reports a legacy session the server no longer knows.
-var errSessionGone = errors.New("client: session expired")
 
 // ---- Streamable HTTP ----
 
@@ -86,9 +74,6 @@ type httpTransport struct {
 	hc     *http.Client
 	header http.Header
 	maxMsg int
-	// life ends when the client closes; the legacy GET stream, which runs
-	// outside any request, ends with it.
-	life context.Context
 }
 
 // newRequest builds a request carrying the client's own headers.
@@ -172,11 +157,7 @@ func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonr
 		return nil, fmt.Errorf("client: %s: %w", r.method, err)
 	}
 	defer resp.Body.Close()
-	r.sessionOut = resp.Header.Get(mcp.HeaderSessionID)
-	r.statusOut = resp.StatusCode
-	if r.session != "" && resp.StatusCode == http.StatusNotFound {
-		return nil, errSessionGone
-	}
+	r.statusOut, r.headerOut = resp.StatusCode, resp.Header
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch mt {
 	case "text/event-stream":
@@ -231,18 +212,8 @@ func (t *httpTransport) setHeaders(h http.Header, r *outbound) {
 	if r.version != "" {
 		h.Set(mcp.HeaderProtocolVersion, r.version)
 	}
-	if r.session != "" {
-		h.Set(mcp.HeaderSessionID, r.session)
-	}
-	if r.legacy {
-		return
-	}
-	h.Set(mcp.HeaderMethod, r.method)
-	if r.name != nil {
-		h.Set(mcp.HeaderName, xheader.Encode(*r.name))
-	}
-	for _, p := range r.params {
-		h.Set(p.name, p.value)
+	for _, f := range r.header {
+		h.Set(f.name, f.value)
 	}
 }
 
@@ -262,79 +233,6 @@ func (t *httpTransport) send(ctx context.Context, r *outbound) error {
 		return &HTTPError{Status: resp.StatusCode, Body: "message not accepted"}
 	}
 	return nil
-}
-
-// stream opens a legacy session's GET stream.
-func (t *httpTransport) stream(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
-	ctx, unbind := bindLife(ctx, t.life)
-	defer unbind()
-	ctx, stop := watchIdle(ctx, r.idle)
-	defer stop()
-	err := t.get(ctx, r, onOpen, onMsg)
-	switch {
-	case err == nil:
-	case errors.Is(context.Cause(ctx), errIdle):
-		return fmt.Errorf("%w (GET stream: nothing received for %s)", ErrDropped, r.idle)
-	case errors.Is(context.Cause(ctx), ErrClosed):
-		return fmt.Errorf("%w (GET stream)", ErrClosed)
-	}
-	return err
-}
-
-func (t *httpTransport) get(ctx context.Context, r *outbound, onOpen func(), onMsg func(*jsonrpc.Message)) error {
-	req, err := t.newRequest(ctx, http.MethodGet, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(mcp.HeaderSessionID, r.session)
-	if r.version != "" {
-		req.Header.Set(mcp.HeaderProtocolVersion, r.version)
-	}
-	resp, err := t.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w (GET stream: %v)", ErrDropped, err)
-	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return errSessionGone
-	case resp.StatusCode == http.StatusMethodNotAllowed:
-		return errNoStream
-	case resp.StatusCode >= 300:
-		return &HTTPError{Status: resp.StatusCode, Body: "GET stream refused"}
-	}
-	onOpen()
-	rd := sse.NewReader(idleBody(ctx, resp.Body), t.maxMsg)
-	for {
-		ev, err := rd.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("%w (GET stream: %v)", ErrDropped, err)
-		}
-		if m, err := jsonrpc.Decode(ev.Data, 0); err == nil {
-			onMsg(m)
-		}
-	}
-}
-
-// endSession asks the server to end a 2025-11-25 session (best effort).
-func (t *httpTransport) endSession(ctx context.Context, session, version string) {
-	req, err := t.newRequest(ctx, http.MethodDelete, nil)
-	if err != nil {
-		return
-	}
-	req.Header.Set(mcp.HeaderSessionID, session)
-	req.Header.Set(mcp.HeaderProtocolVersion, version)
-	if resp, err := t.hc.Do(req); err == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-	}
 }
 
 func (t *httpTransport) close() error {

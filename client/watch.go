@@ -142,8 +142,11 @@ type Watcher struct {
 	pollFails map[string]int
 	granted   mcp.SubscriptionFilter
 	seen      map[string]map[string][32]byte // topic → item key → content hash
-	wake      chan struct{}
-	events    chan Event
+	// reported says the current outage has been reported; only the listen
+	// loop's goroutine uses it.
+	reported bool
+	wake     chan struct{}
+	events   chan Event
 }
 
 // Watch starts a Watcher. It runs until ctx ends or Close is called.
@@ -304,14 +307,13 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (w *Watcher) listenLoop(ctx context.Context) {
 	bo := &backoff{min: w.opts.MinBackoff, max: w.opts.MaxBackoff}
 	want := w.filter()
-	reported := false // the current outage has been reported
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
 			w.stats.reconnects.Add(1)
 		}
 		w.state.Store(int32(Connecting))
-		ls, eraErr := w.c.ensureEra(ctx)
-		if err := eraErr; err != nil {
+		d, err := w.c.ensureEra(ctx)
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -326,81 +328,80 @@ func (w *Watcher) listenLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if ls != nil {
-			if !w.legacyListen(ctx, ls, want, bo) {
-				return
-			}
-			continue
-		}
-		var acked atomic.Bool
-		var ackedAt atomic.Int64 // unix nanoseconds
-		acks := w.handleAcks(ctx, want)
-		onMsg := func(m *jsonrpc.Message) {
-			if m.Method == mcp.NotifyAcknowledged {
-				var p struct {
-					Notifications mcp.SubscriptionFilter `json:"notifications"`
-				}
-				_ = jsonrpc.UnmarshalParams(m.Params, &p)
-				ackedAt.Store(time.Now().UnixNano())
-				acked.Store(true)
-				acks.put(p.Notifications)
-				return
-			}
-			w.notification(m)
-		}
-		_, err := w.c.do(ctx, mcp.MethodListen, map[string]any{"notifications": want}, callOpts{onMsg: onMsg, noLimit: true})
-		acks.stop()
-		if ctx.Err() != nil {
+		if !d.follow(ctx, w, want, bo) {
 			return
 		}
-		if acked.Load() {
-			reported = false
-			if w.proven(time.Unix(0, ackedAt.Load())) {
-				bo.reset()
+	}
+}
+
+// listen follows a 2026-07-28 server for one connection: one
+// subscriptions/listen, read until it ends; what the grant leaves out is
+// polled. It reports whether the loop should go on.
+func (w *Watcher) listen(ctx context.Context, want mcp.SubscriptionFilter, bo *backoff) bool {
+	var acked atomic.Bool
+	var ackedAt atomic.Int64 // unix nanoseconds
+	acks := w.handleAcks(ctx, want)
+	onMsg := func(m *jsonrpc.Message) {
+		if m.Method == mcp.NotifyAcknowledged {
+			var p struct {
+				Notifications mcp.SubscriptionFilter `json:"notifications"`
 			}
+			_ = jsonrpc.UnmarshalParams(m.Params, &p)
+			ackedAt.Store(time.Now().UnixNano())
+			acked.Store(true)
+			acks.put(p.Notifications)
+			return
 		}
-		var rpc *jsonrpc.Error
-		switch {
-		case errors.Is(err, ErrClosed):
-			// The client was closed, or its server process is gone: no
-			// attempt can succeed, so stop instead of retrying forever
-			// (reporting the end unless the drop before this was).
-			w.state.Store(int32(Down))
-			w.c.cache.markUnknown(w.topics()...)
-			if !reported {
-				w.emit(ctx, Event{Kind: Disconnected, Err: err})
-			}
-			<-ctx.Done()
-			return
-		case err == nil || errors.Is(err, errServerEnded):
-			// The server ended the listen on purpose: nothing was missed so
-			// far. Reconnect politely, then reconcile what may change in
-			// between.
-			w.state.Store(int32(Down))
-			w.emit(ctx, Event{Kind: Disconnected, Graceful: true})
-			reported = true
-			if !sleepCtx(ctx, bo.next()) {
-				return
-			}
-		case errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeMethodNotFound && !acked.Load():
-			// No listen here: poll everything. Any other error before the
-			// acknowledgement (an internal error, a server overloaded for a
-			// moment) is treated as a drop below: backed off and retried.
-			w.state.Store(int32(Polling))
-			w.setPolled(w.topics())
-			w.markDirty(w.topics()...)
-			<-ctx.Done()
-			return
-		default:
-			// An abrupt drop: changes may have been missed.
-			w.state.Store(int32(Down))
-			w.c.cache.markUnknown(w.topics()...)
+		w.notification(m)
+	}
+	_, err := w.c.do(ctx, mcp.MethodListen, map[string]any{"notifications": want}, callOpts{onMsg: onMsg, noLimit: true})
+	acks.stop()
+	if ctx.Err() != nil {
+		return false
+	}
+	if acked.Load() {
+		w.reported = false
+		if w.proven(time.Unix(0, ackedAt.Load())) {
+			bo.reset()
+		}
+	}
+	var rpc *jsonrpc.Error
+	switch {
+	case errors.Is(err, ErrClosed):
+		// The client was closed, or its server process is gone: no
+		// attempt can succeed, so stop instead of retrying forever
+		// (reporting the end unless the drop before this was).
+		w.state.Store(int32(Down))
+		w.c.cache.markUnknown(w.topics()...)
+		if !w.reported {
 			w.emit(ctx, Event{Kind: Disconnected, Err: err})
-			reported = true
-			if !sleepCtx(ctx, bo.next()) {
-				return
-			}
 		}
+		<-ctx.Done()
+		return false
+	case err == nil || errors.Is(err, errServerEnded):
+		// The server ended the listen on purpose: nothing was missed so
+		// far. Reconnect politely, then reconcile what may change in
+		// between.
+		w.state.Store(int32(Down))
+		w.emit(ctx, Event{Kind: Disconnected, Graceful: true})
+		w.reported = true
+		return sleepCtx(ctx, bo.next())
+	case errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeMethodNotFound && !acked.Load():
+		// No listen here: poll everything. Any other error before the
+		// acknowledgement (an internal error, a server overloaded for a
+		// moment) is treated as a drop below: backed off and retried.
+		w.state.Store(int32(Polling))
+		w.setPolled(w.topics())
+		w.markDirty(w.topics()...)
+		<-ctx.Done()
+		return false
+	default:
+		// An abrupt drop: changes may have been missed.
+		w.state.Store(int32(Down))
+		w.c.cache.markUnknown(w.topics()...)
+		w.emit(ctx, Event{Kind: Disconnected, Err: err})
+		w.reported = true
+		return sleepCtx(ctx, bo.next())
 	}
 }
 
@@ -709,69 +710,4 @@ func (w *Watcher) reread(ctx context.Context, topic string) {
 		e.URI = topic[len(topicResource):]
 	}
 	w.emit(ctx, e)
-}
-
-// legacyListen follows a 2025-11-25 server for one connection: it
-// subscribes to each resource, opens the session's notification stream and
-// reads it until it ends. What the server's capabilities do not promise to
-// announce is polled. It reports whether the loop should go on.
-func (w *Watcher) legacyListen(ctx context.Context, ls *legacySession, want mcp.SubscriptionFilter, bo *backoff) bool {
-	c := w.c
-	var got mcp.SubscriptionFilter
-	caps := ls.caps
-	got.ToolsListChanged = want.ToolsListChanged && caps.Tools != nil && caps.Tools.ListChanged
-	got.PromptsListChanged = want.PromptsListChanged && caps.Prompts != nil && caps.Prompts.ListChanged
-	got.ResourcesListChanged = want.ResourcesListChanged && caps.Resources != nil && caps.Resources.ListChanged
-	if caps.Resources != nil && caps.Resources.Subscribe {
-		for _, u := range want.ResourceSubscriptions {
-			if _, err := c.doLegacy(ctx, ls, mcp.MethodResourcesSubscribe, map[string]any{"uri": u}, callOpts{}); err == nil {
-				got.ResourceSubscriptions = append(got.ResourceSubscriptions, u)
-			} else if ctx.Err() != nil {
-				return false
-			}
-		}
-	}
-	opened := false
-	var openedAt time.Time
-	onOpen := func() {
-		opened, openedAt = true, time.Now()
-		c.setLive(got)
-		w.acknowledged(ctx, want, got)
-	}
-	onMsg := func(m *jsonrpc.Message) {
-		if m.IsRequest() {
-			// The session stream also carries the server's own requests
-			// (elicitation, sampling, roots, ping) that belong to no call.
-			c.answerServer(ctx, m)
-			return
-		}
-		w.notification(m)
-	}
-	err := c.t.stream(ctx, &outbound{legacy: true, session: ls.id, version: ls.version, idle: c.cfg.listenIdle}, onOpen, onMsg)
-	c.endLive()
-	if ctx.Err() != nil {
-		return false
-	}
-	if opened && w.proven(openedAt) {
-		bo.reset()
-	}
-	switch {
-	case errors.Is(err, errNoStream):
-		// Nothing will be announced: poll everything.
-		w.state.Store(int32(Polling))
-		w.setPolled(w.topics())
-		w.markDirty(w.topics()...)
-		<-ctx.Done()
-		return false
-	case errors.Is(err, errSessionGone):
-		_, _ = c.reinitialize(ctx, ls)
-	}
-	w.state.Store(int32(Down))
-	w.c.cache.markUnknown(w.topics()...)
-	w.emit(ctx, Event{Kind: Disconnected, Err: err})
-	if errors.Is(err, ErrClosed) {
-		<-ctx.Done() // closed, or a server that cannot come back
-		return false
-	}
-	return sleepCtx(ctx, bo.next())
 }

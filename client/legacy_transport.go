@@ -1,0 +1,185 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"tidings/internal/sse"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// errNoStream reports a 2025-11-25 server without a notification stream.
+var errNoStream = errors.New("client: the server offers no notification stream")
+
+// errSessionGone reports a 2025-11-25 session the server no longer knows.
+var errSessionGone = errors.New("client: session expired")
+
+// sessionTransport decorates a client's transport with one 2025-11-25
+// session. The transport underneath knows nothing of sessions: this is
+// where a request gets the session's id and version, where a 404 becomes
+// a session the server forgot, and where the session's own stream of
+// messages that belong to no request (the GET stream over HTTP, the
+// connection itself on stdio) is opened.
+type sessionTransport struct {
+	base transport
+	ls   *legacySession
+	// life is the client's: the GET stream, which runs outside any
+	// request, ends with it.
+	life context.Context
+}
+
+// over returns the session carried by c's transport.
+func (ls *legacySession) over(c *Client) sessionTransport {
+	return sessionTransport{base: c.t, ls: ls, life: c.life.ctx}
+}
+
+// prepare makes r a request of the session.
+func (s sessionTransport) prepare(r *outbound) {
+	r.version = s.ls.version
+	if s.ls.id != "" {
+		r.header = append(r.header, headerField{mcp.HeaderSessionID, s.ls.id})
+	}
+}
+
+func (s sessionTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
+	s.prepare(r)
+	m, err := s.base.roundTrip(ctx, r, onMsg)
+	if s.ls.id != "" && r.statusOut == http.StatusNotFound {
+		return nil, errSessionGone
+	}
+	return m, err
+}
+
+func (s sessionTransport) send(ctx context.Context, r *outbound) error {
+	s.prepare(r)
+	return s.base.send(ctx, r)
+}
+
+// connection is a transport on one connection that carries every message
+// of the server, such as stdio: there the connection is the session's
+// stream.
+type connection interface {
+	// ended returns a channel closed when the connection ends.
+	ended() (<-chan struct{}, error)
+}
+
+func (c *stdioConn) ended() (<-chan struct{}, error) { return c.done, nil }
+
+func (t *commandTransport) ended() (<-chan struct{}, error) {
+	cur, err := t.current()
+	if err != nil {
+		return nil, err
+	}
+	return cur.done, nil
+}
+
+// stream receives the session's messages that belong to no request until
+// ctx ends or the stream drops; onOpen runs once it is established.
+// errNoStream means the server (or a transport from outside the package,
+// which cannot tell such messages) offers none. idle cuts an HTTP stream
+// on which nothing arrives for that long.
+func (s sessionTransport) stream(ctx context.Context, idle time.Duration, onOpen func(), onMsg func(*jsonrpc.Message)) error {
+	switch t := s.base.(type) {
+	case *httpTransport:
+		return s.getStream(ctx, t, idle, onOpen, onMsg)
+	case connection:
+		done, err := t.ended()
+		if err != nil {
+			return err
+		}
+		s.ls.shared.setStream(onMsg)
+		defer s.ls.shared.setStream(nil)
+		onOpen()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+			return fmt.Errorf("%w (server exited)", ErrDropped)
+		}
+	}
+	return errNoStream
+}
+
+// getStream opens the session's GET stream.
+func (s sessionTransport) getStream(ctx context.Context, t *httpTransport, idle time.Duration, onOpen func(), onMsg func(*jsonrpc.Message)) error {
+	ctx, unbind := bindLife(ctx, s.life)
+	defer unbind()
+	ctx, stop := watchIdle(ctx, idle)
+	defer stop()
+	err := s.get(ctx, t, onOpen, onMsg)
+	switch {
+	case err == nil:
+	case errors.Is(context.Cause(ctx), errIdle):
+		return fmt.Errorf("%w (GET stream: nothing received for %s)", ErrDropped, idle)
+	case errors.Is(context.Cause(ctx), ErrClosed):
+		return fmt.Errorf("%w (GET stream)", ErrClosed)
+	}
+	return err
+}
+
+func (s sessionTransport) get(ctx context.Context, t *httpTransport, onOpen func(), onMsg func(*jsonrpc.Message)) error {
+	req, err := t.newRequest(ctx, http.MethodGet, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(mcp.HeaderSessionID, s.ls.id)
+	if s.ls.version != "" {
+		req.Header.Set(mcp.HeaderProtocolVersion, s.ls.version)
+	}
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w (GET stream: %v)", ErrDropped, err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return errSessionGone
+	case resp.StatusCode == http.StatusMethodNotAllowed:
+		return errNoStream
+	case resp.StatusCode >= 300:
+		return &HTTPError{Status: resp.StatusCode, Body: "GET stream refused"}
+	}
+	onOpen()
+	rd := sse.NewReader(idleBody(ctx, resp.Body), t.maxMsg)
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("%w (GET stream: %v)", ErrDropped, err)
+		}
+		if m, err := jsonrpc.Decode(ev.Data, 0); err == nil {
+			onMsg(m)
+		}
+	}
+}
+
+// end asks the server to end the session, best effort, so that it can
+// free it now rather than at its idle expiry. Only HTTP sessions have an
+// id to end; a stdio session ends with its connection.
+func (s sessionTransport) end(ctx context.Context) {
+	t, ok := s.base.(*httpTransport)
+	if !ok || s.ls.id == "" {
+		return
+	}
+	req, err := t.newRequest(ctx, http.MethodDelete, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set(mcp.HeaderSessionID, s.ls.id)
+	req.Header.Set(mcp.HeaderProtocolVersion, s.ls.version)
+	if resp, err := t.hc.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+	}
+}
