@@ -38,15 +38,24 @@ func (f Freshness) String() string {
 	return "missing"
 }
 
-// Topics group cache entries by what invalidates them.
+// Topics group cache entries by what invalidates them. A list's topic is
+// its mcp.List name; the templates list changes with the resources list.
 const (
 	topicDiscover  = "discover"
-	topicTools     = "tools"
-	topicPrompts   = "prompts"
-	topicResources = "resources"
-	topicTemplates = "templates"
+	topicTools     = "tools"     // mcp.ToolsList
+	topicPrompts   = "prompts"   // mcp.PromptsList
+	topicResources = "resources" // mcp.ResourcesList
+	topicTemplates = "templates" // also mcp.ResourcesList
 	topicResource  = "resource:" // + URI
 )
+
+// listTopics returns the topics a change of list l invalidates.
+func listTopics(l mcp.List) []string {
+	if l == mcp.ResourcesList {
+		return []string{topicResources, topicTemplates}
+	}
+	return []string{l.String()}
+}
 
 // cached is one stored answer.
 type cached struct {

@@ -577,3 +577,18 @@ func TestNoRequestTimeout(t *testing.T) {
 		t.Fatalf("Tools with no timeout = %v, %v", names(tools), err)
 	}
 }
+
+// TestListTopicsFollowMCPLists: the cache's list topics are the mcp.List
+// names, so a listen grant, a notification and a cached list agree on
+// which list is meant.
+func TestListTopicsFollowMCPLists(t *testing.T) {
+	for l, want := range map[mcp.List][]string{
+		mcp.ToolsList:     {topicTools},
+		mcp.PromptsList:   {topicPrompts},
+		mcp.ResourcesList: {topicResources, topicTemplates},
+	} {
+		if got := listTopics(l); !slices.Equal(got, want) {
+			t.Errorf("listTopics(%v) = %v, want %v", l, got, want)
+		}
+	}
+}

@@ -211,14 +211,10 @@ func (w *Watcher) filter() mcp.SubscriptionFilter {
 // keeps honest in the cache.
 func filterTopics(f mcp.SubscriptionFilter) []string {
 	var t []string
-	if f.ToolsListChanged {
-		t = append(t, topicTools)
-	}
-	if f.PromptsListChanged {
-		t = append(t, topicPrompts)
-	}
-	if f.ResourcesListChanged {
-		t = append(t, topicResources, topicTemplates)
+	for _, l := range mcp.Lists() {
+		if f.Wants(l) {
+			t = append(t, listTopics(l)...)
+		}
 	}
 	for _, u := range f.ResourceSubscriptions {
 		t = append(t, topicResource+u)
@@ -501,13 +497,11 @@ func (w *Watcher) setPolled(topics []string) {
 // scheduled re-read. It is a reason to re-read, never the new state.
 func (w *Watcher) notification(m *jsonrpc.Message) {
 	var topics []string
+	if l, ok := mcp.ChangedList(m.Method); ok {
+		topics = listTopics(l)
+	}
 	switch m.Method {
-	case mcp.NotifyToolsListChanged:
-		topics = []string{topicTools}
-	case mcp.NotifyPromptsListChanged:
-		topics = []string{topicPrompts}
-	case mcp.NotifyResourcesListChanged:
-		topics = []string{topicResources, topicTemplates}
+	case mcp.NotifyToolsListChanged, mcp.NotifyPromptsListChanged, mcp.NotifyResourcesListChanged:
 	case mcp.NotifyResourceUpdated:
 		var p struct {
 			URI string `json:"uri"`
