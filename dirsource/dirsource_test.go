@@ -643,10 +643,3 @@ func TestTools(t *testing.T) {
 		t.Errorf("list_directory .. = %v", r.Structured)
 	}
 }
-
-func TestMaxFiles(t *testing.T) {
-	f := newFixture(t, map[string]string{"a.txt": "a", "b.txt": "b", "c.txt": "c"}, dirsource.WithMaxFiles(2))
-	if got := f.listURIs(t); !slices.Equal(got, []string{f.uri("a.txt"), f.uri("b.txt")}) {
-		t.Fatalf("list = %v", got)
-	}
-}
