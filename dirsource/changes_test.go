@@ -22,7 +22,7 @@ import (
 
 // updates is a subscription to one URI, in either protocol era: next
 // returns once the server has said the URI changed.
-type updates interface{ next(t *testing.T) }
+type updates interface{ next(t testing.TB) }
 
 // listenUpdates subscribes with subscriptions/listen (2026-07-28).
 type listenUpdates struct {
@@ -30,7 +30,7 @@ type listenUpdates struct {
 	uri string
 }
 
-func (u listenUpdates) next(t *testing.T) {
+func (u listenUpdates) next(t testing.TB) {
 	t.Helper()
 	for {
 		n := u.l.next(t)
@@ -68,7 +68,7 @@ type legacyUpdates struct {
 	seen *int
 }
 
-func (u legacyUpdates) next(t *testing.T) {
+func (u legacyUpdates) next(t testing.TB) {
 	t.Helper()
 	deadline := time.After(wait)
 	for {
@@ -94,7 +94,7 @@ func (u legacyUpdates) next(t *testing.T) {
 }
 
 // legacyCall parses a 2025-11-25 request, which carries no _meta.
-func legacyCall(t *testing.T, id int, method string, params map[string]any) *engine.Call {
+func legacyCall(t testing.TB, id int, method string, params map[string]any) *engine.Call {
 	t.Helper()
 	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 	if err != nil {
@@ -113,7 +113,7 @@ func legacyCall(t *testing.T, id int, method string, params map[string]any) *eng
 
 // subscribeLegacy opens a 2025-11-25 session with its stream and
 // subscribes to uri.
-func (f *fixture) subscribeLegacy(t *testing.T, uri string) updates {
+func (f *fixture) subscribeLegacy(t testing.TB, uri string) updates {
 	t.Helper()
 	ss, rep := legacy.Open(engine.Of(f.srv), legacyCall(t, 0, mcp.MethodInitialize, map[string]any{
 		"protocolVersion": mcp.LegacyVersion,
@@ -162,7 +162,7 @@ var eras = []struct {
 
 // readState is what resources/read and resources/list say of one file:
 // its text, or "missing"; and whether it is listed.
-func (f *fixture) readState(t *testing.T, rel string) (text string, listed bool) {
+func (f *fixture) readState(t testing.TB, rel string) (text string, listed bool) {
 	t.Helper()
 	r := f.rpc(t, mcp.MethodResourcesRead, map[string]any{"uri": f.uri(rel)})
 	switch {
@@ -177,7 +177,7 @@ func (f *fixture) readState(t *testing.T, rel string) (text string, listed bool)
 }
 
 // allURIs returns every URI of resources/list, following the cursor.
-func (f *fixture) allURIs(t *testing.T) []string {
+func (f *fixture) allURIs(t testing.TB) []string {
 	t.Helper()
 	var uris []string
 	params := map[string]any{}
@@ -197,7 +197,7 @@ func (f *fixture) allURIs(t *testing.T) []string {
 // untilState waits for updates of rel until reads say want (text, or
 // "missing") and the list agrees. Every intermediate state must be
 // followed by another update: the last change is never lost.
-func (f *fixture) untilState(t *testing.T, u updates, rel, want string) {
+func (f *fixture) untilState(t testing.TB, u updates, rel, want string) {
 	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
@@ -212,7 +212,7 @@ func (f *fixture) untilState(t *testing.T, u updates, rel, want string) {
 	}
 }
 
-func mustDo(t *testing.T, err error) {
+func mustDo(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
