@@ -194,8 +194,9 @@ func (f *fixture) allURIs(t testing.TB) []string {
 	}
 }
 
-// untilState waits for updates of rel until reads say want (text, or
-// "missing") and the list agrees. Every intermediate state must be
+// untilState waits for updates of rel until reads say want (text,
+// "missing", or "error: " and the message) and the list agrees: only
+// files that read are listed. Every intermediate state must be
 // followed by another update: the last change is never lost.
 func (f *fixture) untilState(t testing.TB, u updates, rel, want string) {
 	t.Helper()
@@ -203,7 +204,7 @@ func (f *fixture) untilState(t testing.TB, u updates, rel, want string) {
 	for {
 		u.next(t)
 		text, listed := f.readState(t, rel)
-		if text == want && listed == (want != "missing") {
+		if text == want && listed == (want != "missing" && !strings.HasPrefix(want, "error: ")) {
 			return
 		}
 		if time.Now().After(deadline) {
