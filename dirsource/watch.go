@@ -62,7 +62,9 @@ func (s *Source) Run(ctx context.Context) error {
 	defer check.Stop()
 
 	pending := map[string]fsnotify.Op{}
-	rescan, rootEvent := false, false
+	// rescan: look at the whole tree again; lost: and report every file
+	// as updated, because events were lost.
+	rescan, lost, rootEvent := false, false, false
 	for {
 		var events <-chan fsnotify.Event
 		var errs <-chan error
@@ -84,7 +86,7 @@ func (s *Source) Run(ctx context.Context) error {
 				if ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
 					rootEvent = true // removed or moved away
 				} else {
-					rescan = true // its permissions changed
+					rescan = true // its permissions changed: what is readable may have
 				}
 			case hidden(rel):
 				continue
@@ -98,7 +100,7 @@ func (s *Source) Run(ctx context.Context) error {
 			}
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
 				s.log.Warn("dirsource: events were lost; rescanning", "err", err)
-				rescan = true
+				rescan, lost = true, true
 				arm()
 				continue
 			}
@@ -109,19 +111,22 @@ func (s *Source) Run(ctx context.Context) error {
 			case rootEvent || !wt.intact(s.root):
 				wt = s.rewatch(wt)
 			case rescan:
-				s.rescan(wt)
+				if !lost {
+					s.flush(wt, pending) // their writes count as such
+				}
+				s.rescan(wt, lost)
 			default:
 				s.flush(wt, pending)
 			}
 			clear(pending)
-			rescan, rootEvent = false, false
+			rescan, lost, rootEvent = false, false, false
 		case <-check.C:
 			if wt.w != nil && wt.intact(s.root) {
 				continue
 			}
 			if wt.w != nil {
 				clear(pending)
-				rescan, rootEvent = false, false
+				rescan, lost, rootEvent = false, false, false
 			}
 			wt = s.rewatch(wt)
 			if wt.w == nil && s.cfg.rootGrace >= 0 && time.Since(wt.goneSince) > s.cfg.rootGrace {
@@ -206,15 +211,15 @@ func (s *Source) rewatch(old *watcher) *watcher {
 	return old
 }
 
-// rescan looks at the whole tree again after events were lost, and
-// reports every file as updated.
-func (s *Source) rescan(wt *watcher) {
+// rescan looks at the whole tree again; after events were lost, it
+// reports every file as updated, since any may have changed unseen.
+func (s *Source) rescan(wt *watcher, lost bool) {
 	found, err := s.scan("", wt.w)
 	if err != nil {
 		s.log.Warn("dirsource: rescan failed; listing nothing", "err", err)
 		found = nil
 	}
-	s.commit([]subtreeObs{{found: found, assumeChanged: true}})
+	s.commit([]subtreeObs{{found: found, assumeChanged: lost}})
 }
 
 // flush looks at every path that had events and commits what it finds.
