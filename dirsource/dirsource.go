@@ -1,16 +1,27 @@
 // Package dirsource serves a directory tree as live MCP resources.
 //
-// Every regular file under the directory (recursively, hidden files and
-// directories excluded) is a resource whose URI is its canonical file://
-// URL. Run watches the tree with fsnotify: when a file is written, readers
-// subscribed to its URI get notifications/resources/updated; when files
-// appear, disappear or are renamed, the resource list changes and
-// listeners get notifications/resources/list_changed. Bursts of events for
-// one file (an editor saving in several writes, a build rewriting a file)
-// are coalesced; the file's state when the burst ends is what counts, so
-// the last change is never lost. A write that changes a file's size also
-// changes its entry in the list (which carries the size), so list
-// listeners hear of it too.
+// Every readable regular file under the directory (recursively, hidden
+// files and directories excluded) is a resource whose URI is its
+// canonical file:// URL. Run watches the tree with fsnotify and keeps the
+// server in step with it: whenever a read of a file's URI would now
+// answer differently — the file was written, truncated, created, removed,
+// renamed onto or away, made readable or unreadable — readers subscribed
+// to that URI get notifications/resources/updated, and whenever the
+// resource list would now be different, list listeners get
+// notifications/resources/list_changed. Bursts of events are coalesced;
+// the tree's state when the burst ends is what counts, so the last change
+// is never lost.
+//
+// The served directory itself may vanish and come back (a checkout
+// re-cloned, rm -rf dir && mkdir dir): while it is missing nothing is
+// listed, and once it is back it is watched and listed again. A directory
+// missing for longer than the grace period (WithRootGrace) is taken to be
+// gone for good, and Run returns an error wrapping ErrRootGone.
+//
+// The list holds at most WithMaxFiles files. When the limit bites, the
+// list carries one more resource, at PartialURI, whose _meta under
+// PartialMetaKey says how many files were left out; the list refills as
+// room appears.
 //
 // Reads never leave the directory: a URI must be the canonical spelling of
 // a path inside it, hidden components and ".." are refused, symbolic links
@@ -22,19 +33,19 @@ package dirsource
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"mime"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"tidings/jsonrpc"
@@ -42,13 +53,25 @@ import (
 	"tidings/server"
 )
 
+// Defaults of the options, also used by the serve command's flags.
+const (
+	DefaultMaxFiles       = 10000
+	DefaultMaxReadBytes   = 8 << 20
+	DefaultMaxSearchBytes = 1 << 20
+	DefaultSearchBudget   = 64 << 20
+	DefaultRootGrace      = time.Minute
+)
+
 type config struct {
-	coalesce  time.Duration
-	maxRead   int64
-	maxSearch int64
-	maxFiles  int
-	logger    *slog.Logger
-	noTools   bool
+	coalesce     time.Duration
+	maxRead      int64
+	maxSearch    int64
+	searchBudget int64
+	maxFiles     int
+	rootGrace    time.Duration // < 0: wait forever
+	rootCheck    time.Duration
+	logger       *slog.Logger
+	noTools      bool
 }
 
 // Option configures a Source.
@@ -66,8 +89,9 @@ func WithCoalesceWindow(d time.Duration) Option {
 }
 
 // WithMaxReadBytes bounds the size of a file that resources/read returns
-// (default 8 MiB). Larger files stay listed, but reading them fails, so a
-// stray disk image cannot exhaust memory.
+// (default DefaultMaxReadBytes, 8 MiB). Larger files stay listed, but
+// reading them fails with an error that names the limit, so a stray disk
+// image cannot exhaust memory.
 func WithMaxReadBytes(n int64) Option {
 	return func(c *config) {
 		if n > 0 {
@@ -76,9 +100,37 @@ func WithMaxReadBytes(n int64) Option {
 	}
 }
 
-// WithMaxFiles bounds how many files are listed (default 10000). Files
-// beyond the bound are left out with a warning; the limit keeps memory and
-// list sizes predictable when pointed at a huge tree by mistake.
+// WithMaxSearchBytes bounds the size of a file that search_files looks
+// into (default DefaultMaxSearchBytes, 1 MiB). Larger files are skipped,
+// and a search that skipped any says so (truncated, reason
+// "file_too_large").
+func WithMaxSearchBytes(n int64) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxSearch = n
+		}
+	}
+}
+
+// WithSearchBudget bounds the bytes one search_files call reads in all
+// (default DefaultSearchBudget, 64 MiB), so a query over a large tree
+// answers in bounded time; a search that stops early says so (truncated,
+// reason "search_budget").
+func WithSearchBudget(n int64) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.searchBudget = n
+		}
+	}
+}
+
+// WithMaxFiles bounds how many files are listed (default
+// DefaultMaxFiles, 10000), which keeps list sizes predictable when the
+// source is pointed at a huge tree by mistake. Files beyond the bound are
+// not listed but not hidden either: they can be read by URI and searched,
+// and the list says it is partial (see PartialURI). The source still
+// keeps a small record of every file, so that room left by deleted files
+// is filled at once.
 func WithMaxFiles(n int) Option {
 	return func(c *config) {
 		if n > 0 {
@@ -86,6 +138,13 @@ func WithMaxFiles(n int) Option {
 		}
 	}
 }
+
+// WithRootGrace sets how long the served directory may be missing before
+// Run gives up with ErrRootGone (default DefaultRootGrace, one minute).
+// Within that time a directory that comes back at the same path is
+// watched and listed again. Zero gives up as soon as the loss is noticed;
+// a negative duration waits forever.
+func WithRootGrace(d time.Duration) Option { return func(c *config) { c.rootGrace = d } }
 
 // WithLogger sets where the source logs (default slog.Default).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -95,7 +154,11 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // names are unique per server) or want resources only.
 func WithoutTools() Option { return func(c *config) { c.noTools = true } }
 
-// fileMeta is what the source remembers of a listed file.
+// ErrRootGone is wrapped by the error Run returns when the served
+// directory has been missing for longer than the grace period.
+var ErrRootGone = errors.New("dirsource: the served directory is gone")
+
+// fileMeta is what the source remembers of a file.
 type fileMeta struct {
 	size int64
 	mod  time.Time
@@ -112,21 +175,28 @@ type Source struct {
 	ready   chan struct{}
 	started atomic.Bool
 
-	mu    sync.Mutex
-	srv   *server.Server
-	files map[string]fileMeta // by slash-separated path relative to root
+	mu  sync.Mutex
+	srv *server.Server
+	st  state
 }
 
 // New returns a source for dir, which must be an existing directory. The
 // directory's own path is resolved once, so URIs stay the same even if a
 // symbolic link to it is later changed.
 func New(dir string, opts ...Option) (*Source, error) {
-	cfg := config{coalesce: 25 * time.Millisecond, maxRead: 8 << 20, maxSearch: 1 << 20, maxFiles: 10000}
+	cfg := config{
+		coalesce: 25 * time.Millisecond, maxRead: DefaultMaxReadBytes, maxSearch: DefaultMaxSearchBytes,
+		searchBudget: DefaultSearchBudget, maxFiles: DefaultMaxFiles, rootGrace: DefaultRootGrace,
+		rootCheck: 100 * time.Millisecond,
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
+	}
+	if dir == "" {
+		return nil, errors.New("dirsource: no directory given")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -149,7 +219,7 @@ func New(dir string, opts ...Option) (*Source, error) {
 		cfg:     cfg,
 		log:     cfg.logger.With("dir", resolved),
 		ready:   make(chan struct{}),
-		files:   map[string]fileMeta{},
+		st:      newState(),
 	}, nil
 }
 
@@ -165,6 +235,14 @@ func (s *Source) URI(rel string) string {
 	}
 	return fileURI(filepath.Join(s.root, filepath.FromSlash(rel)))
 }
+
+// PartialURI returns the URI of the resource that is listed while the
+// file limit leaves files out of the list: "tidings:partial:" followed by
+// the root's URI. It is not a file URI, so clients that open listed
+// file:// URIs never mistake it for a file. Its entry carries
+// PartialMetaKey in _meta; reading it returns the same object as JSON;
+// subscribers to it are told whenever the counts change.
+func (s *Source) PartialURI() string { return "tidings:partial:" + s.rootURI }
 
 // Template returns the URI template registered for reads of files that
 // are not (yet) listed.
@@ -189,13 +267,19 @@ func (s *Source) Register(srv *server.Server) error {
 		return errors.New("dirsource: nil server")
 	}
 	s.mu.Lock()
+	registered := s.srv != nil
+	s.mu.Unlock()
+	if registered {
+		return errors.New("dirsource: already registered")
+	}
+	found, err := s.scan("", nil) // without the lock: it reads the disk
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.srv != nil {
 		return errors.New("dirsource: already registered")
-	}
-	found, err := s.scan("", nil)
-	if err != nil {
-		return err
 	}
 	err = srv.AddResourceTemplate(mcp.ResourceTemplate{
 		URITemplate: s.Template(),
@@ -212,24 +296,40 @@ func (s *Source) Register(srv *server.Server) error {
 		}
 	}
 	s.srv = srv
-	s.commitLocked(nil, []subtreeObs{{found: found}})
+	s.commitLocked([]subtreeObs{{found: found}})
 	return nil
 }
 
-// read serves resources/read for listed files and for the template.
+// errPermission is what tools and reads say when the operating system
+// refuses access. It names no path beyond what the caller gave.
+var errPermission = errors.New("permission denied")
+
+// read serves resources/read for listed files, for the template and for
+// the partial-list resource.
 func (s *Source) read(_ context.Context, req *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
+	if req.URI == s.PartialURI() {
+		return s.readPartial(req.URI)
+	}
 	rel, ok := s.relFromURI(req.URI)
 	if !ok {
 		return nil, server.ErrResourceNotFound
 	}
 	data, _, err := s.readFile(rel, s.cfg.maxRead)
-	if errors.Is(err, errTooLarge) {
+	switch {
+	case err == nil:
+	case errors.Is(err, errTooLarge):
 		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Resource too large",
 			map[string]any{"uri": req.URI, "limit": s.cfg.maxRead})
-	}
-	if err != nil {
+	case errors.Is(err, fs.ErrPermission):
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Resource unreadable: permission denied",
+			map[string]any{"uri": req.URI, "reason": "permission_denied"})
+	case notFound(err):
 		s.log.Debug("dirsource: read refused", "uri", req.URI, "err", err)
 		return nil, server.ErrResourceNotFound
+	default:
+		s.log.Warn("dirsource: read failed", "uri", req.URI, "err", err)
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Resource unreadable: "+errnoText(err),
+			map[string]any{"uri": req.URI, "reason": "io_error"})
 	}
 	mt := mimeType(rel, data)
 	var c mcp.ResourceContents
@@ -239,6 +339,39 @@ func (s *Source) read(_ context.Context, req *server.ResourceRequest) (*mcp.Read
 		c = mcp.BlobContents(req.URI, mt, base64.StdEncoding.EncodeToString(data))
 	}
 	return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{c}}, nil
+}
+
+// readPartial returns the counts of the partial list as JSON, or not
+// found while the list is complete.
+func (s *Source) readPartial(uri string) (*mcp.ReadResourceResult, error) {
+	s.mu.Lock()
+	info := s.st.partial
+	s.mu.Unlock()
+	if info.Limit == 0 {
+		return nil, server.ErrResourceNotFound
+	}
+	b, err := json.Marshal(info)
+	if err != nil {
+		return nil, fmt.Errorf("dirsource: %w", err)
+	}
+	return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{mcp.TextContents(uri, "application/json", string(b))}}, nil
+}
+
+// notFound reports whether err means that there is nothing servable at
+// the path: missing, a symbolic link, not a regular file.
+func notFound(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, errLink) || errors.Is(err, errNotFile) ||
+		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP)
+}
+
+// errnoText describes an I/O error by its system error alone, so that no
+// path appears in what the client is told.
+func errnoText(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return "I/O error"
 }
 
 // relFromURI maps a URI to a path relative to the root, refusing anything
@@ -382,21 +515,25 @@ func (s *Source) relOf(abs string) (string, bool) {
 	return filepath.ToSlash(r), true
 }
 
-// metaOf describes a regular file; only names without a known extension
-// cost a read of their first bytes.
-func (s *Source) metaOf(root *os.Root, rel string, fi fs.FileInfo) fileMeta {
+// metaOf describes a regular file, and reports false when the file
+// cannot be opened for reading (permissions, or gone meanwhile): such a
+// file is not listed, because every read of it would fail. Names without
+// a known extension also cost a read of their first bytes.
+func (s *Source) metaOf(root *os.Root, rel string, fi fs.FileInfo) (fileMeta, bool) {
 	m := fileMeta{size: fi.Size(), mod: fi.ModTime()}
+	f, err := openServable(root, filepath.FromSlash(rel), false)
+	if err != nil {
+		return m, false
+	}
+	defer f.Close()
 	var head []byte
 	if mime.TypeByExtension(filepath.Ext(rel)) == "" {
-		if f, err := openServable(root, filepath.FromSlash(rel), false); err == nil {
-			buf := make([]byte, 512)
-			n, _ := io.ReadFull(f, buf)
-			head = buf[:n]
-			f.Close()
-		}
+		buf := make([]byte, 512)
+		n, _ := io.ReadFull(f, buf)
+		head = buf[:n]
 	}
 	m.mime = mimeType(rel, head)
-	return m
+	return m, true
 }
 
 // adder is what scan calls for every directory it enters, to watch it.
@@ -450,7 +587,9 @@ func (s *Source) scan(relDir string, w adder) (map[string]fileMeta, error) {
 			if err != nil {
 				return nil // removed meanwhile
 			}
-			found[rel] = s.metaOf(root, rel, fi)
+			if m, ok := s.metaOf(root, rel, fi); ok {
+				found[rel] = m
+			}
 		}
 		return nil
 	})
@@ -460,109 +599,62 @@ func (s *Source) scan(relDir string, w adder) (map[string]fileMeta, error) {
 	return found, nil
 }
 
-// fileObs is the state of one file seen after an event. content is set
-// when the event may have changed its bytes (not for a mere chmod).
-type fileObs struct {
-	rel     string
-	meta    fileMeta
-	content bool
-}
-
-// subtreeObs is the complete set of files under prefix ("" for the whole
-// tree): listed files under it that are missing from found are gone. With
-// assumeChanged, every file found is treated as rewritten (after events
-// were lost).
-type subtreeObs struct {
-	prefix        string
-	found         map[string]fileMeta
-	assumeChanged bool
-}
-
-func under(rel, prefix string) bool {
-	return prefix == "" || rel == prefix || strings.HasPrefix(rel, prefix+"/")
-}
-
-// commitLocked brings the registry in line with what was observed: one
-// batch of removals, one of additions, then resources/updated for files
-// whose content changed. The registry publishes list changes itself.
-func (s *Source) commitLocked(files []fileObs, trees []subtreeObs) {
-	put := map[string]fileMeta{}
-	changed := map[string]bool{}
-	gone := map[string]bool{}
-	see := func(rel string, m fileMeta, content bool) {
-		delete(gone, rel)
-		old, ok := s.files[rel]
-		if !ok || old.size != m.size || old.mime != m.mime {
-			put[rel] = m
-		} else {
-			s.files[rel] = m
-		}
-		if ok && (content || old.size != m.size || !old.mod.Equal(m.mod)) {
-			changed[rel] = true
-		}
-	}
-	for _, t := range trees {
-		for rel := range s.files {
-			if under(rel, t.prefix) {
-				if _, ok := t.found[rel]; !ok {
-					gone[rel] = true
-				}
-			}
-		}
-		for rel, m := range t.found {
-			see(rel, m, t.assumeChanged)
-		}
-	}
-	for _, f := range files {
-		see(f.rel, f.meta, f.content)
-	}
-
-	if len(gone) > 0 {
-		uris := make([]string, 0, len(gone))
-		for rel := range gone {
+// commitLocked brings the bookkeeping and the server in line with what
+// was observed: one batch of removals, one of additions (the registry
+// publishes each as a list change), then resources/updated for every
+// URI whose read now answers differently, "now missing" and "now
+// present" included. It does no I/O.
+func (s *Source) commitLocked(obs []subtreeObs) {
+	was := s.st.partial
+	d := s.st.apply(obs, s.cfg.maxFiles)
+	if len(d.remove) > 0 || d.dropPartial {
+		uris := make([]string, 0, len(d.remove)+1)
+		for _, rel := range d.remove {
 			uris = append(uris, s.URI(rel))
-			delete(s.files, rel)
-			delete(changed, rel)
+		}
+		if d.dropPartial {
+			uris = append(uris, s.PartialURI())
 		}
 		s.srv.RemoveResources(uris...)
 	}
-	if len(put) > 0 {
-		rels := slices.Sorted(maps.Keys(put))
-		res := make([]mcp.Resource, 0, len(rels))
-		skipped := 0
-		for _, rel := range rels {
-			if _, listed := s.files[rel]; !listed && len(s.files) >= s.cfg.maxFiles {
-				skipped++
-				delete(changed, rel)
-				continue
-			}
-			m := put[rel]
-			s.files[rel] = m
+	if len(d.put) > 0 || d.putPartial {
+		res := make([]mcp.Resource, 0, len(d.put)+1)
+		for _, rel := range d.put {
+			m := s.st.files[rel].meta
 			size := m.size
 			res = append(res, mcp.Resource{URI: s.URI(rel), Name: rel, MimeType: m.mime, Size: &size})
 		}
-		if skipped > 0 {
-			s.log.Warn("dirsource: file limit reached; files left out", "limit", s.cfg.maxFiles, "skipped", skipped)
+		if d.putPartial {
+			res = append(res, s.partialResource(s.st.partial))
 		}
 		if err := s.srv.AddResources(res, s.read); err != nil {
 			s.log.Error("dirsource: registering files", "err", err)
 		}
 	}
-	for rel := range changed {
+	switch now := s.st.partial; {
+	case was.Limit == 0 && now.Limit != 0:
+		s.log.Warn("dirsource: file limit reached; the resource list is partial",
+			"limit", s.cfg.maxFiles, "unlisted", now.Unlisted, "marker", s.PartialURI())
+	case was.Limit != 0 && now.Limit == 0:
+		s.log.Info("dirsource: every file is listed again")
+	}
+	if d.putPartial || d.dropPartial {
+		s.srv.ResourceUpdated(s.PartialURI())
+	}
+	for _, rel := range d.updated {
 		s.srv.ResourceUpdated(s.URI(rel))
 	}
 }
 
-func (s *Source) commit(files []fileObs, trees []subtreeObs) {
+func (s *Source) commit(obs []subtreeObs) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.commitLocked(files, trees)
+	s.commitLocked(obs)
 }
 
-// snapshot returns the listed files sorted by path.
+// snapshot returns every known file, listed or not, sorted by path.
 func (s *Source) snapshot() ([]string, map[string]fileMeta) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := maps.Clone(s.files)
-	return slices.Sorted(maps.Keys(m)), m
+	return s.st.known()
 }

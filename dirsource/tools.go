@@ -24,11 +24,8 @@ import (
 const (
 	defaultSearchResults = 50
 	maxSearchResults     = 1000
-	// searchBudget bounds the bytes one search reads, so a query over a
-	// large tree answers in bounded time; the result says when it stopped.
-	searchBudget = 64 << 20
-	maxLineText  = 240
-	maxDirList   = 1000
+	maxLineText          = 240
+	maxDirList           = 1000
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -127,9 +124,30 @@ type searchMatch struct {
 	Text string `json:"text"`
 }
 
+// truncReason says why a search may have missed matches.
+type truncReason string
+
+const (
+	// reasonMaxResults: the result limit was reached.
+	reasonMaxResults truncReason = "max_results"
+	// reasonBudget: the bytes one search may read were used up.
+	reasonBudget truncReason = "search_budget"
+	// reasonTooLarge: files over the search size limit were skipped.
+	reasonTooLarge truncReason = "file_too_large"
+	// reasonUnreadable: files that could not be read were skipped.
+	reasonUnreadable truncReason = "unreadable"
+)
+
+// JSONSchema lists the reasons in the tool's output schema.
+func (truncReason) JSONSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{Enum: []any{string(reasonMaxResults), string(reasonBudget), string(reasonTooLarge), string(reasonUnreadable)}}
+}
+
 type searchResult struct {
 	Matches       []searchMatch `json:"matches"`
-	Truncated     bool          `json:"truncated" jsonschema:"More matches may exist: the result limit or the search budget was reached."`
+	Truncated     bool          `json:"truncated" jsonschema:"More matches may exist: something was skipped or the search stopped early; reasons says why."`
+	Reasons       []truncReason `json:"reasons,omitempty" jsonschema:"Why the result is truncated: max_results (the result limit was reached), search_budget (the bytes a search may read were used up), file_too_large (files over the search size limit were skipped), unreadable (files that could not be read were skipped)."`
+	SkippedFiles  int           `json:"skippedFiles,omitzero" jsonschema:"Files not searched (too large, unreadable, or not reached)."`
 	FilesSearched int           `json:"filesSearched"`
 
 	text string // one "path:line: text" per match
@@ -154,27 +172,44 @@ func (s *Source) searchTool(ctx context.Context, _ *server.ToolRequest, args sea
 		match = re.Match
 	}
 	res := searchResult{Matches: []searchMatch{}}
+	reasons := map[truncReason]bool{}
 	rels, metas := s.snapshot()
-	budget := int64(searchBudget)
+	budget := s.cfg.searchBudget
 	var text strings.Builder
 files:
-	for _, rel := range rels {
+	for i, rel := range rels {
 		if err := ctx.Err(); err != nil {
 			return searchResult{}, err
 		}
 		m := metas[rel]
 		if m.size > s.cfg.maxSearch {
+			reasons[reasonTooLarge] = true
+			res.SkippedFiles++
 			continue
 		}
 		if budget -= m.size; budget < 0 {
-			res.Truncated = true
+			reasons[reasonBudget] = true
+			res.SkippedFiles += len(rels) - i
 			break
 		}
 		data, _, err := s.readFile(rel, s.cfg.maxSearch)
-		if err != nil || !looksText(data, false) {
+		switch {
+		case err == nil:
+		case errors.Is(err, errTooLarge):
+			reasons[reasonTooLarge] = true // grew since it was listed
+			res.SkippedFiles++
+			continue
+		case notFound(err):
+			continue // gone meanwhile: nothing to miss
+		default:
+			reasons[reasonUnreadable] = true
+			res.SkippedFiles++
 			continue
 		}
 		res.FilesSearched++
+		if !looksText(data, false) {
+			continue // searched: binary files hold no lines to match
+		}
 		n := 0
 		for line := range bytes.Lines(data) {
 			n++
@@ -183,7 +218,7 @@ files:
 				continue
 			}
 			if len(res.Matches) == limit {
-				res.Truncated = true
+				reasons[reasonMaxResults] = true
 				break files
 			}
 			t := clip(line, maxLineText)
@@ -191,14 +226,28 @@ files:
 			fmt.Fprintf(&text, "%s:%d: %s\n", rel, n, t)
 		}
 	}
-	switch {
-	case len(res.Matches) == 0:
-		text.WriteString("No matches.")
-	case res.Truncated:
-		text.WriteString("(more matches may exist)")
+	for _, r := range []truncReason{reasonMaxResults, reasonBudget, reasonTooLarge, reasonUnreadable} {
+		if reasons[r] {
+			res.Reasons = append(res.Reasons, r)
+		}
+	}
+	res.Truncated = len(res.Reasons) > 0
+	if len(res.Matches) == 0 {
+		text.WriteString("No matches.\n")
+	}
+	if res.Truncated {
+		fmt.Fprintf(&text, "(truncated: %s; more matches may exist)", joinReasons(res.Reasons))
 	}
 	res.text = strings.TrimRight(text.String(), "\n")
 	return res, nil
+}
+
+func joinReasons(rs []truncReason) string {
+	ss := make([]string, len(rs))
+	for i, r := range rs {
+		ss[i] = string(r)
+	}
+	return strings.Join(ss, ", ")
 }
 
 // clip shortens b to at most n bytes without splitting a character.
@@ -233,7 +282,11 @@ func (s *Source) openArg(arg string) (rel string, root *os.Root, f *os.File, err
 		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	root, f, err = s.open(rel)
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrPermission):
+		return "", nil, nil, fmt.Errorf("%s: %w", arg, errPermission)
+	default:
 		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	return rel, root, f, nil
@@ -257,7 +310,8 @@ func (s *Source) infoTool(_ context.Context, _ *server.ToolRequest, args pathArg
 		info.Type, info.Size = kindDirectory, 0
 	case fi.Mode().IsRegular():
 		info.Type = kindFile
-		info.MimeType = s.metaOf(root, rel, fi).mime
+		m, _ := s.metaOf(root, rel, fi)
+		info.MimeType = m.mime
 	default:
 		return fileInfo{}, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
@@ -296,8 +350,12 @@ func (s *Source) listTool(_ context.Context, _ *server.ToolRequest, args listArg
 		return dirListing{}, fmt.Errorf("%s: not a directory", arg)
 	}
 	des, err := f.ReadDir(-1)
-	if err != nil {
-		return dirListing{}, fmt.Errorf("%s: %w", arg, err)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrPermission):
+		return dirListing{}, fmt.Errorf("%s: %w", arg, errPermission)
+	default:
+		return dirListing{}, fmt.Errorf("%s: cannot list: %s", arg, errnoText(err))
 	}
 	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	out := dirListing{Path: rel, Entries: []dirEntry{}}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,27 +32,107 @@ type serveConfig struct {
 	allowedHosts    []string
 	allowedOrigins  []string
 	shutdownTimeout time.Duration
+	maxFiles        int
+	maxRead         byteSize
+	maxSearch       byteSize
+	searchBudget    byteSize
+	rootGrace       time.Duration
+}
+
+// byteSize is a flag value in bytes, written as a number with an
+// optional unit: 512, 64KiB, 8MiB, 1GiB (K, M and G mean the same).
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		name  string
+		scale int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.scale == 0 {
+			return strconv.FormatInt(n/u.scale, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	num, scale := strings.TrimSpace(s), int64(1)
+	for _, u := range []struct {
+		suffix string
+		scale  int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(num, u.suffix) {
+			num, scale = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.scale
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/scale {
+		return fmt.Errorf("%q is not a positive size such as 4096, 64KiB or 8MiB", s)
+	}
+	*b = byteSize(n * scale)
+	return nil
+}
+
+func (*byteSize) Type() string { return "size" }
+
+// serveDir picks the directory to serve from --dir and the positional
+// argument. Exactly one must name it; an empty name is refused rather
+// than taken to mean the current directory, so that a script whose
+// variable is unset (--dir "$DIR") does not publish whatever directory
+// it happens to run in. "." serves the current directory.
+func serveDir(flagDir string, flagSet bool, args []string) (string, error) {
+	switch {
+	case flagSet && len(args) > 0:
+		return "", errors.New("give the directory either as an argument or with --dir, not both")
+	case len(args) > 0:
+		flagDir = args[0]
+	case !flagSet:
+		return "", errors.New(`required flag "dir" not set: give the directory to serve as an argument or with --dir`)
+	}
+	if strings.TrimSpace(flagDir) == "" {
+		return "", errors.New(`the directory to serve is empty; use "." for the current directory`)
+	}
+	return flagDir, nil
 }
 
 func newServeCmd() *cobra.Command {
 	var cfg serveConfig
 	var level string
 	cmd := &cobra.Command{
-		Use:   "serve --dir DIR [--addr HOST:PORT | --stdio]",
+		Use:   "serve (DIR | --dir DIR) [--addr HOST:PORT | --stdio]",
 		Short: "Serve a directory as live MCP resources",
 		Long: `Serve every regular, non-hidden file under DIR as an MCP resource, with
 the tools search_files, file_info and list_directory.
 
 Clients that listen (subscriptions/listen) are told when files appear or
 disappear (notifications/resources/list_changed) and when a file they
-subscribed to is written (notifications/resources/updated).
+subscribed to changes in any way a read would show — written, truncated,
+created, removed, renamed, made readable or unreadable
+(notifications/resources/updated).
+
+At most --max-files files are listed. When more are readable, the list
+also holds a resource at tidings:partial:<DIR's file URI> whose _meta key
+"io.github.tidings/partial" is {"listed": N, "limit": M, "unlisted": K};
+unlisted files can still be read by URI and searched, and they are listed
+as soon as room appears.
+
+If DIR disappears, nothing is listed until a directory is at its path
+again, which is then watched afresh. If none comes back within
+--root-grace, serve exits with status 1 and says so.
 
 By default the server speaks Streamable HTTP at http://ADDR/mcp; with
 --stdio it speaks newline-delimited JSON-RPC on stdin and stdout, and logs
 only to stderr. SIGINT or SIGTERM end every listen with its complete
 result before the process exits.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := serveDir(cfg.dir, cmd.Flags().Changed("dir"), args)
+			if err != nil {
+				return err
+			}
+			cfg.dir = dir
 			var lv slog.Level
 			if err := lv.UnmarshalText([]byte(level)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
@@ -62,14 +144,19 @@ result before the process exits.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.dir, "dir", "", "directory to serve (required)")
+	f.StringVar(&cfg.dir, "dir", "", "directory to serve (or give it as the argument); \".\" is the current directory")
 	f.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on for Streamable HTTP; port 0 picks a free port")
 	f.BoolVar(&cfg.stdio, "stdio", false, "serve over stdin and stdout instead of HTTP")
 	f.StringArrayVar(&cfg.allowedHosts, "allowed-host", nil, "accept this Host header besides loopback names (repeatable); needed when serving on a non-loopback address")
 	f.StringArrayVar(&cfg.allowedOrigins, "allowed-origin", nil, "accept browser requests from this origin besides loopback ones, e.g. https://app.example.com (repeatable)")
 	f.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
-	_ = cmd.MarkFlagRequired("dir")
+	f.IntVar(&cfg.maxFiles, "max-files", dirsource.DefaultMaxFiles, "most files listed; beyond it the list says it is partial")
+	cfg.maxRead, cfg.maxSearch, cfg.searchBudget = dirsource.DefaultMaxReadBytes, dirsource.DefaultMaxSearchBytes, dirsource.DefaultSearchBudget
+	f.Var(&cfg.maxRead, "max-read-bytes", "largest file resources/read returns")
+	f.Var(&cfg.maxSearch, "max-search-bytes", "largest file search_files looks into; larger ones are skipped and the result says so")
+	f.Var(&cfg.searchBudget, "search-budget", "most bytes one search_files call reads in all")
+	f.DurationVar(&cfg.rootGrace, "root-grace", dirsource.DefaultRootGrace, "how long DIR may be missing before serve exits with an error; 0 exits at once, a negative value waits forever")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-host")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-origin")
@@ -79,7 +166,15 @@ result before the process exits.`,
 // runServe serves until ctx ends (a signal), the transport ends (stdin
 // closed), or watching the directory fails.
 func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.Reader, stdout io.Writer) error {
-	src, err := dirsource.New(cfg.dir, dirsource.WithLogger(log))
+	if cfg.maxFiles <= 0 {
+		return fmt.Errorf("--max-files must be positive, not %d", cfg.maxFiles)
+	}
+	src, err := dirsource.New(cfg.dir, dirsource.WithLogger(log),
+		dirsource.WithMaxFiles(cfg.maxFiles),
+		dirsource.WithMaxReadBytes(int64(cfg.maxRead)),
+		dirsource.WithMaxSearchBytes(int64(cfg.maxSearch)),
+		dirsource.WithSearchBudget(int64(cfg.searchBudget)),
+		dirsource.WithRootGrace(cfg.rootGrace))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,125 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"tidings/dirsource"
+)
+
+func TestServeDir(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		flag    string
+		flagSet bool
+		args    []string
+		want    string // the directory, or "error: " and part of the message
+	}{
+		{"positional", "", false, []string{"docs"}, "docs"},
+		{"flag", "docs", true, nil, "docs"},
+		{"dot", ".", true, nil, "."},
+		{"neither", "", false, nil, `error: "dir" not set`},
+		{"both", "a", true, []string{"b"}, "error: not both"},
+		{"empty flag", "", true, nil, `error: use "."`},
+		{"blank flag", "  ", true, nil, `error: use "."`},
+		{"empty argument", "", false, []string{""}, `error: use "."`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := serveDir(c.flag, c.flagSet, c.args)
+			if err != nil {
+				got = "error: " + err.Error()
+			}
+			if strings.HasPrefix(c.want, "error: ") && !strings.Contains(got, strings.TrimPrefix(c.want, "error: ")) ||
+				!strings.HasPrefix(c.want, "error: ") && got != c.want {
+				t.Errorf("serveDir(%q, %v, %q) = %q, want %q", c.flag, c.flagSet, c.args, got, c.want)
+			}
+		})
+	}
+}
+
+func TestByteSizeFlag(t *testing.T) {
+	for in, want := range map[string]int64{"4096": 4096, "64KiB": 64 << 10, "8MiB": 8 << 20, "1G": 1 << 30, "3 K": 3 << 10, "10B": 10} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-1", "x", "1.5MiB", "9999999999G"} {
+		var b byteSize
+		if err := b.Set(in); err == nil {
+			t.Errorf("Set(%q) accepted: %d", in, b)
+		}
+	}
+	b := byteSize(8 << 20)
+	if b.String() != "8MiB" {
+		t.Errorf("String = %q", b.String())
+	}
+}
+
+// TestServePositionalDir serves a directory named by the argument over
+// stdio, in process, until stdin ends.
+func TestServePositionalDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hello.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := bytes.NewReader(append(request(t, 1, "resources/list", nil), '\n'))
+	var out, errOut bytes.Buffer
+	cmd := newRootCmd()
+	cmd.SetArgs([]string{"serve", dir, "--stdio", "--max-files", "5", "--max-read-bytes", "1KiB"})
+	cmd.SetIn(in)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("serve DIR: %v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "hello.txt") {
+		t.Errorf("resources/list did not list hello.txt: %s", out.String())
+	}
+}
+
+// TestServeExitsWhenTheDirectoryIsGoneForGood removes the served
+// directory and its parent: serve must end with an error that says so.
+func TestServeExitsWhenTheDirectoryIsGoneForGood(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "parent", "served")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stdin, stdinW := io.Pipe()
+	defer stdinW.Close()
+	cfg := serveConfig{dir: dir, stdio: true, maxFiles: 10, maxRead: 1 << 10, maxSearch: 1 << 10, searchBudget: 1 << 20,
+		rootGrace: 100 * time.Millisecond, shutdownTimeout: time.Second}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	done := make(chan error, 1)
+	go func() { done <- runServe(context.Background(), cfg, log, stdin, io.Discard) }()
+	deadline := time.Now().Add(wait)
+	for !strings.Contains(logs.String(), "watching directory") {
+		if time.Now().After(deadline) {
+			t.Fatalf("not watching: %s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	if err := os.RemoveAll(filepath.Join(base, "parent")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, dirsource.ErrRootGone) {
+			t.Fatalf("serve ended with %v, want ErrRootGone", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("serve kept running without its directory")
+	}
+}

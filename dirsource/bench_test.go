@@ -1,0 +1,82 @@
+package dirsource_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"tidings/dirsource"
+	"tidings/mcp"
+)
+
+// BenchmarkCreateDelete10k creates 10,000 files in the served directory
+// and then deletes them, and measures how long it takes until the
+// resource list is right after each: create-ms until all are listed,
+// delete-ms until none is; the -lag-ms figures count from the last file
+// operation, which leaves out the file system's own time. It runs beside trees of different sizes
+// already being served: a change costs in proportion to what changed,
+// so the figures should not grow with the tree.
+func BenchmarkCreateDelete10k(b *testing.B) {
+	const churn = 10000
+	for _, tree := range []int{0, 100000} {
+		b.Run(fmt.Sprintf("tree=%d", tree), func(b *testing.B) {
+			files := make(map[string]string, tree)
+			for i := range tree {
+				files[fmt.Sprintf("tree/d%03d/f%05d.txt", i%100, i)] = "x"
+			}
+			f := newFixture(b, files, dirsource.WithMaxFiles(tree+churn))
+			f.run(b)
+			l := f.listen(b, map[string]any{"resourcesListChanged": true})
+			dir := filepath.Join(f.root, "churn")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			var create, remove, createLag, removeLag time.Duration
+			n := 0
+			for b.Loop() {
+				start := time.Now()
+				for i := range churn {
+					if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d.txt", i)), []byte("x"), 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}
+				last := time.Now()
+				f.waitCount(b, l, tree+churn)
+				create += time.Since(start)
+				createLag += time.Since(last)
+				start = time.Now()
+				for i := range churn {
+					if err := os.Remove(filepath.Join(dir, fmt.Sprintf("f%05d.txt", i))); err != nil {
+						b.Fatal(err)
+					}
+				}
+				last = time.Now()
+				f.waitCount(b, l, tree)
+				remove += time.Since(start)
+				removeLag += time.Since(last)
+				n++
+			}
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
+			b.ReportMetric(ms(create), "create-ms")
+			b.ReportMetric(ms(createLag), "create-lag-ms")
+			b.ReportMetric(ms(remove), "delete-ms")
+			b.ReportMetric(ms(removeLag), "delete-lag-ms")
+		})
+	}
+}
+
+// waitCount waits for list changes until the list holds n resources.
+func (f *fixture) waitCount(b *testing.B, l *listener, n int) {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(f.allURIs(b)) != n {
+		if time.Now().After(deadline) {
+			b.Fatalf("list holds %d resources, want %d", len(f.allURIs(b)), n)
+		}
+		if m := l.next(b); m.Method != mcp.NotifyResourcesListChanged {
+			b.Fatalf("got %s", m.Method)
+		}
+	}
+}
