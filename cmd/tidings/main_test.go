@@ -343,6 +343,54 @@ func testHTTP(t *testing.T, bin string) {
 	if err := json.Unmarshal(ev.Data, &m); err != nil || m.Method != mcp.NotifyAcknowledged {
 		t.Fatalf("first event %s (%v)", ev.Data, err)
 	}
+
+	// A change while the listen is open: it is told, and /metrics counts
+	// the requests, the open listen and the notification.
+	if err := os.WriteFile(filepath.Join(dir, "b.txt"), []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ev, err = events.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = message{}
+	if err := json.Unmarshal(ev.Data, &m); err != nil || m.Method != mcp.NotifyResourcesListChanged {
+		t.Fatalf("after a new file: event %s (%v), want resources/list_changed", ev.Data, err)
+	}
+	base := strings.TrimSuffix(url, "/mcp")
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := client.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, metrics := get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, series := range []string{
+		`tidings_requests_total{method="tools/list",outcome="ok"} 1`,
+		`tidings_listens_open 1`,
+		`tidings_notifications_sent_total 1`,
+		`tidings_request_duration_seconds_count{method="tools/list"} 1`,
+		`tidings_stream_cutoffs_total 0`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(metrics, series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz: %d", code)
+	}
+	if code, body := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

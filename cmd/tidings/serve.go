@@ -99,7 +99,7 @@ func serveDir(flagDir string, flagSet bool, args []string) (string, error) {
 
 func newServeCmd() *cobra.Command {
 	var cfg serveConfig
-	var level string
+	var level, logFormat string
 	cmd := &cobra.Command{
 		Use:   "serve (DIR | --dir DIR) [--addr HOST:PORT | --stdio]",
 		Short: "Serve a directory as live MCP resources",
@@ -122,7 +122,9 @@ If DIR disappears, nothing is listed until a directory is at its path
 again, which is then watched afresh. If none comes back within
 --root-grace, serve exits with status 1 and says so.
 
-By default the server speaks Streamable HTTP at http://ADDR/mcp; with
+By default the server speaks Streamable HTTP at http://ADDR/mcp, with
+Prometheus metrics at /metrics, /healthz (200 while the process serves)
+and /readyz (200 once DIR is scanned, 503 while shutting down); with
 --stdio it speaks newline-delimited JSON-RPC on stdin and stdout, and logs
 only to stderr. SIGINT or SIGTERM end every listen with its complete
 result before the process exits.`,
@@ -133,11 +135,10 @@ result before the process exits.`,
 				return err
 			}
 			cfg.dir = dir
-			var lv slog.Level
-			if err := lv.UnmarshalText([]byte(level)); err != nil {
-				return fmt.Errorf("--log-level: %w", err)
+			log, err := newLogger(cmd.ErrOrStderr(), logFormat, level)
+			if err != nil {
+				return err
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lv}))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runServe(ctx, cfg, log, cmd.InOrStdin(), cmd.OutOrStdout())
@@ -150,7 +151,8 @@ result before the process exits.`,
 	f.StringArrayVar(&cfg.allowedHosts, "allowed-host", nil, "accept this Host header besides loopback names (repeatable); needed when serving on a non-loopback address")
 	f.StringArrayVar(&cfg.allowedOrigins, "allowed-origin", nil, "accept browser requests from this origin besides loopback ones, e.g. https://app.example.com (repeatable)")
 	f.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
-	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&level, "log-level", "info", "log level: debug (adds a line per request), info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text, or json for one object per line")
 	f.IntVar(&cfg.maxFiles, "max-files", dirsource.DefaultMaxFiles, "most files listed; beyond it the list says it is partial")
 	cfg.maxRead, cfg.maxSearch, cfg.searchBudget = dirsource.DefaultMaxReadBytes, dirsource.DefaultMaxSearchBytes, dirsource.DefaultSearchBudget
 	f.Var(&cfg.maxRead, "max-read-bytes", "largest file resources/read returns")
@@ -178,11 +180,17 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	if err != nil {
 		return err
 	}
+	obs, err := newObservability()
+	if err != nil {
+		return err
+	}
 	srv := server.New(
 		mcp.Implementation{Name: "tidings", Title: "tidings directory server", Version: version()},
-		server.WithLogger(log),
-		server.WithInstructions("Files under "+src.Root()+" are resources named by their file:// URI. "+
-			"Subscribe to a file's URI with subscriptions/listen to learn when it changes."),
+		append(obs.serverOptions(log),
+			server.WithLogger(log),
+			server.WithInstructions("Files under "+src.Root()+" are resources named by their file:// URI. "+
+				"Subscribe to a file's URI with subscriptions/listen to learn when it changes."),
+		)...,
 	)
 	if err := src.Register(srv); err != nil {
 		return err
@@ -204,6 +212,7 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	go func() {
 		select {
 		case <-src.Ready():
+			obs.ready.Store(true)
 			log.Info("watching directory", "dir", src.Root())
 		case <-watchDone:
 		}
@@ -216,7 +225,7 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	if cfg.stdio {
 		err = serveStdio(stopCtx, cfg, log, srv, stdin, stdout)
 	} else {
-		err = serveHTTP(stopCtx, cfg, log, srv)
+		err = serveHTTP(stopCtx, cfg, log, srv, obs)
 	}
 	if err != nil {
 		return err
@@ -262,12 +271,12 @@ func serveStdio(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *ser
 }
 
 // serveHTTP serves Streamable HTTP at /mcp until ctx ends.
-func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *server.Server) error {
+func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *server.Server, obs *observability) error {
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
 	}
-	var opts []streamhttp.Option
+	opts := []streamhttp.Option{streamhttp.WithLogger(log)}
 	if len(cfg.allowedHosts) > 0 {
 		opts = append(opts, streamhttp.WithAllowedHosts(cfg.allowedHosts...))
 	}
@@ -276,6 +285,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", streamhttp.New(srv, opts...))
+	obs.mount(mux)
 	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -295,6 +305,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	obs.stopping.Store(true)
 	// Listens first: http.Server.Shutdown waits for handlers to return,
 	// and a listen returns only once the server ends it.
 	shutdown(cfg, log, srv)

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// TestLogFormats: --log-format json writes one JSON object per line, text
+// writes key=value lines, and anything else is refused.
+func TestLogFormats(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := newLogger(&buf, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hello", "k", "v")
+	var obj map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &obj); err != nil || obj["msg"] != "hello" || obj["k"] != "v" {
+		t.Errorf("json log line %q (%v)", buf.String(), err)
+	}
+	buf.Reset()
+	if log, err = newLogger(&buf, "text", "debug"); err != nil {
+		t.Fatal(err)
+	}
+	log.Debug("hello", "k", "v")
+	if !bytes.Contains(buf.Bytes(), []byte("msg=hello k=v")) {
+		t.Errorf("text log line %q", buf.String())
+	}
+	if _, err := newLogger(&buf, "xml", "info"); err == nil {
+		t.Error("--log-format xml was accepted")
+	}
+	if _, err := newLogger(&buf, "text", "loud"); err == nil {
+		t.Error("--log-level loud was accepted")
+	}
+}
+
+// TestReadiness: /readyz is 503 until the directory is scanned and again
+// once shutdown begins; /healthz is 200 throughout.
+func TestReadiness(t *testing.T) {
+	obs, err := newObservability()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	obs.mount(mux)
+	status := func(path string) int {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		return w.Code
+	}
+	for _, step := range []struct {
+		name        string
+		set         func()
+		ready, live int
+	}{
+		{"scanning", func() {}, 503, 200},
+		{"ready", func() { obs.ready.Store(true) }, 200, 200},
+		{"stopping", func() { obs.stopping.Store(true) }, 503, 200},
+	} {
+		step.set()
+		if got := status("/readyz"); got != step.ready {
+			t.Errorf("%s: /readyz %d, want %d", step.name, got, step.ready)
+		}
+		if got := status("/healthz"); got != step.live {
+			t.Errorf("%s: /healthz %d, want %d", step.name, got, step.live)
+		}
+	}
+}
