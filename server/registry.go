@@ -20,10 +20,11 @@ type entry[T any] struct {
 }
 
 // snapshot is an immutable, sorted view of a registry. Readers load it
-// with one atomic read and never lock.
+// with one atomic read and never lock, and find an item by binary search:
+// a change then costs one copy of the sorted slice, not a map rebuilt or
+// a sort, which matters for a source of a hundred thousand items.
 type snapshot[T any] struct {
 	items []*entry[T] // enabled entries, sorted by key
-	byKey map[string]*entry[T]
 	// firstPage caches the encoded anonymous first page of the list
 	// result; it is filled lazily and dies with the snapshot.
 	firstPage atomic.Pointer[[]byte]
@@ -42,7 +43,7 @@ type registry[T any] struct {
 
 func newRegistry[T any](h *hub.Hub, list mcp.List) *registry[T] {
 	r := &registry[T]{all: make(map[string]*entry[T]), list: list, hub: h}
-	r.snap.Store(&snapshot[T]{byKey: map[string]*entry[T]{}})
+	r.snap.Store(&snapshot[T]{})
 	return r
 }
 
@@ -57,7 +58,16 @@ func (r *registry[T]) put(es ...*entry[T]) {
 	for _, e := range es {
 		r.all[e.key] = e
 	}
-	r.rebuildLocked()
+	// The newest of several entries with one key wins, as in the map.
+	added := make([]*entry[T], 0, len(es))
+	for _, e := range es {
+		if r.all[e.key] == e {
+			added = append(added, e)
+		}
+	}
+	slices.SortFunc(added, byKey[T])
+	added = slices.CompactFunc(added, func(a, b *entry[T]) bool { return a.key == b.key })
+	r.replaceLocked(added, nil)
 	r.mu.Unlock()
 	r.used.Store(true)
 	r.hub.ListChanged(hub.Of(r.list))
@@ -66,15 +76,16 @@ func (r *registry[T]) put(es ...*entry[T]) {
 // remove deletes entries by key and reports how many existed.
 func (r *registry[T]) remove(keys ...string) int {
 	r.mu.Lock()
-	n := 0
+	gone := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		if _, ok := r.all[k]; ok {
 			delete(r.all, k)
-			n++
+			gone[k] = true
 		}
 	}
+	n := len(gone)
 	if n > 0 {
-		r.rebuildLocked()
+		r.replaceLocked(nil, gone)
 	}
 	r.mu.Unlock()
 	if n > 0 {
@@ -92,7 +103,11 @@ func (r *registry[T]) setEnabled(key string, on bool) bool {
 		cp := *e
 		cp.disabled = !on
 		r.all[key] = &cp
-		r.rebuildLocked()
+		if on {
+			r.replaceLocked([]*entry[T]{&cp}, nil)
+		} else {
+			r.replaceLocked(nil, map[string]bool{key: true})
+		}
 	}
 	r.mu.Unlock()
 	if changed {
@@ -101,24 +116,37 @@ func (r *registry[T]) setEnabled(key string, on bool) bool {
 	return ok
 }
 
-func (r *registry[T]) rebuildLocked() {
-	s := &snapshot[T]{byKey: make(map[string]*entry[T], len(r.all))}
-	s.items = make([]*entry[T], 0, len(r.all))
-	for k, e := range r.all {
-		if e.disabled {
-			continue
+func byKey[T any](a, b *entry[T]) int { return strings.Compare(a.key, b.key) }
+
+// replaceLocked publishes a new snapshot: the current items without the
+// keys of added (which replace them) and without those in gone, merged
+// with added, which is sorted by key and holds each key once. It costs
+// one pass over the items.
+func (r *registry[T]) replaceLocked(added []*entry[T], gone map[string]bool) {
+	old := r.snap.Load().items
+	items := make([]*entry[T], 0, len(old)+len(added))
+	i := 0
+	for _, e := range old {
+		for i < len(added) && added[i].key < e.key {
+			items = append(items, added[i])
+			i++
 		}
-		s.byKey[k] = e
-		s.items = append(s.items, e)
+		if (i < len(added) && added[i].key == e.key) || gone[e.key] {
+			continue // replaced by added[i], or removed
+		}
+		items = append(items, e)
 	}
-	slices.SortFunc(s.items, func(a, b *entry[T]) int { return strings.Compare(a.key, b.key) })
-	r.snap.Store(s)
+	items = append(items, added[i:]...)
+	r.snap.Store(&snapshot[T]{items: items})
 }
 
 // get returns the enabled entry for key.
 func (s *snapshot[T]) get(key string) (*entry[T], bool) {
-	e, ok := s.byKey[key]
-	return e, ok
+	i, ok := slices.BinarySearchFunc(s.items, key, func(e *entry[T], k string) int { return strings.Compare(e.key, k) })
+	if !ok {
+		return nil, false
+	}
+	return s.items[i], true
 }
 
 // page returns up to size entries whose key sorts after `after` and
