@@ -115,11 +115,11 @@ func legacyCall(t testing.TB, id int, method string, params map[string]any) *eng
 // subscribes to uri.
 func (f *fixture) subscribeLegacy(t testing.TB, uri string) updates {
 	t.Helper()
-	ss, rep := legacy.Open(engine.Of(f.srv), legacyCall(t, 0, mcp.MethodInitialize, map[string]any{
+	ss, rep := legacy.Open(context.Background(), engine.Of(f.srv), legacyCall(t, 0, mcp.MethodInitialize, map[string]any{
 		"protocolVersion": mcp.LegacyVersion,
 		"capabilities":    map[string]any{},
 		"clientInfo":      map[string]any{"name": "test", "version": "1"},
-	}))
+	}), "")
 	if ss == nil {
 		t.Fatalf("initialize: %s", rep.Body)
 	}
@@ -127,7 +127,7 @@ func (f *fixture) subscribeLegacy(t testing.TB, uri string) updates {
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- ss.Stream(ctx, "", st, func() error { close(started); return nil }) }()
+	go func() { done <- ss.Stream(ctx, st, func() error { close(started); return nil }) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -142,7 +142,7 @@ func (f *fixture) subscribeLegacy(t testing.TB, uri string) updates {
 	case <-time.After(wait):
 		t.Fatal("session stream did not open")
 	}
-	r := ss.Serve(context.Background(), legacyCall(t, 1, mcp.MethodResourcesSubscribe, map[string]any{"uri": uri}), "", st)
+	r := ss.Serve(context.Background(), legacyCall(t, 1, mcp.MethodResourcesSubscribe, map[string]any{"uri": uri}), st)
 	if !bytes.Contains(r.Body, []byte(`"result"`)) {
 		t.Fatalf("resources/subscribe: %s", r.Body)
 	}

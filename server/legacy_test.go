@@ -33,17 +33,19 @@ type lsrv struct {
 	tbl *legacy.Table
 }
 
-func (s *lsrv) Initialize(c *engine.Call) (*legacy.Session, engine.Reply) { return s.tbl.Open(c) }
+func (s *lsrv) Initialize(c *engine.Call) (*legacy.Session, engine.Reply) {
+	return s.tbl.Open(context.Background(), c, "")
+}
 
-func (s *lsrv) ServeLegacy(ctx context.Context, ss *legacy.Session, c *engine.Call, principal string, out engine.Stream) engine.Reply {
-	return ss.Serve(ctx, c, principal, out)
+func (s *lsrv) ServeLegacy(ctx context.Context, ss *legacy.Session, c *engine.Call, _ string, out engine.Stream) engine.Reply {
+	return ss.Serve(ctx, c, out)
 }
 
 func (s *lsrv) ServeSessionStream(ctx context.Context, ss *legacy.Session, out engine.Stream, start func() error) error {
-	return ss.Stream(ctx, "", out, start)
+	return ss.Stream(ctx, out, start)
 }
 
-func (s *lsrv) Session(id string) (*legacy.Session, bool) { return s.tbl.Get(id) }
+func (s *lsrv) Session(id string) (*legacy.Session, bool) { return s.tbl.Get(id, "") }
 func (s *lsrv) SessionCount() int                         { return s.tbl.Len() }
 func (s *lsrv) EndSession(id string) bool                 { return s.tbl.End(id) }
 

@@ -99,6 +99,8 @@ func TestMiddlewareWrapsEveryMethod(t *testing.T) {
 	ss := openSession(t, srv, nil)
 	lr, _ := serve(t, srv, ss, 6, mcp.MethodToolsCall, map[string]any{"name": "forbidden"})
 	lr.fails(t, -32001)
+	lr, _ = serve(t, srv, ss, 7, mcp.MethodPing, nil)
+	lr.ok(t)
 
 	want := []string{
 		"tools/list  alice 0",
@@ -106,7 +108,9 @@ func TestMiddlewareWrapsEveryMethod(t *testing.T) {
 		"tools/call nope alice -32602",
 		"tools/call forbidden refused",
 		"subscriptions/listen  alice 0",
+		"initialize   0",
 		"tools/call forbidden refused",
+		"ping   0",
 	}
 	if got := log.all(); !slices.Equal(got, want) {
 		t.Errorf("middleware saw\n%q\nwant\n%q", got, want)
@@ -165,3 +169,32 @@ func TestLogRequests(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestMiddlewareGuardsSessions: a middleware that refuses everything but
+// initialize leaves a 2025-11-25 session nothing to use — no ping, no
+// subscription, no notification stream — so the earlier era is no way
+// around a policy.
+func TestMiddlewareGuardsSessions(t *testing.T) {
+	deny := func(next server.MethodHandler) server.MethodHandler {
+		return func(ctx context.Context, req *server.Request) error {
+			if req.Method == mcp.MethodInitialize {
+				return next(ctx, req)
+			}
+			return jsonrpc.NewError(-32001, "Forbidden by policy", nil)
+		}
+	}
+	h := newHarness(t, server.WithMiddleware(deny))
+	mustAddResource(t, h.srv, "res://x", textResource("res://x", "x"))
+	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, time.Hour)}
+	ss := openSession(t, srv, nil)
+	for i, method := range []string{mcp.MethodPing, mcp.MethodLoggingSetLevel, mcp.MethodResourcesSubscribe, mcp.MethodResourcesRead} {
+		r, _ := serve(t, srv, ss, i+1, method, map[string]any{"uri": "res://x", "level": "info"})
+		r.fails(t, -32001)
+	}
+	started := false
+	err := srv.ServeSessionStream(context.Background(), ss, newLegacyOut(t), func() error { started = true; return nil })
+	var refused *legacy.RefusedError
+	if !errors.As(err, &refused) || refused.Err.Code != -32001 || started {
+		t.Errorf("session stream: err %v, started %v; want it refused before it starts", err, started)
+	}
+}

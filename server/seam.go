@@ -121,6 +121,27 @@ func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, e
 	return r
 }
 
+// discard is the stream of a request that sends nothing before its
+// answer.
+type discard struct{}
+
+func (discard) Send([]byte) error { return nil }
+func (discard) KeepAlive() error  { return nil }
+
+// Run serves, through the middleware chain, a request an earlier era's
+// adapter answers itself.
+func (c *seam) Run(ctx context.Context, call *engine.Call, era engine.Era, serve func(context.Context) engine.Reply) engine.Reply {
+	s := c.srv()
+	req := s.newRequest(call, era.Principal, discard{})
+	req.ProtocolVersion = era.Version
+	req.Capabilities = era.Capabilities
+	req.logLevel = era.LogLevel
+	req.enc = era.Encoder
+	return s.run(ctx, call, req, func(_ *Server, ctx context.Context, _ *engine.Call, _ *Request) engine.Reply {
+		return serve(ctx)
+	})
+}
+
 // Dispatch serves a request of an earlier era through the same handlers.
 func (c *seam) Dispatch(ctx context.Context, call *engine.Call, era engine.Era, out engine.Stream) (engine.Reply, bool) {
 	s := c.srv()
@@ -166,36 +187,42 @@ type router func(s *Server, ctx context.Context, call *engine.Call, req *Request
 // down or cut an HTTP connection without an answer.
 func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route router) (rep engine.Reply) {
 	defer req.out.finish()
+	var routed engine.Reply // what the handler answered, once it ran
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("mcp: handler panicked", "method", req.Method, "name", req.Name,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			rep.Release()
+			routed.Release()
 			rep = engine.Fail(req.ID, jsonrpc.CodeInternalError, "Internal error", nil)
 		}
 	}()
 	ctx = context.WithValue(ctx, ctxKey{}, req)
 	if s.chain == nil {
-		return route(s, ctx, call, req)
+		routed = route(s, ctx, call, req)
+		return routed
 	}
-	var r engine.Reply
 	called := false
 	err := s.chain(func(ctx context.Context, req *Request) error {
+		if called {
+			return errNextTwice
+		}
 		called = true
-		r = route(s, context.WithValue(ctx, ctxKey{}, req), call, req)
-		if r.Err != nil {
-			return r.Err
+		routed = route(s, context.WithValue(ctx, ctxKey{}, req), call, req)
+		if routed.Err != nil {
+			return routed.Err
 		}
 		return nil
 	})(ctx, req)
-	if called && (err == nil || (r.Err != nil && errors.Is(err, r.Err))) {
-		return r
+	if called && (err == nil || (routed.Err != nil && errors.Is(err, routed.Err))) {
+		return routed
 	}
-	if called {
-		r.Release()
-	}
+	routed.Release()
 	return s.middlewareError(ctx, req, err)
 }
+
+// errNextTwice is what a middleware's second call of next returns: a
+// request is served once.
+var errNextTwice = errors.New("server: middleware called next more than once")
 
 // middlewareError answers for a request a middleware ended with err.
 func (s *Server) middlewareError(ctx context.Context, req *Request, err error) engine.Reply {

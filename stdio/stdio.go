@@ -320,7 +320,7 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 		switch {
 		case !run:
 		case session != nil:
-			reply = session.Serve(cctx, parsed, "", &stream{c: c, cl: cl})
+			reply = session.Serve(cctx, parsed, &stream{c: c, cl: cl})
 		default:
 			reply = c.srv.Serve(cctx, parsed, "", nil, &stream{c: c, cl: cl})
 		}
@@ -390,7 +390,7 @@ func (c *conn) initialize(ctx context.Context, init *engine.Call) error {
 		return c.write(jsonrpc.AppendErrorResponse(nil, init.Msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
 			"Invalid Request: this connection is already initialized", nil)))
 	}
-	ss, reply := legacy.Open(c.srv, init)
+	ss, reply := legacy.Open(ctx, c.srv, init, "")
 	if ss == nil {
 		c.mu.Unlock()
 		return c.write(reply.Body)
@@ -407,7 +407,7 @@ func (c *conn) initialize(ctx context.Context, init *engine.Call) error {
 	go func() {
 		defer c.wg.Done()
 		defer ss.End()
-		_ = ss.Stream(sctx, "", &stream{c: c, cl: &call{cancel: cancel}}, func() error { return nil })
+		_ = ss.Stream(sctx, &stream{c: c, cl: &call{cancel: cancel}}, func() error { return nil })
 	}()
 	return nil
 }

@@ -68,14 +68,14 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 			writeJSON(w, statusOf(rep), rep.Body)
 			return
 		}
-		ss, reply := h.sessions.Open(call)
+		ss, reply := h.sessions.Open(r.Context(), call, h.principalOf(r))
 		if ss != nil {
 			w.Header().Set(mcp.HeaderSessionID, ss.ID())
 		}
 		writeJSON(w, statusOf(&reply), reply.Body)
 		return
 	}
-	ss, ok := h.sessions.Get(sid)
+	ss, ok := h.sessions.Get(sid, h.principalOf(r))
 	if !ok {
 		writeError(w, http.StatusNotFound, msg.ID, jsonrpc.CodeInvalidRequest, "Session not found: initialize again", nil)
 		return
@@ -104,14 +104,14 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 	defer cancel()
 	defer ss.Track(msg.ID, cancel)()
 	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
-	reply := ss.Serve(ctx, call, h.principalOf(r), out)
+	reply := ss.Serve(ctx, call, out)
 	out.finish(reply)
 }
 
 // serveSessionMethod handles GET (the session's notification stream) and
 // DELETE (the end of a session).
 func (h *Handler) serveSessionMethod(w http.ResponseWriter, r *http.Request, sid string) {
-	ss, ok := h.sessions.Get(sid)
+	ss, ok := h.sessions.Get(sid, h.principalOf(r))
 	if !ok {
 		writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Session not found: initialize again", nil)
 		return
@@ -128,11 +128,14 @@ func (h *Handler) serveSessionMethod(w http.ResponseWriter, r *http.Request, sid
 			out.startSSE()
 			return out.rc.Flush()
 		}
-		err := ss.Stream(r.Context(), h.principalOf(r), out, start)
+		err := ss.Stream(r.Context(), out, start)
 		out.mu.Lock()
 		out.clearDeadline()
 		out.mu.Unlock()
+		var refused *legacy.RefusedError
 		switch {
+		case errors.As(err, &refused):
+			writeJSON(w, http.StatusForbidden, jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, refused.Err))
 		case errors.Is(err, legacy.ErrStreamOpen):
 			writeError(w, http.StatusConflict, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Conflict: the session already has a notification stream", nil)
 		case err != nil:

@@ -707,3 +707,39 @@ func TestLegacyHTTPCancel(t *testing.T) {
 		t.Errorf("a result followed the cancellation: %s", r.body)
 	}
 }
+
+// TestLegacySessionBoundToPrincipal: a 2025-11-25 session belongs to the
+// principal that opened it. Another principal holding its id is told it
+// does not exist — for requests, its stream and its DELETE — while the
+// owner goes on using it.
+func TestLegacySessionBoundToPrincipal(t *testing.T) {
+	f := newFixture(t, nil, streamhttp.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-User") }))
+	as := func(user string, h http.Header) http.Header {
+		h.Set("X-User", user)
+		return h
+	}
+	r := f.post(t, legacyBody(0, mcp.MethodInitialize, map[string]any{
+		"protocolVersion": mcp.LegacyVersion, "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "t", "version": "1"},
+	}), as("alice", legacyHeaders("")))
+	sid := r.header.Get(mcp.HeaderSessionID)
+	if r.status != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %s", r.status, r.body)
+	}
+	wantError(t, f.post(t, legacyBody(1, mcp.MethodToolsList, nil), as("bob", legacyHeaders(sid))), http.StatusNotFound, -32600)
+	for _, method := range []string{http.MethodGet, http.MethodDelete} {
+		req, _ := http.NewRequest(method, f.ts.URL, nil)
+		req.Header = as("bob", legacyHeaders(sid))
+		if got := f.do(t, req); got.status != http.StatusNotFound {
+			t.Errorf("bob's %s of alice's session: %d, want 404", method, got.status)
+		}
+	}
+	if got := f.post(t, legacyBody(2, mcp.MethodToolsList, nil), as("alice", legacyHeaders(sid))); got.status != http.StatusOK {
+		t.Fatalf("alice's own session: %d %s", got.status, got.body)
+	} else {
+		legacyResult(t, got.body)
+	}
+	if n := f.h.SessionCount(); n != 1 {
+		t.Errorf("SessionCount = %d, want alice's session still there", n)
+	}
+}

@@ -80,6 +80,13 @@ type Server interface {
 	// completion/complete. ok is false for any other method, which the
 	// era's adapter serves itself or refuses.
 	Dispatch(ctx context.Context, c *Call, era Era, out Stream) (r Reply, ok bool)
+	// Run serves, through the same middleware as every other request,
+	// a request the era's adapter answers itself (initialize, ping, its
+	// subscriptions, and its notification stream, which middleware sees
+	// as a subscriptions/listen): serve runs only if the middleware lets
+	// the request through, and its reply is the request's unless the
+	// middleware answers otherwise.
+	Run(ctx context.Context, c *Call, era Era, serve func(context.Context) Reply) Reply
 	// Introduction is what the server says of itself at a session's start.
 	Introduction() Introduction
 	// Grant returns the part of f the server honours for principal, and

@@ -43,10 +43,11 @@ const maxURIs = 10000
 
 // Session is one client's session.
 type Session struct {
-	id       string
-	version  string
-	caps     mcp.ClientCaps
-	srv      engine.Server
+	id        string
+	version   string
+	caps      mcp.ClientCaps
+	principal string // who opened it; nobody else may use it
+	srv       engine.Server
 	lastSeen atomic.Int64 // unix nanoseconds
 	table    *Table       // nil for a connection's own session
 
@@ -102,10 +103,12 @@ type initParams struct {
 	ClientInfo      *mcp.Implementation `json:"clientInfo"`
 }
 
-// Open answers initialize with a new session that lives as long as its
-// caller keeps it (a stdio connection): it is in no table, where idle
-// expiry or eviction could end it. Call End when the connection ends.
-func Open(srv engine.Server, c *engine.Call) (*Session, engine.Reply) {
+// Open answers initialize, for principal, with a new session that lives
+// as long as its caller keeps it (a stdio connection): it is in no table,
+// where idle expiry or eviction could end it. Call End when the
+// connection ends. The request goes through the server's middleware like
+// any other; a refused one opens no session.
+func Open(ctx context.Context, srv engine.Server, c *engine.Call, principal string) (*Session, engine.Reply) {
 	var p initParams
 	if err := jsonrpc.UnmarshalParams(c.Msg.Params, &p); err != nil || p.ProtocolVersion == "" {
 		return nil, engine.Fail(c.Msg.ID, jsonrpc.CodeInvalidParams, "Invalid params: initialize needs protocolVersion, capabilities and clientInfo", nil)
@@ -114,8 +117,23 @@ func Open(srv engine.Server, c *engine.Call) (*Session, engine.Reply) {
 	if IsVersion(p.ProtocolVersion) {
 		version = p.ProtocolVersion
 	}
+	var ss *Session
+	era := engine.Era{Version: version, Capabilities: p.Capabilities, Principal: principal, LogLevel: -1, Encoder: encoder{}}
+	rep := srv.Run(ctx, c, era, func(context.Context) engine.Reply {
+		var r engine.Reply
+		ss, r = open(srv, c, p, version, principal)
+		return r
+	})
+	if ss != nil && (rep.Err != nil || rep.Body == nil) {
+		ss.end() // a middleware answered otherwise after all
+		ss = nil
+	}
+	return ss, rep
+}
+
+func open(srv engine.Server, c *engine.Call, p initParams, version, principal string) (*Session, engine.Reply) {
 	ss := &Session{
-		id: newSessionID(), version: version, caps: p.Capabilities, srv: srv,
+		id: newSessionID(), version: version, caps: p.Capabilities, principal: principal, srv: srv,
 		logLevel: -1, uris: map[string]bool{}, changed: make(chan struct{}, 1),
 		pending: map[string]chan *jsonrpc.Message{}, inflight: map[string]context.CancelFunc{}, ended: make(chan struct{}),
 	}
@@ -156,10 +174,27 @@ func empty(id jsonrpc.ID) engine.Reply {
 	return engine.Reply{Body: jsonrpc.AppendResponse(nil, id, []byte("{}"))}
 }
 
-// Serve runs one request of the session. out carries what the server
-// sends before the response: progress, log messages, and requests for
-// client input (whose answers come back through Deliver).
-func (ss *Session) Serve(ctx context.Context, c *engine.Call, principal string, out engine.Stream) engine.Reply {
+// Principal returns who opened the session.
+func (ss *Session) Principal() string { return ss.principal }
+
+// era describes the session's requests to the core.
+func (ss *Session) era(out engine.Stream) engine.Era {
+	ss.mu.Lock()
+	level := ss.logLevel
+	ss.mu.Unlock()
+	return engine.Era{
+		Version: ss.version, Capabilities: ss.caps, Principal: ss.principal, LogLevel: level, Encoder: encoder{},
+		AskInput: func(ctx context.Context, reqs map[string]mcp.InputRequest) (map[string]jsontext.Value, error) {
+			return ss.ask(ctx, reqs, out)
+		},
+	}
+}
+
+// Serve runs one request of the session, as the principal that opened
+// it. out carries what the server sends before the response: progress,
+// log messages, and requests for client input (whose answers come back
+// through Deliver).
+func (ss *Session) Serve(ctx context.Context, c *engine.Call, out engine.Stream) engine.Reply {
 	m := c.Msg
 	if m.IsNotification() {
 		return engine.Reply{Outcome: engine.Silent}
@@ -167,6 +202,16 @@ func (ss *Session) Serve(ctx context.Context, c *engine.Call, principal string, 
 	if c.ParamErr != nil {
 		return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+c.ParamErr.Error(), nil)
 	}
+	era := ss.era(out)
+	if r, ok := ss.srv.Dispatch(ctx, c, era, out); ok {
+		return r
+	}
+	return ss.srv.Run(ctx, c, era, func(context.Context) engine.Reply { return ss.serveOwn(c) })
+}
+
+// serveOwn answers the methods the era has and the core has not.
+func (ss *Session) serveOwn(c *engine.Call) engine.Reply {
+	m := c.Msg
 	switch m.Method {
 	case mcp.MethodPing:
 		return empty(m.ID)
@@ -184,28 +229,16 @@ func (ss *Session) Serve(ctx context.Context, c *engine.Call, principal string, 
 		ss.mu.Unlock()
 		return empty(m.ID)
 	case mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
-		if r, ok := ss.subscribe(c, principal); ok {
+		if r, ok := ss.subscribe(c); ok {
 			return r
 		}
-	}
-	ss.mu.Lock()
-	level := ss.logLevel
-	ss.mu.Unlock()
-	era := engine.Era{
-		Version: ss.version, Capabilities: ss.caps, Principal: principal, LogLevel: level, Encoder: encoder{},
-		AskInput: func(ctx context.Context, reqs map[string]mcp.InputRequest) (map[string]jsontext.Value, error) {
-			return ss.ask(ctx, reqs, out)
-		},
-	}
-	if r, ok := ss.srv.Dispatch(ctx, c, era, out); ok {
-		return r
 	}
 	return engine.Fail(m.ID, jsonrpc.CodeMethodNotFound, "Method not found: "+strconv.Quote(m.Method), nil)
 }
 
 // subscribe serves resources/subscribe and resources/unsubscribe; ok is
 // false when the server offers no resources.
-func (ss *Session) subscribe(c *engine.Call, principal string) (engine.Reply, bool) {
+func (ss *Session) subscribe(c *engine.Call) (engine.Reply, bool) {
 	m := c.Msg
 	if c.P.URI == nil || *c.P.URI == "" {
 		return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: missing uri", nil), true
@@ -225,7 +258,7 @@ func (ss *Session) subscribe(c *engine.Call, principal string) (engine.Reply, bo
 		delete(ss.uris, uri)
 	}
 	if len(ss.subs) > 0 {
-		if sub, err := ss.srv.Hub().Subscribe(ss.filterLocked(principal)); err == nil {
+		if sub, err := ss.srv.Hub().Subscribe(ss.filterLocked()); err == nil {
 			ss.subs = append(ss.subs, sub)
 		}
 	}

@@ -52,7 +52,28 @@ func (c *current) TakeMerged() int                        { return c.sub.TakeMer
 // transport writes its response headers there); a session has at most one
 // stream, and a second one fails with ErrStreamOpen before start. The
 // error is nil when the stream ended for any reason but a failed write.
-func (ss *Session) Stream(ctx context.Context, principal string, out engine.Stream, start func() error) error {
+//
+// Middleware sees the stream as a subscriptions/listen without an id;
+// one it refuses fails with a *RefusedError before start.
+func (ss *Session) Stream(ctx context.Context, out engine.Stream, start func() error) error {
+	call := &engine.Call{Msg: &jsonrpc.Message{Method: mcp.MethodListen}}
+	var err error
+	rep := ss.srv.Run(ctx, call, ss.era(out), func(ctx context.Context) engine.Reply {
+		err = ss.stream(ctx, out, start)
+		return engine.Reply{Outcome: engine.Silent}
+	})
+	if rep.Err != nil {
+		return &RefusedError{Err: rep.Err}
+	}
+	return err
+}
+
+// RefusedError is a request the server's middleware refused.
+type RefusedError struct{ Err *jsonrpc.Error }
+
+func (e *RefusedError) Error() string { return "legacy: refused: " + e.Err.Error() }
+
+func (ss *Session) stream(ctx context.Context, out engine.Stream, start func() error) error {
 	ss.mu.Lock()
 	if ss.streaming {
 		ss.mu.Unlock()
@@ -60,7 +81,7 @@ func (ss *Session) Stream(ctx context.Context, principal string, out engine.Stre
 	}
 	// Subscribe before start: once the client sees the stream open, every
 	// change from then on must reach it.
-	sub, err := ss.srv.Hub().Subscribe(ss.filterLocked(principal))
+	sub, err := ss.srv.Hub().Subscribe(ss.filterLocked())
 	if err == nil {
 		ss.streaming = true
 		ss.subs = []*hub.Subscription{sub}
@@ -125,12 +146,12 @@ func (ss *Session) Stream(ctx context.Context, principal string, out engine.Stre
 // grant a 2026-07-28 listen gets, and every list kind — also those the
 // server did not offer when the session began, since a session lasts
 // while a server starts to offer more.
-func (ss *Session) filterLocked(principal string) hub.Filter {
+func (ss *Session) filterLocked() hub.Filter {
 	f := mcp.SubscriptionFilter{}
 	for u := range ss.uris {
 		f.ResourceSubscriptions = append(f.ResourceSubscriptions, u)
 	}
-	_, hf := ss.srv.Grant(principal, f)
+	_, hf := ss.srv.Grant(ss.principal, f)
 	hf.Kinds = hub.Of(mcp.Lists()...)
 	return hf
 }

@@ -2,6 +2,7 @@ package legacy
 
 import (
 	"container/list"
+	"context"
 	"sync"
 	"time"
 
@@ -34,9 +35,10 @@ func (t *Table) Len() int {
 	return len(t.m)
 }
 
-// Open answers initialize with a new session kept in the table.
-func (t *Table) Open(c *engine.Call) (*Session, engine.Reply) {
-	ss, rep := Open(t.srv, c)
+// Open answers initialize with a new session kept in the table, bound to
+// principal.
+func (t *Table) Open(ctx context.Context, c *engine.Call, principal string) (*Session, engine.Reply) {
+	ss, rep := Open(ctx, t.srv, c, principal)
 	if ss != nil {
 		ss.table = t
 		t.add(ss, t.srv.Now())
@@ -44,14 +46,16 @@ func (t *Table) Open(c *engine.Call) (*Session, engine.Reply) {
 	return ss, rep
 }
 
-// Get returns the live session with id, refreshing its idle clock.
+// Get returns the live session with id opened by principal, refreshing
+// its idle clock. A session of another principal is reported as absent,
+// as if the id were unknown: holding an id is not enough to use it.
 // Expired sessions are removed and reported as absent.
-func (t *Table) Get(id string) (*Session, bool) {
+func (t *Table) Get(id, principal string) (*Session, bool) {
 	now := t.srv.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ss, ok := t.m[id]
-	if !ok {
+	if !ok || ss.principal != principal {
 		return nil, false
 	}
 	if now.Sub(time.Unix(0, ss.lastSeen.Load())) > t.idle {
