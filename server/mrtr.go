@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -64,7 +65,14 @@ func stateBinding(method, name, principal string, args jsontext.Value) string {
 			sum = sha256.Sum256(args)
 		}
 	}
-	return method + "\x00" + name + "\x00" + principal + "\x00" + string(sum[:])
+	// Each part is length-prefixed, so that no name or principal can
+	// make two different requests bind alike.
+	var b []byte
+	for _, part := range []string{method, name, principal, string(sum[:])} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(part)))
+		b = append(b, part...)
+	}
+	return string(b)
 }
 
 // openState verifies the requestState of a retried call.

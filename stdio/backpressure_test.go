@@ -13,9 +13,9 @@ import (
 )
 
 // TestBlockedStdoutStillReadsCancel: when the client stops reading stdout,
-// the request whose write is blocked must not stop the reader, so that a
-// notifications/cancelled — for that request or for any other — still
-// takes effect.
+// neither the request whose write is blocked nor the answers the reader
+// gives itself may stop the reader, so that a notifications/cancelled —
+// for that request or for any other — still takes effect.
 func TestBlockedStdoutStillReadsCancel(t *testing.T) {
 	srv := server.New(mcp.Implementation{Name: "t", Version: "1"})
 	waiting, cancelled, writing := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -76,6 +76,10 @@ func TestBlockedStdoutStillReadsCancel(t *testing.T) {
 	wait(waiting, "the waiter to start")
 	send(`{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"chatty",` + meta(`,"progressToken":"p"`) + `}}`)
 	wait(writing, "the chatty tool to start writing")
+	// Lines the reader answers itself, a parse error and a duplicate id,
+	// must not make it wait for stdout either.
+	send(`{not json`)
+	send(`{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"waiter",` + meta("") + `}}`)
 	for _, id := range []string{"a", "b"} {
 		send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%q}}`, id))
 	}

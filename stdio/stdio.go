@@ -97,6 +97,9 @@ type conn struct {
 	wmu  sync.Mutex
 	w    io.Writer
 	werr error
+	// failed holds werr once a write failed, readable without wmu, which
+	// a blocked write holds.
+	failed atomic.Pointer[error]
 
 	mu            sync.Mutex
 	inflight      map[string]*call
@@ -105,8 +108,9 @@ type conn struct {
 	session       *legacy.Session
 	sessionCancel context.CancelFunc
 
-	sem chan struct{}
-	wg  sync.WaitGroup
+	sem     chan struct{}
+	wg      sync.WaitGroup
+	replies chan []byte // see reply
 }
 
 // call is one request in flight. cancelled is atomic, never a lock:
@@ -131,11 +135,19 @@ func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer,
 	for _, o := range opts {
 		o(&cfg)
 	}
-	c := &conn{srv: engine.Of(srv), cfg: cfg, w: out, inflight: map[string]*call{}, sem: make(chan struct{}, cfg.maxInFlight)}
+	c := &conn{srv: engine.Of(srv), cfg: cfg, w: out, inflight: map[string]*call{}, sem: make(chan struct{}, cfg.maxInFlight),
+		replies: make(chan []byte, maxQueuedReplies)}
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		c.writeReplies()
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
 		cancel()
 		c.wg.Wait()
+		close(c.replies)
+		<-written
 	}()
 
 	lines := make(chan []byte)
@@ -214,6 +226,30 @@ func (c *conn) readLines(ctx context.Context, in io.Reader, out chan<- []byte) e
 	}
 }
 
+// maxQueuedReplies bounds the answers the reader hands to the reply
+// writer (refusals and parse errors), so that it never blocks on a
+// stdout nobody reads — cancellations must still be read — unless a
+// client floods it with that many bad lines without reading.
+const maxQueuedReplies = 64
+
+// reply queues an answer the reader itself gives. It reports the
+// connection's write error, if writing has already failed, so that Serve
+// ends when the output is gone.
+func (c *conn) reply(msg []byte) error {
+	if err := c.failed.Load(); err != nil {
+		return *err
+	}
+	c.replies <- msg
+	return nil
+}
+
+// writeReplies writes the reader's answers until the queue is closed.
+func (c *conn) writeReplies() {
+	for msg := range c.replies {
+		_ = c.write(msg)
+	}
+}
+
 // write sends one message followed by a newline. After the first failure
 // every later write fails too.
 func (c *conn) write(msg []byte) error {
@@ -226,22 +262,23 @@ func (c *conn) write(msg []byte) error {
 	buf = append(append(buf, msg...), '\n')
 	if _, err := c.w.Write(buf); err != nil {
 		c.werr = fmt.Errorf("stdio: write: %w", err)
+		c.failed.Store(&c.werr)
 	}
 	return c.werr
 }
 
 func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	if len(line) == 0 {
-		return c.write(jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeParseError,
+		return c.reply(jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeParseError,
 			"Parse error: message longer than "+strconv.Itoa(c.cfg.maxLine)+" bytes", nil)))
 	}
 	msg, err := jsonrpc.Decode(line, c.cfg.maxDepth)
 	if err != nil {
 		var de *jsonrpc.DecodeError
 		if errors.As(err, &de) {
-			return c.write(jsonrpc.AppendErrorResponse(nil, de.ID, de.RPCError()))
+			return c.reply(jsonrpc.AppendErrorResponse(nil, de.ID, de.RPCError()))
 		}
-		return c.write(jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeParseError, "Parse error", nil)))
+		return c.reply(jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, jsonrpc.NewError(jsonrpc.CodeParseError, "Parse error", nil)))
 	}
 	switch {
 	case msg.IsResponse():
@@ -259,7 +296,7 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	}
 	parsed, rep := engine.Parse(msg)
 	if rep != nil {
-		return c.write(rep.Body)
+		return c.reply(rep.Body)
 	}
 	_, modern := parsed.Version()
 	if msg.Method == mcp.MethodInitialize && !modern {
@@ -274,17 +311,17 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	c.mu.Lock()
 	if _, dup := c.inflight[key]; dup {
 		c.mu.Unlock()
-		return c.write(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
+		return c.reply(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
 			"Invalid Request: id "+key+" is already in use by a request in flight", nil)))
 	}
 	if isListen && c.listens >= c.cfg.maxListens {
 		c.mu.Unlock()
-		return c.write(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInternalError,
+		return c.reply(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInternalError,
 			"Too many open listens on this connection", nil)))
 	}
 	if !isListen && c.waiting >= maxWaitingFactor*c.cfg.maxInFlight {
 		c.mu.Unlock()
-		return c.write(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInternalError,
+		return c.reply(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInternalError,
 			"Server busy: too many requests in flight on this connection", nil)))
 	}
 	cctx, cancel := context.WithCancel(ctx)

@@ -467,7 +467,7 @@ type responder struct {
 	rc       *http.ResponseController
 	timeout  time.Duration
 	sse      bool
-	broken   bool
+	broken   error // the first failed write's error; every later write fails with it
 	buf      []byte
 	deadline time.Time
 	env      envelope
@@ -483,8 +483,8 @@ func (o *responder) startSSE() {
 }
 
 func (o *responder) write(b []byte) error {
-	if o.broken {
-		return errors.New("stream broken")
+	if o.broken != nil {
+		return o.broken
 	}
 	if o.timeout > 0 {
 		// Moving the deadline costs a poller update; in a burst of writes
@@ -500,7 +500,7 @@ func (o *responder) write(b []byte) error {
 		err = o.rc.Flush()
 	}
 	if err != nil {
-		o.broken = true
+		o.broken = err
 	}
 	return err
 }
@@ -508,7 +508,7 @@ func (o *responder) write(b []byte) error {
 // clearDeadline lifts the write deadline before the connection serves its
 // next request.
 func (o *responder) clearDeadline() {
-	if !o.deadline.IsZero() && !o.broken {
+	if !o.deadline.IsZero() && o.broken == nil {
 		_ = o.rc.SetWriteDeadline(time.Time{})
 		o.deadline = time.Time{}
 	}

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"math/bits"
 	"os"
 	"time"
 
@@ -126,11 +125,12 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 		case <-src.Wake():
 			var kinds hub.Kind
 			kinds, uris = src.Take(uris[:0])
-			if err := Flush(out, n, kinds, uris); err != nil {
-				return Lost, err
-			}
+			sent, err := flush(out, n, kinds, uris)
 			if o.Observer != nil {
-				o.Observer.Notified(bits.OnesCount32(uint32(kinds))+len(uris), src.TakeMerged())
+				o.Observer.Notified(sent, src.TakeMerged())
+			}
+			if err != nil {
+				return Lost, err
 			}
 			wrote = true
 			if src.Ending() {
@@ -142,19 +142,27 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 
 // Flush sends the notifications for kinds and uris.
 func Flush(out Stream, n Notices, kinds hub.Kind, uris []string) error {
+	_, err := flush(out, n, kinds, uris)
+	return err
+}
+
+// flush is Flush that also counts the notifications written.
+func flush(out Stream, n Notices, kinds hub.Kind, uris []string) (sent int, err error) {
 	for _, l := range mcp.Lists() {
 		if kinds.Has(l) {
 			if err := out.Send(n.ListChanged(l)); err != nil {
-				return err
+				return sent, err
 			}
+			sent++
 		}
 	}
 	for _, u := range uris {
 		if msg := n.Updated(u); msg != nil {
 			if err := out.Send(msg); err != nil {
-				return err
+				return sent, err
 			}
+			sent++
 		}
 	}
-	return nil
+	return sent, nil
 }

@@ -48,8 +48,8 @@ type Session struct {
 	caps      mcp.ClientCaps
 	principal string // who opened it; nobody else may use it
 	srv       engine.Server
-	lastSeen atomic.Int64 // unix nanoseconds
-	table    *Table       // nil for a connection's own session
+	lastSeen  atomic.Int64 // unix nanoseconds
+	table     *Table       // nil for a connection's own session
 
 	mu        sync.Mutex
 	logLevel  int
