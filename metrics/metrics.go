@@ -23,7 +23,8 @@ import (
 )
 
 // Metrics holds the series of one server. It implements
-// server.StreamObserver.
+// server.RefusalObserver, so requests refused before they are served
+// (a header mismatch, an unsupported version) are counted too.
 type Metrics struct {
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
@@ -148,6 +149,14 @@ func (m *Metrics) Notified(sent, merged int) {
 	if merged > 0 {
 		m.coalesced.Add(float64(merged))
 	}
+}
+
+// Refused counts a request refused before it was served.
+func (m *Metrics) Refused(method string, code int) {
+	if !m.knownMethods[method] {
+		method = "other"
+	}
+	m.requests.WithLabelValues(method, m.outcome(context.Background(), jsonrpc.NewError(code, "", nil))).Inc()
 }
 
 // CutOff counts a stream cut for a stuck reader.

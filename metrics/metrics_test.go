@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,39 @@ func TestUnknownMethodsShareOneLabel(t *testing.T) {
 	}
 	if v := scrape(t, ts.URL+"/metrics", `tidings_requests_total{method="other",outcome="method_not_found"}`); v != 3 {
 		t.Errorf("made-up methods counted %v times under \"other\", want 3", v)
+	}
+}
+
+// TestRefusalsCounted: a request refused before it is served — here for
+// a protocol version header that does not match its _meta — is counted
+// under its outcome.
+func TestRefusalsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(mcp.Implementation{Name: "m", Version: "1"}, m.ServerOptions()...)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", streamhttp.New(srv))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(mcp.HeaderProtocolVersion, "2099-01-01")
+	req.Header.Set(mcp.HeaderMethod, "tools/list")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400", resp.StatusCode)
+	}
+	if v := scrape(t, ts.URL+"/metrics", `tidings_requests_total{method="tools/list",outcome="header_mismatch"}`); v != 1 {
+		t.Errorf("header mismatches counted %v, want 1", v)
 	}
 }

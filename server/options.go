@@ -167,7 +167,19 @@ type StreamObserver interface {
 	CutOff()
 }
 
-// WithStreamObserver sets the observer of every change stream.
+// RefusalObserver is a StreamObserver that also hears of each request
+// refused before any handler or middleware ran: a header mismatch, an
+// unsupported protocol version, malformed _meta or params. Metrics count
+// those too.
+type RefusalObserver interface {
+	StreamObserver
+	// Refused reports the method the request named (which may be one
+	// the server does not know) and the JSON-RPC code it was refused with.
+	Refused(method string, code int)
+}
+
+// WithStreamObserver sets the observer of every change stream (and of
+// refusals, if it is also a RefusalObserver).
 func WithStreamObserver(o StreamObserver) Option {
 	return func(c *config) { c.observer = o }
 }

@@ -67,33 +67,57 @@ func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, e
 	if m.IsNotification() {
 		return engine.Reply{Outcome: engine.Silent}
 	}
+	req, r := s.admit(call, principal, env, out)
+	if req == nil {
+		if ro, ok := s.cfg.observer.(RefusalObserver); ok && r.Err != nil {
+			ro.Refused(m.Method, r.Err.Code)
+		}
+		return r
+	}
+	var done func()
+	if m.Method == mcp.MethodListen {
+		// Shutdown waits until the transport has written the listen's
+		// last message, which it reports by releasing the reply.
+		done = s.writers.add()
+	}
+	r = s.run(ctx, call, req, (*Server).route)
+	if done != nil {
+		r.Done = done
+	}
+	return r
+}
+
+// admit runs the checks of Serve and builds the request, or returns the
+// refusal.
+func (s *Server) admit(call *engine.Call, principal string, env engine.Envelope, out engine.Stream) (*Request, engine.Reply) {
+	m := call.Msg
 	var declared string
 	if env != nil {
 		v, err := env.Version()
 		if err != nil {
-			return mismatch(m.ID, err)
+			return nil, mismatch(m.ID, err)
 		}
 		declared = v
 	}
 	if r := checkMeta(call); r != nil {
-		return *r
+		return nil, *r
 	}
 	version := *call.P.Meta.ProtocolVersion
 	if env != nil && declared != version {
-		return mismatch(m.ID, errors.New(mcp.HeaderProtocolVersion+" does not match _meta protocolVersion"))
+		return nil, mismatch(m.ID, errors.New(mcp.HeaderProtocolVersion+" does not match _meta protocolVersion"))
 	}
 	if version != mcp.Version {
-		return engine.Fail(m.ID, mcp.CodeUnsupportedProtocolVersion,
+		return nil, engine.Fail(m.ID, mcp.CodeUnsupportedProtocolVersion,
 			"Unsupported protocol version: "+strconv.Quote(version),
 			map[string]any{"supported": []string{mcp.Version}, "requested": version})
 	}
 	if env != nil {
 		if err := env.Route(call, s.headerParams(call, principal)); err != nil {
-			return mismatch(m.ID, err)
+			return nil, mismatch(m.ID, err)
 		}
 	}
 	if call.ParamErr != nil {
-		return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+call.ParamErr.Error(), nil)
+		return nil, engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+call.ParamErr.Error(), nil)
 	}
 	meta := call.P.Meta
 	req := s.newRequest(call, principal, out)
@@ -104,21 +128,11 @@ func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, e
 	if meta.LogLevel != nil {
 		sev, ok := meta.LogLevel.Severity()
 		if !ok {
-			return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: unknown log level "+strconv.Quote(string(*meta.LogLevel)), nil)
+			return nil, engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: unknown log level "+strconv.Quote(string(*meta.LogLevel)), nil)
 		}
 		req.logLevel = sev
 	}
-	var done func()
-	if m.Method == mcp.MethodListen {
-		// Shutdown waits until the transport has written the listen's
-		// last message, which it reports by releasing the reply.
-		done = s.writers.add()
-	}
-	r := s.run(ctx, call, req, (*Server).route)
-	if done != nil {
-		r.Done = done
-	}
-	return r
+	return req, engine.Reply{}
 }
 
 // discard is the stream of a request that sends nothing before its

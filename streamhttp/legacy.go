@@ -102,7 +102,13 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	defer ss.Track(msg.ID, cancel)()
+	untrack, ok := ss.Track(msg.ID, cancel)
+	if !ok {
+		writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest,
+			"Invalid Request: id "+msg.ID.Raw()+" is already in use by a request in flight", nil)
+		return
+	}
+	defer untrack()
 	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
 	reply := ss.Serve(ctx, call, out)
 	out.finish(reply)

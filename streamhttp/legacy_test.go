@@ -694,6 +694,9 @@ func TestLegacyHTTPCancel(t *testing.T) {
 		done <- f.post(t, legacyBody(9, mcp.MethodToolsCall, map[string]any{"name": "block"}), legacyHeaders(sid))
 	}()
 	<-started
+	// While 9 is in flight its id is taken: a cancellation must name one
+	// request only.
+	wantError(t, f.post(t, legacyBody(9, mcp.MethodToolsList, nil), legacyHeaders(sid)), http.StatusBadRequest, -32600)
 	if r := f.post(t, legacyBody(nil, mcp.NotifyCancelled, map[string]any{"requestId": 9, "reason": "user"}), legacyHeaders(sid)); r.status != http.StatusAccepted {
 		t.Fatalf("cancel: status %d", r.status)
 	}

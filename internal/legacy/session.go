@@ -317,17 +317,23 @@ func (ss *Session) ask(ctx context.Context, reqs map[string]mcp.InputRequest, ou
 // Track records a request of the session as in flight, so that a
 // notifications/cancelled naming its id can stop it (on HTTP the
 // cancellation arrives on another POST). Call the returned function when
-// the request ends.
-func (ss *Session) Track(id jsonrpc.ID, cancel context.CancelFunc) (untrack func()) {
+// the request ends. ok is false, and nothing is recorded, when a request
+// with the same id is in flight: ids must be unique among them, or a
+// cancellation could stop the wrong one.
+func (ss *Session) Track(id jsonrpc.ID, cancel context.CancelFunc) (untrack func(), ok bool) {
 	key := id.Raw()
 	ss.mu.Lock()
+	if _, dup := ss.inflight[key]; dup {
+		ss.mu.Unlock()
+		return nil, false
+	}
 	ss.inflight[key] = cancel
 	ss.mu.Unlock()
 	return func() {
 		ss.mu.Lock()
 		delete(ss.inflight, key)
 		ss.mu.Unlock()
-	}
+	}, true
 }
 
 // Cancel stops the in-flight request named by a notifications/cancelled
