@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,7 +56,14 @@ changes. Otherwise (or with --plain) one line is printed per event:
   2026-11-30T10:00:00Z tools_changed added=a,b removed=c
 
 and with --json one JSON object per event. The first read of each list is
-reported as additions. SIGINT or SIGTERM end the watch.`,
+reported as additions. SIGINT or SIGTERM end the watch.
+
+A URL that answers, but not as an MCP server, ends the watch with exit
+status 1 and says why: a 404, 405 or 410, a 401 or 403 (the -H headers are
+not accepted), another 4xx without a JSON-RPC body, a web page or other
+non-JSON body, or JSON that is not JSON-RPC. This holds until the endpoint
+has answered once as MCP; failures that may pass (a refused connection, a
+timeout, a 5xx, 408, 429) are retried with backoff.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, rest, err := splitTarget(cmd, args)
@@ -112,6 +120,22 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 	gone := make(chan struct{})
 	var goneOnce sync.Once
 	writeErr := make(chan error, 1)
+	// An HTTP endpoint that has never answered as an MCP server, and
+	// whose failure shows it is none (see notMCP), ends the watch: no
+	// retry would change a 404 or a web page into a server.
+	fatal := make(chan error, 1)
+	var spoke atomic.Bool
+	notServer := func(err error) {
+		if spoke.Load() {
+			return
+		}
+		if ferr := notMCPError(t, err); ferr != nil {
+			select {
+			case fatal <- ferr:
+			default:
+			}
+		}
+	}
 
 	onEvent := func(e client.Event) {
 		// A spawned server that crashed is started again; one that keeps
@@ -119,6 +143,12 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		// ErrClosed.
 		if t.command != nil && e.Kind == client.Disconnected && errors.Is(e.Err, client.ErrClosed) {
 			goneOnce.Do(func() { close(gone) })
+		}
+		switch e.Kind {
+		case client.Connected:
+			spoke.Store(true)
+		case client.Disconnected:
+			notServer(e.Err)
 		}
 		if term != nil {
 			st.apply(e)
@@ -152,12 +182,15 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 	// Follow only the lists the server offers, when it can tell us now; a
 	// server that is not up yet is followed in full as it comes.
 	if d, err := c.Discover(ctx); err == nil {
+		spoke.Store(true)
 		caps := d.Capabilities
 		opts.Tools, opts.Prompts, opts.Resources = caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil
 		era, _ := c.Era(ctx) // known once Discover succeeded
 		st.discovered(d, era, nil)
 	} else if ctx.Err() != nil {
 		return nil
+	} else if ferr := notMCPError(t, err); ferr != nil {
+		return ferr
 	}
 	st.follow(opts)
 	w := c.Watch(ctx, opts)
@@ -178,6 +211,8 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		case <-gone:
 			return finish()
 		case err := <-writeErr:
+			return err
+		case err := <-fatal:
 			return err
 		}
 	}
@@ -208,6 +243,11 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			}
 			if dctx.Err() != nil {
 				return
+			}
+			if err == nil {
+				spoke.Store(true)
+			} else {
+				notServer(err)
 			}
 			st.discovered(d, era, err)
 			poke(redraw)
@@ -247,6 +287,8 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			return nil
 		case <-gone:
 			return finish()
+		case err := <-fatal:
+			return err
 		case <-redraw:
 		case <-tick.C:
 		}
