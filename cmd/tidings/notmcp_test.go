@@ -131,3 +131,17 @@ func TestNotMCP(t *testing.T) {
 		}
 	}
 }
+
+// TestNotMCPExitStatus runs the binary against a 404: watch and call end
+// with status 1 and say what is wrong.
+func TestNotMCPExitStatus(t *testing.T) {
+	bin := buildBinary(t)
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	for _, args := range [][]string{{"watch", srv.URL}, {"watch", "--json", srv.URL}, {"call", srv.URL, "tools"}} {
+		out, errOut, code := run(t, bin, args...)
+		if code != 1 || !strings.Contains(errOut, "Error: "+srv.URL+" is not an MCP endpoint: nothing answers MCP at this URL (HTTP 404 Not Found)") {
+			t.Errorf("%q: exit status %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+}

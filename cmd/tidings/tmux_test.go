@@ -176,9 +176,11 @@ func TestWatchViewInTmux(t *testing.T) {
 	}
 
 	// The server is back on the same port; r retries at once.
-	start(t, "serve again", bin, true, "serve", "--dir", dir, "--addr", "127.0.0.1:"+port).drain()
+	again := start(t, "serve again", bin, true, "serve", "--dir", dir, "--addr", "127.0.0.1:"+port)
+	again.expect("listening line", func(l string) bool { return listening.MatchString(l) })
+	again.drain()
+	p.keys("r")
 	p.waitFor("the outage over", func(s string) bool {
-		p.keys("r")
 		return strings.Contains(s, "reconnected after") && strings.HasPrefix(rowOf(s, "tools "), "tools        3  live")
 	})
 

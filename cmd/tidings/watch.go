@@ -372,7 +372,8 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			case '?', 'h':
 				legend = !legend
 			case 'r', 'R':
-				if st.down() {
+				// Not while an attempt is under way: that is a retry already.
+				if st.down() && ws.w.State() != client.Connecting {
 					ws.restart()
 					st.restarted()
 				}
