@@ -67,6 +67,9 @@ printed to stderr as its JSON error object.`,
 			}
 			defer c.Close()
 			err = runCall(ctx, c, req, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if fatal := notMCPError(t, err); fatal != nil {
+				return fatal
+			}
 			var ee *exitError
 			if errors.As(err, &ee) {
 				cmd.SilenceErrors = true // already reported

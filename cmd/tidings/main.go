@@ -21,6 +21,11 @@
 //
 // bench fanout measures how fast a change reaches many listens over
 // loopback HTTP, and at what memory cost, against a naive broadcaster.
+//
+// tidings --version reports the module version (go install
+// tidings/cmd/tidings@VERSION, or go build in a VCS checkout); a build
+// without one reports what -ldflags "-X main.buildVersion=VERSION" set,
+// else the VCS revision, else "devel".
 package main
 
 import (
@@ -60,10 +65,53 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-// version is the module version the binary was built from, or "devel".
+// buildVersion is set at build time for builds that carry no module
+// version, such as a release built from a source tree without VCS
+// stamping:
+//
+//	go build -ldflags "-X main.buildVersion=v1.4.0" ./cmd/tidings
+//
+// It is the one package-level variable, written only by the linker.
+var buildVersion string
+
+// version is what --version and the client's clientInfo report.
 func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+	bi, _ := debug.ReadBuildInfo() // nil without build information
+	return versionOf(bi, buildVersion)
+}
+
+// versionOf picks the most telling version a build carries, in this
+// order: the main module's version (set by "go install module@version",
+// and by go build from a VCS checkout, as a tag or a pseudo-version);
+// stamped, the -ldflags -X value; the VCS revision, should the module
+// version be missing; and only then "devel", which says that the binary
+// cannot tell what it was built from.
+func versionOf(bi *debug.BuildInfo, stamped string) string {
+	if bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
+	}
+	if stamped != "" {
+		return stamped
+	}
+	if bi != nil {
+		var rev, modified string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
+		}
+		if rev != "" {
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+			if modified == "true" {
+				rev += "+dirty"
+			}
+			return "rev " + rev
+		}
 	}
 	return "devel"
 }

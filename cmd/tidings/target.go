@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tidings/client"
+	"tidings/jsonrpc"
 	"tidings/mcp"
 )
 
@@ -103,3 +105,63 @@ func dial(ctx context.Context, t target, f clientFlags, stderr io.Writer) (*clie
 type exitError struct{ code int }
 
 func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// notMCP reports whether a failed request to an HTTP endpoint shows that
+// no MCP server is there at all, and says why in words for people. Only
+// an answer counts, and only one that no retry will change:
+//
+//   - 404, 405 or 410 to server/discover and to initialize alike (the
+//     client tries both eras): no MCP endpoint at this URL;
+//   - 401 or 403 without a JSON-RPC body: the headers given (-H) are not
+//     accepted, and they stay the same on every retry;
+//   - any other 4xx without a JSON-RPC body, except 408, 425 and 429,
+//     which ask for a retry;
+//   - a success or redirect whose body is not JSON or an event stream
+//     (an HTML page, plain text), or JSON that is not JSON-RPC.
+//
+// Everything else may pass and is retried: a refused or broken
+// connection, a timeout, a 5xx, and every JSON-RPC error, which comes
+// from a server that speaks the protocol.
+func notMCP(err error) (string, bool) {
+	var he *client.HTTPError
+	if errors.As(err, &he) {
+		switch s := he.Status; {
+		case s == http.StatusNotFound || s == http.StatusMethodNotAllowed || s == http.StatusGone:
+			return fmt.Sprintf("nothing answers MCP at this URL (HTTP %d %s)", s, http.StatusText(s)), true
+		case s == http.StatusUnauthorized || s == http.StatusForbidden:
+			return fmt.Sprintf("the server refuses the request (HTTP %d %s); pass credentials with -H", s, http.StatusText(s)), true
+		case s == http.StatusRequestTimeout || s == http.StatusTooEarly || s == http.StatusTooManyRequests || s >= 500:
+			return "", false
+		case s >= 400:
+			return fmt.Sprintf("HTTP %d %s without a JSON-RPC answer", s, http.StatusText(s)), true
+		case looksLikeHTML(he.Body):
+			return fmt.Sprintf("it answered HTTP %d with an HTML page, not JSON-RPC", s), true
+		default:
+			return fmt.Sprintf("it answered HTTP %d with something other than JSON-RPC", s), true
+		}
+	}
+	var de *jsonrpc.DecodeError
+	if errors.As(err, &de) {
+		return "it answered with JSON that is not a JSON-RPC response", true
+	}
+	return "", false
+}
+
+// looksLikeHTML reports whether a response body starts like a web page.
+func looksLikeHTML(body string) bool {
+	b := strings.ToLower(strings.TrimSpace(body))
+	return strings.HasPrefix(b, "<!doctype html") || strings.HasPrefix(b, "<html") || strings.HasPrefix(b, "<head") || strings.HasPrefix(b, "<body")
+}
+
+// notMCPError is the error that ends a command whose HTTP endpoint is not
+// an MCP server; err, the failure that showed it, stays wrapped.
+func notMCPError(t target, err error) error {
+	if t.url == "" {
+		return nil
+	}
+	reason, ok := notMCP(err)
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("%s is not an MCP endpoint: %s: %w", t.url, reason, err)
+}

@@ -30,6 +30,20 @@ type viewModel struct {
 	// Granted is the last listen acknowledgement (nil before the first).
 	Granted *mcp.SubscriptionFilter
 	Stats   client.WatchStats
+	// Outage is the connection trouble going on now, nil while the
+	// listen is up (or was never tried).
+	Outage *outageView
+
+	// Keys is true when the view reads key presses, so it may offer them.
+	Keys bool
+	// Legend shows what the states mean in place of the recent changes.
+	Legend bool
+	// LogPane is true for a spawned server whose stderr is shown in the
+	// view: Log holds its last lines, oldest first. LogFile, when set,
+	// is where that stderr goes instead.
+	LogPane bool
+	Log     []string
+	LogFile string
 
 	Lists   []listView
 	URIs    []uriView
@@ -53,6 +67,11 @@ type listView struct {
 	// Notified is true when the server agreed to announce changes, false
 	// when the list is polled.
 	Notified bool
+	// Live is true when a listen that is up and acknowledged covers the
+	// list and the list was read since that acknowledgement: it is
+	// current whatever its TTL says, as a change would have been
+	// announced and re-read.
+	Live bool
 }
 
 // uriView is one resource whose content is followed.
@@ -61,24 +80,59 @@ type uriView struct {
 	Notified  bool
 	Freshness client.FreshnessInfo
 	Updated   time.Time // last reported content change; zero if none yet
+	// Live: as for listView, through a granted resource subscription.
+	Live bool
 }
 
 // changeView is one line of the recent-changes log.
 type changeView struct {
 	At   time.Time
 	Text string
+	// Count is how many times in a row the same thing happened (the
+	// same read failure, say); At is the latest.
+	Count int
+}
+
+// outageView is one spell without a listen, however many reconnect
+// attempts it took: the view shows it as one status line.
+type outageView struct {
+	Since    time.Time
+	Attempts int    // failed attempts so far
+	LastErr  string // why the latest one failed
+	// RetryBy is when the next attempt starts at the latest; zero when
+	// nothing will be retried.
+	RetryBy time.Time
+}
+
+// legendLines explain the freshness states and the notified/polled
+// column; the view shows them when asked (the ? key).
+var legendLines = [...]string{
+	"live      a listen that is up covers it, and it was read since the",
+	"          listen was acknowledged: any change would be announced",
+	"fresh Ns  inside the TTL the server gave, N seconds left",
+	"stale     TTL over, or a change was announced: read again on the next",
+	"          poll or notification",
+	"unknown   the listen dropped: it may have changed; read again once the",
+	"          listen is back",
+	"missing   not read yet",
+	"notified  the server agreed to announce its changes; polled: it is",
+	"          read again every --poll-interval",
 }
 
 // renderView draws the model as text lines that fit Width and Height.
-// It writes no escape sequences; the caller positions the cursor.
+// It writes no escape sequences; the caller positions the cursor. When
+// the terminal is narrow, the less important columns go first (how a
+// list is followed, then the "updated" label), and names are cut with
+// an ellipsis rather than dropped.
 func renderView(m viewModel) string {
-	var lines []string
 	// Every line goes through printable: the strings in it are the
 	// server's, and control characters in them must not drive the terminal
 	// or break the layout.
-	add := func(format string, a ...any) {
-		lines = append(lines, strings.TrimRight(fit(printable(fmt.Sprintf(format, a...)), m.Width), " "))
+	line := func(format string, a ...any) string {
+		return strings.TrimRight(fit(printable(fmt.Sprintf(format, a...)), m.Width), " ")
 	}
+	var top []string
+	add := func(format string, a ...any) { top = append(top, line(format, a...)) }
 
 	title := "tidings watch  " + m.Target
 	clock := m.Now.Format("15:04:05")
@@ -114,8 +168,19 @@ func renderView(m viewModel) string {
 		proto += "   server supports " + strings.Join(m.Versions, ", ")
 	}
 	add("%s", proto)
-	add("state     %-10s  notifications %d  re-reads %d  reconnects %d",
-		m.State, m.Stats.Notifications, m.Stats.Rereads, m.Stats.Reconnects)
+	if o := m.Outage; o != nil {
+		add("state     %s", outageText(o, m.State, m.Now))
+		// An error's cause comes last ("connection refused"): keep it.
+		const label = "          last error: "
+		errW := 0
+		if m.Width > 0 {
+			errW = max(m.Width-len(label), 1)
+		}
+		add("%s%s", label, fitMiddle(printable(o.LastErr), errW))
+	} else {
+		add("state     %-10s  notifications %d  re-reads %d  reconnects %d",
+			m.State, m.Stats.Notifications, m.Stats.Rereads, m.Stats.Reconnects)
+	}
 	add("granted   %s", grantedText(m.Granted, len(m.URIs)))
 	add("")
 
@@ -123,66 +188,176 @@ func renderView(m viewModel) string {
 	for _, l := range m.Lists {
 		nameW = max(nameW, len(l.Name))
 	}
+	// The items want three fifths of a narrow terminal; the "how" column
+	// (also told by the granted line) gives way first.
+	head := func(l listView, how bool) string {
+		count := "-"
+		if l.Known {
+			count = fmt.Sprint(len(l.Items))
+		}
+		h := fmt.Sprintf("%-*s %4s  %-9s ", nameW, l.Name, count, stateText(l.Freshness, l.Live, m.Now))
+		if how {
+			h += fmt.Sprintf("%-8s  ", howText(l.Notified, m.Granted))
+		} else {
+			h += " "
+		}
+		return h
+	}
+	showHow := true
+	if m.Width > 0 {
+		probe := listView{Name: "resources", Known: true, Items: make([]string, 1000)}
+		showHow = m.Width-utf8.RuneCountInString(head(probe, true)) >= min(50, m.Width*3/5)
+	}
 	for _, l := range m.Lists {
 		if !l.Followed {
 			add("%-*s    -  not offered by the server", nameW, l.Name)
 			continue
 		}
-		count := "-"
-		if l.Known {
-			count = fmt.Sprint(len(l.Items))
-		}
-		how := "polled"
-		if l.Notified {
-			how = "notified"
-		}
-		if m.Granted == nil {
-			how = "-"
-		}
-		head := fmt.Sprintf("%-*s %4s  %-7s %-9s %-8s  ", nameW, l.Name, count, l.Freshness.State, ttlText(l.Freshness, m.Now), how)
+		h := head(l, showHow)
 		avail := 0
 		if m.Width > 0 {
-			avail = max(m.Width-utf8.RuneCountInString(head), 0)
+			avail = max(m.Width-utf8.RuneCountInString(h), 0)
 		}
-		add("%s%s", head, itemsText(l.Items, avail))
+		add("%s%s", h, itemsText(l.Items, avail))
 	}
 
 	if len(m.URIs) > 0 {
 		add("")
 		add("followed resources")
 		for _, u := range m.URIs {
-			how := "polled"
-			if u.Notified {
-				how = "notified"
-			}
-			if m.Granted == nil {
-				how = "-"
-			}
 			updated := "not yet"
 			if !u.Updated.IsZero() {
 				updated = u.Updated.Format("15:04:05")
 			}
-			add("  %-7s %-9s %-8s  updated %-8s  %s", u.Freshness.State, ttlText(u.Freshness, m.Now), how, updated, u.URI)
+			h := fmt.Sprintf("  %-9s ", stateText(u.Freshness, u.Live, m.Now))
+			if showHow {
+				h += fmt.Sprintf("%-8s  updated %-8s  ", howText(u.Notified, m.Granted), updated)
+			} else {
+				h += fmt.Sprintf(" %-8s  ", updated)
+			}
+			avail := 0
+			if m.Width > 0 {
+				avail = max(m.Width-utf8.RuneCountInString(h), 1)
+			}
+			add("%s%s", h, fitMiddle(u.URI, avail))
 		}
 	}
 
-	add("")
-	add("recent changes")
-	room := len(m.Changes)
+	// The bottom: the spawned server's log, then the keys.
+	var bottom []string
+	switch {
+	case m.LogFile != "":
+		bottom = append(bottom, "", line("log       %s", m.LogFile))
+	case m.LogPane:
+		bottom = append(bottom, "", line("log"))
+		n := min(len(m.Log), 3)
+		if m.Height > 0 && m.Height < 24 {
+			n = min(n, 1)
+		}
+		if n == 0 {
+			bottom = append(bottom, line("  (nothing yet)"))
+		}
+		for _, l := range m.Log[len(m.Log)-n:] {
+			bottom = append(bottom, line("  %s", l))
+		}
+	}
+	if m.Keys {
+		keys := "?: legend  q: quit"
+		if m.Legend {
+			keys = "?: recent changes  q: quit"
+		}
+		if m.Outage != nil {
+			keys += "  r: retry now"
+		}
+		bottom = append(bottom, "", line("%s", keys))
+	} else {
+		bottom = append(bottom, "", line("live: a listen keeps it current  fresh: inside its TTL  stale: to be read again  unknown: listen lost"))
+	}
+
+	// The middle takes what is left: the recent changes, or the legend.
+	middle := []string{"", "recent changes"}
+	if m.Legend {
+		middle = []string{"", "legend"}
+		for _, l := range legendLines {
+			middle = append(middle, line("  %s", l))
+		}
+	} else {
+		if len(m.Changes) == 0 {
+			middle = append(middle, line("  (none yet)"))
+		}
+		for i := len(m.Changes) - 1; i >= 0; i-- {
+			c := m.Changes[i]
+			text := c.Text
+			if c.Count > 1 {
+				text += fmt.Sprintf(" (×%d)", c.Count)
+			}
+			middle = append(middle, line("  %s  %s", c.At.Format("15:04:05"), text))
+		}
+	}
 	if m.Height > 0 {
-		room = min(room, max(m.Height-len(lines), 0))
+		room := m.Height - len(top) - len(bottom)
+		if room < 3 { // the log and keys give way to the changes' header
+			bottom = nil
+			room = m.Height - len(top)
+		}
+		middle = middle[:min(len(middle), max(room, 0))]
+		for len(middle) < room { // the keys stay on the last row
+			middle = append(middle, "")
+		}
 	}
-	if len(m.Changes) == 0 && (m.Height == 0 || m.Height > len(lines)) {
-		add("  (none yet)")
-	}
-	for i := len(m.Changes) - 1; i >= len(m.Changes)-room; i-- {
-		c := m.Changes[i]
-		add("  %s  %s", c.At.Format("15:04:05"), c.Text)
-	}
+	lines := append(append(top, middle...), bottom...)
 	if m.Height > 0 && len(lines) > m.Height {
 		lines = lines[:m.Height]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// outageText is the one status line of a spell without a listen: since
+// when, how many attempts failed and when the next one starts (the key
+// that starts it now is on the last row).
+func outageText(o *outageView, state client.ConnState, now time.Time) string {
+	parts := []string{state.String() + " since " + o.Since.Format("15:04:05")}
+	switch o.Attempts {
+	case 0:
+	case 1:
+		parts = append(parts, "1 failed attempt")
+	default:
+		parts = append(parts, fmt.Sprintf("%d failed attempts", o.Attempts))
+	}
+	switch {
+	case state == client.Connecting:
+		parts = append(parts, "retrying now")
+	case !o.RetryBy.IsZero():
+		left := (o.RetryBy.Sub(now) + time.Second - 1) / time.Second
+		parts = append(parts, fmt.Sprintf("next retry by %s (%ds)", o.RetryBy.Format("15:04:05"), max(left, 0)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// stateText is the freshness column: live, "fresh Ns" with the seconds
+// left of the TTL (rounded up), stale, unknown or missing.
+func stateText(f client.FreshnessInfo, live bool, now time.Time) string {
+	if live {
+		return "live"
+	}
+	if f.State != client.Fresh {
+		return f.State.String()
+	}
+	left := f.Expires.Sub(now)
+	secs := (left + time.Second - 1) / time.Second
+	return fmt.Sprintf("fresh %ds", max(secs, 0))
+}
+
+// howText says how a list or resource is followed: notified, polled, or
+// "-" before any listen was acknowledged.
+func howText(notified bool, granted *mcp.SubscriptionFilter) string {
+	switch {
+	case granted == nil:
+		return "-"
+	case notified:
+		return "notified"
+	}
+	return "polled"
 }
 
 // grantedText says what the last acknowledgement granted.
@@ -209,45 +384,51 @@ func grantedText(g *mcp.SubscriptionFilter, uris int) string {
 	return strings.Join(parts, ", ")
 }
 
-// ttlText is the time left before a cached answer goes stale, rounded up
-// to the second.
-func ttlText(f client.FreshnessInfo, now time.Time) string {
-	if f.State != client.Fresh {
-		return "ttl -"
-	}
-	left := f.Expires.Sub(now)
-	secs := (left + time.Second - 1) / time.Second
-	return fmt.Sprintf("ttl %ds", max(secs, 0))
-}
-
 // itemsText lists names in at most avail runes (0: no limit). Names that
-// share a directory-like prefix (resource URIs) are shown relative to it,
-// and names that do not fit are counted instead.
+// share a directory-like prefix (resource URIs) are shown relative to it;
+// a prefix that would take more than a third of the room is shortened
+// from the left ("file://…/docs/"), names that do not fit are counted,
+// and a first name too long for the room is cut with an ellipsis, so that
+// something of the list shows even on a narrow terminal.
 func itemsText(items []string, avail int) string {
 	if len(items) == 0 {
 		return ""
 	}
 	prefix := commonDir(items)
+	lead := prefix
+	if avail > 0 && prefix != "" && utf8.RuneCountInString(prefix)+1 > avail/3 {
+		lead = shortenDir(prefix, max(avail/3-1, 3))
+	}
+	if lead != "" {
+		lead += " "
+	}
+	more := func(shown int) string {
+		if shown == len(items) {
+			return ""
+		}
+		return fmt.Sprintf(", … +%d", len(items)-shown)
+	}
 	var b strings.Builder
 	shown := 0
 	for i, it := range items {
 		piece := strings.TrimPrefix(it, prefix)
-		if i == 0 && prefix != "" {
-			piece = prefix + " " + piece
-		} else if i > 0 {
+		if i == 0 {
+			piece = lead + piece
+		} else {
 			piece = ", " + piece
 		}
-		if avail > 0 {
-			more := ""
-			if i < len(items)-1 {
-				more = fmt.Sprintf(", … +%d", len(items)-i-1)
-			}
-			if utf8.RuneCountInString(b.String()+piece+more) > avail {
-				break
-			}
+		if avail > 0 && utf8.RuneCountInString(b.String()+piece+more(i+1)) > avail {
+			break
 		}
 		b.WriteString(piece)
 		shown++
+	}
+	if shown == 0 && avail > 0 {
+		// Not even the first name fits whole: cut it.
+		tail := more(1)
+		if room := avail - utf8.RuneCountInString(lead+tail); room >= 4 {
+			return lead + fit(strings.TrimPrefix(items[0], prefix), room) + tail
+		}
 	}
 	if shown < len(items) {
 		if shown > 0 {
@@ -256,6 +437,43 @@ func itemsText(items []string, avail int) string {
 		fmt.Fprintf(&b, "… +%d", len(items)-shown)
 	}
 	return b.String()
+}
+
+// shortenDir cuts a directory URI to at most w runes by dropping leading
+// path segments after the scheme: "file:///home/me/docs/" becomes
+// "file://…/docs/". The end of a path tells more than its start.
+func shortenDir(dir string, w int) string {
+	if utf8.RuneCountInString(dir) <= w {
+		return dir
+	}
+	scheme := ""
+	rest := dir
+	if i := strings.Index(dir, "://"); i >= 0 {
+		scheme, rest = dir[:i+3], dir[i+3:]
+	}
+	for i := 0; i < len(rest)-1; i++ {
+		if rest[i] == '/' {
+			if s := scheme + "…" + rest[i:]; utf8.RuneCountInString(s) <= w {
+				return s
+			}
+		}
+	}
+	return "…/"
+}
+
+// fitMiddle cuts s to at most w runes (0: no limit) by dropping its
+// middle, keeping the start (a URI's scheme) and the longer end (its
+// file name).
+func fitMiddle(s string, w int) string {
+	r := []rune(s)
+	if w <= 0 || len(r) <= w {
+		return s
+	}
+	if w < 2 {
+		return "…"
+	}
+	head := (w - 1) / 3
+	return string(r[:head]) + "…" + string(r[len(r)-(w-1-head):])
 }
 
 // commonDir is the longest prefix, ending in "/", shared by every item

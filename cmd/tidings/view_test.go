@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,19 +59,21 @@ func TestRenderView(t *testing.T) {
 		"state     live        notifications 3  re-reads 7  reconnects 1",
 		"granted   tools, resources, 1/2 resource subscriptions",
 		"",
-		"tools        3  fresh   ttl 8s    notified  file_info, list_directory, search_files",
+		"tools        3  fresh 8s  notified  file_info, list_directory, search_files",
 		"prompts      -  not offered by the server",
-		"resources    2  stale   ttl -     notified  file:///d/ a.txt, b.txt",
-		"templates    -  missing ttl -     polled",
+		"resources    2  stale     notified  file:///d/ a.txt, b.txt",
+		"templates    -  missing   polled",
 		"",
 		"followed resources",
-		"  unknown ttl -     notified  updated 09:59:58  file:///d/a.txt",
-		"  fresh   ttl 1s    polled    updated not yet   file:///d/c.txt",
+		"  unknown   notified  updated 09:59:58  file:///d/a.txt",
+		"  fresh 1s  polled    updated not yet   file:///d/c.txt",
 		"",
 		"recent changes",
 		"  09:59:58  updated file:///d/a.txt",
 		"  09:59:57  resources: added file:///d/b.txt",
 		"  09:59:55  connected, granted tools, resources",
+		"",
+		"live: a listen keeps it current  fresh: inside its TTL  stale: to be read again  unknown: listen lost",
 	}, "\n")
 	if got != want {
 		t.Errorf("render:\n%s\n\nwant:\n%s", got, want)
@@ -86,7 +89,7 @@ func TestRenderViewBeforeConnect(t *testing.T) {
 		"server    unknown: connection refused\n",
 		"state     connecting  ",
 		"granted   - (no listen acknowledged yet)\n",
-		"tools        3  fresh   ttl 8s    -         file_info",
+		"tools        3  fresh 8s  -         file_info",
 		"recent changes\n  (none yet)",
 	} {
 		if !strings.Contains(got, want) {
@@ -115,7 +118,7 @@ func TestRenderViewFitsTheTerminal(t *testing.T) {
 	for i := range 12 {
 		m.Changes = append(m.Changes, changeView{At: t0, Text: fmt.Sprintf("change %d %s", i, strings.Repeat("x", 100))})
 	}
-	m.Width, m.Height = 80, 20
+	m.Width, m.Height, m.Keys = 100, 22, true
 	got := renderView(m)
 	lines := strings.Split(got, "\n")
 	if len(lines) != m.Height {
@@ -126,23 +129,204 @@ func TestRenderViewFitsTheTerminal(t *testing.T) {
 			t.Errorf("line of %d runes is wider than %d: %q", n, m.Width, l)
 		}
 	}
-	if want := "tidings watch  http://127.0.0.1:8080/mcp" + strings.Repeat(" ", 32) + "10:00:00"; lines[0] != want {
+	if want := "tidings watch  http://127.0.0.1:8080/mcp" + strings.Repeat(" ", 52) + "10:00:00"; lines[0] != want {
 		t.Errorf("title = %q, want the clock at the right edge", lines[0])
 	}
 	// The resource line names as many files as fit and counts the rest.
-	if want := "resources   40  stale   ttl -     notified  file:///data/dir/ file-00.txt, … +39"; lines[8] != want {
+	if want := "resources   40  stale     notified  file:///data/dir/ file-00.txt, file-01.txt, file-02.txt, … +37"; lines[8] != want {
 		t.Errorf("resources line = %q, want %q", lines[8], want)
 	}
 	// The newest change comes first, cut at the edge.
-	if want := "  10:00:00  change 11 " + strings.Repeat("x", 80-23) + "…"; lines[16] != want {
+	if want := "  10:00:00  change 11 " + strings.Repeat("x", 100-23) + "…"; lines[16] != want {
 		t.Errorf("first change line = %q, want %q", lines[16], want)
 	}
 	if !strings.HasPrefix(lines[19], "  10:00:00  change 8 ") {
-		t.Errorf("last line = %q, want the fourth newest change", lines[19])
+		t.Errorf("line 19 = %q, want the fourth newest change", lines[19])
 	}
-	m.Width = 50
-	if l := strings.Split(renderView(m), "\n")[8]; l != "resources   40  stale   ttl -     notified  … +40" {
-		t.Errorf("with no room for a name: %q", l)
+	if lines[21] != "?: legend  q: quit" {
+		t.Errorf("last line = %q, want the keys", lines[21])
+	}
+}
+
+// TestRenderViewNarrow is an 80-column terminal following a directory of
+// 502 files with long paths: the list shows file names, not just a
+// count, and less important columns make way.
+func TestRenderViewNarrow(t *testing.T) {
+	m := sampleView()
+	var names []string
+	for i := range 502 {
+		names = append(names, fmt.Sprintf("file:///home/someone/projects/website/content/posts/%03d-a-rather-long-title.md", i))
+	}
+	m.Lists[2].Items = names
+	m.URIs[0].URI = names[7]
+	m.Width, m.Height = 80, 30
+	lines := strings.Split(renderView(m), "\n")
+	for _, l := range lines {
+		if n := utf8.RuneCountInString(l); n > m.Width {
+			t.Errorf("line of %d runes is wider than %d: %q", n, m.Width, l)
+		}
+	}
+	res := lines[8]
+	if !strings.HasPrefix(res, "resources  502  stale") || !strings.Contains(res, "000-a-rather-long") || !strings.HasSuffix(res, "… +501") {
+		t.Errorf("resources line = %q, want the first file name (cut if need be) and the count of the rest", res)
+	}
+	if strings.Contains(res, "notified") {
+		t.Errorf("resources line = %q: the how column goes first on a narrow terminal", res)
+	}
+	if want := "file://…/posts/ "; !strings.Contains(res, want) {
+		t.Errorf("resources line = %q, want the common directory shortened to %q", res, want)
+	}
+	// The followed resource keeps the end of its URI: the file name.
+	if !strings.HasSuffix(lines[12], "007-a-rather-long-title.md") || !strings.Contains(lines[12], "…") {
+		t.Errorf("followed resource line = %q, want its URI cut in the middle", lines[12])
+	}
+	m.Width = 40
+	for _, l := range strings.Split(renderView(m), "\n") {
+		if n := utf8.RuneCountInString(l); n > m.Width {
+			t.Errorf("at 40 columns, line of %d runes: %q", n, l)
+		}
+	}
+}
+
+// TestRenderViewLive: a list or followed resource that a live,
+// acknowledged listen covers is shown live whatever its TTL says.
+func TestRenderViewLive(t *testing.T) {
+	m := sampleView()
+	m.Lists[2].Live = true // its TTL ran out: stale by the cache alone
+	m.URIs[0].Freshness = client.FreshnessInfo{State: client.Stale}
+	m.URIs[0].Live = true
+	got := renderView(m)
+	for _, want := range []string{
+		"\nresources    2  live      notified  file:///d/ a.txt, b.txt\n",
+		"\n  live      notified  updated 09:59:58  file:///d/a.txt\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("render lacks %q:\n%s", want, got)
+		}
+	}
+	m.Keys, m.Legend = true, true
+	got = renderView(m)
+	if !strings.Contains(got, "\nlegend\n  live      a listen that is up covers it") || strings.Contains(got, "\nrecent changes\n") {
+		t.Errorf("the legend replaces the recent changes:\n%s", got)
+	}
+}
+
+func TestLiveByListen(t *testing.T) {
+	ack := t0
+	read := client.FreshnessInfo{State: client.Stale, ObservedAt: t0.Add(time.Millisecond)}
+	for _, c := range []struct {
+		name     string
+		state    client.ConnState
+		notified bool
+		ackedAt  time.Time
+		f        client.FreshnessInfo
+		want     bool
+	}{
+		{"read after the ack, TTL over", client.Live, true, ack, read, true},
+		{"polled", client.Live, false, ack, read, false},
+		{"listen down", client.Down, true, ack, read, false},
+		{"no ack", client.Live, true, time.Time{}, read, false},
+		{"read before the ack", client.Live, true, ack, client.FreshnessInfo{State: client.Fresh, ObservedAt: t0.Add(-time.Second)}, false},
+		{"unknown", client.Live, true, ack, client.FreshnessInfo{State: client.Unknown, ObservedAt: t0.Add(time.Second)}, false},
+		{"missing", client.Live, true, ack, client.FreshnessInfo{State: client.Missing}, false},
+	} {
+		if got := liveByListen(c.state, c.notified, c.ackedAt, c.f); got != c.want {
+			t.Errorf("%s: liveByListen = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestReconnectsCollapse: however many reconnect attempts fail, the
+// change log gets one line for the outage, and the status line counts
+// them and says by when the next one starts.
+func TestReconnectsCollapse(t *testing.T) {
+	st := newWatchState(nil)
+	st.apply(client.Event{Kind: client.Connected, At: t0})
+	st.apply(client.Event{Kind: client.ToolsChanged, At: t0, Added: []string{"a"}})
+	at := t0.Add(time.Second)
+	for i := range 25 {
+		at = at.Add(time.Second)
+		st.apply(client.Event{Kind: client.Disconnected, At: at, Err: fmt.Errorf("connection refused (%d)", i)})
+	}
+	st.mu.Lock()
+	changes := slices.Clone(st.changes)
+	o := *st.outage
+	st.mu.Unlock()
+	if len(changes) != 3 || changes[2].Text != "disconnected: connection refused (0)" {
+		t.Errorf("changes = %+v, want the connection, the read and one line for the outage", changes)
+	}
+	if o.Attempts != 25 || o.LastErr != "connection refused (24)" || !o.Since.Equal(t0.Add(2*time.Second)) {
+		t.Errorf("outage = %+v", o)
+	}
+	if left := o.RetryBy.Sub(at); left <= 0 || left > maxBackoff {
+		t.Errorf("next retry %v after the last attempt, want within (0, %v]", left, maxBackoff)
+	}
+	m := viewModel{Now: at, Target: "x", State: client.Down, Outage: &o, Keys: true, Width: 80}
+	got := renderView(m)
+	if !strings.Contains(got, "\nstate     down since 10:00:02, 25 failed attempts, next retry by 10:00:56 (30s)\n") ||
+		!strings.Contains(got, "\n          last error: connection refused (24)\n") ||
+		!strings.HasSuffix(got, "r: retry now") {
+		t.Errorf("render:\n%s", got)
+	}
+	st.apply(client.Event{Kind: client.Connected, At: at.Add(time.Second)})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.outage != nil || len(st.changes) != 4 || !strings.HasPrefix(st.changes[3].Text, "reconnected after 25 failed attempt(s)") {
+		t.Errorf("after reconnecting: outage %+v, changes %+v", st.outage, st.changes)
+	}
+}
+
+// TestRestartedWatcherReportsOnlyRealChanges: a watcher replaced to
+// retry at once reads everything as new; the state reports only what
+// differs from what it knew.
+func TestRestartedWatcherReportsOnlyRealChanges(t *testing.T) {
+	st := newWatchState([]string{"u"})
+	st.apply(client.Event{Kind: client.Connected, At: t0})
+	st.apply(client.Event{Kind: client.ToolsChanged, At: t0, Added: []string{"a", "b"}})
+	st.apply(client.Event{Kind: client.ResourceUpdated, At: t0, URI: "u", Added: []string{"u"}})
+	st.apply(client.Event{Kind: client.Disconnected, At: t0, Err: errors.New("down")})
+	st.restarted()
+	st.apply(client.Event{Kind: client.Connected, At: t0.Add(time.Second)})
+	st.apply(client.Event{Kind: client.ToolsChanged, At: t0.Add(time.Second), Added: []string{"b", "c"}})
+	st.apply(client.Event{Kind: client.ResourceUpdated, At: t0.Add(time.Second), URI: "u", Added: []string{"u"}})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var texts []string
+	for _, c := range st.changes {
+		texts = append(texts, c.Text)
+	}
+	want := []string{"connected, granted 0/1 resource subscriptions", "tools: added a, b", "read u", "disconnected: down", "reconnected after 1 failed attempt(s), granted 0/1 resource subscriptions", "tools: added c; removed a"}
+	if !slices.Equal(texts, want) {
+		t.Errorf("changes = %q, want %q", texts, want)
+	}
+	if got := fmt.Sprint(st.lists[client.ToolsChanged]); got != "map[b:true c:true]" {
+		t.Errorf("tools = %s", got)
+	}
+}
+
+func TestLogPane(t *testing.T) {
+	var p logPane
+	notified := 0
+	p.setNotify(func() { notified++ })
+	fmt.Fprint(&p, "one\ntw")
+	fmt.Fprint(&p, "o\r\n")
+	if got := p.lines(); !slices.Equal(got, []string{"one", "two"}) || notified != 2 {
+		t.Errorf("lines = %q (notified %d), want one, two", got, notified)
+	}
+	for i := range 3 * logPaneLines {
+		fmt.Fprintf(&p, "line %d\n", i)
+	}
+	fmt.Fprintln(&p, strings.Repeat("x", 10*logPaneLineMax))
+	got := p.lines()
+	if len(got) != logPaneLines || got[0] != fmt.Sprintf("line %d", 2*logPaneLines+1) || len(got[len(got)-1]) != logPaneLineMax {
+		t.Errorf("kept %d lines, first %q, last of %d bytes", len(got), got[0], len(got[len(got)-1]))
+	}
+	m := sampleView()
+	m.Width, m.Height, m.Keys = 80, 30, true
+	m.LogPane, m.Log = true, []string{"a", "b", "c", "d \x1b[2Jevil"}
+	out := renderView(m)
+	if !strings.Contains(out, "\nlog\n  b\n  c\n  d \ufffd[2Jevil\n\n?: legend") {
+		t.Errorf("the log pane shows the last three lines, printable:\n%s", out)
 	}
 }
 
@@ -170,24 +354,6 @@ func TestItemsText(t *testing.T) {
 	}
 	if got := itemsText([]string{"file:///srv/x/a.txt"}, 0); got != "file:///srv/x/ a.txt" {
 		t.Errorf("one URI: %q", got)
-	}
-}
-
-func TestTTLText(t *testing.T) {
-	for _, tc := range []struct {
-		f    client.FreshnessInfo
-		want string
-	}{
-		{client.FreshnessInfo{State: client.Fresh, Expires: t0.Add(7200 * time.Millisecond)}, "ttl 8s"},
-		{client.FreshnessInfo{State: client.Fresh, Expires: t0.Add(10 * time.Second)}, "ttl 10s"},
-		{client.FreshnessInfo{State: client.Fresh, Expires: t0.Add(time.Millisecond)}, "ttl 1s"},
-		{client.FreshnessInfo{State: client.Stale, Expires: t0.Add(time.Hour)}, "ttl -"},
-		{client.FreshnessInfo{State: client.Unknown, Expires: t0.Add(time.Hour)}, "ttl -"},
-		{client.FreshnessInfo{State: client.Missing}, "ttl -"},
-	} {
-		if got := ttlText(tc.f, t0); got != tc.want {
-			t.Errorf("ttlText(%v, %v left) = %q, want %q", tc.f.State, tc.f.Expires.Sub(t0), got, tc.want)
-		}
 	}
 }
 

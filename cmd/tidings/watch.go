@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ type watchConfig struct {
 	json         bool
 	plain        bool
 	pollInterval time.Duration
+	serverLog    string
 }
 
 func newWatchCmd() *cobra.Command {
@@ -40,22 +42,37 @@ the content of single resources) through one subscriptions/listen stream
 that is healed after every drop.
 
 The server is either a Streamable HTTP endpoint given as the argument, or a
-stdio server spawned from the command after "--" (its stderr goes to
-stderr; it is stopped when watch ends, started again if it crashes, and
-watch ends if it keeps exiting right after it starts):
+stdio server spawned from the command after "--" (it is stopped when watch
+ends, started again if it crashes, and watch ends if it keeps exiting right
+after it starts). Its stderr goes to the file given with --server-log;
+otherwise the live view shows its last lines in a log pane (and prints the
+last ten to stderr should the watch end in an error), and --plain and
+--json pass it to stderr:
 
   tidings watch http://127.0.0.1:8080/mcp
   tidings watch --resource file:///tmp/notes.txt -- tidings serve --dir /tmp --stdio
 
 On a terminal, a live view is redrawn in place: the server, the connection
-state, what the server agreed to announce, each list with its freshness,
-time left before its cached copy goes stale and its items, and the latest
-changes. Otherwise (or with --plain) one line is printed per event:
+state, what the server agreed to announce, each list with its freshness
+and its items, and the latest changes. A list is "live" while a listen
+that is up covers it, "fresh Ns" inside the TTL the server gave, "stale"
+when that ran out (it is read again at the next poll), "unknown" after
+the listen dropped, "missing" before its first read; the ? key shows this
+legend, q quits. While the listen is down, one status line counts the
+failed reconnect attempts and says by when the next one starts; r retries
+at once. Otherwise (or with --plain) one line is printed per event:
 
   2026-11-30T10:00:00Z tools_changed added=a,b removed=c
 
 and with --json one JSON object per event. The first read of each list is
-reported as additions. SIGINT or SIGTERM end the watch.`,
+reported as additions. SIGINT or SIGTERM end the watch.
+
+A URL that answers, but not as an MCP server, ends the watch with exit
+status 1 and says why: a 404, 405 or 410, a 401 or 403 (the -H headers are
+not accepted), another 4xx without a JSON-RPC body, a web page or other
+non-JSON body, or JSON that is not JSON-RPC. This holds until the endpoint
+has answered once as MCP; failures that may pass (a refused connection, a
+timeout, a 5xx, 408, 429) are retried with backoff.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, rest, err := splitTarget(cmd, args)
@@ -67,19 +84,53 @@ reported as additions. SIGINT or SIGTERM end the watch.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			c, err := dial(ctx, t, flags, cmd.ErrOrStderr())
+			out := cmd.OutOrStdout()
+			var view *liveView
+			if f, ok := out.(*os.File); ok && !cfg.json && !cfg.plain {
+				if _, _, ok := terminalSize(f); ok {
+					view = &liveView{term: f}
+				}
+			}
+			// What the spawned server and the client's logger write must
+			// not land between the live view's frames: it goes to the
+			// log pane, or to --server-log.
+			logTo := cmd.ErrOrStderr()
+			switch {
+			case cfg.serverLog != "":
+				lf, err := os.OpenFile(cfg.serverLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+				if err != nil {
+					return fmt.Errorf("--server-log: %w", err)
+				}
+				defer lf.Close()
+				logTo = lf
+				if view != nil {
+					view.logFile = cfg.serverLog
+				}
+			case view != nil:
+				view.log = &logPane{}
+				logTo = view.log
+			}
+			c, err := dial(ctx, t, flags, logTo)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			out := cmd.OutOrStdout()
-			var term *os.File
-			if f, ok := out.(*os.File); ok && !cfg.json && !cfg.plain {
-				if _, _, ok := terminalSize(f); ok {
-					term = f
+			if view != nil {
+				if keys, stopKeys, err := openKeys(); err == nil {
+					view.keys = keys
+					defer stopKeys()
 				}
 			}
-			return runWatch(ctx, c, t, cfg, out, term)
+			err = runWatch(ctx, c, t, cfg, out, view)
+			if err != nil && view != nil && view.log != nil {
+				// The view is gone: what the server said last may tell why
+				// it ended.
+				lines := view.log.lines()
+				for _, l := range lines[max(len(lines)-10, 0):] {
+					fmt.Fprintln(cmd.ErrOrStderr(), printable(l))
+				}
+			}
+			return err
 		},
 	}
 	flags.register(cmd)
@@ -87,6 +138,7 @@ reported as additions. SIGINT or SIGTERM end the watch.`,
 	f.StringArrayVar(&cfg.uris, "resource", nil, "also follow this resource's content (repeatable)")
 	f.BoolVar(&cfg.json, "json", false, "print one JSON object per event")
 	f.BoolVar(&cfg.plain, "plain", false, "print one line per event even on a terminal")
+	f.StringVar(&cfg.serverLog, "server-log", "", "append the spawned server's stderr (and warnings) to this file; by default the live view shows its last lines, and --plain or --json pass it to stderr")
 	f.DurationVar(&cfg.pollInterval, "poll-interval", 30*time.Second, "how often to re-read what the server will not announce")
 	cmd.MarkFlagsMutuallyExclusive("json", "plain")
 	return cmd
@@ -96,10 +148,29 @@ reported as additions. SIGINT or SIGTERM end the watch.`,
 // after it starts: there is nothing left to reconnect to.
 var errServerExited = errors.New("the server process exited")
 
-// runWatch follows the server until ctx ends, a spawned server exits, or
-// stdout fails. With term set it draws the live view on it; otherwise it
-// prints one line (or JSON object) per event to out.
-func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, out io.Writer, term *os.File) error {
+// Reconnect backoff bounds, set on the watcher rather than left to its
+// defaults so that the view can tell by when the next attempt starts.
+const (
+	minBackoff = 250 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+// liveView is what the live view draws on and reads from.
+type liveView struct {
+	term *os.File
+	// keys delivers key presses; nil when the terminal cannot be read.
+	keys <-chan byte
+	// log holds a spawned server's stderr for the log pane; nil when it
+	// goes elsewhere (logFile, when that is set).
+	log     *logPane
+	logFile string
+}
+
+// runWatch follows the server until ctx ends, a spawned server exits, the
+// endpoint proves not to be an MCP server, or stdout fails. With view
+// set it draws the live view; otherwise it prints one line (or JSON
+// object) per event to out.
+func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, out io.Writer, view *liveView) error {
 	st := newWatchState(cfg.uris)
 	redraw := make(chan struct{}, 1)
 	rediscover := make(chan struct{}, 1)
@@ -112,6 +183,22 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 	gone := make(chan struct{})
 	var goneOnce sync.Once
 	writeErr := make(chan error, 1)
+	// An HTTP endpoint that has never answered as an MCP server, and
+	// whose failure shows it is none (see notMCP), ends the watch: no
+	// retry would change a 404 or a web page into a server.
+	fatal := make(chan error, 1)
+	var spoke atomic.Bool
+	notServer := func(err error) {
+		if spoke.Load() {
+			return
+		}
+		if ferr := notMCPError(t, err); ferr != nil {
+			select {
+			case fatal <- ferr:
+			default:
+			}
+		}
+	}
 
 	onEvent := func(e client.Event) {
 		// A spawned server that crashed is started again; one that keeps
@@ -120,7 +207,13 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		if t.command != nil && e.Kind == client.Disconnected && errors.Is(e.Err, client.ErrClosed) {
 			goneOnce.Do(func() { close(gone) })
 		}
-		if term != nil {
+		switch e.Kind {
+		case client.Connected:
+			spoke.Store(true)
+		case client.Disconnected:
+			notServer(e.Err)
+		}
+		if view != nil {
 			st.apply(e)
 			if e.Kind == client.Connected {
 				poke(rediscover)
@@ -148,20 +241,26 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		URIs:         cfg.uris,
 		OnEvent:      onEvent,
 		PollInterval: cfg.pollInterval,
+		MinBackoff:   minBackoff,
+		MaxBackoff:   maxBackoff,
 	}
 	// Follow only the lists the server offers, when it can tell us now; a
 	// server that is not up yet is followed in full as it comes.
 	if d, err := c.Discover(ctx); err == nil {
+		spoke.Store(true)
 		caps := d.Capabilities
 		opts.Tools, opts.Prompts, opts.Resources = caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil
 		era, _ := c.Era(ctx) // known once Discover succeeded
 		st.discovered(d, era, nil)
 	} else if ctx.Err() != nil {
 		return nil
+	} else if ferr := notMCPError(t, err); ferr != nil {
+		return ferr
 	}
 	st.follow(opts)
-	w := c.Watch(ctx, opts)
-	defer w.Close()
+	ws := &watchers{c: c, ctx: ctx, opts: opts}
+	ws.start()
+	defer ws.close()
 
 	finish := func() error {
 		// A signal that also reached a spawned server (Ctrl-C in a
@@ -171,7 +270,7 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		}
 		return errServerExited
 	}
-	if term == nil {
+	if view == nil {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -179,7 +278,12 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			return finish()
 		case err := <-writeErr:
 			return err
+		case err := <-fatal:
+			return err
 		}
+	}
+	if view.log != nil {
+		view.log.setNotify(func() { poke(redraw) })
 	}
 
 	// The server's identity is read in the background, at the start and
@@ -209,15 +313,27 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			if dctx.Err() != nil {
 				return
 			}
+			if err == nil {
+				spoke.Store(true)
+			} else {
+				notServer(err)
+			}
 			st.discovered(d, era, err)
 			poke(redraw)
 		}
 	}()
 
+	legend := false
 	draw := func() error {
-		cols, rows, _ := terminalSize(term)
-		m := st.snapshot(time.Now(), c, w, t.String())
+		cols, rows, _ := terminalSize(view.term)
+		m := st.snapshot(time.Now(), c, ws.w.State(), ws.stats(), t.String())
 		m.Width, m.Height = cols, rows
+		m.Keys, m.Legend = view.keys != nil, legend
+		m.LogFile = view.logFile
+		if view.log != nil {
+			m.Log = view.log.lines()
+			m.LogPane = t.command != nil || len(m.Log) > 0
+		}
 		var b strings.Builder
 		b.WriteString("\x1b[H") // home, then overwrite line by line
 		for i, line := range strings.Split(renderView(m), "\n") {
@@ -227,15 +343,15 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			b.WriteString(line + "\x1b[K")
 		}
 		b.WriteString("\x1b[J") // clear whatever the last frame left below
-		_, err := io.WriteString(term, b.String())
+		_, err := io.WriteString(view.term, b.String())
 		return err
 	}
 	// Hide the cursor while drawing and clear the screen once; restore
 	// the cursor below the last frame when done.
-	if _, err := io.WriteString(term, "\x1b[?25l\x1b[H\x1b[2J"); err != nil {
+	if _, err := io.WriteString(view.term, "\x1b[?25l\x1b[H\x1b[2J"); err != nil {
 		return err
 	}
-	defer func() { _, _ = io.WriteString(term, "\x1b[?25h\r\n") }()
+	defer func() { _, _ = io.WriteString(view.term, "\x1b[?25h\r\n") }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -247,18 +363,71 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			return nil
 		case <-gone:
 			return finish()
+		case err := <-fatal:
+			return err
+		case k := <-view.keys:
+			switch k {
+			case 'q', 'Q':
+				return nil
+			case '?', 'h':
+				legend = !legend
+			case 'r', 'R':
+				// Not while an attempt is under way: that is a retry already.
+				if st.down() && ws.w.State() != client.Connecting {
+					ws.restart()
+					st.restarted()
+				}
+			}
 		case <-redraw:
 		case <-tick.C:
 		}
 	}
 }
 
+// watchers holds the watcher of a live view. The client has no way to
+// cut a reconnect backoff short, so retrying now means replacing the
+// watcher: the new one listens at once and reads everything again (see
+// watchState.restarted). Only runWatch's goroutine uses it.
+type watchers struct {
+	c    *client.Client
+	ctx  context.Context
+	opts client.WatchOptions
+	w    *client.Watcher
+	// base sums the counters of the watchers replaced so far.
+	base client.WatchStats
+}
+
+func (ws *watchers) start() { ws.w = ws.c.Watch(ws.ctx, ws.opts) }
+
+// restart replaces the watcher, counting the new listen as a reconnect.
+func (ws *watchers) restart() {
+	ws.w.Close()
+	s := ws.w.Stats()
+	ws.base.Notifications += s.Notifications
+	ws.base.Rereads += s.Rereads
+	ws.base.Reconnects += s.Reconnects + 1
+	ws.start()
+}
+
+func (ws *watchers) stats() client.WatchStats {
+	s := ws.w.Stats()
+	return client.WatchStats{
+		Notifications: ws.base.Notifications + s.Notifications,
+		Rereads:       ws.base.Rereads + s.Rereads,
+		Reconnects:    ws.base.Reconnects + s.Reconnects,
+	}
+}
+
+func (ws *watchers) close() { ws.w.Close() }
+
 // maxChanges is how many changes the live view remembers.
 const maxChanges = 10
 
 // watchState is what the live view knows beyond the client's cache: the
 // items of each list (kept from the watcher's events, so drawing never
-// causes a request), the server's identity and the latest changes.
+// causes a request), the server's identity, the latest changes, and the
+// connection's history, from which it tells which lists a listen keeps
+// current and when the next reconnect attempt starts.
 type watchState struct {
 	mu          sync.Mutex
 	server      *mcp.Implementation
@@ -271,10 +440,29 @@ type watchState struct {
 	uris        []string
 	updated     map[string]time.Time
 	changes     []changeView
+
+	// ackedAt is when the current listen was acknowledged; zero while
+	// there is none.
+	ackedAt   time.Time
+	connected bool // a listen has been acknowledged once
+	outage    *outageView
+	// backoffN mirrors the watcher's count of backoff steps: the delay
+	// before the next attempt is at most minBackoff << backoffN, capped
+	// at maxBackoff, and a listen that lived maxBackoff resets it. When
+	// the estimate errs, it errs late, so RetryBy stays an upper bound.
+	backoffN int
+	// rebase marks lists and resources whose next event comes from a new
+	// watcher, which reports everything it reads as added: the state
+	// compares it with what it knows instead.
+	rebase    map[client.EventKind]bool
+	rebaseURI map[string]bool
 }
 
 func newWatchState(uris []string) *watchState {
-	return &watchState{lists: map[client.EventKind]map[string]bool{}, uris: uris, updated: map[string]time.Time{}}
+	return &watchState{
+		lists: map[client.EventKind]map[string]bool{}, uris: uris, updated: map[string]time.Time{},
+		rebase: map[client.EventKind]bool{}, rebaseURI: map[string]bool{},
+	}
 }
 
 // follow records which lists the watcher follows.
@@ -299,6 +487,42 @@ func (s *watchState) discovered(d *client.DiscoverResult, era client.Era, err er
 	s.server, s.versions, s.era, s.discoverErr = d.ServerInfo, d.SupportedVersions, era, ""
 }
 
+// down reports whether the listen is out, so that retrying makes sense.
+func (s *watchState) down() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outage != nil
+}
+
+// restarted records that the watcher was replaced to retry at once.
+func (s *watchState) restarted() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.lists {
+		s.rebase[k] = true
+	}
+	for _, u := range s.uris {
+		s.rebaseURI[u] = true
+	}
+	s.backoffN, s.ackedAt = 0, time.Time{}
+	if s.outage != nil {
+		s.outage.RetryBy = time.Time{}
+	}
+}
+
+// addChange appends to the change log; the same text again only counts.
+func (s *watchState) addChange(at time.Time, text string) {
+	if n := len(s.changes); n > 0 && s.changes[n-1].Text == text {
+		s.changes[n-1].At = at
+		s.changes[n-1].Count++
+		return
+	}
+	s.changes = append(s.changes, changeView{At: at, Text: text, Count: 1})
+	if n := len(s.changes) - maxChanges; n > 0 {
+		s.changes = slices.Delete(s.changes, 0, n)
+	}
+}
+
 // apply folds one event into the state.
 func (s *watchState) apply(e client.Event) {
 	s.mu.Lock()
@@ -310,6 +534,33 @@ func (s *watchState) apply(e client.Event) {
 			set = map[string]bool{}
 			s.lists[e.Kind] = set
 		}
+		if s.rebase[e.Kind] {
+			// A new watcher's first read: everything it saw is in Added.
+			delete(s.rebase, e.Kind)
+			now := map[string]bool{}
+			for _, n := range e.Added {
+				now[n] = true
+			}
+			var added, removed []string
+			for n := range now {
+				if !set[n] {
+					added = append(added, n)
+				}
+			}
+			for n := range set {
+				if !now[n] {
+					removed = append(removed, n)
+				}
+			}
+			s.lists[e.Kind] = now
+			if len(added)+len(removed) == 0 {
+				return
+			}
+			slices.Sort(added)
+			slices.Sort(removed)
+			e.Added, e.Removed, e.Changed = added, removed, nil
+			break
+		}
 		for _, n := range e.Added {
 			set[n] = true
 		}
@@ -317,15 +568,62 @@ func (s *watchState) apply(e client.Event) {
 			delete(set, n)
 		}
 	case client.ResourceUpdated:
+		if s.rebaseURI[e.URI] && len(e.Added) > 0 {
+			// Read again by a new watcher, which cannot tell a change.
+			delete(s.rebaseURI, e.URI)
+			return
+		}
 		s.updated[e.URI] = e.At
 	case client.Connected:
 		g := e.Granted
 		s.granted = &g
+		s.ackedAt = e.At
+		text := eventText(e, len(s.uris))
+		if o := s.outage; o != nil {
+			text = "reconnected"
+			if o.Attempts > 0 {
+				text += fmt.Sprintf(" after %d failed attempt(s)", o.Attempts)
+			}
+			text += ", granted " + grantedText(&g, len(s.uris))
+		}
+		s.outage, s.connected = nil, true
+		s.addChange(e.At, text)
+		return
+	case client.Disconnected:
+		// One outage is one line in the log, however many attempts it
+		// takes; the status line counts them.
+		if !s.ackedAt.IsZero() && e.At.Sub(s.ackedAt) >= maxBackoff+time.Second {
+			s.backoffN = 0 // the listen lived long enough to reset the backoff
+		}
+		s.ackedAt = time.Time{}
+		delay := min(minBackoff<<min(s.backoffN, 20), maxBackoff)
+		s.backoffN++
+		first := s.outage == nil
+		if first {
+			s.outage = &outageView{Since: e.At}
+		}
+		o := s.outage
+		o.RetryBy = e.At.Add(delay)
+		if errors.Is(e.Err, client.ErrClosed) {
+			o.RetryBy = time.Time{} // nothing will be retried
+		}
+		if e.Graceful {
+			o.LastErr = "the server ended the stream"
+		} else {
+			o.Attempts++
+			o.LastErr = errText(e.Err)
+		}
+		if !first {
+			return
+		}
+		text := eventText(e, len(s.uris))
+		if !s.connected && !e.Graceful {
+			text = "cannot connect: " + errText(e.Err)
+		}
+		s.addChange(e.At, text)
+		return
 	}
-	s.changes = append(s.changes, changeView{At: e.At, Text: eventText(e, len(s.uris))})
-	if n := len(s.changes) - maxChanges; n > 0 {
-		s.changes = slices.Delete(s.changes, 0, n)
-	}
+	s.addChange(e.At, eventText(e, len(s.uris)))
 }
 
 // watchLists names the followed lists in display order, with the event
@@ -342,15 +640,19 @@ var watchLists = [...]struct {
 }
 
 // snapshot captures the view model at now.
-func (s *watchState) snapshot(now time.Time, c *client.Client, w *client.Watcher, target string) viewModel {
+func (s *watchState) snapshot(now time.Time, c *client.Client, state client.ConnState, stats client.WatchStats, target string) viewModel {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := viewModel{
 		Now: now, Target: target,
 		Era:    s.era,
 		Server: s.server, Versions: s.versions, DiscoverErr: s.discoverErr,
-		State: w.State(), Granted: s.granted, Stats: w.Stats(),
+		State: state, Granted: s.granted, Stats: stats,
 		Changes: slices.Clone(s.changes),
+	}
+	if s.outage != nil && state != client.Live {
+		o := *s.outage
+		m.Outage = &o
 	}
 	if m.State == client.Polling {
 		// No listen at all: nothing is announced.
@@ -359,6 +661,9 @@ func (s *watchState) snapshot(now time.Time, c *client.Client, w *client.Watcher
 	var g mcp.SubscriptionFilter
 	if m.Granted != nil {
 		g = *m.Granted
+	}
+	live := func(f client.FreshnessInfo, notified bool) bool {
+		return liveByListen(state, notified, s.ackedAt, f)
 	}
 	for _, l := range watchLists {
 		set := s.lists[l.kind]
@@ -373,18 +678,32 @@ func (s *watchState) snapshot(now time.Time, c *client.Client, w *client.Watcher
 			client.ResourcesChanged: g.ResourcesListChanged,
 			client.TemplatesChanged: g.ResourcesListChanged,
 		}[l.kind]
+		f := c.Freshness(l.method, "")
 		m.Lists = append(m.Lists, listView{
 			Name: l.name, Followed: s.followed[l.kind], Known: set != nil, Items: items,
-			Freshness: c.Freshness(l.method, ""), Notified: notified,
+			Freshness: f, Notified: notified, Live: live(f, notified),
 		})
 	}
 	for _, u := range s.uris {
+		notified := slices.Contains(g.ResourceSubscriptions, u)
+		f := c.Freshness(mcp.MethodResourcesRead, u)
 		m.URIs = append(m.URIs, uriView{
-			URI: u, Notified: slices.Contains(g.ResourceSubscriptions, u),
-			Freshness: c.Freshness(mcp.MethodResourcesRead, u), Updated: s.updated[u],
+			URI: u, Notified: notified, Freshness: f, Updated: s.updated[u], Live: live(f, notified),
 		})
 	}
 	return m
+}
+
+// liveByListen reports whether a cached answer is current on a listen's
+// word: the client's freshness is the TTL's alone, but an answer read
+// since the acknowledgement of a listen that is up and covers it
+// (notified) would have been announced and read again had it changed,
+// whatever its TTL says. The client does not say whether an announced
+// change is still being read again; for that round trip the answer
+// still shows live.
+func liveByListen(state client.ConnState, notified bool, ackedAt time.Time, f client.FreshnessInfo) bool {
+	return state == client.Live && notified && !ackedAt.IsZero() &&
+		(f.State == client.Fresh || f.State == client.Stale) && !f.ObservedAt.Before(ackedAt)
 }
 
 // eventText describes an event for the live view's change log; uris is
@@ -399,7 +718,7 @@ func eventText(e client.Event, uris int) string {
 			names []string
 		}{{"added", e.Added}, {"removed", e.Removed}, {"changed", e.Changed}} {
 			if len(p.names) > 0 {
-				parts = append(parts, p.verb+" "+strings.Join(p.names, ", "))
+				parts = append(parts, p.verb+" "+itemsText(p.names, 0))
 			}
 		}
 		if len(parts) == 0 {
