@@ -24,10 +24,14 @@ type tmuxPane struct {
 }
 
 // startTmux runs the shell command line in a detached 80×30 pane. The
-// test is skipped when tmux is not installed.
+// test is skipped when tmux is not installed, unless TIDINGS_TMUX=1 (as
+// scripts/test-all sets once it has installed tmux) makes that a failure.
 func startTmux(t *testing.T, cols, rows int, line string) *tmuxPane {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
+		if os.Getenv("TIDINGS_TMUX") == "1" {
+			t.Fatal("TIDINGS_TMUX=1 but tmux is not installed")
+		}
 		t.Skip("tmux is not installed; the live view is not tested in a terminal")
 	}
 	p := &tmuxPane{t: t, sock: filepath.Join(t.TempDir(), "tmux.sock")}
