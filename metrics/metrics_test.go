@@ -68,23 +68,31 @@ func waitSeries(t *testing.T, url, series string, ok func(float64) bool) float64
 	}
 }
 
-// TestScrapeAfterListenAndChange: a real server with its /metrics beside
-// /mcp counts requests, the open listen, and the notification of a change.
-func TestScrapeAfterListenAndChange(t *testing.T) {
+// newMeasuredServer serves a server with metrics: /mcp and /metrics on
+// one loopback listener, closed at the test's end.
+func newMeasuredServer(t *testing.T) (*server.Server, *httptest.Server) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := server.New(mcp.Implementation{Name: "m", Version: "1"}, m.ServerOptions()...)
-	if err := srv.AddTool(mcp.Tool{Name: "a"}, hello); err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", streamhttp.New(srv))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ts := httptest.NewServer(mux)
-	defer ts.Close()
+	t.Cleanup(ts.Close)
+	return srv, ts
+}
+
+// TestScrapeAfterListenAndChange: a real server with its /metrics beside
+// /mcp counts requests, the open listen, and the notification of a change.
+func TestScrapeAfterListenAndChange(t *testing.T) {
+	srv, ts := newMeasuredServer(t)
+	if err := srv.AddTool(mcp.Tool{Name: "a"}, hello); err != nil {
+		t.Fatal(err)
+	}
 	scrapeURL := ts.URL + "/metrics"
 
 	c := client.NewHTTP(ts.URL + "/mcp")
@@ -125,17 +133,7 @@ func TestScrapeAfterListenAndChange(t *testing.T) {
 // TestUnknownMethodsShareOneLabel: methods a client makes up do not grow
 // the series.
 func TestUnknownMethodsShareOneLabel(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(mcp.Implementation{Name: "m", Version: "1"}, m.ServerOptions()...)
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", streamhttp.New(srv))
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ts := httptest.NewServer(mux)
-	defer ts.Close()
+	_, ts := newMeasuredServer(t)
 	c := client.NewHTTP(ts.URL + "/mcp")
 	defer c.Close()
 	for _, method := range []string{"x/one", "x/two", "x/three"} {
@@ -150,17 +148,7 @@ func TestUnknownMethodsShareOneLabel(t *testing.T) {
 // a protocol version header that does not match its _meta — is counted
 // under its outcome.
 func TestRefusalsCounted(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := server.New(mcp.Implementation{Name: "m", Version: "1"}, m.ServerOptions()...)
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", streamhttp.New(srv))
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	ts := httptest.NewServer(mux)
-	defer ts.Close()
+	_, ts := newMeasuredServer(t)
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/mcp", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
