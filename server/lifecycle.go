@@ -34,21 +34,22 @@ type writers struct {
 	idleClosed bool
 }
 
-func (w *writers) add() func() {
+func (w *writers) add() {
 	w.mu.Lock()
 	w.n++
 	w.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			w.n--
-			if w.closing && w.n == 0 && !w.idleClosed {
-				w.idleClosed = true
-				close(w.idle)
-			}
-		})
+}
+
+// Written marks one listen's last message as written (engine.Tracker).
+// Each add is matched by exactly one Written, which engine.Reply's
+// Release guarantees for the reply it is set on.
+func (w *writers) Written() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n--
+	if w.closing && w.n == 0 && !w.idleClosed {
+		w.idleClosed = true
+		close(w.idle)
 	}
 }
 

@@ -53,8 +53,13 @@ type listenNotices struct {
 
 func newListenNotices(id jsonrpc.ID) *listenNotices {
 	n := &listenNotices{idMeta: `{"` + mcp.MetaSubscriptionID + `":` + id.Raw() + `}`}
+	params := []byte(`{"_meta":` + n.idMeta + `}`)
+	// One buffer holds the three messages: a listen costs few allocations.
+	buf := make([]byte, 0, 3*(len(params)+80))
 	for _, l := range mcp.Lists() {
-		n.changed[l] = jsonrpc.AppendNotification(nil, l.Changed(), []byte(`{"_meta":`+n.idMeta+`}`))
+		start := len(buf)
+		buf = jsonrpc.AppendNotification(buf, l.Changed(), params)
+		n.changed[l] = buf[start:len(buf):len(buf)]
 	}
 	return n
 }

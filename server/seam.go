@@ -74,15 +74,15 @@ func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, e
 		}
 		return r
 	}
-	var done func()
-	if m.Method == mcp.MethodListen {
+	listen := m.Method == mcp.MethodListen
+	if listen {
 		// Shutdown waits until the transport has written the listen's
 		// last message, which it reports by releasing the reply.
-		done = s.writers.add()
+		s.writers.add()
 	}
 	r = s.run(ctx, call, req, (*Server).route)
-	if done != nil {
-		r.Done = done
+	if listen {
+		r.Written = &s.writers
 	}
 	return r
 }
@@ -201,20 +201,31 @@ type router func(s *Server, ctx context.Context, call *engine.Call, req *Request
 // down or cut an HTTP connection without an answer.
 func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route router) (rep engine.Reply) {
 	defer req.out.finish()
-	var routed engine.Reply // what the handler answered, once it ran
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("mcp: handler panicked", "method", req.Method, "name", req.Name,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			routed.Release()
 			rep = engine.Fail(req.ID, jsonrpc.CodeInternalError, "Internal error", nil)
 		}
 	}()
 	ctx = context.WithValue(ctx, ctxKey{}, req)
 	if s.chain == nil {
-		routed = route(s, ctx, call, req)
-		return routed
+		return route(s, ctx, call, req)
 	}
+	return s.runChain(ctx, call, req, route)
+}
+
+// runChain is run with middleware. It is a function of its own so that
+// the state the chain's closure shares stays off the heap for servers
+// without middleware.
+func (s *Server) runChain(ctx context.Context, call *engine.Call, req *Request, route router) engine.Reply {
+	var routed engine.Reply // what the handler answered, once it ran
+	defer func() {
+		if p := recover(); p != nil {
+			routed.Release() // a middleware panicked after the handler answered
+			panic(p)
+		}
+	}()
 	called := false
 	err := s.chain(func(ctx context.Context, req *Request) error {
 		if called {

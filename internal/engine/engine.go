@@ -188,9 +188,13 @@ type Reply struct {
 	// Buf and Pool, when set, let Release recycle Body's buffer.
 	Buf  *[]byte
 	Pool *sync.Pool
-	// Done, when set, runs once at Release (a listen's last write is done).
-	Done func()
+	// Written, when set, is told once at Release that the reply is
+	// written (a listen's last message, which Shutdown waits for).
+	Written Tracker
 }
+
+// Tracker hears that a tracked reply was written.
+type Tracker interface{ Written() }
 
 // maxPooledBody bounds the buffers kept for reuse, so that one huge result
 // does not stay pinned in a pool.
@@ -207,9 +211,9 @@ func (r *Reply) Release() {
 		r.Buf, r.Pool = nil, nil
 	}
 	r.Body = nil
-	if r.Done != nil {
-		r.Done()
-		r.Done = nil
+	if r.Written != nil {
+		r.Written.Written()
+		r.Written = nil
 	}
 }
 
