@@ -66,6 +66,12 @@ type Event struct {
 	// Audience, when not nil, limits the event to these principals: a change
 	// only some callers can see must not reach the others.
 	Audience []string
+	// Sees, when not nil, also limits the event to the principals for
+	// whom it reports true: a change of items only some callers may see
+	// is told only to them. It is asked once per distinct principal and
+	// event, under the hub's read lock, so it must be quick and must not
+	// publish.
+	Sees func(principal string) bool
 }
 
 // Hub routes events to subscriptions. The zero value is not usable; call New.
@@ -230,6 +236,25 @@ func (h *Hub) MarkAllDirty() {
 func (h *Hub) deliver(e Event) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
+	var seen map[string]bool // Sees, per principal, for this event
+	admits := func(s *Subscription) bool {
+		if !s.admits(e.Audience) {
+			return false
+		}
+		if e.Sees == nil {
+			return true
+		}
+		p := s.filter.Principal
+		ok, asked := seen[p]
+		if !asked {
+			if seen == nil {
+				seen = make(map[string]bool)
+			}
+			ok = e.Sees(p)
+			seen[p] = ok
+		}
+		return ok
+	}
 	if e.Kinds != 0 {
 		for i := range h.kinds {
 			bit := Kind(1) << i
@@ -237,7 +262,7 @@ func (h *Hub) deliver(e Event) {
 				continue
 			}
 			for s := range h.kinds[i] {
-				if s.admits(e.Audience) {
+				if admits(s) {
 					if s.bits.Or(uint32(bit))&uint32(bit) != 0 {
 						s.merged.Add(1)
 					}
@@ -248,7 +273,7 @@ func (h *Hub) deliver(e Event) {
 	}
 	if e.URI != "" {
 		for _, r := range h.byURI[e.URI] {
-			if r.sub.admits(e.Audience) {
+			if admits(r.sub) {
 				if r.sub.flags[r.idx].Swap(true) {
 					r.sub.merged.Add(1)
 				}

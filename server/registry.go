@@ -1,6 +1,7 @@
 package server
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,26 @@ type registry[T any] struct {
 	list mcp.List
 	hub  *hub.Hub
 	used atomic.Bool // set once anything was ever registered
+	// sees, when set (WithVisibility), reports whether a principal may
+	// see the item keyed key: a change is told only to those who may see
+	// one of the items it touched.
+	sees func(principal, key string) bool
+}
+
+// changed tells the hub that the items keyed keys changed.
+func (r *registry[T]) changed(keys []string) {
+	e := hub.Event{Kinds: hub.Of(r.list)}
+	if r.sees != nil {
+		e.Sees = func(principal string) bool {
+			for _, k := range keys {
+				if r.sees(principal, k) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	r.hub.Publish(e)
 }
 
 func newRegistry[T any](h *hub.Hub, list mcp.List) *registry[T] {
@@ -70,7 +91,15 @@ func (r *registry[T]) put(es ...*entry[T]) {
 	r.replaceLocked(added, nil)
 	r.mu.Unlock()
 	r.used.Store(true)
-	r.hub.ListChanged(hub.Of(r.list))
+	if r.sees == nil {
+		r.changed(nil)
+		return
+	}
+	keys := make([]string, len(added))
+	for i, e := range added {
+		keys[i] = e.key
+	}
+	r.changed(keys)
 }
 
 // remove deletes entries by key and reports how many existed.
@@ -89,7 +118,7 @@ func (r *registry[T]) remove(keys ...string) int {
 	}
 	r.mu.Unlock()
 	if n > 0 {
-		r.hub.ListChanged(hub.Of(r.list))
+		r.changed(slices.Collect(maps.Keys(gone)))
 	}
 	return n
 }
@@ -111,7 +140,7 @@ func (r *registry[T]) setEnabled(key string, on bool) bool {
 	}
 	r.mu.Unlock()
 	if changed {
-		r.hub.ListChanged(hub.Of(r.list))
+		r.changed([]string{key})
 	}
 	return ok
 }

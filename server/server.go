@@ -145,6 +145,12 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	s.prompts = newRegistry[*prompt](h, mcp.PromptsList)
 	s.resources = newRegistry[*resource](h, mcp.ResourcesList)
 	s.templates = newRegistry[*template](h, mcp.ResourcesList)
+	if v := cfg.visible; v != nil {
+		s.tools.sees = func(p, k string) bool { return v(p, ListTools, k) }
+		s.prompts.sees = func(p, k string) bool { return v(p, ListPrompts, k) }
+		s.resources.sees = func(p, k string) bool { return v(p, ListResources, k) }
+		s.templates.sees = func(p, k string) bool { return v(p, ListTemplates, k) }
+	}
 	return s
 }
 
@@ -364,7 +370,13 @@ func (s *Server) RemoveResourceTemplates(uriTemplates ...string) int {
 
 // ResourceUpdated tells every listener subscribed to uri that its content
 // changed. Call it whenever a read of uri would now return something else.
-func (s *Server) ResourceUpdated(uri string) { s.hub.ResourceUpdated(uri) }
+func (s *Server) ResourceUpdated(uri string) {
+	e := hub.Event{URI: uri}
+	if v := s.cfg.visible; v != nil {
+		e.Sees = func(p string) bool { return v(p, ListResources, uri) }
+	}
+	s.hub.Publish(e)
+}
 
 // ---- completion ----
 
