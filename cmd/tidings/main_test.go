@@ -368,9 +368,19 @@ func testHTTP(t *testing.T, bin string) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	code, metrics := get("/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: %d", code)
+	// The stream counts a notification once written, which can be just
+	// after the client has read it: poll, with a deadline.
+	var metrics string
+	for deadline := time.Now().Add(wait); ; {
+		code, body := get("/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics: %d", code)
+		}
+		metrics = body
+		if strings.Contains(metrics, "tidings_notifications_sent_total 1") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	for _, series := range []string{
 		`tidings_requests_total{method="tools/list",outcome="ok"} 1`,
