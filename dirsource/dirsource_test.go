@@ -167,11 +167,13 @@ func (f *fixture) listURIs(t testing.TB) []string {
 type chanStream struct {
 	ch   chan []byte
 	done <-chan struct{}
+	last atomic.Int64 // unix nanoseconds of the latest message
 }
 
 func (c *chanStream) Send(b []byte) error {
 	select {
 	case c.ch <- bytes.Clone(b):
+		c.last.Store(time.Now().UnixNano())
 		return nil
 	case <-c.done:
 		return errors.New("listener gone")
@@ -183,7 +185,11 @@ func (c *chanStream) KeepAlive() error { return nil }
 type listener struct {
 	ch <-chan []byte
 	id float64
+	st *chanStream
 }
+
+// lastSent is when the server sent the latest message.
+func (l *listener) lastSent() time.Time { return time.Unix(0, l.st.last.Load()) }
 
 // listen opens a subscriptions/listen in process and returns after the
 // acknowledgement.
@@ -205,7 +211,7 @@ func (f *fixture) listen(t testing.TB, filter map[string]any) *listener {
 		cancel()
 		<-served
 	})
-	l := &listener{ch: st.ch, id: id}
+	l := &listener{ch: st.ch, id: id, st: st}
 	if m := l.next(t); m.Method != mcp.NotifyAcknowledged {
 		t.Fatalf("first message is %q, want the acknowledgement", m.Method)
 	}
