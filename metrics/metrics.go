@@ -32,8 +32,15 @@ type Metrics struct {
 	sent          prometheus.Counter
 	coalesced     prometheus.Counter
 	cutoffs       prometheus.Counter
-	knownMethods  map[string]bool
+	knownMethods  map[string]*methodSeries
 	knownOutcomes map[int]string
+}
+
+// methodSeries are one method's hot series, looked up once: finding a
+// labelled child on every request would cost allocations.
+type methodSeries struct {
+	ok       prometheus.Counter
+	duration prometheus.Observer
 }
 
 // New registers the series with reg (for example prometheus.NewRegistry()
@@ -66,7 +73,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tidings_stream_cutoffs_total",
 			Help: "Streams cut because their reader stopped reading for longer than the write timeout.",
 		}),
-		knownMethods: map[string]bool{},
+		knownMethods: map[string]*methodSeries{},
 		knownOutcomes: map[int]string{
 			jsonrpc.CodeInvalidParams:          "invalid_params",
 			jsonrpc.CodeMethodNotFound:         "method_not_found",
@@ -81,8 +88,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		mcp.MethodDiscover, mcp.MethodListen, mcp.MethodToolsList, mcp.MethodToolsCall,
 		mcp.MethodPromptsList, mcp.MethodPromptsGet, mcp.MethodResourcesList, mcp.MethodResourcesTemplates,
 		mcp.MethodResourcesRead, mcp.MethodComplete,
+		"other",
 	} {
-		m.knownMethods[method] = true
+		m.knownMethods[method] = &methodSeries{
+			ok:       m.requests.WithLabelValues(method, "ok"),
+			duration: m.duration.WithLabelValues(method),
+		}
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.listens, m.sent, m.coalesced, m.cutoffs} {
 		if err := reg.Register(c); err != nil {
@@ -101,21 +112,31 @@ func (m *Metrics) ServerOptions() []server.Option {
 func (m *Metrics) Middleware() server.Middleware {
 	return func(next server.MethodHandler) server.MethodHandler {
 		return func(ctx context.Context, req *server.Request) error {
-			method := req.Method
-			if !m.knownMethods[method] {
-				method = "other"
-			}
+			method, series := m.series(req.Method)
 			if req.Method == mcp.MethodListen {
 				m.listens.Inc()
 				defer m.listens.Dec()
 			}
 			start := time.Now()
 			err := next(ctx, req)
-			m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
-			m.requests.WithLabelValues(method, m.outcome(ctx, err)).Inc()
+			series.duration.Observe(time.Since(start).Seconds())
+			if outcome := m.outcome(ctx, err); outcome == "ok" {
+				series.ok.Inc()
+			} else {
+				m.requests.WithLabelValues(method, outcome).Inc()
+			}
 			return err
 		}
 	}
+}
+
+// series returns the method label for method, "other" for one a client
+// made up, and its series.
+func (m *Metrics) series(method string) (string, *methodSeries) {
+	if ms, ok := m.knownMethods[method]; ok {
+		return method, ms
+	}
+	return "other", m.knownMethods["other"]
 }
 
 // outcome names err for the outcome label.
@@ -153,9 +174,7 @@ func (m *Metrics) Notified(sent, merged int) {
 
 // Refused counts a request refused before it was served.
 func (m *Metrics) Refused(method string, code int) {
-	if !m.knownMethods[method] {
-		method = "other"
-	}
+	method, _ = m.series(method)
 	m.requests.WithLabelValues(method, m.outcome(context.Background(), jsonrpc.NewError(code, "", nil))).Inc()
 }
 

@@ -129,8 +129,9 @@ type MethodHandler func(ctx context.Context, req *Request) error
 // (req.Method, req.Name, req.Principal) and the outcome after; it may
 // refuse a request by returning an error without calling next (a
 // *jsonrpc.Error reaches the client as it is; any other error becomes
-// -32603), and may pass next a context of its own. For a listen, next
-// returns when the listen ends.
+// -32603), and may pass next a context of its own. It calls next at most
+// once, before it returns, with the *Request it was given. For a listen,
+// next returns when the listen ends.
 type Middleware func(next MethodHandler) MethodHandler
 
 // WithMiddleware adds middleware; the first given is the outermost.
@@ -138,19 +139,13 @@ func WithMiddleware(mw ...Middleware) Option {
 	return func(c *config) { c.middleware = append(c.middleware, mw...) }
 }
 
-// chain composes middleware around a handler; nil when there is none, so
-// a server without middleware pays nothing for it.
-func chain(mw []Middleware) func(MethodHandler) MethodHandler {
-	if len(mw) == 0 {
-		return nil
+// chain composes middleware around h once, at New: wrapping per request
+// would cost an allocation per middleware and request.
+func chain(mw []Middleware, h MethodHandler) MethodHandler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
 	}
-	mw = append([]Middleware(nil), mw...)
-	return func(h MethodHandler) MethodHandler {
-		for i := len(mw) - 1; i >= 0; i-- {
-			h = mw[i](h)
-		}
-		return h
-	}
+	return h
 }
 
 // StreamObserver hears what happens on change streams (2026-07-28 listens

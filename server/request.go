@@ -44,6 +44,13 @@ type Request struct {
 	askInput func(ctx context.Context, reqs map[string]mcp.InputRequest) (map[string]jsontext.Value, error)
 	progress jsontext.Value
 	out      *requestOut
+
+	// What the innermost handler of a middleware chain serves (see
+	// Server.routed): the call, its router, and its answer once it ran.
+	call   *engine.Call
+	route  router
+	reply  engine.Reply
+	served bool
 }
 
 // State returns the verified state the handler put in an earlier

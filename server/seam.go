@@ -209,40 +209,45 @@ func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route
 		}
 	}()
 	ctx = context.WithValue(ctx, ctxKey{}, req)
-	if s.chain == nil {
+	if s.handler == nil {
 		return route(s, ctx, call, req)
 	}
 	return s.runChain(ctx, call, req, route)
 }
 
-// runChain is run with middleware. It is a function of its own so that
-// the state the chain's closure shares stays off the heap for servers
-// without middleware.
+// runChain is run with middleware. The chain is built once; what its
+// innermost handler is to serve travels on req.
 func (s *Server) runChain(ctx context.Context, call *engine.Call, req *Request, route router) engine.Reply {
-	var routed engine.Reply // what the handler answered, once it ran
 	defer func() {
 		if p := recover(); p != nil {
-			routed.Release() // a middleware panicked after the handler answered
+			req.reply.Release() // a middleware panicked after the handler answered
 			panic(p)
 		}
 	}()
-	called := false
-	err := s.chain(func(ctx context.Context, req *Request) error {
-		if called {
-			return errNextTwice
-		}
-		called = true
-		routed = route(s, context.WithValue(ctx, ctxKey{}, req), call, req)
-		if routed.Err != nil {
-			return routed.Err
-		}
-		return nil
-	})(ctx, req)
-	if called && (err == nil || (routed.Err != nil && errors.Is(err, routed.Err))) {
-		return routed
+	req.call, req.route = call, route
+	err := s.handler(ctx, req)
+	if req.served && (err == nil || (req.reply.Err != nil && errors.Is(err, req.reply.Err))) {
+		return req.reply
 	}
-	routed.Release()
+	req.reply.Release()
 	return s.middlewareError(ctx, req, err)
+}
+
+// routed is the innermost handler of the middleware chain: it serves the
+// call on req with its router, once.
+func (s *Server) routed(ctx context.Context, req *Request) error {
+	if req.served {
+		return errNextTwice
+	}
+	req.served = true
+	if r, _ := ctx.Value(ctxKey{}).(*Request); r != req {
+		ctx = context.WithValue(ctx, ctxKey{}, req) // a middleware's own context
+	}
+	req.reply = req.route(s, ctx, req.call, req)
+	if req.reply.Err != nil {
+		return req.reply.Err
+	}
+	return nil
 }
 
 // errNextTwice is what a middleware's second call of next returns: a

@@ -100,8 +100,9 @@ type Server struct {
 	completeMu sync.RWMutex
 	complete   CompleteHandler
 
-	// chain wraps every method's handling (nil without middleware).
-	chain   func(MethodHandler) MethodHandler
+	// handler is the middleware chain around the router (nil without
+	// middleware).
+	handler MethodHandler
 	writers writers
 
 	// bodies recycles response buffers; see okReply.
@@ -137,7 +138,9 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		seal:  newSealer(cfg.secret),
 		hub:   h,
 		log:   cfg.logger,
-		chain: chain(cfg.middleware),
+	}
+	if len(cfg.middleware) > 0 {
+		s.handler = chain(cfg.middleware, s.routed)
 	}
 	s.handle = engine.NewHandle((*seam)(s))
 	s.infoJSON, _ = jsonrpc.Marshal(info)
