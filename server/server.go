@@ -133,11 +133,11 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	}
 	h := hub.New()
 	s := &Server{
-		info:  info,
-		cfg:   cfg,
-		seal:  newSealer(cfg.secret),
-		hub:   h,
-		log:   cfg.logger,
+		info: info,
+		cfg:  cfg,
+		seal: newSealer(cfg.secret),
+		hub:  h,
+		log:  cfg.logger,
 	}
 	if len(cfg.middleware) > 0 {
 		s.handler = chain(cfg.middleware, s.routed)
