@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"tidings/auth"
 	"tidings/dirsource"
 	"tidings/mcp"
 	"tidings/server"
@@ -37,6 +39,9 @@ type serveConfig struct {
 	maxSearch       byteSize
 	searchBudget    byteSize
 	rootGrace       time.Duration
+	authIssuer      string
+	authAudience    string
+	authScopes      []string
 }
 
 // byteSize is a flag value in bytes, written as a number with an
@@ -159,6 +164,10 @@ result before the process exits.`,
 	f.Var(&cfg.maxSearch, "max-search-bytes", "largest file search_files looks into; larger ones are skipped and the result says so")
 	f.Var(&cfg.searchBudget, "search-budget", "most bytes one search_files call reads in all")
 	f.DurationVar(&cfg.rootGrace, "root-grace", dirsource.DefaultRootGrace, "how long DIR may be missing before serve exits with an error; 0 exits at once, a negative value waits forever")
+	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
+	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
+	f.StringArrayVar(&cfg.authScopes, "auth-scope", nil, "scope every request's token must grant (repeatable)")
+	cmd.MarkFlagsMutuallyExclusive("stdio", "auth-issuer")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-host")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-origin")
@@ -270,6 +279,37 @@ func serveStdio(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *ser
 	return nil
 }
 
+// mountMCP serves the transport at /mcp; with --auth-issuer, behind an
+// OAuth resource server whose metadata is at both well-known URLs.
+func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server.Server, self string, opts []streamhttp.Option) error {
+	if cfg.authIssuer == "" {
+		if cfg.authAudience != "" || len(cfg.authScopes) > 0 {
+			return errors.New("--auth-audience and --auth-scope need --auth-issuer")
+		}
+		mux.Handle("/mcp", streamhttp.New(srv, opts...))
+		return nil
+	}
+	audience := cfg.authAudience
+	if audience == "" {
+		audience = self
+	}
+	g, err := auth.New(cfg.authIssuer, audience, auth.WithScopes(cfg.authScopes...), auth.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	mux.Handle("/mcp", g.Require(streamhttp.New(srv, append(opts, streamhttp.WithPrincipal(auth.Principal))...)))
+	md, err := url.Parse(g.MetadataURL())
+	if err != nil {
+		return fmt.Errorf("metadata URL: %w", err)
+	}
+	mux.Handle(md.Path, g.Metadata())
+	if md.Path != "/.well-known/oauth-protected-resource" {
+		mux.Handle("/.well-known/oauth-protected-resource", g.Metadata())
+	}
+	log.Info("requiring OAuth access tokens", "issuer", cfg.authIssuer, "audience", audience)
+	return nil
+}
+
 // serveHTTP serves Streamable HTTP at /mcp until ctx ends.
 func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *server.Server, obs *observability) error {
 	ln, err := net.Listen("tcp", cfg.addr)
@@ -284,7 +324,10 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 		opts = append(opts, streamhttp.WithAllowedOrigins(cfg.allowedOrigins...))
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", streamhttp.New(srv, opts...))
+	if err := mountMCP(mux, cfg, log, srv, "http://"+ln.Addr().String()+"/mcp", opts); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	obs.mount(mux)
 	hs := &http.Server{
 		Handler:           mux,

@@ -1,0 +1,228 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+)
+
+// maxDocBytes bounds a metadata or JWKS document: an authorization
+// server's answer should never cost the resource server much memory.
+const maxDocBytes = 1 << 20
+
+// errUnknownKey is a token signed with a key the issuer does not
+// publish (after a refetch, or while refetching is rate limited).
+var errUnknownKey = errors.New("token signed with an unknown key")
+
+// keySource finds the issuer's signing keys: its JWKS URI by RFC 8414 or
+// OpenID Connect discovery, then the key set, cached and refetched when a
+// token names a key the cache lacks — at most once per refresh interval,
+// so forged kids cannot make the server hammer the issuer. No lock is
+// held while fetching: one fetch runs at a time and concurrent callers
+// wait for it on a channel.
+type keySource struct {
+	issuer   string
+	client   *http.Client
+	now      func() time.Time
+	interval time.Duration // least time between fetches after success
+	backoff  time.Duration // least time between fetches after a failure
+
+	mu        sync.Mutex
+	jwksURI   string
+	keys      map[string]jose.JSONWebKey // by kid; "" for a key without one
+	fetched   time.Time
+	failed    bool
+	inflight  chan struct{} // closed when the running fetch ends
+	lastError error
+}
+
+// key returns the verification key named kid.
+func (s *keySource) key(ctx context.Context, kid string) (jose.JSONWebKey, error) {
+	s.mu.Lock()
+	if k, ok := s.keys[kid]; ok {
+		s.mu.Unlock()
+		return k, nil
+	}
+	if ch := s.inflight; ch != nil {
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return jose.JSONWebKey{}, ctx.Err()
+		}
+		return s.cached(kid)
+	}
+	if !s.fetched.IsZero() {
+		wait := s.interval
+		if s.failed {
+			wait = s.backoff
+		}
+		if s.now().Sub(s.fetched) < wait {
+			err := s.lastError
+			s.mu.Unlock()
+			if err != nil {
+				return jose.JSONWebKey{}, err
+			}
+			return jose.JSONWebKey{}, errUnknownKey
+		}
+	}
+	ch := make(chan struct{})
+	s.inflight = ch
+	jwksURI := s.jwksURI
+	s.mu.Unlock()
+
+	keys, jwksURI, err := s.fetch(ctx, jwksURI)
+
+	s.mu.Lock()
+	s.inflight = nil
+	s.fetched = s.now()
+	s.failed = err != nil
+	s.lastError = err
+	if err == nil {
+		s.keys = keys
+		s.jwksURI = jwksURI
+	}
+	close(ch)
+	s.mu.Unlock()
+	if err != nil {
+		return jose.JSONWebKey{}, err
+	}
+	return s.cached(kid)
+}
+
+func (s *keySource) cached(kid string) (jose.JSONWebKey, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k, ok := s.keys[kid]; ok {
+		return k, nil
+	}
+	if s.lastError != nil {
+		return jose.JSONWebKey{}, s.lastError
+	}
+	return jose.JSONWebKey{}, errUnknownKey
+}
+
+// fetch discovers the JWKS URI when it is not known yet and reads the
+// key set, keeping only public signing keys.
+func (s *keySource) fetch(ctx context.Context, jwksURI string) (map[string]jose.JSONWebKey, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if jwksURI == "" {
+		var err error
+		if jwksURI, err = s.discover(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	var set jose.JSONWebKeySet
+	if err := s.getJSON(ctx, jwksURI, &set); err != nil {
+		return nil, "", fmt.Errorf("fetching the issuer's keys: %w", err)
+	}
+	keys := make(map[string]jose.JSONWebKey, len(set.Keys))
+	for _, k := range set.Keys {
+		if k.Use != "" && k.Use != "sig" {
+			continue
+		}
+		pub := k.Public()
+		if !pub.Valid() || !pub.IsPublic() {
+			continue // symmetric keys never verify a token here
+		}
+		if _, dup := keys[k.KeyID]; dup {
+			continue
+		}
+		keys[k.KeyID] = pub
+	}
+	return keys, jwksURI, nil
+}
+
+// discoveryURLs lists where the issuer's metadata may be, in the order
+// RFC 8414 §3.1 and §5 and OpenID Connect Discovery give.
+func discoveryURLs(issuer string) ([]string, error) {
+	u, err := url.Parse(issuer)
+	if err != nil {
+		return nil, fmt.Errorf("issuer %q: %w", issuer, err)
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	at := func(p string) string {
+		c := *u
+		c.Path, c.RawPath = p, ""
+		return c.String()
+	}
+	if path == "" {
+		return []string{
+			at("/.well-known/oauth-authorization-server"),
+			at("/.well-known/openid-configuration"),
+		}, nil
+	}
+	return []string{
+		at("/.well-known/oauth-authorization-server" + path),
+		at("/.well-known/openid-configuration" + path),
+		at(path + "/.well-known/openid-configuration"),
+	}, nil
+}
+
+// discover finds the jwks_uri of the first metadata document that names
+// exactly the configured issuer (RFC 8414 §3.3).
+func (s *keySource) discover(ctx context.Context) (string, error) {
+	urls, err := discoveryURLs(s.issuer)
+	if err != nil {
+		return "", err
+	}
+	var errs []error
+	for _, u := range urls {
+		var md struct {
+			Issuer  string `json:"issuer"`
+			JWKSURI string `json:"jwks_uri"`
+		}
+		if err := s.getJSON(ctx, u, &md); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if md.Issuer != s.issuer {
+			errs = append(errs, fmt.Errorf("%s names issuer %q, not %q", u, md.Issuer, s.issuer))
+			continue
+		}
+		if md.JWKSURI == "" {
+			errs = append(errs, fmt.Errorf("%s has no jwks_uri", u))
+			continue
+		}
+		return md.JWKSURI, nil
+	}
+	return "", fmt.Errorf("discovering the issuer's metadata: %w", errors.Join(errs...))
+}
+
+func (s *keySource) getJSON(ctx context.Context, u string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDocBytes))
+		return fmt.Errorf("GET %s: status %d", u, resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDocBytes+1))
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	if len(body) > maxDocBytes {
+		return fmt.Errorf("GET %s: document larger than %d bytes", u, maxDocBytes)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+// allowedAlgs are the asymmetric signature algorithms a token may use.
+// "none" and the HMAC family are absent on purpose: a resource server
+// holds only public keys, and accepting HS256 would let anyone sign with
+// the published key bytes.
+var allowedAlgs = []jose.SignatureAlgorithm{
+	jose.RS256, jose.RS384, jose.RS512,
+	jose.PS256, jose.PS384, jose.PS512,
+	jose.ES256, jose.ES384, jose.ES512,
+	jose.EdDSA,
+}
+
+// Info is what a validated access token says about the caller.
+type Info struct {
+	// Subject is the token's sub claim.
+	Subject string
+	// ClientID is the client_id claim (RFC 9068), if any.
+	ClientID string
+	// Scopes are the granted scopes, from scope (space-separated) or scp.
+	Scopes []string
+	// Expiry is when the token stops being valid.
+	Expiry time.Time
+}
+
+// Principal names the caller: the subject, or the client for a
+// client-credentials token that has none.
+func (i *Info) Principal() string {
+	if i.Subject != "" {
+		return i.Subject
+	}
+	return i.ClientID
+}
+
+// claims are the registered claims plus the ones scopes come from.
+type claims struct {
+	jwt.Claims
+	ClientID string          `json:"client_id"`
+	Scope    json.RawMessage `json:"scope"`
+	Scp      json.RawMessage `json:"scp"`
+}
+
+// tokenError is a validation failure, answered with 401 invalid_token;
+// its text is safe to show the client and never contains the token.
+type tokenError struct{ msg string }
+
+func (e *tokenError) Error() string { return e.msg }
+
+func invalid(format string, args ...any) error {
+	return &tokenError{msg: fmt.Sprintf(format, args...)}
+}
+
+// validator checks a compact JWS access token against the issuer's keys,
+// the issuer, this server's audience and the clock.
+type validator struct {
+	issuer   string
+	audience string // canonical form
+	skew     time.Duration
+	now      func() time.Time
+	keys     *keySource
+}
+
+func (v *validator) validate(ctx context.Context, raw string) (*Info, error) {
+	tok, err := jwt.ParseSigned(raw, allowedAlgs)
+	if err != nil {
+		return nil, invalid("the token is not a signed JWT with an accepted algorithm")
+	}
+	if len(tok.Headers) != 1 {
+		return nil, invalid("the token must carry exactly one signature")
+	}
+	hdr := tok.Headers[0]
+	key, err := v.keys.key(ctx, hdr.KeyID)
+	if err != nil {
+		if errors.Is(err, errUnknownKey) {
+			return nil, invalid("the token is signed with an unknown key")
+		}
+		return nil, fmt.Errorf("finding the token's key: %w", err)
+	}
+	if key.Algorithm != "" && key.Algorithm != hdr.Algorithm {
+		return nil, invalid("the token's algorithm does not match its key")
+	}
+	var c claims
+	if err := tok.Claims(key.Key, &c); err != nil {
+		return nil, invalid("the token's signature or claims are invalid")
+	}
+	if c.Issuer != v.issuer {
+		return nil, invalid("the token was issued by another issuer")
+	}
+	if !v.audienceMatches(c.Audience) {
+		return nil, invalid("the token was issued for another resource")
+	}
+	now := v.now()
+	if c.Expiry == nil {
+		return nil, invalid("the token has no expiry")
+	}
+	exp := c.Expiry.Time()
+	if !now.Before(exp.Add(v.skew)) {
+		return nil, invalid("the token has expired")
+	}
+	if c.NotBefore != nil && now.Add(v.skew).Before(c.NotBefore.Time()) {
+		return nil, invalid("the token is not valid yet")
+	}
+	if c.IssuedAt != nil && now.Add(v.skew).Before(c.IssuedAt.Time()) {
+		return nil, invalid("the token was issued in the future")
+	}
+	info := &Info{Subject: c.Subject, ClientID: c.ClientID, Expiry: exp}
+	if info.Principal() == "" {
+		return nil, invalid("the token names neither a subject nor a client")
+	}
+	if info.Scopes, err = scopesOf(c.Scope, c.Scp); err != nil {
+		return nil, invalid("the token's scope claim is malformed")
+	}
+	return info, nil
+}
+
+func (v *validator) audienceMatches(aud jwt.Audience) bool {
+	for _, a := range aud {
+		if canonicalResource(a) == v.audience {
+			return true
+		}
+	}
+	return false
+}
+
+// scopesOf reads scope (a space-separated string, RFC 9068 §2.2.3) or,
+// failing that, scp (a string or an array, as some issuers write it).
+func scopesOf(scope, scp json.RawMessage) ([]string, error) {
+	for _, raw := range []json.RawMessage{scope, scp} {
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err == nil {
+			return strings.Fields(s), nil
+		}
+		var list []string
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, err
+		}
+		return list, nil
+	}
+	return nil, nil
+}
