@@ -2,10 +2,12 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -70,9 +72,55 @@ type validator struct {
 	skew     time.Duration
 	now      func() time.Time
 	keys     *keySource
+
+	// valid remembers tokens already validated, by their SHA-256 (never
+	// the token itself), until they expire: checking a signature costs
+	// far more than the rest of a request, and a client sends the same
+	// token many times.
+	mu    sync.Mutex
+	valid map[[sha256.Size]byte]*Info
 }
 
+// maxRemembered bounds the validated tokens kept; past it one is
+// forgotten for each new one.
+const maxRemembered = 4096
+
+// validate returns what a valid token says of its bearer. The *Info may
+// be shared between requests and must not be modified.
 func (v *validator) validate(ctx context.Context, raw string) (*Info, error) {
+	sum := sha256.Sum256([]byte(raw))
+	now := v.now()
+	v.mu.Lock()
+	info, ok := v.valid[sum]
+	if ok && !now.Before(info.Expiry.Add(v.skew)) {
+		delete(v.valid, sum)
+		ok = false
+	}
+	v.mu.Unlock()
+	if ok {
+		return info, nil
+	}
+	info, err := v.check(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	if v.valid == nil {
+		v.valid = make(map[[sha256.Size]byte]*Info)
+	}
+	if len(v.valid) >= maxRemembered {
+		for k := range v.valid {
+			delete(v.valid, k)
+			break
+		}
+	}
+	v.valid[sum] = info
+	v.mu.Unlock()
+	return info, nil
+}
+
+// check validates a token in full: signature, issuer, audience, times.
+func (v *validator) check(ctx context.Context, raw string) (*Info, error) {
 	tok, err := jwt.ParseSigned(raw, allowedAlgs)
 	if err != nil {
 		return nil, invalid("the token is not a signed JWT with an accepted algorithm")

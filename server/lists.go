@@ -36,12 +36,14 @@ func listPage[T any](s *Server, r *registry[T], l List, field string, c *engine.
 		}
 		after, hasAfter = string(key), true
 	}
-	// The cached first page is the anonymous 2026-07-28 one: its
-	// nextCursor is bound to the empty principal, so other principals
-	// must not be served it; nor may anyone when lists depend on who
-	// asks, nor an earlier era, whose results are encoded differently.
+	// The cached first page is the 2026-07-28 one of the anonymous
+	// caller, or of anyone when the list fits in one page: a nextCursor
+	// is bound to the principal, so a page with one must not be served to
+	// another. Nobody gets it when lists depend on who asks, nor an
+	// earlier era, whose results are encoded differently.
 	_, isModern := req.enc.(*modern)
-	cacheable := isModern && !hasAfter && req.Principal == "" && s.cfg.visible == nil
+	cacheable := isModern && !hasAfter && s.cfg.visible == nil &&
+		(req.Principal == "" || len(snap.items) <= s.cfg.pageSize)
 	if cacheable {
 		if cached := snap.firstPage.Load(); cached != nil {
 			return s.okReply(req.ID, *cached)
