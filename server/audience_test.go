@@ -105,3 +105,29 @@ func (o *legacyOut) reset() {
 	o.msgs = nil
 	o.mu.Unlock()
 }
+
+// TestLegacySubscribeRefusesHidden: a 2025-11-25 resources/subscribe of a
+// resource the session's principal may not see is refused as if it did
+// not exist; its owner may subscribe.
+func TestLegacySubscribeRefusesHidden(t *testing.T) {
+	h := newHarness(t, server.WithVisibility(func(p string, l server.List, key string) bool {
+		return !(l == server.ListResources && key == "res://alice") || p == "alice"
+	}))
+	mustAddResource(t, h.srv, "res://alice", textResource("res://alice", "a"))
+	tbl := legacy.NewTable(engine.Of(h.srv), 10, time.Hour)
+	srv := &lsrv{Server: h.srv, tbl: tbl}
+	open := func(who string) *legacy.Session {
+		ss, rep := tbl.Open(context.Background(), legacyCall(t, srv, 0, mcp.MethodInitialize, map[string]any{
+			"protocolVersion": mcp.LegacyVersion, "capabilities": map[string]any{},
+			"clientInfo": map[string]any{"name": who, "version": "1"},
+		}), who)
+		if ss == nil {
+			t.Fatalf("initialize: %s", rep.Body)
+		}
+		return ss
+	}
+	r, _ := serve(t, srv, open("bob"), 1, mcp.MethodResourcesSubscribe, map[string]any{"uri": "res://alice"})
+	r.fails(t, -32602)
+	r, _ = serve(t, srv, open("alice"), 1, mcp.MethodResourcesSubscribe, map[string]any{"uri": "res://alice"})
+	r.ok(t)
+}

@@ -34,6 +34,7 @@ type config struct {
 	maxListens    int
 	cancelOnClose bool
 	drain         time.Duration
+	principal     string
 }
 
 // Option configures Serve.
@@ -78,6 +79,14 @@ func WithMaxListens(n int) Option {
 // may take to finish before they are cancelled (default 5s). Their answers
 // are still written, so "echo request | server" works.
 func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drain = d } }
+
+// WithPrincipal names the authorization context of everything this
+// connection asks (default "", anonymous). A stdio server has one client,
+// the process that started it, so the principal comes from the process —
+// a flag or the environment it was started with — never from a token:
+// visibility, cursors, request state and change audiences then treat it
+// as they treat an HTTP caller's.
+func WithPrincipal(p string) Option { return func(c *config) { c.principal = p } }
 
 // WithoutCancelOnListenEnd stops the server from sending
 // notifications/cancelled for a listen before its complete result when it
@@ -359,7 +368,7 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 		case session != nil:
 			reply = session.Serve(cctx, parsed, &stream{c: c, cl: cl})
 		default:
-			reply = c.srv.Serve(cctx, parsed, "", nil, &stream{c: c, cl: cl})
+			reply = c.srv.Serve(cctx, parsed, c.cfg.principal, nil, &stream{c: c, cl: cl})
 		}
 		// Released once written or dropped; for a listen, Shutdown waits
 		// for this.
@@ -427,7 +436,7 @@ func (c *conn) initialize(ctx context.Context, init *engine.Call) error {
 		return c.write(jsonrpc.AppendErrorResponse(nil, init.Msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
 			"Invalid Request: this connection is already initialized", nil)))
 	}
-	ss, reply := legacy.Open(ctx, c.srv, init, "")
+	ss, reply := legacy.Open(ctx, c.srv, init, c.cfg.principal)
 	if ss == nil {
 		c.mu.Unlock()
 		return c.write(reply.Body)

@@ -247,6 +247,13 @@ func (ss *Session) subscribe(c *engine.Call) (engine.Reply, bool) {
 		return engine.Reply{}, false
 	}
 	uri := *c.P.URI
+	if m.Method == mcp.MethodResourcesSubscribe {
+		// The same grant a 2026-07-28 listen gets: a resource the
+		// principal may not see is refused as if it did not exist.
+		if g, _ := ss.srv.Grant(ss.principal, mcp.SubscriptionFilter{ResourceSubscriptions: []string{uri}}); len(g.ResourceSubscriptions) == 0 {
+			return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri}), true
+		}
+	}
 	ss.mu.Lock()
 	if m.Method == mcp.MethodResourcesSubscribe {
 		if len(ss.uris) >= maxURIs && !ss.uris[uri] {
