@@ -45,12 +45,19 @@ type keySource struct {
 	lastError error
 }
 
+// maxKeyAge is how long a fetched key set is trusted before it is read
+// again on its next use: a key the issuer withdrew stops being accepted
+// within it. If the issuer cannot be reached then, the keys it last
+// published stay in use, so that its outage does not refuse every token.
+const maxKeyAge = time.Hour
+
 // key returns the verification key named kid.
 func (s *keySource) key(ctx context.Context, kid string) (jose.JSONWebKey, error) {
 	s.mu.Lock()
-	if k, ok := s.keys[kid]; ok {
+	stale, known := s.keys[kid]
+	if known && (s.inflight != nil || s.now().Sub(s.fetched) < maxKeyAge) {
 		s.mu.Unlock()
-		return k, nil
+		return stale, nil
 	}
 	if ch := s.inflight; ch != nil {
 		s.mu.Unlock()
@@ -94,6 +101,9 @@ func (s *keySource) key(ctx context.Context, kid string) (jose.JSONWebKey, error
 	close(ch)
 	s.mu.Unlock()
 	if err != nil {
+		if known {
+			return stale, nil
+		}
 		return jose.JSONWebKey{}, err
 	}
 	return s.cached(kid)
