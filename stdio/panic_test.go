@@ -54,3 +54,41 @@ func TestPrincipalOption(t *testing.T) {
 		}
 	}
 }
+
+// TestChangeReachesOnlyItsPrincipal: two stdio connections to one server,
+// one started as alice and one anonymous, both listening. Adding a tool
+// only alice may see is told on alice's connection alone; a resource
+// update right after shows nothing was pending on the other.
+func TestChangeReachesOnlyItsPrincipal(t *testing.T) {
+	srv := server.New(mcp.Implementation{Name: "t", Version: "1"}, server.WithVisibility(func(p string, l server.List, key string) bool {
+		return l != server.ListTools || key != "secret" || p == "alice"
+	}))
+	if err := srv.AddResource(mcp.Resource{URI: "res://m"}, func(_ context.Context, r *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{mcp.TextContents(r.URI, "", "m")}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddTool(mcp.Tool{Name: "open"}, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	alice := start(t, srv, stdio.WithPrincipal("alice"))
+	anon := start(t, srv)
+	filter := P{"notifications": P{"toolsListChanged": true, "resourceSubscriptions": []string{"res://m"}}}
+	for _, c := range []*conn{alice, anon} {
+		c.send("l", mcp.MethodListen, filter)
+		c.waitUntil("the acknowledgement", func(ls []line) bool { return count(ls, mcp.NotifyAcknowledged) == 1 })
+	}
+	if err := srv.AddTool(mcp.Tool{Name: "secret"}, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	alice.waitUntil("alice told of the tool", func(ls []line) bool { return count(ls, mcp.NotifyToolsListChanged) == 1 })
+	srv.ResourceUpdated("res://m")
+	ls := anon.waitUntil("the update", func(ls []line) bool { return count(ls, mcp.NotifyResourceUpdated) == 1 })
+	if n := count(ls, mcp.NotifyToolsListChanged); n != 0 {
+		t.Errorf("the anonymous connection was told of a tool only alice may see")
+	}
+}
