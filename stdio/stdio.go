@@ -430,17 +430,18 @@ func (c *conn) legacySession() *legacy.Session {
 // lives as long as the connection, and its notifications (list changes,
 // updates of subscribed resources) are written to the connection itself.
 func (c *conn) initialize(ctx context.Context, init *engine.Call) error {
-	c.mu.Lock()
-	if c.session != nil {
-		c.mu.Unlock()
-		return c.write(jsonrpc.AppendErrorResponse(nil, init.Msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
+	// Only the reader calls this, one line at a time, so the session
+	// cannot change between the check and the assignment; the lock is
+	// not held while the server's middleware runs.
+	if c.legacySession() != nil {
+		return c.reply(jsonrpc.AppendErrorResponse(nil, init.Msg.ID, jsonrpc.NewError(jsonrpc.CodeInvalidRequest,
 			"Invalid Request: this connection is already initialized", nil)))
 	}
 	ss, reply := legacy.Open(ctx, c.srv, init, c.cfg.principal)
 	if ss == nil {
-		c.mu.Unlock()
-		return c.write(reply.Body)
+		return c.reply(reply.Body)
 	}
+	c.mu.Lock()
 	c.session = ss
 	sctx, cancel := context.WithCancel(ctx)
 	c.sessionCancel = cancel
