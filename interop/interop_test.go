@@ -11,6 +11,10 @@
 //     server: discovery, listen, paginated lists, calls, mirrored headers,
 //     multi round-trip input, reads, and a tools/list_changed that the Go
 //     side causes by adding a tool.
+//   - a client built on the SDK (node/ts-oauth-client.mjs) that authorizes
+//     itself with the SDK's OAuth support (discovery from the challenge,
+//     client credentials grant) against a tidings server that requires
+//     tokens from a real authorization server (oauth_test.go).
 //
 // The tests need Node 22 (TIDINGS_NODE names the binary) and the SDK
 // packages installed in node/node_modules (npm ci in interop/node). Without
@@ -704,13 +708,13 @@ func TestTSClientWithGoServer(t *testing.T) {
 	}
 }
 
-// runSteps runs a Node client script that prints one JSON object per step
-// ({"step": ...}), hands each step to onStep as it arrives (the test acts
-// on the server there), and returns every step's line and their order once
-// the script has exited successfully.
-func runSteps(t *testing.T, node, dir, script, url string, onStep func(step string)) (map[string]json.RawMessage, []string) {
+// runSteps runs a Node client script, given url and args, that prints one
+// JSON object per step ({"step": ...}), hands each step to onStep as it
+// arrives (the test acts on the server there), and returns every step's
+// line and their order once the script has exited successfully.
+func runSteps(t *testing.T, node, dir, script, url string, onStep func(step string), args ...string) (map[string]json.RawMessage, []string) {
 	t.Helper()
-	p := startNode(t, node, dir, script, url)
+	p := startNode(t, node, dir, script, append([]string{url}, args...)...)
 	steps := map[string]json.RawMessage{}
 	var order []string
 	for {
