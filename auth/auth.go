@@ -1,12 +1,14 @@
 // Package auth makes a Streamable HTTP MCP endpoint an OAuth 2.1
 // resource server, as the MCP authorization specification asks: every
-// request must carry a bearer JWT access token that the configured
-// issuer signed for this server (RFC 8707 audience), with the scopes the
+// request must carry a bearer access token that the configured issuer
+// issued for this server (RFC 8707 audience), with the scopes the
 // request needs; the server publishes RFC 9728 Protected Resource
 // Metadata so clients can find the issuer.
 //
-// Tokens are validated locally against the issuer's published keys,
-// found through RFC 8414 or OpenID Connect discovery. A token is never
+// JWT access tokens are validated locally against the issuer's published
+// keys, found through RFC 8414 or OpenID Connect discovery; with
+// WithIntrospection, opaque ones are checked by asking the issuer
+// (RFC 7662). A token is never
 // logged, and the Authorization header is removed before the wrapped
 // handler runs, so nothing downstream can forward it.
 //
@@ -43,6 +45,9 @@ type config struct {
 	now          func() time.Time
 	skew         time.Duration
 	logger       *slog.Logger
+
+	introspectID, introspectSecret string
+	introspect                     bool
 }
 
 // WithScopes sets scopes every request needs. They are also the
@@ -69,7 +74,8 @@ func WithToolScopes(fn func(tool string) []string) Option {
 	return func(c *config) { c.toolScopes = fn }
 }
 
-// WithHTTPClient sets the client used for discovery and key fetches
+// WithHTTPClient sets the client used for discovery, key fetches and
+// introspection
 // (default: one with a 10 s timeout).
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.client = hc } }
 
@@ -79,6 +85,23 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 
 // WithClockSkew sets how far exp, nbf and iat may be off (default 30 s).
 func WithClockSkew(d time.Duration) Option { return func(c *config) { c.skew = d } }
+
+// WithIntrospection lets the Guard accept opaque access tokens as well
+// as JWTs, for issuers that hand out reference tokens. A token that has
+// the shape of a JWT is still validated locally, since that costs no
+// round trip; any other is sent to the issuer's RFC 7662
+// introspection_endpoint, found by the same discovery as its keys, with
+// this resource server's own client credentials (client_secret_basic).
+// The token must be active, may name only this issuer and, if it names
+// audiences, must name this resource; it must carry an expiry, until
+// which the answer is remembered, so a token revoked meanwhile stays
+// accepted until then or until it is forgotten. When the issuer cannot
+// be asked, the request is refused and the failure logged.
+func WithIntrospection(clientID, clientSecret string) Option {
+	return func(c *config) {
+		c.introspect, c.introspectID, c.introspectSecret = true, clientID, clientSecret
+	}
+}
 
 // WithLogger sets where failures to reach the issuer are logged (default
 // slog.Default). Tokens are never logged.
@@ -114,6 +137,9 @@ func New(issuer, resource string, opts ...Option) (*Guard, error) {
 	}
 	if err := checkURL("resource", resource); err != nil {
 		return nil, err
+	}
+	if cfg.introspect && cfg.introspectID == "" {
+		return nil, errors.New("introspection needs a client identifier")
 	}
 	all := slices.Clone(cfg.scopes)
 	for _, s := range cfg.methodScopes {
@@ -157,6 +183,11 @@ func New(issuer, resource string, opts ...Option) (*Guard, error) {
 			issuer: issuer, client: cfg.client, now: cfg.now,
 			interval: 30 * time.Second, backoff: 5 * time.Second,
 		},
+	}
+	if cfg.introspect {
+		g.v.introspect = &introspector{
+			issuer: issuer, clientID: cfg.introspectID, clientSecret: cfg.introspectSecret, client: cfg.client,
+		}
 	}
 	return g, nil
 }

@@ -128,12 +128,13 @@ func (s *keySource) fetch(ctx context.Context, jwksURI string) (map[string]jose.
 	defer cancel()
 	if jwksURI == "" {
 		var err error
-		if jwksURI, err = s.discover(ctx); err != nil {
+		jwksURI, err = discover(ctx, s.client, s.issuer, "jwks_uri", func(md asMetadata) string { return md.JWKSURI })
+		if err != nil {
 			return nil, "", err
 		}
 	}
 	var set jose.JSONWebKeySet
-	if err := s.getJSON(ctx, jwksURI, &set); err != nil {
+	if err := getJSON(ctx, s.client, jwksURI, &set); err != nil {
 		return nil, "", fmt.Errorf("fetching the issuer's keys: %w", err)
 	}
 	keys := make(map[string]jose.JSONWebKey, len(set.Keys))
@@ -179,43 +180,49 @@ func discoveryURLs(issuer string) ([]string, error) {
 	}, nil
 }
 
-// discover finds the jwks_uri of the first metadata document that names
-// exactly the configured issuer (RFC 8414 §3.3).
-func (s *keySource) discover(ctx context.Context) (string, error) {
-	urls, err := discoveryURLs(s.issuer)
+// asMetadata is the part of the authorization server's metadata this
+// package uses.
+type asMetadata struct {
+	Issuer                string `json:"issuer"`
+	JWKSURI               string `json:"jwks_uri"`
+	IntrospectionEndpoint string `json:"introspection_endpoint"`
+}
+
+// discover reads the first metadata document that names exactly the
+// configured issuer (RFC 8414 §3.3) and has the field want picks.
+func discover(ctx context.Context, hc *http.Client, issuer, field string, want func(asMetadata) string) (string, error) {
+	urls, err := discoveryURLs(issuer)
 	if err != nil {
 		return "", err
 	}
 	var errs []error
 	for _, u := range urls {
-		var md struct {
-			Issuer  string `json:"issuer"`
-			JWKSURI string `json:"jwks_uri"`
-		}
-		if err := s.getJSON(ctx, u, &md); err != nil {
+		var md asMetadata
+		if err := getJSON(ctx, hc, u, &md); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if md.Issuer != s.issuer {
-			errs = append(errs, fmt.Errorf("%s names issuer %q, not %q", u, md.Issuer, s.issuer))
+		if md.Issuer != issuer {
+			errs = append(errs, fmt.Errorf("%s names issuer %q, not %q", u, md.Issuer, issuer))
 			continue
 		}
-		if md.JWKSURI == "" {
-			errs = append(errs, fmt.Errorf("%s has no jwks_uri", u))
+		v := want(md)
+		if v == "" {
+			errs = append(errs, fmt.Errorf("%s has no %s", u, field))
 			continue
 		}
-		return md.JWKSURI, nil
+		return v, nil
 	}
 	return "", fmt.Errorf("discovering the issuer's metadata: %w", errors.Join(errs...))
 }
 
-func (s *keySource) getJSON(ctx context.Context, u string, v any) error {
+func getJSON(ctx context.Context, hc *http.Client, u string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", u, err)
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := s.client.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", u, err)
 	}

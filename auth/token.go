@@ -72,6 +72,8 @@ type validator struct {
 	skew     time.Duration
 	now      func() time.Time
 	keys     *keySource
+	// introspect, when set, checks the tokens that are not JWTs.
+	introspect *introspector
 
 	// valid remembers tokens already validated, by their SHA-256 (never
 	// the token itself), until they expire: checking a signature costs
@@ -119,8 +121,16 @@ func (v *validator) validate(ctx context.Context, raw string) (*Info, error) {
 	return info, nil
 }
 
-// check validates a token in full: signature, issuer, audience, times.
+// check validates a token in full: a JWT by its signature, issuer,
+// audience and times; any other by introspection, when configured.
 func (v *validator) check(ctx context.Context, raw string) (*Info, error) {
+	if v.introspect != nil && !looksLikeJWT(raw) {
+		c, err := v.introspect.introspect(ctx, raw)
+		if err != nil {
+			return nil, err
+		}
+		return v.accept(c, true)
+	}
 	tok, err := jwt.ParseSigned(raw, allowedAlgs)
 	if err != nil {
 		return nil, invalid("the token is not a signed JWT with an accepted algorithm")
@@ -143,10 +153,18 @@ func (v *validator) check(ctx context.Context, raw string) (*Info, error) {
 	if err := tok.Claims(key.Key, &c); err != nil {
 		return nil, invalid("the token's signature or claims are invalid")
 	}
-	if c.Issuer != v.issuer {
+	return v.accept(&c, false)
+}
+
+// accept checks a token's claims and reads them into an Info. A JWT must
+// name this issuer and this resource; an introspection answer, which the
+// issuer itself gives, may leave iss and aud out (RFC 7662 §2.2), but a
+// value it does give must match.
+func (v *validator) accept(c *claims, introspected bool) (*Info, error) {
+	if c.Issuer != v.issuer && (!introspected || c.Issuer != "") {
 		return nil, invalid("the token was issued by another issuer")
 	}
-	if !v.audienceMatches(c.Audience) {
+	if !v.audienceMatches(c.Audience) && (!introspected || len(c.Audience) > 0) {
 		return nil, invalid("the token was issued for another resource")
 	}
 	now := v.now()
@@ -167,6 +185,7 @@ func (v *validator) check(ctx context.Context, raw string) (*Info, error) {
 	if info.Principal() == "" {
 		return nil, invalid("the token names neither a subject nor a client")
 	}
+	var err error
 	if info.Scopes, err = scopesOf(c.Scope, c.Scp); err != nil {
 		return nil, invalid("the token's scope claim is malformed")
 	}
