@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+
+	"tidings/internal/xheader"
 )
 
 // errMalformed means the Authorization header was present but is not a
@@ -36,7 +38,7 @@ func parseBearer(v string) (string, bool, error) {
 		return "", false, errMalformed
 	}
 	scheme, rest, _ := strings.Cut(v, " ")
-	if !isToken68Scheme(scheme) {
+	if !xheader.IsToken(scheme) {
 		return "", false, errMalformed
 	}
 	if !strings.EqualFold(scheme, "Bearer") {
@@ -47,23 +49,6 @@ func parseBearer(v string) (string, bool, error) {
 		return "", false, errMalformed
 	}
 	return tok, true, nil
-}
-
-// isToken68Scheme reports whether s is an RFC 9110 token (an auth-scheme).
-func isToken68Scheme(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // isB64Token reports whether s matches RFC 6750's

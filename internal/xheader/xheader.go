@@ -61,7 +61,7 @@ func Params(schema jsontext.Value) ([]Param, error) {
 					return fmt.Errorf("x-mcp-header on %q is not reached through properties alone", where)
 				}
 				name, ok := hv.(string)
-				if !ok || !isToken(name) {
+				if !ok || !IsToken(name) {
 					return fmt.Errorf("x-mcp-header on %q must be a non-empty header token", where)
 				}
 				low := strings.ToLower(name)
@@ -103,7 +103,9 @@ func Params(schema jsontext.Value) ([]Param, error) {
 	return out, nil
 }
 
-func isToken(s string) bool {
+// IsToken reports whether s is an RFC 9110 token: a header name, or an
+// auth-scheme such as Bearer.
+func IsToken(s string) bool {
 	if s == "" {
 		return false
 	}
