@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/auth"
+	"tidings/internal/testas"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -38,7 +39,7 @@ func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 // env is an MCP endpoint at /mcp behind a Guard, and the real
 // authorization server that issues its tokens.
 type env struct {
-	as       *testAS
+	as       *testas.Server
 	mcp      *httptest.Server
 	resource string
 	guard    *auth.Guard
@@ -49,9 +50,9 @@ func newEnv(t testing.TB, opts ...auth.Option) *env {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(nil)
 	resource := "http://" + ts.Listener.Addr().String() + "/mcp"
-	as := startAS(t, resource)
+	as := testas.Start(t, resource)
 	clk := &clock{}
-	g, err := auth.New(as.issuer, resource, append([]auth.Option{auth.WithClock(clk.now)}, opts...)...)
+	g, err := auth.New(as.Issuer(), resource, append([]auth.Option{auth.WithClock(clk.now)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +143,13 @@ func (e *env) wantChallenge(t *testing.T, r reply, status int, errCode string) {
 
 func TestValidTokenIsServed(t *testing.T) {
 	e := newEnv(t, auth.WithScopes("mcp"))
-	tok := e.as.token(t, "mcp")
+	tok := e.as.Token(t, "mcp")
 	if r := e.list(t, "Bearer "+tok); r.status != http.StatusOK || !strings.Contains(r.body, "whoami") {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	// The scheme name is case-insensitive (RFC 6750 §2.1, RFC 9110 §11.1).
 	r := e.call(t, "bEaReR "+tok, mcp.MethodToolsCall, "whoami")
-	if r.status != http.StatusOK || !strings.Contains(r.body, "principal="+asClientID) {
+	if r.status != http.StatusOK || !strings.Contains(r.body, "principal="+testas.ClientID) {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 }
@@ -171,7 +172,7 @@ func TestMalformedAuthorizationIs400(t *testing.T) {
 			t.Errorf("Authorization %q: status %d, want 400", h, r.status)
 		}
 	}
-	if r := e.list(t, "Bearer "+e.as.token(t)); r.status != http.StatusOK {
+	if r := e.list(t, "Bearer "+e.as.Token(t)); r.status != http.StatusOK {
 		t.Fatalf("a valid request after malformed ones: status %d: %s", r.status, r.body)
 	}
 }
@@ -197,11 +198,11 @@ func mint(t testing.TB, alg jose.SignatureAlgorithm, key any, kid string, claims
 
 func TestInvalidTokensAre401(t *testing.T) {
 	e := newEnv(t)
-	k := e.as.st.current()
+	kid, key := e.as.SigningKey()
 	now := time.Now()
 	good := func() map[string]any {
 		return map[string]any{
-			"iss": e.as.issuer, "sub": "alice", "aud": []string{e.resource},
+			"iss": e.as.Issuer(), "sub": "alice", "aud": []string{e.resource},
 			"exp": now.Add(5 * time.Minute).Unix(), "iat": now.Unix(), "nbf": now.Unix(),
 		}
 	}
@@ -218,34 +219,34 @@ func TestInvalidTokensAre401(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubDER, err := json.Marshal(jose.JSONWebKey{Key: &k.key.PublicKey})
+	pubDER, err := json.Marshal(jose.JSONWebKey{Key: &key.PublicKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	valid := mint(t, jose.RS256, k.key, k.id, good())
+	valid := mint(t, jose.RS256, key, kid, good())
 	parts := strings.Split(valid, ".")
 	tampered := parts[0] + "." + base64.RawURLEncoding.EncodeToString(
-		[]byte(fmt.Sprintf(`{"iss":%q,"sub":"admin","aud":[%q],"exp":%d}`, e.as.issuer, e.resource, now.Add(time.Hour).Unix()))) + "." + parts[2]
-	noneHeader := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"` + k.id + `"}`))
+		[]byte(fmt.Sprintf(`{"iss":%q,"sub":"admin","aud":[%q],"exp":%d}`, e.as.Issuer(), e.resource, now.Add(time.Hour).Unix()))) + "." + parts[2]
+	noneHeader := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","kid":"` + kid + `"}`))
 	alg := none(parts[1], noneHeader)
 
 	cases := map[string]string{
-		"expired":         mint(t, jose.RS256, k.key, k.id, with("exp", now.Add(-time.Hour).Unix())),
-		"not yet valid":   mint(t, jose.RS256, k.key, k.id, with("nbf", now.Add(time.Hour).Unix())),
-		"no exp":          mint(t, jose.RS256, k.key, k.id, with("exp", nil)),
-		"wrong audience":  mint(t, jose.RS256, k.key, k.id, with("aud", []string{"http://127.0.0.1:1/mcp"})),
-		"no audience":     mint(t, jose.RS256, k.key, k.id, with("aud", nil)),
-		"wrong issuer":    mint(t, jose.RS256, k.key, k.id, with("iss", e.as.issuer+"/other")),
-		"bad signature":   mint(t, jose.RS256, other, k.id, good()),
+		"expired":         mint(t, jose.RS256, key, kid, with("exp", now.Add(-time.Hour).Unix())),
+		"not yet valid":   mint(t, jose.RS256, key, kid, with("nbf", now.Add(time.Hour).Unix())),
+		"no exp":          mint(t, jose.RS256, key, kid, with("exp", nil)),
+		"wrong audience":  mint(t, jose.RS256, key, kid, with("aud", []string{"http://127.0.0.1:1/mcp"})),
+		"no audience":     mint(t, jose.RS256, key, kid, with("aud", nil)),
+		"wrong issuer":    mint(t, jose.RS256, key, kid, with("iss", e.as.Issuer()+"/other")),
+		"bad signature":   mint(t, jose.RS256, other, kid, good()),
 		"tampered":        tampered,
 		"alg none":        alg,
-		"HS256 with pub":  mint(t, jose.HS256, pubDER, k.id, good()),
+		"HS256 with pub":  mint(t, jose.HS256, pubDER, kid, good()),
 		"unknown kid":     mint(t, jose.RS256, other, "nope", good()),
 		"not a JWT":       "abc.def.ghi",
-		"no subject":      mint(t, jose.RS256, k.key, k.id, with("sub", nil)),
-		"iat in future":   mint(t, jose.RS256, k.key, k.id, with("iat", now.Add(time.Hour).Unix())),
+		"no subject":      mint(t, jose.RS256, key, kid, with("sub", nil)),
+		"iat in future":   mint(t, jose.RS256, key, kid, with("iat", now.Add(time.Hour).Unix())),
 		"opaque-looking":  "c2VjcmV0",
-		"scope is number": mint(t, jose.RS256, k.key, k.id, with("scope", 7)),
+		"scope is number": mint(t, jose.RS256, key, kid, with("scope", 7)),
 	}
 	if r := e.list(t, "Bearer "+valid); r.status != http.StatusOK {
 		t.Fatalf("the well-formed minted token: status %d: %s", r.status, r.body)
@@ -264,7 +265,7 @@ func none(payload, header string) string { return header + "." + payload + "." }
 
 func TestExpiryFollowsTheClock(t *testing.T) {
 	e := newEnv(t)
-	tok := e.as.token(t)
+	tok := e.as.Token(t)
 	if r := e.list(t, "Bearer "+tok); r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
@@ -281,12 +282,12 @@ func TestExpiryFollowsTheClock(t *testing.T) {
 
 func TestKeyRotationIsPickedUp(t *testing.T) {
 	e := newEnv(t)
-	if r := e.list(t, "Bearer "+e.as.token(t)); r.status != http.StatusOK {
+	if r := e.list(t, "Bearer "+e.as.Token(t)); r.status != http.StatusOK {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	old := e.as.token(t)
-	e.as.st.rotate(t)
-	tok := e.as.token(t)
+	old := e.as.Token(t)
+	e.as.Rotate(t)
+	tok := e.as.Token(t)
 	// A new kid right after the last fetch waits out the refetch limit.
 	e.wantChallenge(t, e.list(t, "Bearer "+tok), http.StatusUnauthorized, "invalid_token")
 	e.clock.advance(31 * time.Second)
@@ -306,7 +307,7 @@ func TestInsufficientScopeIs403(t *testing.T) {
 			}
 			return nil
 		}))
-	base := e.as.token(t, "mcp")
+	base := e.as.Token(t, "mcp")
 	if r := e.list(t, "Bearer "+base); r.status != http.StatusOK {
 		t.Fatalf("tools/list with mcp: status %d: %s", r.status, r.body)
 	}
@@ -315,7 +316,7 @@ func TestInsufficientScopeIs403(t *testing.T) {
 	if ch := r.header.Get("WWW-Authenticate"); !strings.Contains(ch, `scope="mcp tools:call"`) {
 		t.Errorf("WWW-Authenticate %q does not name every needed scope", ch)
 	}
-	caller := e.as.token(t, "mcp", "tools:call")
+	caller := e.as.Token(t, "mcp", "tools:call")
 	if r := e.call(t, "Bearer "+caller, mcp.MethodToolsCall, "whoami"); r.status != http.StatusOK {
 		t.Fatalf("with tools:call: status %d: %s", r.status, r.body)
 	}
@@ -325,7 +326,7 @@ func TestInsufficientScopeIs403(t *testing.T) {
 		t.Errorf("WWW-Authenticate %q does not name every needed scope", ch)
 	}
 	// A broader scope grants the narrower ones under it.
-	broad := e.as.token(t, "mcp", "tools", "admin")
+	broad := e.as.Token(t, "mcp", "tools", "admin")
 	if r := e.call(t, "Bearer "+broad, mcp.MethodToolsCall, "admin_reset"); r.status != http.StatusOK {
 		t.Fatalf("with tools and admin: status %d: %s", r.status, r.body)
 	}
@@ -359,7 +360,7 @@ func TestMetadata(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: status %d, %v", u, resp.StatusCode, err)
 		}
-		if md.Resource != e.resource || len(md.AuthorizationServers) != 1 || md.AuthorizationServers[0] != e.as.issuer ||
+		if md.Resource != e.resource || len(md.AuthorizationServers) != 1 || md.AuthorizationServers[0] != e.as.Issuer() ||
 			len(md.ScopesSupported) != 1 || md.ScopesSupported[0] != "mcp" || len(md.BearerMethods) != 1 || md.BearerMethods[0] != "header" {
 			t.Errorf("GET %s: %+v", u, md)
 		}
@@ -368,7 +369,7 @@ func TestMetadata(t *testing.T) {
 
 func TestTokenIsNotForwarded(t *testing.T) {
 	e := newEnv(t)
-	g, err := auth.New(e.as.issuer, e.resource)
+	g, err := auth.New(e.as.Issuer(), e.resource)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,10 +378,10 @@ func TestTokenIsNotForwarded(t *testing.T) {
 		seen.Store(r.Header.Get("Authorization") + "|" + auth.Principal(r))
 	}))
 	req := httptest.NewRequest(http.MethodPost, e.resource, bytes.NewReader(nil))
-	req.Header.Set("Authorization", "Bearer "+e.as.token(t))
+	req.Header.Set("Authorization", "Bearer "+e.as.Token(t))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK || seen.Load() != "|"+asClientID {
+	if rec.Code != http.StatusOK || seen.Load() != "|"+testas.ClientID {
 		t.Fatalf("status %d; the wrapped handler saw %q", rec.Code, seen.Load())
 	}
 	if req.Header.Get("Authorization") == "" {
@@ -390,7 +391,7 @@ func TestTokenIsNotForwarded(t *testing.T) {
 
 func TestQueryTokenIsRefused(t *testing.T) {
 	e := newEnv(t)
-	resp, err := e.mcp.Client().Post(e.resource+"?access_token="+e.as.token(t), "application/json", strings.NewReader("{}"))
+	resp, err := e.mcp.Client().Post(e.resource+"?access_token="+e.as.Token(t), "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}

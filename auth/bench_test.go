@@ -12,6 +12,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/auth"
+	"tidings/internal/testas"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -96,8 +97,8 @@ func BenchmarkToolsListHTTPNoAuth(b *testing.B) {
 func BenchmarkToolsListHTTPAuth(b *testing.B) {
 	ts := httptest.NewUnstartedServer(nil)
 	resource := "http://" + ts.Listener.Addr().String() + "/mcp"
-	as := startAS(b, resource)
-	g, err := auth.New(as.issuer, resource)
+	as := testas.Start(b, resource)
+	g, err := auth.New(as.Issuer(), resource)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,5 +107,5 @@ func BenchmarkToolsListHTTPAuth(b *testing.B) {
 	ts.Config.Handler = mux
 	ts.Start()
 	defer ts.Close()
-	runToolsList(b, resource, "Bearer "+as.token(b))
+	runToolsList(b, resource, "Bearer "+as.Token(b))
 }

@@ -10,14 +10,17 @@ import (
 	"time"
 
 	"tidings/auth"
+	"tidings/internal/testas"
 	"tidings/mcp"
 )
 
-func introspecting() auth.Option { return auth.WithIntrospection(asRSClientID, asRSClientSecret) }
+func introspecting() auth.Option {
+	return auth.WithIntrospection(testas.RSClientID, testas.RSClientSecret)
+}
 
 func TestOpaqueTokenIsIntrospected(t *testing.T) {
 	e := newEnv(t, auth.WithScopes("mcp"), introspecting())
-	tok := e.as.opaqueToken(t, "mcp")
+	tok := e.as.OpaqueToken(t, "mcp")
 	if strings.Count(tok, ".") == 2 {
 		t.Fatalf("the issuer gave a JWT-shaped token %q", tok)
 	}
@@ -25,28 +28,28 @@ func TestOpaqueTokenIsIntrospected(t *testing.T) {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	r := e.call(t, "Bearer "+tok, mcp.MethodToolsCall, "whoami")
-	if r.status != http.StatusOK || !strings.Contains(r.body, "principal="+asOpaqueClientID) {
+	if r.status != http.StatusOK || !strings.Contains(r.body, "principal="+testas.OpaqueClientID) {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	// The scopes come from the introspection answer.
-	e.wantChallenge(t, e.list(t, "Bearer "+e.as.opaqueToken(t)), http.StatusForbidden, "insufficient_scope")
+	e.wantChallenge(t, e.list(t, "Bearer "+e.as.OpaqueToken(t)), http.StatusForbidden, "insufficient_scope")
 	// JWTs are still validated locally, without asking the issuer.
-	before := e.as.st.introspected()
-	if r := e.list(t, "Bearer "+e.as.token(t, "mcp")); r.status != http.StatusOK {
+	before := e.as.Introspections()
+	if r := e.list(t, "Bearer "+e.as.Token(t, "mcp")); r.status != http.StatusOK {
 		t.Fatalf("a JWT beside introspection: status %d: %s", r.status, r.body)
 	}
-	if n := e.as.st.introspected(); n != before {
+	if n := e.as.Introspections(); n != before {
 		t.Errorf("a JWT was introspected (%d introspections, want %d)", n, before)
 	}
 	// Without the option the same kind of token is refused.
 	plain := newEnv(t)
-	plain.wantChallenge(t, plain.list(t, "Bearer "+plain.as.opaqueToken(t)), http.StatusUnauthorized, "invalid_token")
+	plain.wantChallenge(t, plain.list(t, "Bearer "+plain.as.OpaqueToken(t)), http.StatusUnauthorized, "invalid_token")
 }
 
 func TestRevokedOrUnknownOpaqueTokenIs401(t *testing.T) {
 	e := newEnv(t, introspecting())
-	revoked := e.as.opaqueToken(t)
-	e.as.revoke(t, revoked)
+	revoked := e.as.OpaqueToken(t)
+	e.as.Revoke(t, revoked)
 	for name, tok := range map[string]string{
 		"revoked":  revoked,
 		"unknown":  "bm90LWEtdG9rZW4",
@@ -60,23 +63,23 @@ func TestRevokedOrUnknownOpaqueTokenIs401(t *testing.T) {
 			}
 		})
 	}
-	if r := e.list(t, "Bearer "+e.as.opaqueToken(t)); r.status != http.StatusOK {
+	if r := e.list(t, "Bearer "+e.as.OpaqueToken(t)); r.status != http.StatusOK {
 		t.Fatalf("a live opaque token after refused ones: status %d: %s", r.status, r.body)
 	}
 }
 
 func TestIntrospectionIsRememberedUntilExpiry(t *testing.T) {
 	e := newEnv(t, introspecting())
-	tok := e.as.opaqueToken(t)
+	tok := e.as.OpaqueToken(t)
 	for range 3 {
 		if r := e.list(t, "Bearer "+tok); r.status != http.StatusOK {
 			t.Fatalf("status %d: %s", r.status, r.body)
 		}
 	}
-	if n := e.as.st.introspected(); n != 1 {
+	if n := e.as.Introspections(); n != 1 {
 		t.Errorf("%d introspections for one token, want 1", n)
 	}
-	e.as.revoke(t, tok)
+	e.as.Revoke(t, tok)
 	if r := e.list(t, "Bearer "+tok); r.status != http.StatusOK {
 		t.Fatalf("a remembered token: status %d: %s", r.status, r.body)
 	}
@@ -84,7 +87,7 @@ func TestIntrospectionIsRememberedUntilExpiry(t *testing.T) {
 	// issuer no longer vouches for it.
 	e.clock.advance(6 * time.Minute)
 	e.wantChallenge(t, e.list(t, "Bearer "+tok), http.StatusUnauthorized, "invalid_token")
-	if n := e.as.st.introspected(); n != 2 {
+	if n := e.as.Introspections(); n != 2 {
 		t.Errorf("%d introspections, want 2", n)
 	}
 }
@@ -109,9 +112,9 @@ func (s *syncBuffer) String() string {
 
 func TestIntrospectionFailureIsLogged(t *testing.T) {
 	var logs syncBuffer
-	e := newEnv(t, auth.WithIntrospection(asRSClientID, "wrong"),
+	e := newEnv(t, auth.WithIntrospection(testas.RSClientID, "wrong"),
 		auth.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	tok := e.as.opaqueToken(t)
+	tok := e.as.OpaqueToken(t)
 	r := e.list(t, "Bearer "+tok)
 	e.wantChallenge(t, r, http.StatusUnauthorized, "invalid_token")
 	if !strings.Contains(r.body, "could not be validated") {
@@ -125,7 +128,7 @@ func TestIntrospectionFailureIsLogged(t *testing.T) {
 		t.Errorf("the log shows a secret: %q", out)
 	}
 	// JWTs do not depend on introspection.
-	if r := e.list(t, "Bearer "+e.as.token(t)); r.status != http.StatusOK {
+	if r := e.list(t, "Bearer "+e.as.Token(t)); r.status != http.StatusOK {
 		t.Fatalf("a JWT: status %d: %s", r.status, r.body)
 	}
 }

@@ -2,8 +2,6 @@ package interop_test
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -13,22 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-jose/go-jose/v4"
-	"github.com/zitadel/oidc/v3/example/server/storage"
-	"github.com/zitadel/oidc/v3/pkg/oidc"
-	"github.com/zitadel/oidc/v3/pkg/op"
-
 	"tidings/auth"
+	"tidings/internal/testas"
 	"tidings/streamhttp"
 )
 
-// The OAuth client the authorization server knows: a service user of the
-// example storage, allowed the client credentials grant.
-const (
-	oauthClientID     = "sid1"
-	oauthClientSecret = "verysecret"
-	oauthScope        = "mcp:tools"
-)
+// oauthScope is the scope the server requires of access tokens.
+const oauthScope = "mcp:tools"
 
 // TestTSClientOAuthWithGoServer has a client built on the TypeScript SDK
 // authorize itself with the SDK's own OAuth support against a tidings
@@ -42,9 +31,9 @@ func TestTSClientOAuthWithGoServer(t *testing.T) {
 
 	hs := httptest.NewUnstartedServer(nil)
 	resource := "http://" + hs.Listener.Addr().String() + "/mcp"
-	as := startOAuthAS(t, resource)
+	as := testas.Start(t, resource)
 
-	g, err := auth.New(as.issuer, resource, auth.WithScopes(oauthScope))
+	g, err := auth.New(as.Issuer(), resource, auth.WithScopes(oauthScope))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +54,7 @@ func TestTSClientOAuthWithGoServer(t *testing.T) {
 	})
 
 	steps, order := runSteps(t, node, dir, "ts-oauth-client.mjs", resource, func(string) {},
-		oauthClientID, oauthClientSecret, as.issuer)
+		testas.ClientID, testas.ClientSecret, as.Issuer())
 	if want := []string{"connected", "tools", "token"}; !slices.Equal(order, want) {
 		t.Fatalf("steps %v, want %v", order, want)
 	}
@@ -113,14 +102,14 @@ func TestTSClientOAuthWithGoServer(t *testing.T) {
 		t.Fatal("no request reached the server")
 	}
 	for _, c := range seen {
-		if c.principal != oauthClientID || !slices.Contains(c.scopes, oauthScope) {
-			t.Errorf("the server saw caller %q with scopes %v, want %q with %q", c.principal, c.scopes, oauthClientID, oauthScope)
+		if c.principal != testas.ClientID || !slices.Contains(c.scopes, oauthScope) {
+			t.Errorf("the server saw caller %q with scopes %v, want %q with %q", c.principal, c.scopes, testas.ClientID, oauthScope)
 		}
 	}
 	// The SDK found the authorization server by discovery and used its
 	// token endpoint, authenticating as the client.
-	if got := as.tokenRequests(); len(got) != 1 || got[0] != "client_credentials "+oauthClientID {
-		t.Errorf("token requests %q, want one client_credentials grant by %s", got, oauthClientID)
+	if got := as.TokenRequests(); len(got) != 1 || got[0] != "client_credentials "+testas.ClientID {
+		t.Errorf("token requests %q, want one client_credentials grant by %s", got, testas.ClientID)
 	}
 }
 
@@ -178,117 +167,4 @@ func (c *callerLog) values() []caller {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.seen)
-}
-
-// oauthAS is a real OpenID Provider (zitadel/oidc's op package over its
-// example in-memory storage) on a loopback port. Its service user gets
-// JWT access tokens for the resource by the client credentials grant; it
-// notes the grant and client of each token request.
-type oauthAS struct {
-	issuer string
-	mu     sync.Mutex
-	tokens []string
-}
-
-func startOAuthAS(t *testing.T, resource string) *oauthAS {
-	t.Helper()
-	ts := httptest.NewUnstartedServer(nil)
-	as := &oauthAS{issuer: "http://" + ts.Listener.Addr().String()}
-	pk, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := &asStorage{
-		Storage:  storage.NewStorage(storage.NewUserStore(as.issuer)),
-		audience: resource,
-		key:      &asKey{id: "k0", key: pk},
-	}
-	var cookieKey [32]byte
-	if _, err := rand.Read(cookieKey[:]); err != nil {
-		t.Fatal(err)
-	}
-	provider, err := op.NewProvider(&op.Config{CryptoKey: cookieKey, AuthMethodPost: true}, st,
-		op.StaticIssuer(as.issuer), op.WithAllowInsecure())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/oauth/token" {
-			id, _, _ := r.BasicAuth()
-			if err := r.ParseForm(); err == nil {
-				if id == "" {
-					id = r.PostForm.Get("client_id")
-				}
-				as.mu.Lock()
-				as.tokens = append(as.tokens, r.PostForm.Get("grant_type")+" "+id)
-				as.mu.Unlock()
-			}
-		}
-		provider.ServeHTTP(w, r)
-	})
-	ts.Start()
-	t.Cleanup(ts.Close)
-	return as
-}
-
-func (a *oauthAS) tokenRequests() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return slices.Clone(a.tokens)
-}
-
-// asStorage adapts the example storage: JWT access tokens for the
-// service user, bound to the resource, carrying the granted scopes.
-type asStorage struct {
-	*storage.Storage
-	audience string
-	key      *asKey
-}
-
-type asKey struct {
-	id  string
-	key *rsa.PrivateKey
-}
-
-func (k *asKey) SignatureAlgorithm() jose.SignatureAlgorithm { return jose.RS256 }
-func (k *asKey) Key() any                                    { return k.key }
-func (k *asKey) ID() string                                  { return k.id }
-
-type asPublicKey struct{ *asKey }
-
-func (k asPublicKey) Algorithm() jose.SignatureAlgorithm { return jose.RS256 }
-func (k asPublicKey) Use() string                        { return "sig" }
-func (k asPublicKey) Key() any                           { return &k.key.PublicKey }
-
-func (s *asStorage) SigningKey(context.Context) (op.SigningKey, error) { return s.key, nil }
-
-func (s *asStorage) SignatureAlgorithms(context.Context) ([]jose.SignatureAlgorithm, error) {
-	return []jose.SignatureAlgorithm{jose.RS256}, nil
-}
-
-func (s *asStorage) KeySet(context.Context) ([]op.Key, error) {
-	return []op.Key{asPublicKey{s.key}}, nil
-}
-
-type jwtClient struct{ op.Client }
-
-func (jwtClient) AccessTokenType() op.AccessTokenType { return op.AccessTokenTypeJWT }
-
-func (s *asStorage) ClientCredentials(ctx context.Context, id, secret string) (op.Client, error) {
-	c, err := s.Storage.ClientCredentials(ctx, id, secret)
-	if err != nil {
-		return nil, err
-	}
-	return jwtClient{c}, nil
-}
-
-func (s *asStorage) ClientCredentialsTokenRequest(_ context.Context, id string, scopes []string) (op.TokenRequest, error) {
-	return &oidc.JWTTokenRequest{Subject: id, Audience: []string{s.audience}, Scopes: scopes}, nil
-}
-
-func (s *asStorage) GetPrivateClaimsFromScopes(_ context.Context, _, _ string, scopes []string) (map[string]any, error) {
-	if len(scopes) == 0 {
-		return nil, nil
-	}
-	return map[string]any{"scope": strings.Join(scopes, " ")}, nil
 }

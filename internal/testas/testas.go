@@ -1,4 +1,13 @@
-package auth_test
+// Package testas is a real OAuth authorization server on loopback for
+// tests: zitadel/oidc's OpenID Provider over its example in-memory
+// storage, issuing access tokens by the client credentials grant.
+//
+// Its service user [ClientID] gets JWT access tokens for the audience
+// the test names, carrying the scopes it asks for, signed by a key that
+// can be rotated. The same service user asking as [OpaqueClientID] gets
+// opaque tokens instead, which the resource server's client
+// [RSClientID] may introspect (RFC 7662) and revoke (RFC 7009).
+package testas
 
 import (
 	"context"
@@ -9,6 +18,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,40 +31,48 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/op"
 )
 
-// testAS is a real OpenID Provider (zitadel/oidc's op package over its
-// example in-memory storage) on a loopback port. Its service user
-// "sid1" gets JWT access tokens by the client credentials grant, with
-// the audience and scopes the test asks for; its signing key can be
-// rotated. The same service user asking as "sid1-opaque" gets opaque
-// tokens instead, which the client "rs" (the resource server) may
-// introspect and revoke.
-type testAS struct {
-	*httptest.Server
-	issuer string
-	st     *asStorage
-}
-
+// The clients the authorization server knows.
 const (
-	asClientID     = "sid1"
-	asClientSecret = "verysecret"
+	// ClientID and ClientSecret are the service user of the example
+	// storage, allowed the client credentials grant; its tokens are JWTs.
+	ClientID     = "sid1"
+	ClientSecret = "verysecret"
 
-	asOpaqueClientID = "sid1-opaque"
-	asRSClientID     = "rs"
-	asRSClientSecret = "rs-secret"
+	// OpaqueClientID is the same service user, with the same secret,
+	// getting opaque access tokens.
+	OpaqueClientID = "sid1-opaque"
+
+	// RSClientID and RSClientSecret are the resource server's client,
+	// allowed to introspect and revoke tokens.
+	RSClientID     = "rs"
+	RSClientSecret = "rs-secret"
 )
 
-func startAS(t testing.TB, audience string) *testAS {
+// Server is a running authorization server.
+type Server struct {
+	ts     *httptest.Server
+	issuer string
+	st     *asStorage
+
+	mu     sync.Mutex
+	tokens []string
+}
+
+// Start runs an authorization server whose JWT access tokens are for
+// audience, and closes it when the test ends.
+func Start(t testing.TB, audience string) *Server {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(nil)
 	issuer := "http://" + ts.Listener.Addr().String()
-	clients := map[string]*storage.Client{asRSClientID: storage.WebClient(asRSClientID, asRSClientSecret, issuer+"/cb")}
+	clients := map[string]*storage.Client{RSClientID: storage.WebClient(RSClientID, RSClientSecret, issuer+"/cb")}
 	st := &asStorage{
 		Storage:  storage.NewStorageWithClients(storage.NewUserStore(issuer), clients),
 		issuer:   issuer,
 		audience: audience,
 		opaque:   map[string]*opaqueToken{},
 	}
-	st.rotate(t)
+	s := &Server{ts: ts, issuer: issuer, st: st}
+	s.Rotate(t)
 	var key [32]byte
 	if _, err := rand.Read(key[:]); err != nil {
 		t.Fatal(err)
@@ -63,36 +82,53 @@ func startAS(t testing.TB, audience string) *testAS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.Config.Handler = provider
+	ts.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/oauth/token" {
+			id, _, _ := r.BasicAuth()
+			if err := r.ParseForm(); err == nil {
+				if id == "" {
+					id = r.PostForm.Get("client_id")
+				}
+				s.mu.Lock()
+				s.tokens = append(s.tokens, r.PostForm.Get("grant_type")+" "+id)
+				s.mu.Unlock()
+			}
+		}
+		provider.ServeHTTP(w, r)
+	})
 	ts.Start()
 	t.Cleanup(ts.Close)
-	return &testAS{Server: ts, issuer: issuer, st: st}
+	return s
 }
 
-// token obtains a JWT access token by the client credentials grant.
-func (a *testAS) token(t testing.TB, scopes ...string) string {
+// Issuer is the server's issuer URL.
+func (s *Server) Issuer() string { return s.issuer }
+
+// Token obtains a JWT access token for scopes by the client credentials
+// grant.
+func (s *Server) Token(t testing.TB, scopes ...string) string {
 	t.Helper()
-	return a.tokenFor(t, asClientID, scopes...)
+	return s.tokenFor(t, ClientID, scopes...)
 }
 
-// opaqueToken obtains an opaque access token.
-func (a *testAS) opaqueToken(t testing.TB, scopes ...string) string {
+// OpaqueToken obtains an opaque access token for scopes.
+func (s *Server) OpaqueToken(t testing.TB, scopes ...string) string {
 	t.Helper()
-	return a.tokenFor(t, asOpaqueClientID, scopes...)
+	return s.tokenFor(t, OpaqueClientID, scopes...)
 }
 
-// revoke revokes a token at the revocation endpoint (RFC 7009), as the
+// Revoke revokes a token at the revocation endpoint (RFC 7009), as the
 // resource server's client.
-func (a *testAS) revoke(t testing.TB, tok string) {
+func (s *Server) Revoke(t testing.TB, tok string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, a.issuer+"/revoke",
+	req, err := http.NewRequest(http.MethodPost, s.issuer+"/revoke",
 		strings.NewReader(url.Values{"token": {tok}, "token_type_hint": {"access_token"}}.Encode()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(asRSClientID, asRSClientSecret)
-	resp, err := a.Client().Do(req)
+	req.SetBasicAuth(RSClientID, RSClientSecret)
+	resp, err := s.ts.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,15 +138,49 @@ func (a *testAS) revoke(t testing.TB, tok string) {
 	}
 }
 
-func (a *testAS) tokenFor(t testing.TB, clientID string, scopes ...string) string {
+// Rotate adds a new signing key, which signs from now on; the older
+// keys stay published.
+func (s *Server) Rotate(t testing.TB) {
+	t.Helper()
+	pk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	s.st.keys = append(s.st.keys, &asKey{id: "k" + strconv.Itoa(len(s.st.keys)), key: pk})
+}
+
+// SigningKey is the key that signs now, and its key ID.
+func (s *Server) SigningKey() (kid string, key *rsa.PrivateKey) {
+	k := s.st.current()
+	return k.id, k.key
+}
+
+// Introspections counts the introspection requests so far.
+func (s *Server) Introspections() int {
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	return s.st.introspections
+}
+
+// TokenRequests lists the token requests so far, each as its grant type
+// and client ID separated by a space.
+func (s *Server) TokenRequests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.tokens)
+}
+
+func (s *Server) tokenFor(t testing.TB, clientID string, scopes ...string) string {
 	t.Helper()
 	form := url.Values{
 		"grant_type":    {"client_credentials"},
 		"client_id":     {clientID},
-		"client_secret": {asClientSecret},
+		"client_secret": {ClientSecret},
 		"scope":         {strings.Join(scopes, " ")},
 	}
-	resp, err := a.Client().PostForm(a.issuer+"/oauth/token", form)
+	resp, err := s.ts.Client().PostForm(s.issuer+"/oauth/token", form)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,9 +200,9 @@ func (a *testAS) tokenFor(t testing.TB, clientID string, scopes ...string) strin
 }
 
 // asStorage adapts the example storage: JWT access tokens for the
-// service user, bound to the resource under test, carrying the granted
-// scopes, signed by a rotatable key; and opaque ones, whose claims it
-// keeps for introspection.
+// service user, bound to the audience, carrying the granted scopes,
+// signed by a rotatable key; and opaque ones, whose claims it keeps for
+// introspection.
 type asStorage struct {
 	*storage.Storage
 	issuer   string
@@ -167,20 +237,6 @@ func (k asPublicKey) Algorithm() jose.SignatureAlgorithm { return jose.RS256 }
 func (k asPublicKey) Use() string                        { return "sig" }
 func (k asPublicKey) Key() any                           { return &k.key.PublicKey }
 
-// rotate adds a new signing key, which signs from now on.
-func (s *asStorage) rotate(t testing.TB) *asKey {
-	t.Helper()
-	pk, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	k := &asKey{id: "k" + string(rune('0'+len(s.keys))), key: pk}
-	s.keys = append(s.keys, k)
-	return k
-}
-
 func (s *asStorage) current() *asKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -208,8 +264,8 @@ type jwtClient struct{ op.Client }
 func (jwtClient) AccessTokenType() op.AccessTokenType { return op.AccessTokenTypeJWT }
 
 func (s *asStorage) ClientCredentials(ctx context.Context, id, secret string) (op.Client, error) {
-	if id == asOpaqueClientID {
-		return s.Storage.ClientCredentials(ctx, asClientID, secret) // the example's client issues opaque tokens
+	if id == OpaqueClientID {
+		return s.Storage.ClientCredentials(ctx, ClientID, secret) // the example's client issues opaque tokens
 	}
 	c, err := s.Storage.ClientCredentials(ctx, id, secret)
 	if err != nil {
@@ -239,7 +295,7 @@ func (s *asStorage) SetIntrospectionFromToken(_ context.Context, r *oidc.Introsp
 	defer s.mu.Unlock()
 	s.introspections++
 	tok, ok := s.opaque[tokenID]
-	if !ok || clientID != asRSClientID || !time.Now().Before(tok.expiry) {
+	if !ok || clientID != RSClientID || !time.Now().Before(tok.expiry) {
 		return errors.New("token is not active")
 	}
 	r.Issuer, r.Subject, r.ClientID = s.issuer, tok.subject, tok.subject
@@ -247,12 +303,6 @@ func (s *asStorage) SetIntrospectionFromToken(_ context.Context, r *oidc.Introsp
 	r.IssuedAt, r.NotBefore, r.Expiration = oidc.FromTime(tok.issued), oidc.FromTime(tok.issued), oidc.FromTime(tok.expiry)
 	r.TokenType = oidc.BearerToken
 	return nil
-}
-
-func (s *asStorage) introspected() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.introspections
 }
 
 func (s *asStorage) RevokeToken(_ context.Context, tokenID, _, _ string) *oidc.Error {
