@@ -40,7 +40,7 @@ type Option func(*config)
 type config struct {
 	scopes       []string
 	methodScopes map[string][]string
-	toolScopes   func(tool string) []string
+	itemScopes   func(method, name string) []string
 	client       *http.Client
 	now          func() time.Time
 	skew         time.Duration
@@ -68,10 +68,13 @@ func WithMethodScopes(method string, scopes ...string) Option {
 	}
 }
 
-// WithToolScopes adds scopes a tools/call of a given tool needs; fn
-// returns none for a tool with no extra requirement.
-func WithToolScopes(fn func(tool string) []string) Option {
-	return func(c *config) { c.toolScopes = fn }
+// WithItemScopes adds the scopes a request for a given item needs — the
+// tool of a tools/call, the prompt of a prompts/get, the URI of a
+// resources/read — as fn reports them. Pass (*server.Server).RequiredScopes
+// to enforce what server.RequireScopes declared where each item was
+// registered.
+func WithItemScopes(fn func(method, name string) []string) Option {
+	return func(c *config) { c.itemScopes = fn }
 }
 
 // WithHTTPClient sets the client used for discovery, key fetches and
@@ -324,7 +327,7 @@ func (g *Guard) Middleware() server.Middleware {
 	return func(next server.MethodHandler) server.MethodHandler {
 		return func(ctx context.Context, req *server.Request) error {
 			if info, ok := FromContext(ctx); ok {
-				if need := g.required(req.Method, req.Name); !hasScopes(info.Scopes, need) {
+				if need := g.required(req.Method, req.Name, req.Scopes...); !hasScopes(info.Scopes, need) {
 					return jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Forbidden: insufficient scope",
 						map[string]string{"scope": strings.Join(need, " ")})
 				}
@@ -335,7 +338,12 @@ func (g *Guard) Middleware() server.Middleware {
 }
 
 func nameOf(method string, h http.Header) string {
-	if method != mcp.MethodToolsCall || len(h.Values(mcp.HeaderName)) != 1 {
+	switch method {
+	case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead:
+	default:
+		return ""
+	}
+	if len(h.Values(mcp.HeaderName)) != 1 {
 		return ""
 	}
 	v, err := xheader.Decode(h.Get(mcp.HeaderName))
@@ -347,12 +355,13 @@ func nameOf(method string, h http.Header) string {
 
 // required lists the scopes a request needs: the server-wide ones, the
 // method's, and for tools/call the tool's.
-func (g *Guard) required(method, tool string) []string {
+func (g *Guard) required(method, name string, declared ...string) []string {
 	need := slices.Clone(g.cfg.scopes)
 	need = append(need, g.cfg.methodScopes[method]...)
-	if method == mcp.MethodToolsCall && tool != "" && g.cfg.toolScopes != nil {
-		need = append(need, g.cfg.toolScopes(tool)...)
+	if name != "" && g.cfg.itemScopes != nil {
+		need = append(need, g.cfg.itemScopes(method, name)...)
 	}
+	need = append(need, declared...)
 	slices.Sort(need)
 	return slices.Compact(need)
 }

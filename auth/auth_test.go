@@ -52,16 +52,24 @@ func newEnv(t testing.TB, opts ...auth.Option) *env {
 	resource := "http://" + ts.Listener.Addr().String() + "/mcp"
 	as := testas.Start(t, resource)
 	clk := &clock{}
-	g, err := auth.New(as.Issuer(), resource, append([]auth.Option{auth.WithClock(clk.now)}, opts...)...)
+	var srv *server.Server
+	// The scopes declared where tools are registered (RequireScopes)
+	// reach the HTTP layer through the server.
+	declared := auth.WithItemScopes(func(method, name string) []string { return srv.RequiredScopes(method, name) })
+	g, err := auth.New(as.Issuer(), resource, append([]auth.Option{auth.WithClock(clk.now), declared}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(mcp.Implementation{Name: "t", Version: "1"}, server.WithMiddleware(g.Middleware()))
-	for _, name := range []string{"whoami", "admin_reset"} {
+	srv = server.New(mcp.Implementation{Name: "t", Version: "1"}, server.WithMiddleware(g.Middleware()))
+	for _, name := range []string{"whoami", "admin_reset", "vault"} {
+		var opts []server.ItemOption
+		if name == "vault" {
+			opts = append(opts, server.RequireScopes("vault"))
+		}
 		err := srv.AddTool(mcp.Tool{Name: name, InputSchema: jsontext.Value(`{"type":"object"}`)},
 			func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 				return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("principal=" + req.Principal)}}, nil
-			})
+			}, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,7 +309,7 @@ func TestKeyRotationIsPickedUp(t *testing.T) {
 
 func TestInsufficientScopeIs403(t *testing.T) {
 	e := newEnv(t, auth.WithScopes("mcp"), auth.WithMethodScopes(mcp.MethodToolsCall, "tools:call"),
-		auth.WithToolScopes(func(tool string) []string {
+		auth.WithItemScopes(func(method, tool string) []string {
 			if strings.HasPrefix(tool, "admin_") {
 				return []string{"admin"}
 			}
@@ -413,5 +421,57 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := auth.New("http://127.0.0.1:9", "http://127.0.0.1/mcp", auth.WithScopes(`a"b`)); err == nil {
 		t.Error("a scope with a quote was accepted")
+	}
+}
+
+// TestScopesDeclaredAtRegistration: a tool registered with
+// server.RequireScopes("vault") answers a 2026-07-28 call whose token
+// lacks vault with the 403 step-up challenge naming it, and serves one
+// that has it; a 2025-11-25 session, whose requests carry no Mcp-Method
+// header for the HTTP layer to read, is refused by the server-side
+// middleware instead.
+func TestScopesDeclaredAtRegistration(t *testing.T) {
+	e := newEnv(t)
+	plain := e.as.Token(t, "mcp")
+	r := e.call(t, "Bearer "+plain, mcp.MethodToolsCall, "vault")
+	e.wantChallenge(t, r, http.StatusForbidden, "insufficient_scope")
+	if ch := r.header.Get("WWW-Authenticate"); !strings.Contains(ch, "vault") {
+		t.Errorf("WWW-Authenticate %q does not name the declared scope", ch)
+	}
+	if r := e.call(t, "Bearer "+e.as.Token(t, "mcp", "vault"), mcp.MethodToolsCall, "vault"); r.status != http.StatusOK {
+		t.Fatalf("with vault: status %d: %s", r.status, r.body)
+	}
+
+	// The same tool through a 2025-11-25 session with the plain token.
+	post := func(sid, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, e.resource, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+plain)
+		if sid != "" {
+			req.Header.Set(mcp.HeaderSessionID, sid)
+			req.Header.Set(mcp.HeaderProtocolVersion, mcp.LegacyVersion)
+		}
+		resp, err := e.mcp.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+mcp.LegacyVersion+`","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`)
+	sid := resp.Header.Get(mcp.HeaderSessionID)
+	if resp.StatusCode != http.StatusOK || sid == "" {
+		t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+	}
+	_, body = post(sid, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"vault","arguments":{}}}`)
+	if !strings.Contains(body, `"error"`) || !strings.Contains(body, "vault") || strings.Contains(body, "principal=") {
+		t.Errorf("a session's call of the vault tool without the scope answered %s, want an error naming vault", body)
+	}
+	_, body = post(sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`)
+	if !strings.Contains(body, "principal=sid1") {
+		t.Errorf("a session's call of an unscoped tool answered %s", body)
 	}
 }

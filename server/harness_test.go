@@ -374,7 +374,7 @@ func textResource(uri, text string) server.ResourceHandler {
 	}
 }
 
-func mustAddResource(t testing.TB, s *server.Server, uri string, h server.ResourceHandler, opts ...server.ResourceOption) {
+func mustAddResource(t testing.TB, s *server.Server, uri string, h server.ResourceHandler, opts ...server.ItemOption) {
 	t.Helper()
 	if err := s.AddResource(mcp.Resource{URI: uri, Name: uri}, h, opts...); err != nil {
 		t.Fatal(err)

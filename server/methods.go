@@ -130,12 +130,12 @@ func (s *Server) getPrompt(ctx context.Context, c *engine.Call, req *Request) en
 
 // resolve finds the handler that reads uri for the caller: a registered
 // resource, else the first template (in key order) that matches.
-func (s *Server) resolve(principal, uri string) (h ResourceHandler, opts resourceOpts, vars map[string]string) {
+func (s *Server) resolve(principal, uri string) (h ResourceHandler, opts itemOpts, vars map[string]string) {
 	if e, ok := s.resources.load().get(uri); ok {
 		if s.sees(principal, ListResources, uri) {
 			return e.val.handler, e.val.opts, nil
 		}
-		return nil, resourceOpts{}, nil
+		return nil, itemOpts{}, nil
 	}
 	for _, e := range s.templates.load().items {
 		if !s.sees(principal, ListTemplates, e.key) {
@@ -153,7 +153,7 @@ func (s *Server) resolve(principal, uri string) (h ResourceHandler, opts resourc
 		}
 		return e.val.handler, e.val.opts, vars
 	}
-	return nil, resourceOpts{}, nil
+	return nil, itemOpts{}, nil
 }
 
 func (s *Server) readResource(ctx context.Context, c *engine.Call, req *Request) engine.Reply {

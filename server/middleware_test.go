@@ -198,3 +198,55 @@ func TestMiddlewareGuardsSessions(t *testing.T) {
 		t.Errorf("session stream: err %v, started %v; want it refused before it starts", err, started)
 	}
 }
+
+// TestRequireScopes: scopes declared where a tool, prompt, resource or
+// template is registered are what RequiredScopes reports and what
+// middleware finds on the request; other items and methods declare none.
+func TestRequireScopes(t *testing.T) {
+	var seen []string
+	var mu sync.Mutex
+	record := func(next server.MethodHandler) server.MethodHandler {
+		return func(ctx context.Context, req *server.Request) error {
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s %v", req.Method, req.Name, req.Scopes))
+			mu.Unlock()
+			return next(ctx, req)
+		}
+	}
+	h := newHarness(t, server.WithMiddleware(record))
+	if err := h.srv.AddTool(textTool("t"), echoHandler("x"), server.RequireScopes("tools:t")); err != nil {
+		t.Fatal(err)
+	}
+	mustAddTool(t, h.srv, textTool("free"), echoHandler("y"))
+	if err := h.srv.AddPrompt(mcp.Prompt{Name: "p"}, simplePrompt, server.RequireScopes("prompts")); err != nil {
+		t.Fatal(err)
+	}
+	mustAddResource(t, h.srv, "res://r", textResource("res://r", "r"), server.RequireScopes("read:r"))
+	if err := h.srv.AddResourceTemplate(mcp.ResourceTemplate{URITemplate: "res://t/{id}"}, textResource("", "t"), server.RequireScopes("read:t")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		method, name string
+		want         []string
+	}{
+		{mcp.MethodToolsCall, "t", []string{"tools:t"}},
+		{mcp.MethodToolsCall, "free", nil},
+		{mcp.MethodPromptsGet, "p", []string{"prompts"}},
+		{mcp.MethodResourcesRead, "res://r", []string{"read:r"}},
+		{mcp.MethodResourcesRead, "res://t/7", []string{"read:t"}},
+		{mcp.MethodToolsList, "", nil},
+	} {
+		if got := h.srv.RequiredScopes(c.method, c.name); !slices.Equal(got, c.want) {
+			t.Errorf("RequiredScopes(%s, %s) = %v, want %v", c.method, c.name, got, c.want)
+		}
+	}
+	r, _ := h.call(1, mcp.MethodToolsCall, P{"name": "t"})
+	r.ok(t)
+	r, _ = h.call(2, mcp.MethodResourcesRead, P{"uri": "res://t/7"})
+	r.ok(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"tools/call t [tools:t]", "resources/read res://t/7 [read:t]"}; !slices.Equal(seen, want) {
+		t.Errorf("middleware saw %q, want %q", seen, want)
+	}
+}

@@ -21,6 +21,9 @@ type Request struct {
 	// Name is what the request names: the tool or prompt, or the
 	// resource's URI ("" for methods that name nothing).
 	Name string
+	// Scopes are the OAuth scopes the named item was registered with
+	// (see RequireScopes), for an authorization middleware to check.
+	Scopes []string
 	// ProtocolVersion is the version the request declared.
 	ProtocolVersion string
 	// Capabilities are the client capabilities declared on this request.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -103,6 +104,9 @@ type Server struct {
 	// handler is the middleware chain around the router (nil without
 	// middleware).
 	handler MethodHandler
+	// scoped is set once any item was registered with RequireScopes, so
+	// that servers without scopes never look them up.
+	scoped atomic.Bool
 	writers writers
 
 	// bodies recycles response buffers; see okReply.
@@ -174,12 +178,13 @@ type tool struct {
 	input   *jsonschema.Schema
 	output  *jsonschema.Schema
 	headers []xheader.Param
+	scopes  []string
 }
 
 // AddTool registers (or replaces) a tool. Its input schema must be a JSON
 // Schema (2020-12 unless it says otherwise) whose root type is "object";
 // arguments are validated against it before the handler runs.
-func (s *Server) AddTool(t mcp.Tool, h ToolHandler) error {
+func (s *Server) AddTool(t mcp.Tool, h ToolHandler, opts ...ItemOption) error {
 	if err := CheckToolName(t.Name); err != nil {
 		return fmt.Errorf("server: %w", err)
 	}
@@ -215,7 +220,9 @@ func (s *Server) AddTool(t mcp.Tool, h ToolHandler) error {
 	if err != nil {
 		return fmt.Errorf("server: tool %q: %w", t.Name, err)
 	}
-	s.tools.put(&entry[*tool]{key: t.Name, val: &tool{def: t, handler: h, input: in, output: out, headers: headers}, json: b})
+	o := applyItem(opts)
+	s.noteScopes(o.scopes)
+	s.tools.put(&entry[*tool]{key: t.Name, val: &tool{def: t, handler: h, input: in, output: out, headers: headers, scopes: o.scopes}, json: b})
 	return nil
 }
 
@@ -240,10 +247,11 @@ type PromptHandler func(ctx context.Context, req *PromptRequest) (*mcp.GetPrompt
 type prompt struct {
 	def     mcp.Prompt
 	handler PromptHandler
+	scopes  []string
 }
 
 // AddPrompt registers (or replaces) a prompt.
-func (s *Server) AddPrompt(p mcp.Prompt, h PromptHandler) error {
+func (s *Server) AddPrompt(p mcp.Prompt, h PromptHandler, opts ...ItemOption) error {
 	if p.Name == "" || h == nil {
 		return errors.New("server: prompt needs a name and a handler")
 	}
@@ -251,7 +259,9 @@ func (s *Server) AddPrompt(p mcp.Prompt, h PromptHandler) error {
 	if err != nil {
 		return fmt.Errorf("server: prompt %q: %w", p.Name, err)
 	}
-	s.prompts.put(&entry[*prompt]{key: p.Name, val: &prompt{def: p, handler: h}, json: b})
+	o := applyItem(opts)
+	s.noteScopes(o.scopes)
+	s.prompts.put(&entry[*prompt]{key: p.Name, val: &prompt{def: p, handler: h, scopes: o.scopes}, json: b})
 	return nil
 }
 
@@ -275,34 +285,55 @@ type ResourceHandler func(ctx context.Context, req *ResourceRequest) (*mcp.ReadR
 // ErrResourceNotFound reports that no resource has the requested URI.
 var ErrResourceNotFound = errors.New("resource not found")
 
-// ResourceOption tunes one resource or template.
-type ResourceOption func(*resourceOpts)
+// ItemOption tunes one registered tool, prompt, resource or template.
+type ItemOption func(*itemOpts)
 
-type resourceOpts struct {
+type itemOpts struct {
 	policy *CachePolicy
+	scopes []string
+}
+
+func applyItem(opts []ItemOption) itemOpts {
+	var o itemOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
 }
 
 // WithResourceCache overrides the read cache hint for one resource or
 // template, for content whose freshness differs from the server default.
-func WithResourceCache(p CachePolicy) ResourceOption {
-	return func(o *resourceOpts) { o.policy = &p }
+// Tools and prompts ignore it.
+func WithResourceCache(p CachePolicy) ItemOption {
+	return func(o *itemOpts) { o.policy = &p }
+}
+
+// RequireScopes declares the OAuth scopes a caller's token must grant to
+// call the tool, get the prompt or read the resource (or a resource of
+// the template), where the item is registered. The server does not check
+// them itself — it knows no tokens — but hands them to the authorization
+// layer: Request.Scopes for middleware, and RequiredScopes for the HTTP
+// layer, which answers a missing scope with a 403 challenge (see the auth
+// package).
+func RequireScopes(scopes ...string) ItemOption {
+	return func(o *itemOpts) { o.scopes = append(o.scopes, scopes...) }
 }
 
 type resource struct {
 	def     mcp.Resource
 	handler ResourceHandler
-	opts    resourceOpts
+	opts    itemOpts
 }
 
 type template struct {
 	def     mcp.ResourceTemplate
 	tmpl    *uritemplate.Template
 	handler ResourceHandler
-	opts    resourceOpts
+	opts    itemOpts
 }
 
 // AddResource registers (or replaces) a resource with a fixed URI.
-func (s *Server) AddResource(r mcp.Resource, h ResourceHandler, opts ...ResourceOption) error {
+func (s *Server) AddResource(r mcp.Resource, h ResourceHandler, opts ...ItemOption) error {
 	return s.AddResources([]mcp.Resource{r}, h, opts...)
 }
 
@@ -312,7 +343,7 @@ func (s *Server) AddResource(r mcp.Resource, h ResourceHandler, opts ...Resource
 // rebuilds the sorted snapshot n times, which is quadratic and takes
 // seconds for a source of ten thousand items such as a directory tree.
 // Nothing is registered when any resource is invalid.
-func (s *Server) AddResources(rs []mcp.Resource, h ResourceHandler, opts ...ResourceOption) error {
+func (s *Server) AddResources(rs []mcp.Resource, h ResourceHandler, opts ...ItemOption) error {
 	if h == nil {
 		return errors.New("server: resources need a handler")
 	}
@@ -328,10 +359,8 @@ func (s *Server) AddResources(rs []mcp.Resource, h ResourceHandler, opts ...Reso
 		if err != nil {
 			return fmt.Errorf("server: resource %q: %w", r.URI, err)
 		}
-		res := &resource{def: r, handler: h}
-		for _, o := range opts {
-			o(&res.opts)
-		}
+		res := &resource{def: r, handler: h, opts: applyItem(opts)}
+		s.noteScopes(res.opts.scopes)
 		es = append(es, &entry[*resource]{key: r.URI, val: res, json: b})
 	}
 	s.resources.put(es...)
@@ -343,7 +372,7 @@ func (s *Server) RemoveResources(uris ...string) int { return s.resources.remove
 
 // AddResourceTemplate registers (or replaces) a resource template. Reads of
 // URIs that match it and are not registered resources go to h.
-func (s *Server) AddResourceTemplate(t mcp.ResourceTemplate, h ResourceHandler, opts ...ResourceOption) error {
+func (s *Server) AddResourceTemplate(t mcp.ResourceTemplate, h ResourceHandler, opts ...ItemOption) error {
 	if t.URITemplate == "" || h == nil {
 		return errors.New("server: resource template needs a URI template and a handler")
 	}
@@ -358,10 +387,8 @@ func (s *Server) AddResourceTemplate(t mcp.ResourceTemplate, h ResourceHandler, 
 	if err != nil {
 		return fmt.Errorf("server: resource template %q: %w", t.URITemplate, err)
 	}
-	tp := &template{def: t, tmpl: tm, handler: h}
-	for _, o := range opts {
-		o(&tp.opts)
-	}
+	tp := &template{def: t, tmpl: tm, handler: h, opts: applyItem(opts)}
+	s.noteScopes(tp.opts.scopes)
 	s.templates.put(&entry[*template]{key: t.URITemplate, val: tp, json: b})
 	return nil
 }
@@ -369,6 +396,45 @@ func (s *Server) AddResourceTemplate(t mcp.ResourceTemplate, h ResourceHandler, 
 // RemoveResourceTemplates unregisters templates by their URI template.
 func (s *Server) RemoveResourceTemplates(uriTemplates ...string) int {
 	return s.templates.remove(uriTemplates...)
+}
+
+// noteScopes remembers that some item requires scopes.
+func (s *Server) noteScopes(scopes []string) {
+	if len(scopes) > 0 {
+		s.scoped.Store(true)
+	}
+}
+
+// RequiredScopes returns the scopes the item a request names was
+// registered with (see RequireScopes): the tool of a tools/call, the
+// prompt of a prompts/get, the resource (or its template) of a
+// resources/read; nil for other methods and unknown items. An HTTP
+// authorization layer asks it before MCP processing, to answer a token
+// that lacks them with a 403 challenge.
+func (s *Server) RequiredScopes(method, name string) []string {
+	if !s.scoped.Load() {
+		return nil
+	}
+	switch method {
+	case mcp.MethodToolsCall:
+		if e, ok := s.tools.load().get(name); ok {
+			return e.val.scopes
+		}
+	case mcp.MethodPromptsGet:
+		if e, ok := s.prompts.load().get(name); ok {
+			return e.val.scopes
+		}
+	case mcp.MethodResourcesRead:
+		if e, ok := s.resources.load().get(name); ok {
+			return e.val.opts.scopes
+		}
+		for _, e := range s.templates.load().items {
+			if e.val.tmpl.Match(name) != nil {
+				return e.val.opts.scopes
+			}
+		}
+	}
+	return nil
 }
 
 // ResourceUpdated tells every listener subscribed to uri that its content

@@ -63,7 +63,7 @@ type TypedToolHandler[In, Out any] func(ctx context.Context, req *ToolRequest, i
 // omission ("inline", "unknown", "string", "format:...") are refused, and
 // so is an embedded struct given a json name, because the inferred schema
 // would not describe what the JSON package reads and writes.
-func AddTypedTool[In, Out any](s *Server, t mcp.Tool, h TypedToolHandler[In, Out]) error {
+func AddTypedTool[In, Out any](s *Server, t mcp.Tool, h TypedToolHandler[In, Out], opts ...ItemOption) error {
 	if h == nil {
 		return fmt.Errorf("server: tool %q needs a handler", t.Name)
 	}
@@ -105,7 +105,7 @@ func AddTypedTool[In, Out any](s *Server, t mcp.Tool, h TypedToolHandler[In, Out
 			return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
 		}
 		return res, nil
-	})
+	}, opts...)
 }
 
 // ToolTexter is implemented by a typed tool's Out that reads better as
@@ -291,7 +291,7 @@ type promptField struct {
 // declared. The server refuses a call that misses a required argument
 // before the handler runs; arguments the client sends beyond the fields
 // of Args are ignored.
-func AddTypedPrompt[Args any](s *Server, p mcp.Prompt, h TypedPromptHandler[Args]) error {
+func AddTypedPrompt[Args any](s *Server, p mcp.Prompt, h TypedPromptHandler[Args], opts ...ItemOption) error {
 	if h == nil {
 		return fmt.Errorf("server: prompt %q needs a handler", p.Name)
 	}
@@ -312,7 +312,7 @@ func AddTypedPrompt[Args any](s *Server, p mcp.Prompt, h TypedPromptHandler[Args
 			}
 		}
 		return h(ctx, req, a)
-	})
+	}, opts...)
 }
 
 // promptArguments derives prompt arguments from the fields of a struct.

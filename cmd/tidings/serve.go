@@ -293,7 +293,8 @@ func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server
 	if audience == "" {
 		audience = self
 	}
-	g, err := auth.New(cfg.authIssuer, audience, auth.WithScopes(cfg.authScopes...), auth.WithLogger(log))
+	g, err := auth.New(cfg.authIssuer, audience, auth.WithScopes(cfg.authScopes...), auth.WithLogger(log),
+		auth.WithItemScopes(srv.RequiredScopes))
 	if err != nil {
 		return err
 	}
