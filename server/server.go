@@ -106,7 +106,7 @@ type Server struct {
 	handler MethodHandler
 	// scoped is set once any item was registered with RequireScopes, so
 	// that servers without scopes never look them up.
-	scoped atomic.Bool
+	scoped  atomic.Bool
 	writers writers
 
 	// bodies recycles response buffers; see okReply.
