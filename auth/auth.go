@@ -40,7 +40,7 @@ type Option func(*config)
 type config struct {
 	scopes       []string
 	methodScopes map[string][]string
-	itemScopes   func(method, name string) []string
+	itemScopes   func(principal, method, name string) []string
 	client       *http.Client
 	now          func() time.Time
 	skew         time.Duration
@@ -70,10 +70,12 @@ func WithMethodScopes(method string, scopes ...string) Option {
 
 // WithItemScopes adds the scopes a request for a given item needs — the
 // tool of a tools/call, the prompt of a prompts/get, the URI of a
-// resources/read — as fn reports them. Pass (*server.Server).RequiredScopes
-// to enforce what server.RequireScopes declared where each item was
-// registered.
-func WithItemScopes(fn func(method, name string) []string) Option {
+// resources/read — as fn reports them for the caller's principal. Pass
+// (*server.Server).RequiredScopes to enforce what server.RequireScopes
+// declared where each item was registered. Requests of the 2025-11-25
+// era name no item in their headers: add Middleware to the server, or
+// their item scopes go unchecked.
+func WithItemScopes(fn func(principal, method, name string) []string) Option {
 	return func(c *config) { c.itemScopes = fn }
 }
 
@@ -291,13 +293,20 @@ func (g *Guard) Require(next http.Handler) http.Handler {
 			return
 		}
 		method := r.Header.Get(mcp.HeaderMethod)
-		need := g.required(method, nameOf(method, r.Header))
+		name := nameOf(method, r.Header)
+		// Before a token is validated, item scopes are those an anonymous
+		// caller would need: a challenge must not reveal what a hidden
+		// item requires, or that it exists.
+		need := g.required("", method, name)
 		if !ok {
 			g.fail(w, http.StatusUnauthorized, "", "", strings.Join(need, " "))
 			return
 		}
 		info, err := g.v.validate(r.Context(), raw)
 		if err != nil {
+			if r.Context().Err() != nil {
+				return // the client went away; nothing to answer or log
+			}
 			var te *tokenError
 			if !errors.As(err, &te) {
 				g.cfg.logger.Warn("cannot validate access tokens", "issuer", g.v.issuer, "err", err)
@@ -306,6 +315,7 @@ func (g *Guard) Require(next http.Handler) http.Handler {
 			g.fail(w, http.StatusUnauthorized, "invalid_token", err.Error(), strings.Join(need, " "))
 			return
 		}
+		need = g.required(info.Principal(), method, name)
 		if !hasScopes(info.Scopes, need) {
 			g.fail(w, http.StatusForbidden, "insufficient_scope", "the token lacks a scope this request needs", strings.Join(need, " "))
 			return
@@ -317,8 +327,9 @@ func (g *Guard) Require(next http.Handler) http.Handler {
 	})
 }
 
-// Middleware checks the method and tool scopes of every request that
-// reaches the server with a token in its context, whatever the era; a
+// Middleware checks the scopes of every request that reaches the server
+// with a token in its context — server-wide, the method's, and the
+// item's (WithItemScopes and server.RequireScopes) — whatever the era; a
 // request without one (stdio, or no Guard in front) passes untouched.
 // It answers an insufficient scope with a JSON-RPC error, since the HTTP
 // response may already be under way; Require gives modern requests the
@@ -327,7 +338,7 @@ func (g *Guard) Middleware() server.Middleware {
 	return func(next server.MethodHandler) server.MethodHandler {
 		return func(ctx context.Context, req *server.Request) error {
 			if info, ok := FromContext(ctx); ok {
-				if need := g.required(req.Method, req.Name, req.Scopes...); !hasScopes(info.Scopes, need) {
+				if need := g.required(req.Principal, req.Method, req.Name, req.Scopes...); !hasScopes(info.Scopes, need) {
 					return jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Forbidden: insufficient scope",
 						map[string]string{"scope": strings.Join(need, " ")})
 				}
@@ -353,13 +364,14 @@ func nameOf(method string, h http.Header) string {
 	return v
 }
 
-// required lists the scopes a request needs: the server-wide ones, the
-// method's, and for tools/call the tool's.
-func (g *Guard) required(method, name string, declared ...string) []string {
+// required lists the scopes a request of principal needs: the
+// server-wide ones, the method's, the item's (WithItemScopes), and those
+// declared where the item was registered.
+func (g *Guard) required(principal, method, name string, declared ...string) []string {
 	need := slices.Clone(g.cfg.scopes)
 	need = append(need, g.cfg.methodScopes[method]...)
 	if name != "" && g.cfg.itemScopes != nil {
-		need = append(need, g.cfg.itemScopes(method, name)...)
+		need = append(need, g.cfg.itemScopes(principal, method, name)...)
 	}
 	need = append(need, declared...)
 	slices.Sort(need)

@@ -55,7 +55,7 @@ func newEnv(t testing.TB, opts ...auth.Option) *env {
 	var srv *server.Server
 	// The scopes declared where tools are registered (RequireScopes)
 	// reach the HTTP layer through the server.
-	declared := auth.WithItemScopes(func(method, name string) []string { return srv.RequiredScopes(method, name) })
+	declared := auth.WithItemScopes(func(p, method, name string) []string { return srv.RequiredScopes(p, method, name) })
 	g, err := auth.New(as.Issuer(), resource, append([]auth.Option{auth.WithClock(clk.now), declared}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +309,7 @@ func TestKeyRotationIsPickedUp(t *testing.T) {
 
 func TestInsufficientScopeIs403(t *testing.T) {
 	e := newEnv(t, auth.WithScopes("mcp"), auth.WithMethodScopes(mcp.MethodToolsCall, "tools:call"),
-		auth.WithItemScopes(func(method, tool string) []string {
+		auth.WithItemScopes(func(_, method, tool string) []string {
 			if strings.HasPrefix(tool, "admin_") {
 				return []string{"admin"}
 			}

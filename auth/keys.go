@@ -47,7 +47,7 @@ type keySource struct {
 
 // maxKeyAge is how long a fetched key set is trusted before it is read
 // again on its next use: a key the issuer withdrew stops being accepted
-// within it. If the issuer cannot be reached then, the keys it last
+// within it (tokens it signed within maxRemember more, see validator). If the issuer cannot be reached then, the keys it last
 // published stay in use, so that its outage does not refuse every token.
 const maxKeyAge = time.Hour
 
@@ -87,7 +87,10 @@ func (s *keySource) key(ctx context.Context, kid string) (jose.JSONWebKey, error
 	jwksURI := s.jwksURI
 	s.mu.Unlock()
 
-	keys, jwksURI, err := s.fetch(ctx, jwksURI)
+	// The fetch is everyone's, not this caller's: one that gives up or
+	// goes away must not make it fail for the others (and, through the
+	// backoff, for a while after).
+	keys, jwksURI, err := s.fetch(context.WithoutCancel(ctx), jwksURI)
 
 	s.mu.Lock()
 	s.inflight = nil

@@ -37,13 +37,18 @@ type Info struct {
 	Expiry time.Time
 }
 
-// Principal names the caller: the subject, or the client for a
-// client-credentials token that has none.
+// Principal names the caller: the subject, or "client:" and the client
+// id for a client-credentials token without one — apart from subjects,
+// so that no client can be taken for a user with the same name.
 func (i *Info) Principal() string {
 	if i.Subject != "" {
 		return i.Subject
 	}
-	return i.ClientID
+	if i.ClientID != "" {
+		// Apart from subjects, so that no client can be taken for a user.
+		return "client:" + i.ClientID
+	}
+	return ""
 }
 
 // claims are the registered claims plus the ones scopes come from.
@@ -80,8 +85,19 @@ type validator struct {
 	// far more than the rest of a request, and a client sends the same
 	// token many times.
 	mu    sync.Mutex
-	valid map[[sha256.Size]byte]*Info
+	valid map[[sha256.Size]byte]remembered
 }
+
+// remembered is a validated token's Info, trusted until until.
+type remembered struct {
+	info  *Info
+	until time.Time
+}
+
+// maxRemember bounds how long a validated token is trusted without being
+// checked again, whatever its expiry: a key the issuer withdrew, or an
+// opaque token it revoked, is refused again within it.
+const maxRemember = 5 * time.Minute
 
 // maxRemembered bounds the validated tokens kept; past it one is
 // forgotten for each new one.
@@ -93,14 +109,14 @@ func (v *validator) validate(ctx context.Context, raw string) (*Info, error) {
 	sum := sha256.Sum256([]byte(raw))
 	now := v.now()
 	v.mu.Lock()
-	info, ok := v.valid[sum]
-	if ok && !now.Before(info.Expiry.Add(v.skew)) {
+	r, ok := v.valid[sum]
+	if ok && !now.Before(r.until) {
 		delete(v.valid, sum)
 		ok = false
 	}
 	v.mu.Unlock()
 	if ok {
-		return info, nil
+		return r.info, nil
 	}
 	info, err := v.check(ctx, raw)
 	if err != nil {
@@ -108,7 +124,7 @@ func (v *validator) validate(ctx context.Context, raw string) (*Info, error) {
 	}
 	v.mu.Lock()
 	if v.valid == nil {
-		v.valid = make(map[[sha256.Size]byte]*Info)
+		v.valid = make(map[[sha256.Size]byte]remembered)
 	}
 	if len(v.valid) >= maxRemembered {
 		for k := range v.valid {
@@ -116,7 +132,11 @@ func (v *validator) validate(ctx context.Context, raw string) (*Info, error) {
 			break
 		}
 	}
-	v.valid[sum] = info
+	until := info.Expiry.Add(v.skew)
+	if limit := now.Add(maxRemember); limit.Before(until) {
+		until = limit
+	}
+	v.valid[sum] = remembered{info: info, until: until}
 	v.mu.Unlock()
 	return info, nil
 }

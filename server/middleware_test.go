@@ -236,7 +236,7 @@ func TestRequireScopes(t *testing.T) {
 		{mcp.MethodResourcesRead, "res://t/7", []string{"read:t"}},
 		{mcp.MethodToolsList, "", nil},
 	} {
-		if got := h.srv.RequiredScopes(c.method, c.name); !slices.Equal(got, c.want) {
+		if got := h.srv.RequiredScopes("", c.method, c.name); !slices.Equal(got, c.want) {
 			t.Errorf("RequiredScopes(%s, %s) = %v, want %v", c.method, c.name, got, c.want)
 		}
 	}
@@ -248,5 +248,42 @@ func TestRequireScopes(t *testing.T) {
 	defer mu.Unlock()
 	if want := []string{"tools/call t [tools:t]", "resources/read res://t/7 [read:t]"}; !slices.Equal(seen, want) {
 		t.Errorf("middleware saw %q, want %q", seen, want)
+	}
+}
+
+// TestRequiredScopesFollowVisibility: the scopes reported for a read are
+// those of the template that will serve it for that caller — a template
+// the caller may not see is passed over as the read passes it over — and
+// an item the caller may not see reports none, revealing nothing.
+func TestRequiredScopesFollowVisibility(t *testing.T) {
+	h := newHarness(t, server.WithVisibility(func(p string, l server.List, key string) bool {
+		return !(l == server.ListTemplates && key == "mem://{+path}") || p == "alice"
+	}))
+	// "mem://{+path}" sorts first and matches everything; only alice sees it.
+	if err := h.srv.AddResourceTemplate(mcp.ResourceTemplate{URITemplate: "mem://{+path}"}, textResource("", "open"), server.RequireScopes("alice-only")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.AddResourceTemplate(mcp.ResourceTemplate{URITemplate: "mem://{x}"}, textResource("", "admin"), server.RequireScopes("admin")); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.srv.RequiredScopes("bob", mcp.MethodResourcesRead, "mem://foo"); !slices.Equal(got, []string{"admin"}) {
+		t.Errorf("bob's read: %v, want [admin] (the template that serves him)", got)
+	}
+	if got := h.srv.RequiredScopes("alice", mcp.MethodResourcesRead, "mem://foo"); !slices.Equal(got, []string{"alice-only"}) {
+		t.Errorf("alice's read: %v, want [alice-only]", got)
+	}
+}
+
+// TestRequireScopesRefusesNonScopes: a declared scope must be an OAuth
+// scope-token, since challenges quote it as it is.
+func TestRequireScopesRefusesNonScopes(t *testing.T) {
+	h := newHarness(t)
+	for _, bad := range []string{"", "a b", `say"hi`, `back\\slash`, "tab\t", "é"} {
+		if err := h.srv.AddTool(textTool("t"), echoHandler("x"), server.RequireScopes(bad)); err == nil {
+			t.Errorf("scope %q accepted", bad)
+		}
+	}
+	if err := h.srv.AddTool(textTool("t"), echoHandler("x"), server.RequireScopes("tools:call", "a/b.c")); err != nil {
+		t.Errorf("valid scopes refused: %v", err)
 	}
 }

@@ -185,7 +185,7 @@ func (s *Server) newRequest(call *engine.Call, principal string, out engine.Stre
 		out:            &requestOut{stream: out},
 	}
 	req.Name, _ = call.NameParam()
-	req.Scopes = s.RequiredScopes(req.Method, req.Name)
+	req.Scopes = s.RequiredScopes(principal, req.Method, req.Name)
 	if call.P.Meta != nil {
 		req.progress = call.P.Meta.ProgressToken
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,7 +222,9 @@ func (s *Server) AddTool(t mcp.Tool, h ToolHandler, opts ...ItemOption) error {
 		return fmt.Errorf("server: tool %q: %w", t.Name, err)
 	}
 	o := applyItem(opts)
-	s.noteScopes(o.scopes)
+	if err := s.noteScopes(o.scopes); err != nil {
+		return err
+	}
 	s.tools.put(&entry[*tool]{key: t.Name, val: &tool{def: t, handler: h, input: in, output: out, headers: headers, scopes: o.scopes}, json: b})
 	return nil
 }
@@ -260,7 +263,9 @@ func (s *Server) AddPrompt(p mcp.Prompt, h PromptHandler, opts ...ItemOption) er
 		return fmt.Errorf("server: prompt %q: %w", p.Name, err)
 	}
 	o := applyItem(opts)
-	s.noteScopes(o.scopes)
+	if err := s.noteScopes(o.scopes); err != nil {
+		return err
+	}
 	s.prompts.put(&entry[*prompt]{key: p.Name, val: &prompt{def: p, handler: h, scopes: o.scopes}, json: b})
 	return nil
 }
@@ -360,7 +365,9 @@ func (s *Server) AddResources(rs []mcp.Resource, h ResourceHandler, opts ...Item
 			return fmt.Errorf("server: resource %q: %w", r.URI, err)
 		}
 		res := &resource{def: r, handler: h, opts: applyItem(opts)}
-		s.noteScopes(res.opts.scopes)
+		if err := s.noteScopes(res.opts.scopes); err != nil {
+			return err
+		}
 		es = append(es, &entry[*resource]{key: r.URI, val: res, json: b})
 	}
 	s.resources.put(es...)
@@ -388,7 +395,9 @@ func (s *Server) AddResourceTemplate(t mcp.ResourceTemplate, h ResourceHandler, 
 		return fmt.Errorf("server: resource template %q: %w", t.URITemplate, err)
 	}
 	tp := &template{def: t, tmpl: tm, handler: h, opts: applyItem(opts)}
-	s.noteScopes(tp.opts.scopes)
+	if err := s.noteScopes(tp.opts.scopes); err != nil {
+		return err
+	}
 	s.templates.put(&entry[*template]{key: t.URITemplate, val: tp, json: b})
 	return nil
 }
@@ -398,40 +407,46 @@ func (s *Server) RemoveResourceTemplates(uriTemplates ...string) int {
 	return s.templates.remove(uriTemplates...)
 }
 
-// noteScopes remembers that some item requires scopes.
-func (s *Server) noteScopes(scopes []string) {
+// noteScopes checks the scopes an item requires — each an OAuth
+// scope-token (RFC 6749 §3.3), which a challenge can quote as it is — and
+// remembers that some item requires scopes.
+func (s *Server) noteScopes(scopes []string) error {
+	for _, sc := range scopes {
+		if sc == "" || strings.ContainsFunc(sc, func(r rune) bool { return r < 0x21 || r == '"' || r == '\\' || r > 0x7e }) {
+			return fmt.Errorf("server: %q is not an OAuth scope", sc)
+		}
+	}
 	if len(scopes) > 0 {
 		s.scoped.Store(true)
 	}
+	return nil
 }
 
-// RequiredScopes returns the scopes the item a request names was
-// registered with (see RequireScopes): the tool of a tools/call, the
-// prompt of a prompts/get, the resource (or its template) of a
-// resources/read; nil for other methods and unknown items. An HTTP
-// authorization layer asks it before MCP processing, to answer a token
-// that lacks them with a 403 challenge.
-func (s *Server) RequiredScopes(method, name string) []string {
+// RequiredScopes returns the scopes the item a request of principal
+// names was registered with (see RequireScopes): the tool of a
+// tools/call, the prompt of a prompts/get, the resource (or the template
+// that serves it) of a resources/read; nil for other methods, for unknown
+// items, and for items principal may not see — those are refused as
+// unknown anyway, and a challenge must not reveal that they exist. The
+// item is found the way the request will be served, visibility included.
+// An HTTP authorization layer asks it before MCP processing, to answer a
+// token that lacks them with a 403 challenge.
+func (s *Server) RequiredScopes(principal, method, name string) []string {
 	if !s.scoped.Load() {
 		return nil
 	}
 	switch method {
 	case mcp.MethodToolsCall:
-		if e, ok := s.tools.load().get(name); ok {
+		if e, ok := s.tools.load().get(name); ok && s.sees(principal, ListTools, name) {
 			return e.val.scopes
 		}
 	case mcp.MethodPromptsGet:
-		if e, ok := s.prompts.load().get(name); ok {
+		if e, ok := s.prompts.load().get(name); ok && s.sees(principal, ListPrompts, name) {
 			return e.val.scopes
 		}
 	case mcp.MethodResourcesRead:
-		if e, ok := s.resources.load().get(name); ok {
-			return e.val.opts.scopes
-		}
-		for _, e := range s.templates.load().items {
-			if e.val.tmpl.Match(name) != nil {
-				return e.val.opts.scopes
-			}
+		if h, opts, _ := s.resolve(principal, name); h != nil {
+			return opts.scopes
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,6 +41,31 @@ type observability struct {
 	metrics  *metrics.Metrics
 	ready    atomic.Bool // the directory is scanned
 	stopping atomic.Bool // shutting down: take no new traffic
+	late     lateMiddleware
+}
+
+// lateMiddleware is a place in the server's middleware chain for one that
+// exists only once the server listens: the authorization check, whose
+// audience is the listening address. Until it is set, requests pass.
+type lateMiddleware struct {
+	next server.MethodHandler
+	h    atomic.Pointer[server.MethodHandler]
+}
+
+func (l *lateMiddleware) wrap(next server.MethodHandler) server.MethodHandler {
+	l.next = next // server.New builds its chain once, before serving
+	return func(ctx context.Context, req *server.Request) error {
+		if h := l.h.Load(); h != nil {
+			return (*h)(ctx, req)
+		}
+		return next(ctx, req)
+	}
+}
+
+// set puts mw in place; call it before the server takes requests.
+func (l *lateMiddleware) set(mw server.Middleware) {
+	h := mw(l.next)
+	l.h.Store(&h)
 }
 
 func newObservability() (*observability, error) {
@@ -52,9 +78,10 @@ func newObservability() (*observability, error) {
 	return &observability{registry: reg, metrics: m}, nil
 }
 
-// serverOptions feeds the metrics and the debug request log from srv.
+// serverOptions feeds the metrics and the debug request log from srv,
+// and leaves room for the authorization middleware (see lateMiddleware).
 func (o *observability) serverOptions(log *slog.Logger) []server.Option {
-	return append(o.metrics.ServerOptions(), server.WithMiddleware(server.LogRequests(log)))
+	return append(o.metrics.ServerOptions(), server.WithMiddleware(server.LogRequests(log), o.late.wrap))
 }
 
 // mount adds /metrics, /healthz and /readyz to mux. /healthz answers 200

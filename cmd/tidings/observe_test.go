@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"tidings/server"
 )
 
 // TestLogFormats: --log-format json writes one JSON object per line, text
@@ -67,5 +71,23 @@ func TestReadiness(t *testing.T) {
 		if got := status("/healthz"); got != step.live {
 			t.Errorf("%s: /healthz %d, want %d", step.name, got, step.live)
 		}
+	}
+}
+
+// TestLateMiddleware: until the authorization check is set, requests go
+// straight to the handler; once set, through it.
+func TestLateMiddleware(t *testing.T) {
+	var l lateMiddleware
+	served := 0
+	h := l.wrap(func(context.Context, *server.Request) error { served++; return nil })
+	if err := h(context.Background(), &server.Request{}); err != nil || served != 1 {
+		t.Fatalf("before set: err %v, served %d", err, served)
+	}
+	refuse := errors.New("refused")
+	l.set(func(next server.MethodHandler) server.MethodHandler {
+		return func(context.Context, *server.Request) error { return refuse }
+	})
+	if err := h(context.Background(), &server.Request{}); !errors.Is(err, refuse) || served != 1 {
+		t.Fatalf("after set: err %v, served %d; want the middleware's refusal", err, served)
 	}
 }

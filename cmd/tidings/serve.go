@@ -281,7 +281,7 @@ func serveStdio(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *ser
 
 // mountMCP serves the transport at /mcp; with --auth-issuer, behind an
 // OAuth resource server whose metadata is at both well-known URLs.
-func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server.Server, self string, opts []streamhttp.Option) error {
+func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server.Server, obs *observability, self string, opts []streamhttp.Option) error {
 	if cfg.authIssuer == "" {
 		if cfg.authAudience != "" || len(cfg.authScopes) > 0 {
 			return errors.New("--auth-audience and --auth-scope need --auth-issuer")
@@ -298,6 +298,10 @@ func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server
 	if err != nil {
 		return err
 	}
+	// The middleware checks what the HTTP layer cannot see: the item
+	// scopes of 2025-11-25 requests, which name their item only in the
+	// body.
+	obs.late.set(g.Middleware())
 	mux.Handle("/mcp", g.Require(streamhttp.New(srv, append(opts, streamhttp.WithPrincipal(auth.Principal))...)))
 	md, err := url.Parse(g.MetadataURL())
 	if err != nil {
@@ -325,7 +329,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 		opts = append(opts, streamhttp.WithAllowedOrigins(cfg.allowedOrigins...))
 	}
 	mux := http.NewServeMux()
-	if err := mountMCP(mux, cfg, log, srv, "http://"+ln.Addr().String()+"/mcp", opts); err != nil {
+	if err := mountMCP(mux, cfg, log, srv, obs, "http://"+ln.Addr().String()+"/mcp", opts); err != nil {
 		_ = ln.Close()
 		return err
 	}

@@ -23,7 +23,7 @@ func TestServeAuthMountsTheResourceServer(t *testing.T) {
 	cfg := serveConfig{authIssuer: "http://127.0.0.1:1", authScopes: []string{"mcp"}}
 	ts := httptest.NewUnstartedServer(mux)
 	self := "http://" + ts.Listener.Addr().String() + "/mcp"
-	if err := mountMCP(mux, cfg, log, srv, self, nil); err != nil {
+	if err := mountMCP(mux, cfg, log, srv, &observability{}, self, nil); err != nil {
 		t.Fatal(err)
 	}
 	ts.Start()
@@ -59,7 +59,7 @@ func TestServeAuthMountsTheResourceServer(t *testing.T) {
 func TestServeAuthFlagsNeedAnIssuer(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	srv := server.New(mcp.Implementation{Name: "t", Version: "1"})
-	err := mountMCP(http.NewServeMux(), serveConfig{authScopes: []string{"mcp"}}, log, srv, "http://127.0.0.1:1/mcp", nil)
+	err := mountMCP(http.NewServeMux(), serveConfig{authScopes: []string{"mcp"}}, log, srv, &observability{}, "http://127.0.0.1:1/mcp", nil)
 	if err == nil {
 		t.Fatal("--auth-scope without --auth-issuer was accepted")
 	}
