@@ -192,6 +192,7 @@ func New(issuer, resource string, opts ...Option) (*Guard, error) {
 	if cfg.introspect {
 		g.v.introspect = &introspector{
 			issuer: issuer, clientID: cfg.introspectID, clientSecret: cfg.introspectSecret, client: cfg.client,
+			slots: make(chan struct{}, maxIntrospections), now: cfg.now,
 		}
 	}
 	return g, nil

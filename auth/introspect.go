@@ -2,8 +2,10 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,9 +26,24 @@ type introspector struct {
 	clientSecret string
 	client       *http.Client
 
+	// slots bounds the introspections under way, and refused remembers
+	// answers of "not active" for a while: together they keep clients
+	// that send made-up tokens from turning this server into a flood of
+	// requests at the authorization server.
+	slots chan struct{}
+	now   func() time.Time
+
 	mu       sync.Mutex
 	endpoint string
+	refused  map[[sha256.Size]byte]time.Time // until when
 }
+
+// The bounds of introspection.
+const (
+	maxIntrospections = 8                // under way at once
+	maxRefused        = 4096             // inactive answers remembered
+	refusedFor        = 30 * time.Second // how long one is remembered
+)
 
 // introspection is an RFC 7662 §2.2 response: the JWT claims, which it
 // shares, and active.
@@ -39,6 +56,34 @@ type introspection struct {
 // that is not a *tokenError means the server could not be asked or gave
 // no usable answer; an inactive token is a *tokenError.
 func (in *introspector) introspect(ctx context.Context, raw string) (*claims, error) {
+	sum := sha256.Sum256([]byte(raw))
+	in.mu.Lock()
+	until, known := in.refused[sum]
+	in.mu.Unlock()
+	if known && in.now().Before(until) {
+		return nil, invalid("the token is not active")
+	}
+	select {
+	case in.slots <- struct{}{}:
+		defer func() { <-in.slots }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	c, err := in.ask(ctx, raw)
+	var te *tokenError
+	if errors.As(err, &te) {
+		in.mu.Lock()
+		if in.refused == nil || len(in.refused) >= maxRefused {
+			in.refused = make(map[[sha256.Size]byte]time.Time)
+		}
+		in.refused[sum] = in.now().Add(refusedFor)
+		in.mu.Unlock()
+	}
+	return c, err
+}
+
+// ask sends one introspection request.
+func (in *introspector) ask(ctx context.Context, raw string) (*claims, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	endpoint, err := in.endpointURL(ctx)

@@ -138,3 +138,43 @@ func TestIntrospectionNeedsAClient(t *testing.T) {
 		t.Error("introspection without a client identifier was accepted")
 	}
 }
+
+// postCounter counts the POSTs an http.Client sends.
+type postCounter struct {
+	mu    sync.Mutex
+	posts int
+}
+
+func (c *postCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost {
+		c.mu.Lock()
+		c.posts++
+		c.mu.Unlock()
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (c *postCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.posts
+}
+
+// TestRefusedTokenAskedOnce: a made-up opaque token sent again and again
+// is asked about once while its refusal is remembered, so clients cannot
+// turn the resource server into a flood of introspections.
+func TestRefusedTokenAskedOnce(t *testing.T) {
+	posts := &postCounter{}
+	e := newEnv(t, introspecting(), auth.WithHTTPClient(&http.Client{Transport: posts}))
+	for range 5 {
+		e.wantChallenge(t, e.list(t, "Bearer bWFkZS11cA"), http.StatusUnauthorized, "invalid_token")
+	}
+	if n := posts.count(); n != 1 {
+		t.Errorf("%d introspections for one made-up token sent five times, want 1", n)
+	}
+	e.clock.advance(time.Minute)
+	e.wantChallenge(t, e.list(t, "Bearer bWFkZS11cA"), http.StatusUnauthorized, "invalid_token")
+	if n := posts.count(); n != 2 {
+		t.Errorf("%d introspections once the refusal was forgotten, want 2", n)
+	}
+}
