@@ -240,13 +240,37 @@ func TestRequireScopes(t *testing.T) {
 			t.Errorf("RequiredScopes(%s, %s) = %v, want %v", c.method, c.name, got, c.want)
 		}
 	}
+	h.srv.SetCompletionHandler(func(context.Context, *server.CompleteRequest) (*mcp.Completion, error) {
+		return &mcp.Completion{}, nil
+	})
 	r, _ := h.call(1, mcp.MethodToolsCall, P{"name": "t"})
 	r.ok(t)
 	r, _ = h.call(2, mcp.MethodResourcesRead, P{"uri": "res://t/7"})
 	r.ok(t)
+	// What a request only refers to counts too: a completion's prompt or
+	// template, the resources a listen follows.
+	r, _ = h.call(3, mcp.MethodComplete, P{"ref": P{"type": "ref/prompt", "name": "p"}, "argument": P{"name": "a", "value": ""}})
+	r.ok(t)
+	r, _ = h.call(4, mcp.MethodComplete, P{"ref": P{"type": "ref/resource", "uri": "res://t/{id}"}, "argument": P{"name": "id", "value": ""}})
+	r.ok(t)
+	l := h.startListen(5, P{"notifications": P{"resourceSubscriptions": []string{"res://r", "res://t/1"}}})
+	l.ack(t)
+	l.stop(t)
+	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, time.Hour)}
+	lr, _ := serve(t, srv, openSession(t, srv, nil), 6, mcp.MethodResourcesSubscribe, map[string]any{"uri": "res://r"})
+	lr.ok(t)
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{"tools/call t [tools:t]", "resources/read res://t/7 [read:t]"}; !slices.Equal(seen, want) {
+	seen = slices.DeleteFunc(seen, func(s string) bool { return strings.HasPrefix(s, "initialize") })
+	want := []string{
+		"tools/call t [tools:t]",
+		"resources/read res://t/7 [read:t]",
+		"completion/complete  [prompts]",
+		"completion/complete  [read:t]",
+		"subscriptions/listen  [read:r read:t]",
+		"resources/subscribe  [read:r]",
+	}
+	if !slices.Equal(seen, want) {
 		t.Errorf("middleware saw %q, want %q", seen, want)
 	}
 }

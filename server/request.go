@@ -21,8 +21,10 @@ type Request struct {
 	// Name is what the request names: the tool or prompt, or the
 	// resource's URI ("" for methods that name nothing).
 	Name string
-	// Scopes are the OAuth scopes the named item was registered with
-	// (see RequireScopes), for an authorization middleware to check.
+	// Scopes are the OAuth scopes declared (see RequireScopes) for what
+	// the request touches — the item it names, the prompt or template a
+	// completion refers to, the resources a subscription follows — for
+	// an authorization middleware to check.
 	Scopes []string
 	// ProtocolVersion is the version the request declared.
 	ProtocolVersion string

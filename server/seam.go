@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 
@@ -185,7 +186,7 @@ func (s *Server) newRequest(call *engine.Call, principal string, out engine.Stre
 		out:            &requestOut{stream: out},
 	}
 	req.Name, _ = call.NameParam()
-	req.Scopes = s.RequiredScopes(principal, req.Method, req.Name)
+	req.Scopes = s.scopesOf(principal, call)
 	if call.P.Meta != nil {
 		req.progress = call.P.Meta.ProgressToken
 	}
@@ -267,6 +268,46 @@ func (s *Server) middlewareError(ctx context.Context, req *Request, err error) e
 		return engine.Reply{Outcome: engine.Silent}
 	}
 	return s.internal(req.ID, err)
+}
+
+// scopesOf returns the scopes declared for what call touches: the item
+// it names (RequiredScopes), the prompt or template a completion refers
+// to, the resource a 2025-11-25 subscribe names, and every resource a
+// listen subscribes to.
+func (s *Server) scopesOf(principal string, call *engine.Call) []string {
+	if !s.scoped.Load() {
+		return nil
+	}
+	p := &call.P
+	switch call.Msg.Method {
+	case mcp.MethodComplete:
+		if p.Ref == nil {
+			return nil
+		}
+		if p.Ref.Type == "ref/prompt" {
+			return s.RequiredScopes(principal, mcp.MethodPromptsGet, p.Ref.Name)
+		}
+		if e, ok := s.templates.load().get(p.Ref.URI); ok && s.sees(principal, ListTemplates, p.Ref.URI) {
+			return e.val.opts.scopes
+		}
+		return s.RequiredScopes(principal, mcp.MethodResourcesRead, p.Ref.URI)
+	case mcp.MethodResourcesSubscribe:
+		if p.URI != nil {
+			return s.RequiredScopes(principal, mcp.MethodResourcesRead, *p.URI)
+		}
+	case mcp.MethodListen:
+		if p.Notifications == nil {
+			return nil
+		}
+		var all []string
+		for _, uri := range p.Notifications.ResourceSubscriptions {
+			all = append(all, s.RequiredScopes(principal, mcp.MethodResourcesRead, uri)...)
+		}
+		slices.Sort(all)
+		return slices.Compact(all)
+	}
+	name, _ := call.NameParam()
+	return s.RequiredScopes(principal, call.Msg.Method, name)
 }
 
 // routePrimitive serves a method both eras share (the caller checked
