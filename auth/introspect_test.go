@@ -1,7 +1,6 @@
 package auth_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"tidings/auth"
 	"tidings/internal/testas"
+	"tidings/internal/testkit"
 	"tidings/mcp"
 )
 
@@ -92,26 +92,8 @@ func TestIntrospectionIsRememberedUntilExpiry(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe to read while the server writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestIntrospectionFailureIsLogged(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	e := newEnv(t, auth.WithIntrospection(testas.RSClientID, "wrong"),
 		auth.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	tok := e.as.OpaqueToken(t)

@@ -1,15 +1,14 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"tidings/internal/testkit"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -198,28 +197,10 @@ func TestSlowOnEventNeverBlocksReader(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the copier goroutine and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestWithStderr: what a spawned server writes to stderr reaches the
 // writer WithStderr gave, all of it by the time Close returns.
 func TestWithStderr(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	c, err := NewCommand(context.Background(), "sh", []string{"-c", "echo diagnostics >&2; cat >/dev/null"},
 		WithLogger(quietLogger()), WithStderr(&buf))
 	must(t, err)

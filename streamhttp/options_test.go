@@ -1,14 +1,13 @@
 package streamhttp_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
+	"tidings/internal/testkit"
 	"tidings/mcp"
 	"tidings/streamhttp"
 )
@@ -47,7 +46,7 @@ func TestPrincipalRunsOncePerRequest(t *testing.T) {
 // TestRefusedHostLoggedOnce: a request refused for its Host or Origin is
 // logged at info once per refused value, not once per request.
 func TestRefusedHostLoggedOnce(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	f := newFixture(t, nil, streamhttp.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	for range 3 {
 		req, _ := http.NewRequest(http.MethodPost, f.ts.URL, strings.NewReader(string(request(1, mcp.MethodToolsList, ""))))
@@ -69,22 +68,4 @@ func TestRefusedHostLoggedOnce(t *testing.T) {
 	if !strings.Contains(out, "value=evil.example") || !strings.Contains(out, "value=https://evil.example") {
 		t.Errorf("the log does not name the refused values:\n%s", out)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the handler's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/internal/sse"
+	"tidings/internal/testkit"
 	"tidings/mcp"
 )
 
@@ -67,24 +67,6 @@ type message struct {
 	Method string          `json:"method"`
 	Result map[string]any  `json:"result"`
 	Error  json.RawMessage `json:"error"`
-}
-
-// syncBuffer collects a subprocess's stderr while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // waitExit waits for the process to end and returns its exit code.
@@ -138,7 +120,7 @@ func testStdio(t *testing.T, bin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testkit.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -252,7 +234,7 @@ func testHTTP(t *testing.T, bin string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testkit.SyncBuffer
 	urls := make(chan string, 1)
 	stderrDone := make(chan struct{})
 	go func() {

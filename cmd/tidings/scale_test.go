@@ -11,6 +11,7 @@ import (
 
 	"tidings/client"
 	"tidings/dirsource"
+	"tidings/internal/testkit"
 )
 
 // TestServeTwentyThousandFiles: with the default limit a directory of
@@ -35,7 +36,7 @@ func TestServeTwentyThousandFiles(t *testing.T) {
 	list := func(extra ...string) (files int, partial bool) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
-		errOut := &syncBuffer{}
+		errOut := &testkit.SyncBuffer{}
 		cmd := newRootCmd()
 		cmd.SetArgs(append([]string{"serve", dir, "--addr", "127.0.0.1:0"}, extra...))
 		cmd.SetErr(errOut)

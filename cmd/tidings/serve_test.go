@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"tidings/dirsource"
+	"tidings/internal/testkit"
 )
 
 func TestServeDir(t *testing.T) {
@@ -100,7 +101,7 @@ func TestServeExitsWhenTheDirectoryIsGoneForGood(t *testing.T) {
 	defer stdinW.Close()
 	cfg := serveConfig{dir: dir, stdio: true, maxFiles: 10, maxRead: 1 << 10, maxSearch: 1 << 10, searchBudget: 1 << 20,
 		rootGrace: 100 * time.Millisecond, shutdownTimeout: time.Second}
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	done := make(chan error, 1)
 	go func() { done <- runServe(context.Background(), cfg, log, stdin, io.Discard) }()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"tidings/internal/testkit"
 )
 
 // proc is a running tidings process whose output is read line by line.
@@ -24,7 +26,7 @@ type proc struct {
 	name   string
 	cmd    *exec.Cmd
 	lines  chan string // stdout, or stderr when that is what is followed
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	seen   []string
 	exited bool
 }
@@ -33,7 +35,7 @@ type proc struct {
 // line (a server's logs) and stdout is collected; otherwise the reverse.
 func start(t *testing.T, name, bin string, followStderr bool, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, cmd: exec.Command(bin, args...), lines: make(chan string), stderr: &syncBuffer{}}
+	p := &proc{t: t, name: name, cmd: exec.Command(bin, args...), lines: make(chan string), stderr: &testkit.SyncBuffer{}}
 	var pipe io.ReadCloser
 	var err error
 	if followStderr {

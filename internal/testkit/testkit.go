@@ -1,0 +1,101 @@
+// Package testkit holds small helpers that tests and benchmarks of
+// several packages share.
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers and readers:
+// a log sink or a subprocess's stderr that a test reads while it fills.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// PostLoop POSTs body with hdr to url b.N times on one keep-alive client,
+// reads every response whole, and reports allocations and the response
+// size: the loop of the HTTP request benchmarks.
+func PostLoop(b *testing.B, url string, body []byte, hdr http.Header) {
+	b.Helper()
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	defer c.CloseIdleConnections()
+	var n int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header = hdr
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d, %v", resp.StatusCode, err)
+		}
+		n = m
+	}
+	b.SetBytes(n)
+}
+
+// benchSchema is the shape of a typical tool's input: a few documented
+// properties, bounds and a required list.
+const benchSchema = `{"type":"object","properties":{` +
+	`"path":{"type":"string","description":"File path relative to the workspace root"},` +
+	`"query":{"type":"string","description":"Text or regular expression to look for"},` +
+	`"limit":{"type":"integer","minimum":1,"maximum":1000,"description":"Maximum number of results"},` +
+	`"recursive":{"type":"boolean","default":false,"description":"Descend into subdirectories"}},` +
+	`"required":["path","query"],"additionalProperties":false}`
+
+// ToolsServer returns the server the tools/list benchmarks serve: 50
+// tools of a typical size, so that figures of different packages compare.
+func ToolsServer(tb testing.TB, opts ...server.Option) *server.Server {
+	tb.Helper()
+	srv := server.New(mcp.Implementation{Name: "bench", Version: "1.0.0"}, opts...)
+	yes := true
+	for i := range 50 {
+		err := srv.AddTool(mcp.Tool{
+			Name:        fmt.Sprintf("search_files_%02d", i),
+			Title:       fmt.Sprintf("Search files (%d)", i),
+			Description: "Searches the files under a path for text and returns matching lines with their locations.",
+			InputSchema: jsontext.Value(benchSchema),
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: &yes},
+		}, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return srv
+}
