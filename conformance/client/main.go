@@ -7,9 +7,10 @@
 // with the server URL as the last argument, the scenario name in
 // MCP_CONFORMANCE_SCENARIO and, for some scenarios, a JSON context in
 // MCP_CONFORMANCE_CONTEXT. Each scenario performs the requests the suite
-// expects to observe; a scenario it does not know (authorization ones
-// included) gets a minimal discover and tools/list. It is a test fixture,
-// kept out of the tidings binary.
+// expects to observe; an authorization scenario (auth/*) connects through
+// an OAuth flow (auth.go); a scenario it does not know gets a minimal
+// discover and tools/list. It is a test fixture, kept out of the tidings
+// binary.
 package main
 
 import (
@@ -78,6 +79,9 @@ func scenarios() map[string]scenarioFunc {
 
 func run(ctx context.Context, log *slog.Logger, scenario, url, rawCtx string) error {
 	fn, ok := scenarios()[scenario]
+	if !ok && strings.HasPrefix(scenario, "auth/") {
+		fn, ok = authScenario(scenario), true
+	}
 	if !ok {
 		return minimal(ctx, log, url)
 	}
@@ -95,8 +99,7 @@ func newClient(log *slog.Logger, url string, opts ...client.Option) *client.Clie
 }
 
 // minimal is what a scenario this client does not implement gets: a
-// discover and a tools/list, whose failures are only logged (the
-// authorization scenarios answer 401 until a token is presented).
+// discover and a tools/list, whose failures are only logged.
 func minimal(ctx context.Context, log *slog.Logger, url string) error {
 	c := newClient(log, url)
 	defer c.Close()

@@ -1,0 +1,707 @@
+package oauth
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json"
+	"golang.org/x/oauth2"
+)
+
+// Config configures a [Flow]. Only Interaction is needed for the
+// authorization code grant; everything else has a default.
+type Config struct {
+	// HTTPClient sends the flow's own requests: metadata, registration,
+	// token requests. Default: a client with a 30 s timeout. Token and
+	// registration requests never follow redirects.
+	HTTPClient *http.Client
+	// Interaction is the user's part of the authorization code grant.
+	// Required for it; unused by the other grants.
+	Interaction Interaction
+	// Store keeps registered clients and tokens across runs. Default: in
+	// memory, for the Flow's life.
+	Store Store
+	// Logger gets the flow's events (never a token, secret or code).
+	// Default: discard.
+	Logger *slog.Logger
+
+	// ClientName is the client_name of dynamic registrations.
+	ClientName string
+	// ClientURI is the client_uri of dynamic registrations.
+	ClientURI string
+	// ClientMetadataURL is the HTTPS URL of the client's Client ID
+	// Metadata Document, used as its client_id with authorization servers
+	// that advertise client_id_metadata_document_supported.
+	ClientMetadataURL string
+	// ApplicationType is the application_type of dynamic registrations:
+	// "native" or "web". Default: native for a loopback or private-scheme
+	// redirect URI, web otherwise.
+	ApplicationType string
+
+	// ClientID and ClientSecret are pre-registered credentials, used
+	// before any other way of identifying the client.
+	ClientID     string
+	ClientSecret string
+	// ClientIssuer is the issuer of the authorization server ClientID
+	// belongs to. When empty, the credentials belong to the first
+	// authorization server the flow uses them with (remembered in the
+	// Store); with another one the flow registers anew.
+	ClientIssuer string
+	// ClientAuthMethod is how the pre-registered client authenticates at
+	// the token endpoint (AuthClientSecretBasic, AuthClientSecretPost,
+	// AuthPrivateKeyJWT, AuthNone). Default: private_key_jwt with a
+	// PrivateKey, none without a secret, else client_secret_basic or
+	// client_secret_post as the server supports.
+	ClientAuthMethod string
+	// PrivateKey signs private_key_jwt client assertions (RFC 7523 §2.2).
+	PrivateKey crypto.Signer
+	// PrivateKeyAlg is the JWS algorithm of PrivateKey's assertions.
+	// Default: ES256/ES384/ES512 by curve, EdDSA, or RS256.
+	PrivateKeyAlg string
+	// PrivateKeyID is the kid of PrivateKey's assertions, if any.
+	PrivateKeyID string
+
+	// Scopes are asked for in every authorization, besides the ones the
+	// server names.
+	Scopes []string
+	// NoOfflineAccess stops the flow from adding offline_access to its
+	// scopes when the authorization server lists it (it does, to get a
+	// refresh token, SEP-2207).
+	NoOfflineAccess bool
+
+	// Grant is how tokens are obtained. Default (nil): the authorization
+	// code grant with PKCE, through Interaction.
+	Grant Grant
+
+	// DPoP, when true, asks for DPoP-bound tokens (RFC 9449) from
+	// authorization servers that support them, proving possession of
+	// DPoPKey, or of a key made for the Flow when DPoPKey is nil.
+	DPoP    bool
+	DPoPKey crypto.Signer
+
+	// MaxStepUps bounds the re-authorizations for more scope
+	// (403 insufficient_scope) the flow makes for one server. Default 3.
+	MaxStepUps int
+
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+// Flow is an OAuth 2.1 client for MCP servers: it puts tokens on the
+// client's requests and answers the servers' 401 and 403 challenges by
+// discovering their authorization servers, identifying itself, and
+// obtaining, refreshing or stepping up tokens. One Flow may serve
+// clients of several servers: it keeps a token per server and a client
+// identity per authorization server. It is safe for concurrent use.
+type Flow struct {
+	cfg     Config
+	hc      *http.Client // metadata
+	tokenHC *http.Client // token and registration requests
+	log     *slog.Logger
+	store   Store
+	now     func() time.Time
+	dpop    *dpopKey
+
+	mu        sync.Mutex
+	servers   map[string]*serverState
+	meta      map[string]cachedMeta
+	clients   map[string]*clientInfo
+	asNonces  map[string]*nonceBox
+	preIssuer string
+}
+
+// serverState is what a flow knows of one MCP server.
+type serverState struct {
+	key  string
+	url  *url.URL
+	lock chan struct{} // held while obtaining or refreshing a token
+
+	loaded  bool     // the Store was consulted
+	sess    *session // the current token, or nil
+	rsNonce nonceBox // the server's latest DPoP nonce
+
+	streak  int            // fresh tokens refused at first use, in a row
+	stepUps map[string]int // re-authorizations per scope set
+}
+
+type cachedMeta struct {
+	md  *ServerMetadata
+	exp time.Time
+}
+
+// Store keys.
+const (
+	keyClient        = "oauth/client/"  // + issuer
+	keySession       = "oauth/session/" // + server URL
+	keyPreregistered = "oauth/preregistered-issuer"
+)
+
+// New returns a Flow configured by cfg.
+func New(cfg Config) (*Flow, error) {
+	f := &Flow{
+		cfg:      cfg,
+		hc:       cfg.HTTPClient,
+		log:      cfg.Logger,
+		store:    cfg.Store,
+		now:      cfg.Now,
+		servers:  map[string]*serverState{},
+		meta:     map[string]cachedMeta{},
+		clients:  map[string]*clientInfo{},
+		asNonces: map[string]*nonceBox{},
+	}
+	if f.hc == nil {
+		f.hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	base := f.hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	f.tokenHC = &http.Client{
+		Transport:     tokenTransport{base: base},
+		Timeout:       f.hc.Timeout,
+		Jar:           f.hc.Jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	if f.store == nil {
+		f.store = newVolatileStore()
+	}
+	if f.now == nil {
+		f.now = time.Now
+	}
+	if f.cfg.MaxStepUps <= 0 {
+		f.cfg.MaxStepUps = 3
+	}
+	if cfg.Grant == nil && cfg.Interaction == nil {
+		return nil, errors.New("oauth: the authorization code grant needs an Interaction")
+	}
+	if cfg.Grant != nil {
+		if err := cfg.Grant.check(&f.cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ClientMetadataURL != "" {
+		u, err := url.Parse(cfg.ClientMetadataURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" || strings.Trim(u.Path, "/") == "" {
+			return nil, errors.New("oauth: ClientMetadataURL must be an https URL with a path")
+		}
+	}
+	if cfg.DPoP || cfg.DPoPKey != nil {
+		k, err := newDPoPKey(cfg.DPoPKey)
+		if err != nil {
+			return nil, err
+		}
+		f.dpop = k
+	}
+	return f, nil
+}
+
+// serverKey is the identity of the MCP server a request goes to: its
+// URL without query or fragment, scheme and host lowercased.
+func serverKey(u *url.URL) (string, *url.URL) {
+	c := &url.URL{Scheme: strings.ToLower(u.Scheme), Host: strings.ToLower(u.Host), Path: u.Path, RawPath: u.RawPath}
+	return c.String(), c
+}
+
+func (f *Flow) server(u *url.URL) *serverState {
+	k, cu := serverKey(u)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, ok := f.servers[k]
+	if !ok {
+		st = &serverState{key: k, url: cu, lock: make(chan struct{}, 1), stepUps: map[string]int{}}
+		f.servers[k] = st
+	}
+	return st
+}
+
+func (st *serverState) acquire(ctx context.Context) error {
+	select {
+	case st.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (st *serverState) release() { <-st.lock }
+
+// Authorize puts the flow's credentials for req's server on req: the
+// Authorization header, and a DPoP proof for a DPoP-bound token. It
+// refreshes an expired token first. With no token it sets nothing: the
+// server's 401 then starts the flow, through [Flow.Challenge].
+func (f *Flow) Authorize(ctx context.Context, req *http.Request) error {
+	st := f.server(req.URL)
+	if err := st.acquire(ctx); err != nil {
+		return err
+	}
+	defer st.release()
+	f.load(ctx, st)
+	s := st.sess
+	if s == nil {
+		return nil
+	}
+	if s.expired(f.now()) {
+		if s.RefreshToken == "" || f.refresh(ctx, st) != nil {
+			f.log.Debug("oauth: token expired", "server", st.key)
+			f.drop(ctx, st)
+			return nil
+		}
+	}
+	return f.present(req, st)
+}
+
+// present sets the current token's credentials on req.
+func (f *Flow) present(req *http.Request, st *serverState) error {
+	s := st.sess
+	s.presented++
+	if s.dpop() {
+		if f.dpop == nil {
+			return errors.New("oauth: DPoP-bound token without a DPoP key")
+		}
+		p, err := f.dpop.proof(req.Method, req.URL.String(), s.AccessToken, st.rsNonce.get())
+		if err != nil {
+			return fmt.Errorf("oauth: DPoP proof: %w", err)
+		}
+		req.Header.Set("Authorization", "DPoP "+s.AccessToken)
+		req.Header.Set("DPoP", p)
+		return nil
+	}
+	req.Header.Set("Authorization", "Bearer "+s.AccessToken)
+	return nil
+}
+
+// presentedToken is the access token req carried, or "".
+func presentedToken(req *http.Request) string {
+	v := req.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(v, " ")
+	if !ok || !(strings.EqualFold(scheme, "Bearer") || strings.EqualFold(scheme, "DPoP")) {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
+// Challenge answers a 401 or 403 response to a request Authorize
+// prepared. On a 401 it refreshes the token, or authorizes anew
+// (discovering the server's authorization server, which may have
+// changed); on a 401 naming use_dpop_nonce it takes the server's nonce;
+// on a 403 insufficient_scope it re-authorizes with the union of the
+// scopes it asked for and the ones the challenge names, once per scope
+// set and at most MaxStepUps times per server. It reports retry=true
+// when a new try is worth it; false with a nil error when the refusal
+// is not one it can answer.
+func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Response) (retry bool, err error) {
+	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+		return false, nil
+	}
+	st := f.server(req.URL)
+	if err := st.acquire(ctx); err != nil {
+		return false, err
+	}
+	defer st.release()
+	f.load(ctx, st)
+
+	ch, _ := findChallenge(challengesOf(resp.Header), "DPoP", "Bearer")
+	presented := presentedToken(req)
+	s := st.sess
+
+	// Another request got a new token meanwhile: try with it.
+	if s != nil && s.AccessToken != presented {
+		return true, nil
+	}
+
+	if resp.StatusCode == http.StatusUnauthorized && ch.Param("error") == "use_dpop_nonce" {
+		n := resp.Header.Get("DPoP-Nonce")
+		if n == "" || s == nil || !s.dpop() || n == proofNonce(req.Header.Get("DPoP")) {
+			return false, nil
+		}
+		st.rsNonce.set(n)
+		f.log.Debug("oauth: server asked for a DPoP nonce", "server", st.key)
+		return true, nil
+	}
+
+	if resp.StatusCode == http.StatusForbidden {
+		if ch.Param("error") != "insufficient_scope" {
+			return false, nil
+		}
+		return f.stepUp(ctx, st, ch)
+	}
+
+	// 401.
+	if s != nil {
+		if s.fresh && s.presented <= 1 {
+			st.streak++
+		} else {
+			st.streak = 0
+		}
+		if st.streak >= 2 {
+			f.drop(ctx, st)
+			return false, fmt.Errorf("oauth: %s refuses the tokens its authorization server issues", st.key)
+		}
+	}
+	prm, err := f.discoverResource(ctx, st.url, ch.Param("resource_metadata"))
+	if err != nil {
+		return false, err
+	}
+	issuer := f.chooseIssuer(prm, s)
+	if s != nil && s.RefreshToken != "" && issuer == s.Issuer && !strings.EqualFold(ch.Param("error"), "insufficient_scope") {
+		if err := f.refresh(ctx, st); err == nil {
+			return true, nil
+		}
+	}
+	scopes := scopeList(ch.Param("scope"))
+	switch {
+	case len(scopes) == 0 && s != nil && len(s.Requested) > 0:
+		scopes = s.Requested
+	case len(scopes) == 0:
+		scopes = prm.ScopesSupported
+	case s != nil:
+		scopes = union(s.Requested, scopes)
+	}
+	if err := f.obtain(ctx, st, prm, issuer, scopes); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// stepUp answers 403 insufficient_scope.
+func (f *Flow) stepUp(ctx context.Context, st *serverState, ch Challenge) (bool, error) {
+	s := st.sess
+	need := scopeList(ch.Param("scope"))
+	var held []string
+	if s != nil {
+		held = s.Requested
+	}
+	want := union(held, need)
+	if s != nil && len(need) > 0 && subset(want, held) {
+		// Everything was asked for already and the server still refuses:
+		// asking the user again would not help.
+		return false, &ScopeError{Server: st.key, Scopes: need}
+	}
+	k := strings.Join(sortedCopy(want), " ")
+	total := 0
+	for _, n := range st.stepUps {
+		total += n
+	}
+	if st.stepUps[k] > 0 || total >= f.cfg.MaxStepUps {
+		return false, &ScopeError{Server: st.key, Scopes: need}
+	}
+	st.stepUps[k]++
+	prm, err := f.discoverResource(ctx, st.url, ch.Param("resource_metadata"))
+	if err != nil {
+		return false, err
+	}
+	f.log.Info("oauth: stepping up authorization", "server", st.key, "scopes", want)
+	if err := f.obtain(ctx, st, prm, f.chooseIssuer(prm, s), want); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// ScopeError is a final refusal for want of scope: the server asks for
+// scopes the flow already asked for, or the step-up limit is reached.
+type ScopeError struct {
+	Server string
+	Scopes []string // what the server's challenge named
+}
+
+func (e *ScopeError) Error() string {
+	return fmt.Sprintf("oauth: %s requires scope %q, which authorization did not grant", e.Server, strings.Join(e.Scopes, " "))
+}
+
+// chooseIssuer picks the authorization server of the ones the metadata
+// lists: the current token's, if still listed; else the pre-registered
+// client's, if listed; else the first.
+func (f *Flow) chooseIssuer(prm *ResourceMetadata, s *session) string {
+	if s != nil && slices.Contains(prm.AuthorizationServers, s.Issuer) {
+		return s.Issuer
+	}
+	f.mu.Lock()
+	bound := f.cfg.ClientIssuer
+	if bound == "" {
+		bound = f.preIssuer
+	}
+	f.mu.Unlock()
+	if f.cfg.ClientID != "" && bound != "" && slices.Contains(prm.AuthorizationServers, bound) {
+		return bound
+	}
+	return prm.AuthorizationServers[0]
+}
+
+// obtain gets a new token for st from issuer, by the configured grant.
+func (f *Flow) obtain(ctx context.Context, st *serverState, prm *ResourceMetadata, issuer string, scopes []string) error {
+	as, err := f.discoverServer(ctx, issuer)
+	if err != nil {
+		return err
+	}
+	if as.TokenEndpoint == "" {
+		return fmt.Errorf("oauth: %s has no token endpoint", issuer)
+	}
+	if s := st.sess; s != nil && s.Issuer != issuer {
+		f.log.Info("oauth: the server's authorization server changed", "server", st.key, "from", s.Issuer, "to", issuer)
+	}
+	scopes = union(scopes, f.cfg.Scopes)
+	g := f.cfg.Grant
+	if g == nil {
+		g = authorizationCode{}
+	}
+	if g.refreshable() && !f.cfg.NoOfflineAccess && slices.Contains(as.ScopesSupported, "offline_access") {
+		scopes = union(scopes, []string{"offline_access"})
+	}
+	req := &grantRequest{st: st, prm: prm, as: as, issuer: issuer, resource: prm.Resource, scopes: scopes}
+	f.log.Debug("oauth: obtaining a token", "server", st.key, "issuer", issuer, "resource", prm.Resource, "scopes", scopes)
+	tok, _, err := g.obtain(ctx, f, req)
+	if err != nil {
+		return err
+	}
+	s := &session{
+		Issuer:       issuer,
+		Resource:     prm.Resource,
+		Requested:    scopes,
+		Granted:      scopeList(tok.Scope),
+		AccessToken:  tok.AccessToken,
+		TokenType:    tok.TokenType,
+		RefreshToken: tok.RefreshToken,
+		Expiry:       tok.Expiry,
+		fresh:        true,
+	}
+	if s.dpop() {
+		if f.dpop == nil {
+			return errors.New("oauth: the authorization server issued a DPoP-bound token to a client without DPoP")
+		}
+		s.JKT = f.dpop.jkt
+	}
+	f.set(ctx, st, s)
+	f.log.Info("oauth: authorized", "server", st.key, "issuer", issuer, "scopes", s.Granted, "token_type", s.TokenType, "expires", s.Expiry, "refreshable", s.RefreshToken != "")
+	return nil
+}
+
+// refresh replaces st's token by the refresh_token grant. On failure
+// the refresh token is dropped (the caller then authorizes anew).
+func (f *Flow) refresh(ctx context.Context, st *serverState) error {
+	s := st.sess
+	as, err := f.discoverServer(ctx, s.Issuer)
+	if err != nil {
+		return err
+	}
+	c, err := f.clientFor(ctx, s.Issuer, as, f.cfg.Interaction != nil && (f.cfg.Grant == nil || f.cfg.Grant.refreshable()))
+	if err != nil {
+		return err
+	}
+	tok, err := f.refreshToken(ctx, st, as, c, s)
+	if err != nil {
+		f.log.Info("oauth: refresh failed", "server", st.key, "issuer", s.Issuer, "err", err)
+		var te *TokenError
+		if errors.As(err, &te) && te.Code == "invalid_client" && c.Kind == "registered" {
+			f.forgetClient(ctx, s.Issuer)
+		}
+		ns := *s
+		ns.RefreshToken = ""
+		f.set(ctx, st, &ns)
+		return err
+	}
+	ns := &session{
+		Issuer:       s.Issuer,
+		Resource:     s.Resource,
+		Requested:    s.Requested,
+		Granted:      s.Granted,
+		AccessToken:  tok.AccessToken,
+		TokenType:    tok.TokenType,
+		RefreshToken: tok.RefreshToken,
+		Expiry:       tok.Expiry,
+	}
+	if g := scopeList(tok.Scope); len(g) > 0 {
+		ns.Granted = g
+	}
+	if ns.RefreshToken == "" {
+		ns.RefreshToken = s.RefreshToken
+	}
+	if ns.dpop() && f.dpop != nil {
+		ns.JKT = f.dpop.jkt
+	}
+	f.set(ctx, st, ns)
+	f.log.Info("oauth: refreshed", "server", st.key, "issuer", s.Issuer, "expires", ns.Expiry)
+	return nil
+}
+
+// load fills st from the Store on first use.
+func (f *Flow) load(ctx context.Context, st *serverState) {
+	if st.loaded {
+		return
+	}
+	st.loaded = true
+	raw, err := f.store.Load(ctx, keySession+st.key)
+	if err != nil {
+		if !errors.Is(err, ErrNotStored) {
+			f.log.Warn("oauth: could not load the saved token", "server", st.key, "err", err)
+		}
+		return
+	}
+	var s session
+	if json.Unmarshal(raw, &s) != nil || s.AccessToken == "" {
+		return
+	}
+	if s.dpop() && (f.dpop == nil || s.JKT != f.dpop.jkt) {
+		return // bound to a key this flow does not hold
+	}
+	st.sess = &s
+}
+
+func (f *Flow) set(ctx context.Context, st *serverState, s *session) {
+	st.sess = s
+	raw, err := json.Marshal(s)
+	if err == nil {
+		err = f.store.Save(ctx, keySession+st.key, raw)
+	}
+	if err != nil {
+		f.log.Warn("oauth: could not save the token", "server", st.key, "err", err)
+	}
+}
+
+func (f *Flow) drop(ctx context.Context, st *serverState) {
+	st.sess = nil
+	if err := f.store.Delete(ctx, keySession+st.key); err != nil {
+		f.log.Warn("oauth: could not delete the saved token", "server", st.key, "err", err)
+	}
+}
+
+// Forget drops the token the flow holds for the MCP server at serverURL
+// (a sign-out). Registered clients are kept.
+func (f *Flow) Forget(ctx context.Context, serverURL string) error {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return err
+	}
+	st := f.server(u)
+	if err := st.acquire(ctx); err != nil {
+		return err
+	}
+	defer st.release()
+	st.loaded = true
+	f.drop(ctx, st)
+	return nil
+}
+
+// Token returns the access token the flow holds for the MCP server at
+// serverURL, refreshing it if it has expired; ok is false when it holds
+// none (the first request's challenge will get one).
+func (f *Flow) Token(ctx context.Context, serverURL string) (token *oauth2.Token, ok bool, err error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return nil, false, err
+	}
+	st := f.server(u)
+	if err := st.acquire(ctx); err != nil {
+		return nil, false, err
+	}
+	defer st.release()
+	f.load(ctx, st)
+	if st.sess != nil && st.sess.expired(f.now()) && (st.sess.RefreshToken == "" || f.refresh(ctx, st) != nil) {
+		f.drop(ctx, st)
+	}
+	if st.sess == nil {
+		return nil, false, nil
+	}
+	s := st.sess
+	return &oauth2.Token{AccessToken: s.AccessToken, TokenType: s.TokenType, Expiry: s.Expiry}, true, nil
+}
+
+func (f *Flow) cachedServer(issuer string) (*ServerMetadata, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.meta[issuer]
+	if !ok || f.now().After(c.exp) {
+		return nil, false
+	}
+	return c.md, true
+}
+
+func (f *Flow) cacheServer(issuer string, md *ServerMetadata) {
+	f.mu.Lock()
+	f.meta[issuer] = cachedMeta{md: md, exp: f.now().Add(time.Hour)}
+	f.mu.Unlock()
+}
+
+func (f *Flow) asNonce(issuer string) *nonceBox {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.asNonces[issuer]
+	if !ok {
+		b = &nonceBox{}
+		f.asNonces[issuer] = b
+	}
+	return b
+}
+
+// scopeList splits a scope parameter.
+func scopeList(s string) []string { return strings.Fields(s) }
+
+// union returns a's scopes followed by b's that a lacks.
+func union(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, s := range b {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func subset(a, b []string) bool {
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedCopy(a []string) []string {
+	c := slices.Clone(a)
+	slices.Sort(c)
+	return c
+}
+
+// volatileStore is the default Store: a map, for the Flow's life.
+type volatileStore struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func newVolatileStore() *volatileStore { return &volatileStore{m: map[string][]byte{}} }
+
+func (s *volatileStore) Load(_ context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[key]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotStored, key)
+	}
+	return slices.Clone(v), nil
+}
+
+func (s *volatileStore) Save(_ context.Context, key string, value []byte) error {
+	s.mu.Lock()
+	s.m[key] = slices.Clone(value)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *volatileStore) Delete(_ context.Context, key string) error {
+	s.mu.Lock()
+	delete(s.m, key)
+	s.mu.Unlock()
+	return nil
+}
+

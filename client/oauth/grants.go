@@ -1,0 +1,284 @@
+package oauth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"golang.org/x/oauth2"
+)
+
+// A Grant is how a [Flow] obtains tokens: [ClientCredentials],
+// [JWTBearer], [IdentityAssertion], or (the default, a nil
+// Config.Grant) the authorization code grant with PKCE.
+type Grant interface {
+	// obtain gets a token for r, returning the client it used.
+	obtain(ctx context.Context, f *Flow, r *grantRequest) (*tokenResult, *clientInfo, error)
+	// refreshable reports whether the grant's tokens may come with
+	// refresh tokens worth asking for (offline_access).
+	refreshable() bool
+	// check validates the configuration for the grant.
+	check(cfg *Config) error
+}
+
+// grantRequest is one token acquisition.
+type grantRequest struct {
+	st       *serverState
+	prm      *ResourceMetadata
+	as       *ServerMetadata
+	issuer   string
+	resource string
+	scopes   []string
+}
+
+// Errors of the authorization response.
+var (
+	// ErrIssuerMissing: the authorization server advertises RFC 9207
+	// but its response carries no iss.
+	ErrIssuerMissing = errors.New("oauth: authorization response lacks the iss parameter its server advertises")
+	// ErrIssuerDiffers: the response's iss is not the issuer the request
+	// was sent to (a mix-up attack, RFC 9207).
+	ErrIssuerDiffers = errors.New("oauth: authorization response comes from another issuer")
+	// ErrStateMismatch: the response's state is not the request's.
+	ErrStateMismatch = errors.New("oauth: authorization response state does not match the request")
+)
+
+// AuthorizationError is an error response of the authorization endpoint
+// (RFC 6749 §4.1.2.1), reported only after its iss was checked.
+type AuthorizationError struct {
+	Code        string
+	Description string
+	URI         string
+}
+
+func (e *AuthorizationError) Error() string {
+	s := "oauth: authorization refused: " + clip(e.Code, 64)
+	if e.Description != "" {
+		s += " (" + clip(e.Description, 200) + ")"
+	}
+	return s
+}
+
+// checkIss applies RFC 9207 §2.4 as MCP tightens it: a present iss must
+// equal the issuer exactly, and an advertised one must be present.
+func checkIss(params url.Values, as *ServerMetadata, issuer string) error {
+	iss, present := params["iss"]
+	if !present {
+		if as.AuthorizationResponseIssParameter {
+			return ErrIssuerMissing
+		}
+		return nil
+	}
+	if len(iss) != 1 || iss[0] != issuer {
+		return fmt.Errorf("%w: got %q, want %q", ErrIssuerDiffers, clip(strings.Join(iss, ","), 200), issuer)
+	}
+	return nil
+}
+
+// authorizationCode is the authorization code grant with PKCE (S256),
+// state, the resource indicator and the RFC 9207 issuer check.
+type authorizationCode struct{}
+
+func (authorizationCode) refreshable() bool { return true }
+
+func (authorizationCode) check(cfg *Config) error {
+	if cfg.Interaction == nil {
+		return errors.New("oauth: the authorization code grant needs an Interaction")
+	}
+	return nil
+}
+
+func (authorizationCode) obtain(ctx context.Context, f *Flow, r *grantRequest) (*tokenResult, *clientInfo, error) {
+	as := r.as
+	if as.AuthorizationEndpoint == "" {
+		return nil, nil, fmt.Errorf("oauth: %s has no authorization endpoint", r.issuer)
+	}
+	// MCP: no code_challenge_methods_supported means no PKCE; refuse.
+	if !as.supportsPKCE() {
+		return nil, nil, fmt.Errorf("%w (%s)", ErrNoPKCE, r.issuer)
+	}
+	c, err := f.clientFor(ctx, r.issuer, as, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	redirect := f.cfg.Interaction.RedirectURI()
+	verifier := oauth2.GenerateVerifier()
+	state := randomString(24)
+	oc := f.oauth2Config(as, c, r.scopes, redirect)
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("resource", r.resource)}
+	if f.dpop != nil && f.dpop.usableWith(as.DPoPSigningAlgValuesSupported) {
+		opts = append(opts, oauth2.SetAuthURLParam("dpop_jkt", f.dpop.jkt))
+	}
+	authURL := oc.AuthCodeURL(state, opts...)
+	f.log.Info("oauth: asking the user to authorize", "server", r.st.key, "issuer", r.issuer, "client_id", c.ClientID, "scopes", r.scopes)
+	params, err := f.cfg.Interaction.Authorize(ctx, authURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("oauth: authorization: %w", err)
+	}
+	// The issuer first: an error response from a mixed-up server is not
+	// to be acted on or shown either.
+	if err := checkIss(params, as, r.issuer); err != nil {
+		return nil, nil, err
+	}
+	if code := params.Get("error"); code != "" {
+		return nil, nil, &AuthorizationError{Code: code, Description: params.Get("error_description"), URI: params.Get("error_uri")}
+	}
+	if params.Get("state") != state {
+		return nil, nil, ErrStateMismatch
+	}
+	code := params.Get("code")
+	if code == "" {
+		return nil, nil, errors.New("oauth: authorization response has no code")
+	}
+	tok, err := f.exchangeCode(ctx, r.st, as, c, redirect, code, verifier, r.resource)
+	if err != nil {
+		var te *TokenError
+		if errors.As(err, &te) && te.Code == "invalid_client" && c.Kind == "registered" {
+			f.forgetClient(ctx, r.issuer)
+		}
+		return nil, nil, err
+	}
+	return tok, c, nil
+}
+
+// ClientCredentials is the client credentials grant (OAuth 2.1 §4.2,
+// the MCP client credentials extension): the client acts on its own
+// behalf, authenticating with its pre-registered secret
+// (Config.ClientSecret) or key (Config.PrivateKey, private_key_jwt).
+type ClientCredentials struct{}
+
+func (ClientCredentials) refreshable() bool { return false }
+
+func (ClientCredentials) check(cfg *Config) error {
+	if cfg.ClientID == "" {
+		return errors.New("oauth: the client credentials grant needs Config.ClientID")
+	}
+	if cfg.ClientSecret == "" && cfg.PrivateKey == nil {
+		return errors.New("oauth: the client credentials grant needs Config.ClientSecret or Config.PrivateKey")
+	}
+	return nil
+}
+
+func (ClientCredentials) obtain(ctx context.Context, f *Flow, r *grantRequest) (*tokenResult, *clientInfo, error) {
+	c, err := f.clientFor(ctx, r.issuer, r.as, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, err := f.clientCredentialsToken(ctx, r.st, r.as, c, r.scopes, r.resource)
+	return tok, c, err
+}
+
+// AssertionFunc returns an assertion (a JWT) for the authorization
+// server whose issuer identifier is audience.
+type AssertionFunc func(ctx context.Context, audience string) (string, error)
+
+// JWTBearer is the JWT bearer grant (RFC 7523 §2.1), as workload
+// identity federation uses it: Assertion supplies a JWT the workload's
+// identity provider issued. The client identifies itself by
+// Config.ClientID, and authenticates if it has a secret or key. A
+// refused assertion is reported, not retried.
+type JWTBearer struct {
+	Assertion AssertionFunc
+}
+
+func (JWTBearer) refreshable() bool { return false }
+
+func (g JWTBearer) check(*Config) error {
+	if g.Assertion == nil {
+		return errors.New("oauth: JWTBearer needs an Assertion")
+	}
+	return nil
+}
+
+func (g JWTBearer) obtain(ctx context.Context, f *Flow, r *grantRequest) (*tokenResult, *clientInfo, error) {
+	assertion, err := g.Assertion(ctx, r.issuer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("oauth: assertion: %w", err)
+	}
+	return f.jwtBearer(ctx, r, assertion)
+}
+
+// jwtBearer redeems an assertion at r's token endpoint.
+func (f *Flow) jwtBearer(ctx context.Context, r *grantRequest, assertion string) (*tokenResult, *clientInfo, error) {
+	var c *clientInfo
+	if f.cfg.ClientID != "" {
+		var err error
+		if c, err = f.clientFor(ctx, r.issuer, r.as, false); err != nil {
+			return nil, nil, err
+		}
+	}
+	form := url.Values{
+		"grant_type": {grantJWTBearer},
+		"assertion":  {assertion},
+		"resource":   {r.resource},
+	}
+	if len(r.scopes) > 0 {
+		form.Set("scope", strings.Join(r.scopes, " "))
+	}
+	tok, err := f.postToken(ctx, r.as.TokenEndpoint, form, c, f.newCall(r.as, c, nil, r.st))
+	return tok, c, err
+}
+
+// IdentityAssertion is enterprise-managed authorization (the MCP
+// extension on the Identity Assertion JWT Authorization Grant): the
+// user's ID token from the enterprise identity provider is exchanged
+// there (RFC 8693) for an ID-JAG naming the MCP server's authorization
+// server and resource, which is then redeemed by the JWT bearer grant,
+// the client authenticating with its pre-registered credentials.
+type IdentityAssertion struct {
+	// IdPTokenEndpoint is the identity provider's token endpoint.
+	IdPTokenEndpoint string
+	// IdPClientID and IdPClientSecret are the client's credentials at
+	// the identity provider (the secret may be empty).
+	IdPClientID     string
+	IdPClientSecret string
+	// IDToken returns the user's ID token (from single sign-on).
+	IDToken func(ctx context.Context) (string, error)
+}
+
+func (IdentityAssertion) refreshable() bool { return false }
+
+func (g IdentityAssertion) check(cfg *Config) error {
+	if g.IdPTokenEndpoint == "" || g.IDToken == nil {
+		return errors.New("oauth: IdentityAssertion needs IdPTokenEndpoint and IDToken")
+	}
+	if cfg.ClientID == "" {
+		return errors.New("oauth: IdentityAssertion needs Config.ClientID")
+	}
+	return nil
+}
+
+func (g IdentityAssertion) obtain(ctx context.Context, f *Flow, r *grantRequest) (*tokenResult, *clientInfo, error) {
+	idToken, err := g.IDToken(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("oauth: ID token: %w", err)
+	}
+	form := url.Values{
+		"grant_type":           {grantTokenExchange},
+		"requested_token_type": {"urn:ietf:params:oauth:token-type:id-jag"},
+		"subject_token":        {idToken},
+		"subject_token_type":   {"urn:ietf:params:oauth:token-type:id_token"},
+		"audience":             {r.issuer},
+		"resource":             {r.resource},
+	}
+	if len(r.scopes) > 0 {
+		form.Set("scope", strings.Join(r.scopes, " "))
+	}
+	idp := &clientInfo{ClientID: g.IdPClientID, ClientSecret: g.IdPClientSecret, AuthMethod: AuthNone}
+	if g.IdPClientSecret != "" {
+		idp.AuthMethod = AuthClientSecretPost
+	}
+	if g.IdPClientID == "" {
+		idp = nil
+	}
+	jag, err := f.postToken(ctx, g.IdPTokenEndpoint, form, idp, &tokenCall{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("oauth: token exchange at the identity provider: %w", err)
+	}
+	if jag.IssuedTokenType != "" && jag.IssuedTokenType != "urn:ietf:params:oauth:token-type:id-jag" {
+		return nil, nil, fmt.Errorf("oauth: the identity provider issued a %q, not an ID-JAG", jag.IssuedTokenType)
+	}
+	return f.jwtBearer(ctx, r, jag.AccessToken)
+}
