@@ -704,4 +704,3 @@ func (s *volatileStore) Delete(_ context.Context, key string) error {
 	s.mu.Unlock()
 	return nil
 }
-

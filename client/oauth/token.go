@@ -109,8 +109,13 @@ type tokenResult struct {
 	IssuedTokenType string
 }
 
-func fromOAuth2(t *oauth2.Token) *tokenResult {
+// fromOAuth2 converts an x/oauth2 token, its expiry reckoned by the
+// flow's clock from expires_in.
+func (f *Flow) fromOAuth2(t *oauth2.Token) *tokenResult {
 	r := &tokenResult{AccessToken: t.AccessToken, TokenType: t.TokenType, RefreshToken: t.RefreshToken, Expiry: t.Expiry}
+	if t.ExpiresIn > 0 {
+		r.Expiry = f.now().Add(time.Duration(t.ExpiresIn) * time.Second)
+	}
 	if s, ok := t.Extra("scope").(string); ok {
 		r.Scope = s
 	}
@@ -352,7 +357,7 @@ func (f *Flow) exchangeCode(ctx context.Context, st *serverState, as *ServerMeta
 	if err != nil {
 		return nil, tokenError(err)
 	}
-	return fromOAuth2(tok), nil
+	return f.fromOAuth2(tok), nil
 }
 
 // refreshToken uses the refresh_token grant (x/oauth2; the resource
@@ -365,7 +370,7 @@ func (f *Flow) refreshToken(ctx context.Context, st *serverState, as *ServerMeta
 	if err != nil {
 		return nil, tokenError(err)
 	}
-	return fromOAuth2(tok), nil
+	return f.fromOAuth2(tok), nil
 }
 
 // clientCredentialsToken uses the client_credentials grant (x/oauth2).
@@ -388,7 +393,7 @@ func (f *Flow) clientCredentialsToken(ctx context.Context, st *serverState, as *
 	if err != nil {
 		return nil, tokenError(err)
 	}
-	return fromOAuth2(tok), nil
+	return f.fromOAuth2(tok), nil
 }
 
 // postToken sends a token request x/oauth2 has no API for (the JWT
@@ -424,14 +429,14 @@ func (f *Flow) postToken(ctx context.Context, endpoint string, form url.Values, 
 		return nil, err
 	}
 	var body struct {
-		AccessToken      string          `json:"access_token"`
-		TokenType        string          `json:"token_type"`
-		RefreshToken     string          `json:"refresh_token"`
+		AccessToken      string         `json:"access_token"`
+		TokenType        string         `json:"token_type"`
+		RefreshToken     string         `json:"refresh_token"`
 		ExpiresIn        jsontext.Value `json:"expires_in"`
-		Scope            string          `json:"scope"`
-		IssuedTokenType  string          `json:"issued_token_type"`
-		Error            string          `json:"error"`
-		ErrorDescription string          `json:"error_description"`
+		Scope            string         `json:"scope"`
+		IssuedTokenType  string         `json:"issued_token_type"`
+		Error            string         `json:"error"`
+		ErrorDescription string         `json:"error_description"`
 	}
 	jerr := json.Unmarshal(raw, &body)
 	if resp.StatusCode != http.StatusOK || body.Error != "" {

@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -75,6 +75,7 @@ type testAS struct {
 	tokens     map[string]tokInfo
 	refreshTok map[string]tokInfo
 	n          int
+	secrets    []string // every token, refresh token, code and client secret it handed out
 }
 
 func newAS(t *testing.T, configure func(*testAS)) *testAS {
@@ -109,13 +110,13 @@ func (a *testAS) metaPath() string {
 func (a *testAS) metadata() map[string]any {
 	base := a.srv.URL + a.prefix
 	md := map[string]any{
-		"issuer":                                a.issuer(),
-		"authorization_endpoint":                base + "/authorize",
-		"token_endpoint":                        base + "/token",
-		"response_types_supported":              []string{"code"},
-		"grant_types_supported":                 []string{"authorization_code", "refresh_token"},
-		"token_endpoint_auth_methods_supported": []string{"none"},
-		"code_challenge_methods_supported":      []string{"S256"},
+		"issuer":                                         a.issuer(),
+		"authorization_endpoint":                         base + "/authorize",
+		"token_endpoint":                                 base + "/token",
+		"response_types_supported":                       []string{"code"},
+		"grant_types_supported":                          []string{"authorization_code", "refresh_token"},
+		"token_endpoint_auth_methods_supported":          []string{"none"},
+		"code_challenge_methods_supported":               []string{"S256"},
 		"authorization_response_iss_parameter_supported": true,
 	}
 	if a.issuerOver != "" {
@@ -194,6 +195,7 @@ func (a *testAS) authorize(w http.ResponseWriter, r *http.Request) {
 	}
 	a.n++
 	code := fmt.Sprintf("code-%d-%s", a.n, randomString(8))
+	a.secrets = append(a.secrets, code)
 	a.codes[code] = codeInfo{challenge: q.Get("code_challenge"), method: q.Get("code_challenge_method"), clientID: cid, scope: q.Get("scope"), resource: q.Get("resource"), redirect: redirect}
 	u, _ := url.Parse(redirect)
 	v := u.Query()
@@ -291,6 +293,7 @@ func (a *testAS) issue(w http.ResponseWriter, info tokInfo) {
 		info.typ = "Bearer"
 	}
 	a.tokens[at] = info
+	a.secrets = append(a.secrets, at)
 	exp := a.expiresIn
 	if exp == 0 {
 		exp = 3600
@@ -302,6 +305,7 @@ func (a *testAS) issue(w http.ResponseWriter, info tokInfo) {
 	if a.refresh {
 		rt := fmt.Sprintf("rt-%d-%s", a.n, randomString(12))
 		a.refreshTok[rt] = info
+		a.secrets = append(a.secrets, rt)
 		resp["refresh_token"] = rt
 	}
 	writeJSON(w, 200, resp)
@@ -315,7 +319,7 @@ func (a *testAS) register(w http.ResponseWriter, r *http.Request) {
 	}
 	a.regs = append(a.regs, body)
 	a.n++
-	id := fmt.Sprintf("client-%d", a.n)
+	id := fmt.Sprintf("client-%d-%s", a.n, randomString(4))
 	method, _ := body["token_endpoint_auth_method"].(string)
 	redirect := ""
 	if rs, ok := body["redirect_uris"].([]any); ok && len(rs) > 0 {
@@ -325,6 +329,7 @@ func (a *testAS) register(w http.ResponseWriter, r *http.Request) {
 	resp := map[string]any{"client_id": id, "token_endpoint_auth_method": method, "redirect_uris": body["redirect_uris"]}
 	if method != AuthNone {
 		c.secret = "secret-" + randomString(12)
+		a.secrets = append(a.secrets, c.secret)
 		resp["client_secret"] = c.secret
 	}
 	a.clients[id] = c
@@ -361,6 +366,7 @@ type testRS struct {
 	supported []string
 	resource  string // PRM resource override
 	forbid    bool   // 403 insufficient_scope to every token
+	rejectAll bool   // 401 invalid_token to every token
 
 	mu   sync.Mutex
 	as   *testAS
@@ -446,7 +452,7 @@ func (s *testRS) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ti, ok := as.valid(tok)
-	if !ok {
+	if !ok || s.rejectAll {
 		challenge(401, `error="invalid_token"`)
 		return
 	}
@@ -606,4 +612,15 @@ func expectOK(t *testing.T, f *Flow, u string) {
 	}
 }
 
-var errAny = errors.New("any")
+// testLogger logs to the test's log at debug level.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,570 @@
+package oauth
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestDefaultFlow(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, nil)
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui, ClientName: "test client"})
+	expectOK(t, f, rs.url())
+	expectOK(t, f, rs.url()) // the token is reused
+	if ui.count() != 1 {
+		t.Errorf("%d authorizations, want 1", ui.count())
+	}
+	if len(as.regs) != 1 {
+		t.Fatalf("%d registrations", len(as.regs))
+	}
+	reg := as.regs[0]
+	if reg["client_name"] != "test client" || reg["application_type"] != "native" || reg["token_endpoint_auth_method"] != "none" {
+		t.Errorf("registration %v", reg)
+	}
+	if got := reg["redirect_uris"]; !reflect.DeepEqual(got, []any{ui.RedirectURI()}) {
+		t.Errorf("redirect_uris %v", got)
+	}
+	if gt := reg["grant_types"]; !reflect.DeepEqual(gt, []any{"authorization_code", "refresh_token"}) {
+		t.Errorf("grant_types %v", gt)
+	}
+	q := as.authReqs[0]
+	if q.Get("resource") != rs.url() || q.Get("response_type") != "code" || q.Get("state") == "" || q.Has("scope") {
+		t.Errorf("authorization request %v", q)
+	}
+	tr := as.tokenReqs[0].form
+	if tr.Get("resource") != rs.url() || tr.Get("redirect_uri") != ui.RedirectURI() {
+		t.Errorf("token request %v", tr)
+	}
+	if got := rs.prms; !reflect.DeepEqual(got, []string{"/.well-known/oauth-protected-resource/mcp"}) {
+		t.Errorf("PRM requests %v", got)
+	}
+}
+
+// The PKCE pair: the challenge is BASE64URL(SHA256(verifier)) of a
+// verifier of 43 to 128 unreserved characters, method S256, a fresh
+// pair each time (the test AS refuses a mismatch).
+func TestPKCE(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, nil)
+	f := mustFlow(t, Config{Interaction: &consent{}})
+	expectOK(t, f, rs.url())
+	f2 := mustFlow(t, Config{Interaction: &consent{}})
+	expectOK(t, f2, rs.url())
+	for i, tr := range as.tokenReqs {
+		v := tr.form.Get("code_verifier")
+		if len(v) < 43 || len(v) > 128 || strings.Trim(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~") != "" {
+			t.Errorf("verifier %d is not RFC 7636 shaped", i)
+		}
+		sum := sha256.Sum256([]byte(v))
+		q := as.authReqs[i]
+		if q.Get("code_challenge_method") != "S256" || q.Get("code_challenge") != base64.RawURLEncoding.EncodeToString(sum[:]) {
+			t.Errorf("request %d: challenge does not match the verifier", i)
+		}
+	}
+	if as.authReqs[0].Get("code_challenge") == as.authReqs[1].Get("code_challenge") {
+		t.Error("the same PKCE pair twice")
+	}
+}
+
+func TestNoPKCERefused(t *testing.T) {
+	as := newAS(t, func(a *testAS) { a.noPKCE = true })
+	rs := newRS(t, as, nil)
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui})
+	_, err := do(testCtx(t), f, http.MethodGet, rs.url())
+	if !errors.Is(err, ErrNoPKCE) {
+		t.Fatalf("err = %v, want ErrNoPKCE", err)
+	}
+	if ui.count() != 0 || len(as.regs) != 0 {
+		t.Errorf("went on to authorize (%d) or register (%d)", ui.count(), len(as.regs))
+	}
+}
+
+func TestResourceMetadataDiscovery(t *testing.T) {
+	tests := []struct {
+		name  string
+		rs    func(*testRS)
+		paths []string
+	}{
+		{"from the challenge", func(r *testRS) { r.prmAt = "custom" }, []string{"/meta/prm.json"}},
+		{"path-inserted", func(r *testRS) { r.noHeader = true }, []string{"/.well-known/oauth-protected-resource/mcp"}},
+		{"root after path-inserted", func(r *testRS) { r.noHeader, r.prmAt = true, "root" },
+			[]string{"/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"}},
+		{"well-known after a dead challenge URL", func(r *testRS) { r.prmAt = "root"; r.noHeader = false },
+			[]string{"/.well-known/oauth-protected-resource"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			as := newAS(t, nil)
+			rs := newRS(t, as, tt.rs)
+			f := mustFlow(t, Config{Interaction: &consent{}})
+			expectOK(t, f, rs.url())
+			if !reflect.DeepEqual(rs.prms, tt.paths) {
+				t.Errorf("PRM requests %v, want %v", rs.prms, tt.paths)
+			}
+			want := rs.url()
+			if rs.prmAt == "root" {
+				want = rs.srv.URL // the resource exactly as the metadata gives it
+			}
+			if got := as.authReqs[0].Get("resource"); got != want {
+				t.Errorf("resource %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestResourceMismatch(t *testing.T) {
+	for _, res := range []string{"https://evil.example/mcp", "", "SERVER/other", "SERVER/mcpx"} {
+		as := newAS(t, nil)
+		rs := newRS(t, as, nil)
+		rs.resource = strings.Replace(res, "SERVER", rs.srv.URL, 1)
+		if res == "" {
+			rs.resource = "relative"
+		}
+		ui := &consent{}
+		f := mustFlow(t, Config{Interaction: ui})
+		_, err := do(testCtx(t), f, http.MethodGet, rs.url())
+		if !errors.Is(err, ErrResourceMismatch) {
+			t.Errorf("resource %q: err = %v, want ErrResourceMismatch", rs.resource, err)
+		}
+		if g, _, _, _ := as.counts(); g != 0 || ui.count() != 0 {
+			t.Errorf("resource %q: went on to the authorization server", rs.resource)
+		}
+	}
+	u, _ := url.Parse("https://MCP.example.com:443/a/mcp")
+	for _, ok := range []string{"https://mcp.example.com/a/mcp", "https://mcp.example.com", "HTTPS://mcp.example.com:443/a", "https://mcp.example.com/a/mcp/"} {
+		if err := checkResource(u, ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+}
+
+func TestServerMetadataDiscoveryOrder(t *testing.T) {
+	tests := []struct {
+		prefix, at string
+		gets       []string
+	}{
+		{"", "", []string{"/.well-known/oauth-authorization-server"}},
+		{"", "oidc", []string{"/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"}},
+		{"/tenant1", "", []string{"/.well-known/oauth-authorization-server/tenant1"}},
+		{"/tenant1", "oidc-path", []string{"/.well-known/oauth-authorization-server/tenant1", "/.well-known/openid-configuration/tenant1"}},
+		{"/tenant1", "oidc-append", []string{"/.well-known/oauth-authorization-server/tenant1", "/.well-known/openid-configuration/tenant1", "/tenant1/.well-known/openid-configuration"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.prefix+"/"+tt.at, func(t *testing.T) {
+			as := newAS(t, func(a *testAS) { a.prefix, a.metaAt = tt.prefix, tt.at })
+			rs := newRS(t, as, nil)
+			f := mustFlow(t, Config{Interaction: &consent{}})
+			expectOK(t, f, rs.url())
+			if !reflect.DeepEqual(as.gets, tt.gets) {
+				t.Errorf("metadata requests %v, want %v", as.gets, tt.gets)
+			}
+		})
+	}
+}
+
+func TestServerMetadataIssuerMismatch(t *testing.T) {
+	as := newAS(t, func(a *testAS) { a.issuerOver = "https://honest.example" })
+	rs := newRS(t, as, nil)
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui})
+	_, err := do(testCtx(t), f, http.MethodGet, rs.url())
+	if !errors.Is(err, ErrIssuerMismatch) {
+		t.Fatalf("err = %v, want ErrIssuerMismatch", err)
+	}
+	// Both root locations were tried, neither document used.
+	if len(as.gets) != 2 || ui.count() != 0 || len(as.regs) != 0 {
+		t.Errorf("gets %v, authorizations %d, registrations %d", as.gets, ui.count(), len(as.regs))
+	}
+}
+
+func TestIssuerIdentification(t *testing.T) {
+	no := false
+	tests := []struct {
+		name    string
+		as      func(*testAS)
+		tamper  func(url.Values)
+		wantErr error
+	}{
+		{"advertised and right", nil, nil, nil},
+		{"not advertised, absent", func(a *testAS) { a.issAdvert, a.issMode = &no, "omit" }, nil, nil},
+		{"not advertised, right", func(a *testAS) { a.issAdvert = &no }, nil, nil},
+		{"advertised, absent", func(a *testAS) { a.issMode = "omit" }, nil, ErrIssuerMissing},
+		{"advertised, wrong", func(a *testAS) { a.issMode = "wrong" }, nil, ErrIssuerDiffers},
+		{"not advertised, wrong", func(a *testAS) { a.issAdvert, a.issMode = &no, "wrong" }, nil, ErrIssuerDiffers},
+		{"trailing slash is another issuer", func(a *testAS) { a.issMode = "normalized" }, nil, ErrIssuerDiffers},
+		{"two iss", nil, func(v url.Values) { v.Add("iss", v.Get("iss")) }, ErrIssuerDiffers},
+		{"error response from a mixed-up server is not shown", func(a *testAS) { a.issMode = "wrong" },
+			func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, ErrIssuerDiffers},
+		{"error response", nil, func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, &AuthorizationError{}},
+		{"state mismatch", nil, func(v url.Values) { v.Set("state", "forged") }, ErrStateMismatch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			as := newAS(t, tt.as)
+			rs := newRS(t, as, nil)
+			f := mustFlow(t, Config{Interaction: &consent{tamper: tt.tamper}})
+			st, err := do(testCtx(t), f, http.MethodGet, rs.url())
+			if tt.wantErr == nil {
+				if err != nil || st != 200 {
+					t.Fatalf("status %d, err %v", st, err)
+				}
+				return
+			}
+			var ae *AuthorizationError
+			if _, isAE := tt.wantErr.(*AuthorizationError); isAE {
+				if !errors.As(err, &ae) || ae.Code != "access_denied" {
+					t.Fatalf("err = %v, want an AuthorizationError", err)
+				}
+			} else if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if errors.As(err, &ae) && tt.wantErr != error(nil) && errors.Is(tt.wantErr, ErrIssuerDiffers) {
+				t.Error("acted on an error response with a wrong iss")
+			}
+			if len(as.tokenReqs) != 0 {
+				t.Error("the code went to the token endpoint")
+			}
+		})
+	}
+}
+
+func TestScopeSelection(t *testing.T) {
+	tests := []struct {
+		name  string
+		as    func(*testAS)
+		rs    func(*testRS)
+		extra []string
+		want  string // "" means no scope parameter
+	}{
+		{"challenge first", nil, func(r *testRS) { r.scope, r.supported = "mcp:basic", []string{"mcp:a", "mcp:b"} }, nil, "mcp:basic"},
+		{"then scopes_supported", nil, func(r *testRS) { r.supported = []string{"mcp:a", "mcp:b"} }, nil, "mcp:a mcp:b"},
+		{"else none", nil, nil, nil, ""},
+		{"configured extra", nil, func(r *testRS) { r.scope = "mcp:basic" }, []string{"profile"}, "mcp:basic profile"},
+		{"offline_access when the server lists it", func(a *testAS) { a.scopes = []string{"mcp:basic", "offline_access"} },
+			func(r *testRS) { r.supported = []string{"mcp:basic"} }, nil, "mcp:basic offline_access"},
+		{"no offline_access when it does not", func(a *testAS) { a.scopes = []string{"mcp:basic"} },
+			func(r *testRS) { r.supported = []string{"mcp:basic"} }, nil, "mcp:basic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			as := newAS(t, tt.as)
+			rs := newRS(t, as, tt.rs)
+			f := mustFlow(t, Config{Interaction: &consent{}, Scopes: tt.extra})
+			expectOK(t, f, rs.url())
+			q := as.authReqs[0]
+			if tt.want == "" && q.Has("scope") {
+				t.Errorf("scope %q sent", q.Get("scope"))
+			}
+			if got := q.Get("scope"); got != tt.want {
+				t.Errorf("scope %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStepUp(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, func(r *testRS) { r.scope = "mcp:basic" })
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui})
+	expectOK(t, f, rs.url()+"?need=mcp:basic")
+	expectOK(t, f, rs.url()+"?need=mcp:write")
+	expectOK(t, f, rs.url()+"?need=mcp:basic") // the union kept mcp:basic
+	if ui.count() != 2 {
+		t.Fatalf("%d authorizations, want 2", ui.count())
+	}
+	if got := as.authReqs[1].Get("scope"); got != "mcp:basic mcp:write" {
+		t.Errorf("step-up scope %q, want the union", got)
+	}
+}
+
+func TestStepUpLimits(t *testing.T) {
+	t.Run("already asked for", func(t *testing.T) {
+		as := newAS(t, nil)
+		rs := newRS(t, as, func(r *testRS) { r.scope, r.forbid = "mcp:admin", true })
+		ui := &consent{}
+		f := mustFlow(t, Config{Interaction: ui})
+		for range 3 {
+			st, err := do(testCtx(t), f, http.MethodGet, rs.url()+"?need=mcp:admin")
+			var se *ScopeError
+			if st != 403 || !errors.As(err, &se) {
+				t.Fatalf("status %d, err %v, want 403 and a ScopeError", st, err)
+			}
+		}
+		if ui.count() != 1 {
+			t.Errorf("%d authorizations, want 1", ui.count())
+		}
+	})
+	t.Run("per scope set and per server", func(t *testing.T) {
+		as := newAS(t, nil)
+		rs := newRS(t, as, func(r *testRS) { r.forbid = true })
+		ui := &consent{}
+		f := mustFlow(t, Config{Interaction: ui, MaxStepUps: 2})
+		for _, need := range []string{"a", "a", "b", "c", "d"} {
+			_, _ = do(testCtx(t), f, http.MethodGet, rs.url()+"?need="+need)
+		}
+		// The initial authorization, then one step-up for {a} and one for
+		// {a b}; {a b c} is over the limit.
+		if ui.count() != 3 {
+			t.Errorf("%d authorizations, want 3", ui.count())
+		}
+	})
+}
+
+func TestRefresh(t *testing.T) {
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+
+	as := newAS(t, func(a *testAS) { a.refresh, a.expiresIn = true, 60 })
+	rs := newRS(t, as, nil)
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui, Now: clock, Logger: testLogger(t)})
+	expectOK(t, f, rs.url())
+
+	// Expired: refreshed before the request goes.
+	advance(2 * time.Minute)
+	expectOK(t, f, rs.url())
+	last := as.tokenReqs[len(as.tokenReqs)-1].form
+	if last.Get("grant_type") != "refresh_token" || last.Get("resource") != rs.url() {
+		t.Errorf("refresh request %v", last)
+	}
+
+	// Revoked: the 401 invalid_token is answered by a refresh.
+	as.revokeAll()
+	expectOK(t, f, rs.url())
+	if ui.count() != 1 {
+		t.Errorf("%d authorizations, want 1", ui.count())
+	}
+	if n := countGrants(as, "refresh_token"); n != 2 {
+		t.Errorf("%d refreshes, want 2", n)
+	}
+
+	// The refresh refused: a new authorization.
+	as.revokeAll()
+	as.mu.Lock()
+	as.refreshFail = true
+	as.mu.Unlock()
+	expectOK(t, f, rs.url())
+	if ui.count() != 2 {
+		t.Errorf("%d authorizations, want 2", ui.count())
+	}
+}
+
+func countGrants(as *testAS, grant string) int {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	n := 0
+	for _, tr := range as.tokenReqs {
+		if tr.form.Get("grant_type") == grant {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRefusedTokensAreNotChasedForever(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, func(r *testRS) { r.rejectAll = true })
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui})
+	st, err := do(testCtx(t), f, http.MethodGet, rs.url())
+	if st != 401 || err == nil {
+		t.Fatalf("status %d, err %v", st, err)
+	}
+	if ui.count() != 2 {
+		t.Errorf("%d authorizations, want 2", ui.count())
+	}
+}
+
+// One flow, two MCP servers behind two authorization servers; then one
+// of them moves to a third.
+func TestPerIssuerAndMigration(t *testing.T) {
+	as1 := newAS(t, nil)
+	as2 := newAS(t, nil)
+	rs1 := newRS(t, as1, nil)
+	rs2 := newRS(t, as2, nil)
+	store := newMemStore()
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui, Store: store})
+	expectOK(t, f, rs1.url())
+	expectOK(t, f, rs2.url())
+	expectOK(t, f, rs1.url())
+	if len(as1.regs) != 1 || len(as2.regs) != 1 || ui.count() != 2 {
+		t.Fatalf("registrations %d/%d, authorizations %d", len(as1.regs), len(as2.regs), ui.count())
+	}
+	for _, k := range []string{keyClient + as1.issuer(), keyClient + as2.issuer(), keySession + rs1.url(), keySession + rs2.url()} {
+		if !slices.Contains(store.keys(), k) {
+			t.Errorf("store lacks %q (has %v)", k, store.keys())
+		}
+	}
+
+	// rs1 moves to as3: the old token is refused, the flow finds as3,
+	// registers there, and never shows as1's client to it.
+	as3 := newAS(t, nil)
+	rs1.setAS(as3)
+	expectOK(t, f, rs1.url())
+	if len(as3.regs) != 1 {
+		t.Errorf("%d registrations at the new server", len(as3.regs))
+	}
+	as1ID := as1.authReqs[0].Get("client_id")
+	for _, q := range as3.authReqs {
+		if q.Get("client_id") == as1ID {
+			t.Error("the old server's client_id went to the new one")
+		}
+	}
+	for _, tr := range as3.tokenReqs {
+		if tr.form.Get("client_id") == as1ID {
+			t.Error("the old server's client_id went to the new token endpoint")
+		}
+	}
+
+	// A new flow over the same store needs no browser for either server.
+	f2 := mustFlow(t, Config{Interaction: ui, Store: store})
+	n := ui.count()
+	expectOK(t, f2, rs1.url())
+	expectOK(t, f2, rs2.url())
+	if ui.count() != n {
+		t.Errorf("a restored flow asked the user again")
+	}
+}
+
+func TestPreRegisteredClient(t *testing.T) {
+	as := newAS(t, func(a *testAS) { a.noDCR, a.methods = true, []string{AuthClientSecretBasic} })
+	as.clients["pre"] = regClient{secret: "pre-secret", method: AuthClientSecretBasic}
+	rs := newRS(t, as, nil)
+	f := mustFlow(t, Config{Interaction: &consent{}, ClientID: "pre", ClientSecret: "pre-secret"})
+	expectOK(t, f, rs.url())
+	if got := as.tokenReqs[0].auth; got == "" || !strings.HasPrefix(got, "Basic ") {
+		t.Errorf("token request authorization %q", got)
+	}
+
+	// Bound to the first server: another one gets a registration.
+	other := newAS(t, nil)
+	rs2 := newRS(t, other, nil)
+	expectOK(t, f, rs2.url())
+	if len(other.regs) != 1 {
+		t.Errorf("the pre-registered client went to another server")
+	}
+	for _, q := range other.authReqs {
+		if q.Get("client_id") == "pre" {
+			t.Error("pre-registered client_id shown to another server")
+		}
+	}
+}
+
+func TestClientMetadataDocument(t *testing.T) {
+	as := newAS(t, func(a *testAS) { a.cimd = true })
+	rs := newRS(t, as, nil)
+	const doc = "https://client.example/oauth/metadata.json"
+	f := mustFlow(t, Config{Interaction: &consent{}, ClientMetadataURL: doc})
+	expectOK(t, f, rs.url())
+	if len(as.regs) != 0 || as.authReqs[0].Get("client_id") != doc || as.tokenReqs[0].form.Get("client_id") != doc {
+		t.Errorf("registrations %d, client_id %q", len(as.regs), as.authReqs[0].Get("client_id"))
+	}
+	// Without support, it registers.
+	as2 := newAS(t, nil)
+	rs2 := newRS(t, as2, nil)
+	expectOK(t, f, rs2.url())
+	if len(as2.regs) != 1 {
+		t.Errorf("no registration without client ID metadata document support")
+	}
+	if _, err := New(Config{Interaction: &consent{}, ClientMetadataURL: "http://client.example/x"}); err == nil {
+		t.Error("accepted a non-https client metadata URL")
+	}
+}
+
+func TestTokenEndpointAuthMethods(t *testing.T) {
+	for _, m := range []string{AuthClientSecretBasic, AuthClientSecretPost, AuthNone} {
+		t.Run(m, func(t *testing.T) {
+			as := newAS(t, func(a *testAS) { a.methods = []string{m} })
+			rs := newRS(t, as, nil)
+			f := mustFlow(t, Config{Interaction: &consent{}})
+			expectOK(t, f, rs.url())
+			if got := as.regs[0]["token_endpoint_auth_method"]; got != m {
+				t.Errorf("registered %v", got)
+			}
+			tr := as.tokenReqs[0]
+			basic := strings.HasPrefix(tr.auth, "Basic ")
+			post := tr.form.Get("client_secret") != ""
+			if basic != (m == AuthClientSecretBasic) || post != (m == AuthClientSecretPost) {
+				t.Errorf("basic=%v post=%v for %s", basic, post, m)
+			}
+		})
+	}
+}
+
+func TestRedirectURIChangeReregisters(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, nil)
+	store := newMemStore()
+	expectOK(t, mustFlow(t, Config{Interaction: &consent{}, Store: store}), rs.url())
+	_ = store.Delete(testCtx(t), keySession+rs.url())
+	expectOK(t, mustFlow(t, Config{Interaction: &consent{redirect: "http://127.0.0.1:9999/other"}, Store: store}), rs.url())
+	if len(as.regs) != 2 {
+		t.Errorf("%d registrations, want 2", len(as.regs))
+	}
+}
+
+func TestConcurrentRequestsAuthorizeOnce(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, nil)
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			st, err := do(testCtx(t), f, http.MethodGet, rs.url())
+			if err == nil && st != 200 {
+				err = errors.New(http.StatusText(st))
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if ui.count() != 1 {
+		t.Errorf("%d authorizations, want 1", ui.count())
+	}
+}
+
+func TestForgetAndToken(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, nil)
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui})
+	ctx := testCtx(t)
+	if _, ok, err := f.Token(ctx, rs.url()); ok || err != nil {
+		t.Fatalf("a token before any request: %v %v", ok, err)
+	}
+	expectOK(t, f, rs.url())
+	tok, ok, err := f.Token(ctx, rs.url())
+	if !ok || err != nil || tok.AccessToken == "" {
+		t.Fatalf("no token after authorization: %v", err)
+	}
+	if err := f.Forget(ctx, rs.url()); err != nil {
+		t.Fatal(err)
+	}
+	expectOK(t, f, rs.url())
+	if ui.count() != 2 {
+		t.Errorf("%d authorizations after Forget, want 2", ui.count())
+	}
+}
