@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -247,6 +248,9 @@ func (f *Flow) discoverServer(ctx context.Context, issuer string) (*ServerMetada
 			errs = append(errs, fmt.Errorf("%w: %s has issuer %q, want %q", ErrIssuerMismatch, mu, md.Issuer, issuer))
 			continue
 		}
+		if err := f.checkEndpoints(&md); err != nil {
+			return nil, err
+		}
 		f.log.Debug("oauth: authorization server metadata", "url", mu, "issuer", md.Issuer)
 		f.cacheServer(issuer, &md)
 		return &md, nil
@@ -255,6 +259,40 @@ func (f *Flow) discoverServer(ctx context.Context, issuer string) (*ServerMetada
 		return nil, e
 	}
 	return nil, fmt.Errorf("%w for %s: %w", ErrNoServerMetadata, issuer, errors.Join(errs...))
+}
+
+// ErrInsecureEndpoint: an authorization server endpoint is neither
+// HTTPS nor on a loopback address (see Config.AllowHTTP).
+var ErrInsecureEndpoint = errors.New("oauth: authorization server endpoint is not HTTPS")
+
+// checkEndpoints refuses endpoints that are not absolute HTTPS URLs
+// (HTTP only on loopback, unless Config.AllowHTTP).
+func (f *Flow) checkEndpoints(md *ServerMetadata) error {
+	for _, e := range []string{md.Issuer, md.AuthorizationEndpoint, md.TokenEndpoint, md.RegistrationEndpoint} {
+		if e == "" {
+			continue
+		}
+		u, err := url.Parse(e)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("oauth: authorization server endpoint %q is not an absolute URL", e)
+		}
+		switch {
+		case u.Scheme == "https":
+		case u.Scheme == "http" && (f.cfg.AllowHTTP || isLoopback(u.Hostname())):
+		default:
+			return fmt.Errorf("%w: %s", ErrInsecureEndpoint, e)
+		}
+	}
+	return nil
+}
+
+// isLoopback reports whether host is localhost or a loopback address.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func firstIs(errs []error, target error) error {

@@ -88,6 +88,11 @@ type Config struct {
 	DPoP    bool
 	DPoPKey crypto.Signer
 
+	// AllowHTTP lets authorization servers be reached over plain HTTP
+	// anywhere; without it only HTTPS, or HTTP on a loopback address,
+	// is accepted (OAuth 2.1 §1.5).
+	AllowHTTP bool
+
 	// MaxStepUps bounds the re-authorizations for more scope
 	// (403 insufficient_scope) the flow makes for one server. Default 3.
 	MaxStepUps int
@@ -101,7 +106,9 @@ type Config struct {
 // discovering their authorization servers, identifying itself, and
 // obtaining, refreshing or stepping up tokens. One Flow may serve
 // clients of several servers: it keeps a token per server and a client
-// identity per authorization server. It is safe for concurrent use.
+// identity per authorization server. It is safe for concurrent use;
+// while it obtains a token for a server (the user may take minutes),
+// other requests to that server wait for it, or for their context.
 type Flow struct {
 	cfg     Config
 	hc      *http.Client // metadata
@@ -168,7 +175,6 @@ func New(cfg Config) (*Flow, error) {
 	f.tokenHC = &http.Client{
 		Transport:     tokenTransport{base: base},
 		Timeout:       f.hc.Timeout,
-		Jar:           f.hc.Jar,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	if f.log == nil {
@@ -461,12 +467,13 @@ func (f *Flow) obtain(ctx context.Context, st *serverState, prm *ResourceMetadat
 	}
 	req := &grantRequest{st: st, prm: prm, as: as, issuer: issuer, resource: prm.Resource, scopes: scopes}
 	f.log.Debug("oauth: obtaining a token", "server", st.key, "issuer", issuer, "resource", prm.Resource, "scopes", scopes)
-	tok, _, err := g.obtain(ctx, f, req)
+	tok, c, err := g.obtain(ctx, f, req)
 	if err != nil {
 		return err
 	}
 	s := &session{
 		Issuer:       issuer,
+		ClientID:     c.ClientID,
 		Resource:     prm.Resource,
 		Requested:    scopes,
 		Granted:      scopeList(tok.Scope),
@@ -499,6 +506,14 @@ func (f *Flow) refresh(ctx context.Context, st *serverState) error {
 	if err != nil {
 		return err
 	}
+	if c.ClientID != s.ClientID {
+		// The token came to another client (a registration since lost):
+		// its refresh token is of no use to this one.
+		ns := *s
+		ns.RefreshToken = ""
+		f.set(ctx, st, &ns)
+		return errors.New("oauth: the client that obtained the token is gone")
+	}
 	tok, err := f.refreshToken(ctx, st, as, c, s)
 	if err != nil {
 		f.log.Info("oauth: refresh failed", "server", st.key, "issuer", s.Issuer, "err", err)
@@ -513,6 +528,7 @@ func (f *Flow) refresh(ctx context.Context, st *serverState) error {
 	}
 	ns := &session{
 		Issuer:       s.Issuer,
+		ClientID:     s.ClientID,
 		Resource:     s.Resource,
 		Requested:    s.Requested,
 		Granted:      s.Granted,

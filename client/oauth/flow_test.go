@@ -568,3 +568,25 @@ func TestForgetAndToken(t *testing.T) {
 		t.Errorf("%d authorizations after Forget, want 2", ui.count())
 	}
 }
+
+func TestInsecureEndpointsRefused(t *testing.T) {
+	f := mustFlow(t, Config{Interaction: &consent{}})
+	for _, tt := range []struct {
+		md ServerMetadata
+		ok bool
+	}{
+		{ServerMetadata{Issuer: "https://as.example", TokenEndpoint: "https://as.example/token"}, true},
+		{ServerMetadata{Issuer: "http://127.0.0.1:8080", TokenEndpoint: "http://localhost:8080/token"}, true},
+		{ServerMetadata{Issuer: "https://as.example", TokenEndpoint: "http://as.example/token"}, false},
+		{ServerMetadata{Issuer: "https://as.example", AuthorizationEndpoint: "javascript:alert(1)"}, false},
+		{ServerMetadata{Issuer: "https://as.example", RegistrationEndpoint: "/register"}, false},
+	} {
+		if err := f.checkEndpoints(&tt.md); (err == nil) != tt.ok {
+			t.Errorf("%+v: err %v", tt.md, err)
+		}
+	}
+	lax := mustFlow(t, Config{Interaction: &consent{}, AllowHTTP: true})
+	if err := lax.checkEndpoints(&ServerMetadata{Issuer: "http://as.example"}); err != nil {
+		t.Errorf("AllowHTTP: %v", err)
+	}
+}

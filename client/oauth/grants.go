@@ -14,7 +14,8 @@ import (
 // [JWTBearer], [IdentityAssertion], or (the default, a nil
 // Config.Grant) the authorization code grant with PKCE.
 type Grant interface {
-	// obtain gets a token for r, returning the client it used.
+	// obtain gets a token for r, returning the client it used (never
+	// nil on success).
 	obtain(ctx context.Context, f *Flow, r *grantRequest) (*tokenResult, *clientInfo, error)
 	// refreshable reports whether the grant's tokens may come with
 	// refresh tokens worth asking for (offline_access).
@@ -218,6 +219,9 @@ func (f *Flow) jwtBearer(ctx context.Context, r *grantRequest, assertion string)
 		form.Set("scope", strings.Join(r.scopes, " "))
 	}
 	tok, err := f.postToken(ctx, r.as.TokenEndpoint, form, c, f.newCall(r.as, c, nil, r.st))
+	if c == nil {
+		c = &clientInfo{AuthMethod: AuthNone}
+	}
 	return tok, c, err
 }
 

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 
 	"github.com/go-json-experiment/json"
 )
@@ -165,11 +163,7 @@ func applicationType(redirect string) string {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "native"
 	}
-	h := u.Hostname()
-	if strings.EqualFold(h, "localhost") {
-		return "native"
-	}
-	if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
+	if isLoopback(u.Hostname()) {
 		return "native"
 	}
 	return "web"

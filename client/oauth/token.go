@@ -78,6 +78,7 @@ func clip(s string, n int) string {
 // it was obtained with. It is saved to the Store as JSON.
 type session struct {
 	Issuer       string    `json:"issuer"`
+	ClientID     string    `json:"client_id,omitempty"` // the client it was issued to
 	Resource     string    `json:"resource"`
 	Requested    []string  `json:"requested,omitempty"` // scopes asked for
 	Granted      []string  `json:"granted,omitempty"`   // scopes the server said it granted
