@@ -1,14 +1,3 @@
-// Package streamhttp serves an MCP server over the Streamable HTTP
-// transport of revision 2026-07-28, as an http.Handler.
-//
-// Every message is its own POST. A request is answered with one JSON body,
-// or — as soon as the server has something to say before the response
-// (progress, a log line, a listen's acknowledgement) — with an SSE stream
-// for that request alone. The handler is secure by default: it checks the
-// Host and Origin headers against loopback unless told otherwise (DNS
-// rebinding defence), bounds body size and JSON nesting, and validates the
-// MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-* headers
-// against the body before any handler runs.
 package streamhttp
 
 import (

@@ -1,0 +1,81 @@
+// Package streamhttp serves an MCP server over the Streamable HTTP
+// transport of revision 2026-07-28, as an http.Handler.
+//
+// Every message is its own POST. A request is answered with one JSON body,
+// or — as soon as the server has something to say before the response
+// (progress, a log line, a listen's acknowledgement) — with an SSE stream
+// for that request alone. The handler is secure by default: it checks the
+// Host and Origin headers against loopback unless told otherwise (DNS
+// rebinding defence), bounds body size and JSON nesting, and validates the
+// MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-* headers
+// against the body before any handler runs.
+//
+// # Behind a proxy
+//
+// A streamed answer is one long HTTP response, and a listen may last for
+// hours. A proxy in front of the handler must pass events on as they
+// come, leave the upstream connection open while the answer lasts, and
+// leave the request body alone once the answer has begun.
+//
+// With [net/http/httputil.ReverseProxy], run the proxy from a handler that
+// enables full duplex:
+//
+//	proxy := &httputil.ReverseProxy{
+//		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(upstream) },
+//		FlushInterval: -1,
+//	}
+//	http.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//		// HTTP/2 always is full duplex, and says so with ErrNotSupported.
+//		_ = http.NewResponseController(w).EnableFullDuplex()
+//		proxy.ServeHTTP(w, r)
+//	}))
+//
+// Without full duplex, an HTTP/1 proxy now and then cuts an answer
+// short: the client sees a 200 with no result, or a stream ended
+// mid-event, and the proxy logs "ReverseProxy read error during body
+// copy: use of closed network connection". net/http's server closes a
+// request's body once its handler starts the response; the proxy's
+// Transport, after copying the body upstream, reads it once more to check
+// its length. This handler answers as soon as it has the body, so its
+// response can reach the proxy first; that last read then fails, and the
+// Transport closes the upstream connection under the answer being copied.
+// Reading the whole request body before calling the proxy (through
+// [http.MaxBytesReader], then a bytes.Reader as r.Body) avoids it too.
+//
+// The rest of a proxy's set-up:
+//   - FlushInterval -1 passes every write on at once; ReverseProxy does so
+//     for text/event-stream in any case.
+//   - The proxy's http.Server: no WriteTimeout, or one longer than a
+//     listen is to last.
+//   - Its Transport: a ResponseHeaderTimeout, if any, longer than the
+//     slowest call that sends nothing before its result (the headers go
+//     out with the first message), and MaxIdleConnsPerHost near the number
+//     of requests in flight (http.DefaultTransport keeps 2 per host).
+//   - Host and Origin: SetURL sends the upstream's own host; a proxy that
+//     keeps the client's needs [WithAllowedHosts], and browser clients need
+//     [WithAllowedOrigins], since the Origin header passes through.
+//
+// With nginx, which reads a whole request body before it goes upstream
+// (proxy_request_buffering, on by default) and so is clear of the above:
+//
+//	upstream mcp {
+//		server 127.0.0.1:8080;
+//		keepalive 16;
+//	}
+//	location /mcp {
+//		proxy_pass http://mcp;
+//		proxy_http_version 1.1;
+//		proxy_set_header Connection "";
+//		proxy_set_header Host $host;
+//		proxy_buffering off;
+//		proxy_read_timeout 1h;
+//	}
+//
+// HTTP/1.1 with an empty Connection header keeps upstream connections
+// alive; $host is the client's Host, which [WithAllowedHosts] must name
+// unless it is loopback; proxy_buffering off passes events on as they come (the handler
+// also sends X-Accel-Buffering: no); proxy_read_timeout must be longer
+// than twice the keep-alive interval of [server.WithKeepAlive] (an idle
+// listen hears something within twice it) and than the slowest call that
+// sends nothing before its result.
+package streamhttp
