@@ -104,6 +104,10 @@ type fetched struct {
 	// (CACHE-5), however long the walk took.
 	expires time.Time
 	scope   mcp.CacheScope
+	// as is whose credentials the requests that got the answer carried. A
+	// private answer is kept under it, and not at all when it is unknown
+	// (the zero value).
+	as authContext
 	// noStore keeps the answer out of the cache.
 	noStore bool
 }
@@ -113,6 +117,19 @@ type fetched struct {
 // authorization context, so they never cross contexts. Generation
 // counters per topic make sure that a response which was already in flight
 // when a change notification arrived is stored as stale, never as fresh.
+//
+// The context of a private entry is that of the answer (fetched.as): the
+// hash of the Authorization header the HTTP request that got it actually
+// carried, as net/http reports it, whatever set it. A lookup uses the
+// context of the caller's next request (Client.lookupContext): the
+// client's Authorization header, or what its Authorizer would set now.
+// The two agree while the token does; when it changes, answers to the old
+// one are no longer found, and the next is kept under the new. When the
+// HTTP client changes or hides what it sends (a RoundTripper that adds a
+// token), a context is unknown: no private answer is stored for it, and
+// none is looked up, while public answers are cached and shared as ever.
+// One context never gets another's private entry: an entry is only ever
+// filed under credentials that were seen on the wire.
 type cache struct {
 	mu        sync.Mutex
 	entries   map[string]*cached
@@ -138,20 +155,23 @@ func newCache(max int, now func() time.Time, serveStale bool, timeout time.Durat
 
 // privateKey is where a private answer for key is stored: under the
 // authorization context it was given to, and only there.
-func privateKey(key, authCtx string) string { return key + "\x00private\x00" + authCtx }
+func privateKey(key string, as authContext) string { return key + "\x00private\x00" + string(as) }
 
 // lookupLocked finds the entry for key: a public one, or one private to
-// authCtx.
-func (c *cache) lookupLocked(key, authCtx string) *cached {
+// as. Nothing is private to an unknown context.
+func (c *cache) lookupLocked(key string, as authContext) *cached {
 	if e := c.entries[key]; e != nil {
 		return e
 	}
-	return c.entries[privateKey(key, authCtx)]
+	if as == unknownAuth {
+		return nil
+	}
+	return c.entries[privateKey(key, as)]
 }
 
 // get returns the cached value for key when fresh; otherwise it fetches
 // through fn, with concurrent misses for one key sharing one fetch.
-func (c *cache) get(ctx context.Context, key, topic, authCtx string, fn func(context.Context) (fetched, error)) (any, error) {
+func (c *cache) get(ctx context.Context, key, topic string, authCtx authContext, fn func(context.Context) (fetched, error)) (any, error) {
 	c.mu.Lock()
 	e := c.lookupLocked(key, authCtx)
 	if e != nil && e.freshness(c.now()) == Fresh {
@@ -161,12 +181,15 @@ func (c *cache) get(ctx context.Context, key, topic, authCtx string, fn func(con
 		return v, nil
 	}
 	// Concurrent misses share a flight only within one authorization
-	// context: another context's answer may be private.
-	fkey := key + "\x00" + authCtx
+	// context: another context's answer may be private. Callers of
+	// unknown contexts share none, as they may be anyone.
+	fkey := key + "\x00" + string(authCtx)
 	f := c.flights[fkey]
-	if gen := c.gens[topic]; f == nil || f.gen != gen {
+	if gen := c.gens[topic]; f == nil || f.gen != gen || authCtx == unknownAuth {
 		f = &flight{done: make(chan struct{}), gen: gen}
-		c.flights[fkey] = f
+		if authCtx != unknownAuth {
+			c.flights[fkey] = f
+		}
 		c.mu.Unlock()
 		go c.run(ctx, key, fkey, topic, authCtx, gen, f, fn)
 	} else {
@@ -183,7 +206,7 @@ func (c *cache) get(ctx context.Context, key, topic, authCtx string, fn func(con
 // cachedAs is get for answers of type T: the one place where a stored
 // answer meets its type. An entry of another type (two methods sharing a
 // key by mistake) is an error, never a panic.
-func cachedAs[T any](ctx context.Context, c *cache, key, topic, authCtx string, fn func(context.Context) (fetched, error)) (T, error) {
+func cachedAs[T any](ctx context.Context, c *cache, key, topic string, authCtx authContext, fn func(context.Context) (fetched, error)) (T, error) {
 	v, err := c.get(ctx, key, topic, authCtx, fn)
 	if err != nil {
 		var zero T
@@ -193,7 +216,7 @@ func cachedAs[T any](ctx context.Context, c *cache, key, topic, authCtx string, 
 }
 
 // peekTrustedAs is peekTrusted for answers of type T.
-func peekTrustedAs[T any](c *cache, key, authCtx string) (T, bool) {
+func peekTrustedAs[T any](c *cache, key string, authCtx authContext) (T, bool) {
 	v, ok := c.peekTrusted(key, authCtx)
 	if !ok {
 		var zero T
@@ -214,7 +237,7 @@ func as[T any](key string, v any) (T, error) {
 // run performs one shared fetch. It is detached from the first caller's
 // cancellation so that one impatient caller does not fail the others, but
 // bounded by the request timeout.
-func (c *cache) run(ctx context.Context, key, fkey, topic, authCtx string, gen uint64, f *flight, fn func(context.Context) (fetched, error)) {
+func (c *cache) run(ctx context.Context, key, fkey, topic string, authCtx authContext, gen uint64, f *flight, fn func(context.Context) (fetched, error)) {
 	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
 	if c.fetchWait > 0 { // WithTimeout(0) means no timeout, as for requests
 		fctx, cancel = context.WithTimeout(fctx, c.fetchWait)
@@ -237,7 +260,7 @@ func (c *cache) run(ctx context.Context, key, fkey, topic, authCtx string, gen u
 		return
 	}
 	if !res.noStore {
-		c.putLocked(key, topic, authCtx, res, gen, received)
+		c.putLocked(key, topic, res, gen, received)
 	}
 	f.value = res.value
 	close(f.done)
@@ -245,19 +268,24 @@ func (c *cache) run(ctx context.Context, key, fkey, topic, authCtx string, gen u
 
 // putLocked stores an answer whose fetch started at generation gen: as
 // stale when the topic was invalidated since, and not at all when a newer
-// fetch already stored its answer.
-func (c *cache) putLocked(key, topic, authCtx string, res fetched, gen uint64, received time.Time) {
-	if old := c.lookupLocked(key, authCtx); old != nil {
+// fetch already stored its answer. A private answer goes under the
+// context it was given to; one given to an unknown context only displaces
+// the entry it replaces.
+func (c *cache) putLocked(key, topic string, res fetched, gen uint64, received time.Time) {
+	if old := c.lookupLocked(key, res.as); old != nil {
 		if old.gen > gen {
 			return
 		}
 		c.removeLocked(old)
 	}
-	stale := c.gens[topic] != gen
 	k := key
 	if res.scope == mcp.ScopePrivate {
-		k = privateKey(key, authCtx)
+		if res.as == unknownAuth {
+			return
+		}
+		k = privateKey(key, res.as)
 	}
+	stale := c.gens[topic] != gen
 	expires := res.expires
 	if expires.IsZero() {
 		expires = received.Add(res.ttl)
@@ -331,7 +359,7 @@ type FreshnessInfo struct {
 	Scope mcp.CacheScope
 }
 
-func (c *cache) info(key, authCtx string) FreshnessInfo {
+func (c *cache) info(key string, authCtx authContext) FreshnessInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.lookupLocked(key, authCtx)
@@ -343,7 +371,7 @@ func (c *cache) info(key, authCtx string) FreshnessInfo {
 
 // peekTrusted returns a cached value however old, unless a change
 // notification or a broken listen has put it in doubt.
-func (c *cache) peekTrusted(key, authCtx string) (any, bool) {
+func (c *cache) peekTrusted(key string, authCtx authContext) (any, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.lookupLocked(key, authCtx); e != nil && !e.stale && !e.unknown {
