@@ -143,6 +143,8 @@ type testAuthorizer struct {
 	next  []string
 	hold  int
 	err   error // what Challenge fails with, when set
+	// slow is how long Challenge takes, like a user at the browser.
+	slow time.Duration
 
 	challenges atomic.Int32
 }
@@ -156,8 +158,15 @@ func (a *testAuthorizer) Authorize(_ context.Context, req *http.Request) error {
 	return nil
 }
 
-func (a *testAuthorizer) Challenge(_ context.Context, _ *http.Request, resp *http.Response) (bool, error) {
+func (a *testAuthorizer) Challenge(ctx context.Context, _ *http.Request, resp *http.Response) (bool, error) {
 	a.challenges.Add(1)
+	if a.slow > 0 {
+		select {
+		case <-time.After(a.slow):
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -319,6 +328,9 @@ func checkUncached(t *testing.T, fx *authFixture, c *Client, views ...view) {
 		if st := c.Freshness(mcp.MethodResourcesRead, "res://me").State; st != Missing {
 			t.Errorf("read %d: a private answer of unknown context is cached (%s)", i+1, st)
 		}
+		if n := privateEntries(c.cache); n != 0 {
+			t.Errorf("read %d: the cache holds %d private answers, want none", i+1, n)
+		}
 	}
 	for _, v := range views {
 		reads := fx.reads.Load()
@@ -404,6 +416,9 @@ func TestPrivateAnswersThroughHidingTransports(t *testing.T) {
 				if r := fx.reads.Load() - reads; r != 1 {
 					t.Errorf("read %d reached the server %d times, want once (never from the cache)", i+1, r)
 				}
+				if n := privateEntries(c.cache); n != 0 {
+					t.Errorf("read %d: the cache holds %d private answers, want none", i+1, n)
+				}
 			}
 		})
 	}
@@ -437,6 +452,19 @@ func TestTransportThatStartsAddingToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantOwn(t, view{c, "alice"})
+}
+
+// privateEntries counts the private answers in c.
+func privateEntries(c *cache) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.entries {
+		if e.scope == mcp.ScopePrivate {
+			n++
+		}
+	}
+	return n
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -622,14 +650,22 @@ func TestWatcherReauthorizesAfterListenEnds(t *testing.T) {
 	fx.setTokens(map[string]string{"new-token": "alice"})
 	fx.endListens()
 	log.waitFor(t, "the end of the listen", kindIs(Disconnected))
-	refused, _ := log.waitFor(t, "a refused listen", func(e Event) bool {
-		he, ok := errors.AsType[*HTTPError](e.Err)
-		return e.Kind == Disconnected && ok && he.Status == http.StatusUnauthorized
-	})
-	if strings.Contains(refused.Err.Error(), "old-token") {
-		t.Errorf("the refusal names the token: %v", refused.Err)
+	_, between := log.waitFor(t, "connected again", kindIs(Connected))
+	// Each refusal the Authorizer could not answer yet ended a listen
+	// attempt, retried with backoff; the one it answered was sent again
+	// at once, within the same attempt.
+	var refused []error
+	for _, e := range between {
+		if he, ok := errors.AsType[*HTTPError](e.Err); ok && e.Kind == Disconnected && he.Status == http.StatusUnauthorized {
+			refused = append(refused, e.Err)
+			if strings.Contains(e.Err.Error(), "old-token") {
+				t.Errorf("the refusal names the token: %v", e.Err)
+			}
+		}
 	}
-	log.waitFor(t, "connected again", kindIs(Connected))
+	if len(refused) != 2 {
+		t.Errorf("listens refused = %d (%v), want 2; events: %s", len(refused), refused, describe(between))
+	}
 	if got := a.current(); got != "new-token" {
 		t.Errorf("token = %q, want the new one", got)
 	}
@@ -648,6 +684,26 @@ func TestWatcherReauthorizesAfterListenEnds(t *testing.T) {
 	}
 	if got := toolNames(t, c); !slices.Equal(got, []string{"common", "later", "only-alice"}) {
 		t.Errorf("tools = %v", got)
+	}
+}
+
+// TestSlowChallengeDoesNotCutListen: a listen's idle clock counts the
+// server's silence, not the time the Authorizer takes to answer a
+// refusal: a listen open whose challenge outlasts the idle timeout still
+// opens.
+func TestSlowChallengeDoesNotCutListen(t *testing.T) {
+	fx := newAuthFixture(t, nil)
+	a := &testAuthorizer{token: "alice-token", next: []string{"new-token"}, slow: 300 * time.Millisecond}
+	c := fx.client(t, WithAuthorizer(a), WithListenIdleTimeout(100*time.Millisecond))
+	wantOwn(t, view{c, "alice"})
+	fx.setTokens(map[string]string{"new-token": "alice"})
+	_, log := watch(t, c, WatchOptions{Tools: true, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
+	_, before := log.waitFor(t, "connected", kindIs(Connected))
+	if len(before) != 0 {
+		t.Errorf("events before the listen opened: %s", describe(before))
+	}
+	if n := a.challenges.Load(); n != 1 {
+		t.Errorf("challenges = %d, want 1", n)
 	}
 }
 
