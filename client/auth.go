@@ -11,8 +11,9 @@ import (
 
 // An Authorizer puts credentials on the client's HTTP requests and
 // answers the server's refusals, so that a token can be obtained,
-// refreshed or widened while the client runs, rather than fixed when it
-// is made. The OAuth flow of package tidings/client/oauth is one.
+// refreshed or widened while the client runs rather than fixed when it
+// is made. The OAuth flow of package tidings/client/oauth (its Flow) is
+// one.
 //
 // The client asks it before every HTTP request it sends — calls, lists,
 // the era probe, listens, and a 2025-11-25 session's requests, stream and

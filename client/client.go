@@ -10,6 +10,14 @@
 // _meta and headers the protocol requires; tool calls that need input
 // from the user (multi round-trip requests) are answered through handler
 // hooks and retried automatically.
+//
+// An answer the server marks private is kept for the credentials that
+// got it — the Authorization header the request actually carried,
+// whether set with WithAuthorization, WithHeader, an Authorizer or a view
+// made with As — and served to nobody else; when the HTTP client's own
+// RoundTripper changes or hides the credentials sent, private answers
+// are not cached at all. An Authorizer supplies and renews credentials,
+// answering the server's 401 and 403 challenges.
 package client
 
 import (
