@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/oauth2"
@@ -529,6 +530,49 @@ func TestWhatNetHTTPTellsOfTheSentRequest(t *testing.T) {
 			t.Errorf("%s: resp.Request carries %q, want what was sent, %q", tc.name, got, tc.sent)
 		}
 	}
+}
+
+// TestFlightAnsweredUnderOtherCredentials: an anonymous view joins the
+// fetch of a client whose Authorizer has no token yet (both would send
+// no credentials), and that fetch gets a token on the server's challenge
+// and a private answer for it. The view must not be handed that answer:
+// it fetches its own.
+func TestFlightAnsweredUnderOtherCredentials(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCache(0, time.Now, false, time.Minute)
+		alice := contextOf([]string{"Bearer alice-token"})
+		get := func(out chan<- any, res fetched, release <-chan struct{}) {
+			v, err := c.get(t.Context(), "k", topicResource+"r", anonymousAuth, func(context.Context) (fetched, error) {
+				<-release
+				return res, nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			out <- v
+		}
+		release := make(chan struct{})
+		first, second := make(chan any, 1), make(chan any, 1)
+		go get(first, fetched{value: "alice's", ttl: time.Hour, scope: mcp.ScopePrivate, as: alice}, release)
+		synctest.Wait() // the first fetch is under way
+		open := make(chan struct{})
+		close(open)
+		go get(second, fetched{value: "anonymous", ttl: time.Hour, scope: mcp.ScopePrivate, as: anonymousAuth}, open)
+		synctest.Wait() // the second caller waits on the first fetch
+		close(release)
+		if v := <-first; v != "alice's" {
+			t.Errorf("the fetching caller got %v", v)
+		}
+		if v := <-second; v != "anonymous" {
+			t.Errorf("the caller that joined got %v, want its own anonymous answer", v)
+		}
+		if st := c.info("k", alice).State; st != Fresh {
+			t.Errorf("alice's answer is %s, want kept for her", st)
+		}
+		if st := c.info("k", anonymousAuth).State; st != Fresh {
+			t.Errorf("the anonymous answer is %s, want kept too", st)
+		}
+	})
 }
 
 // ---- the Authorizer's part in every request ----

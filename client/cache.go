@@ -93,6 +93,10 @@ type flight struct {
 	// arrives after an invalidation does not join an older flight: its
 	// answer may predate the change the caller is reacting to.
 	gen uint64
+	// foreign says the answer is private to another context than the one
+	// the flight was shared in: only the caller whose fetch it was may
+	// have it.
+	foreign bool
 }
 
 // fetched is what a fetch function learns from the server.
@@ -172,34 +176,43 @@ func (c *cache) lookupLocked(key string, as authContext) *cached {
 // get returns the cached value for key when fresh; otherwise it fetches
 // through fn, with concurrent misses for one key sharing one fetch.
 func (c *cache) get(ctx context.Context, key, topic string, authCtx authContext, fn func(context.Context) (fetched, error)) (any, error) {
-	c.mu.Lock()
-	e := c.lookupLocked(key, authCtx)
-	if e != nil && e.freshness(c.now()) == Fresh {
-		c.lru.MoveToFront(e.elem)
-		v := e.value
-		c.mu.Unlock()
-		return v, nil
-	}
-	// Concurrent misses share a flight only within one authorization
-	// context: another context's answer may be private. Callers of
-	// unknown contexts share none, as they may be anyone.
-	fkey := key + "\x00" + string(authCtx)
-	f := c.flights[fkey]
-	if gen := c.gens[topic]; f == nil || f.gen != gen || authCtx == unknownAuth {
-		f = &flight{done: make(chan struct{}), gen: gen}
-		if authCtx != unknownAuth {
-			c.flights[fkey] = f
+	for {
+		c.mu.Lock()
+		e := c.lookupLocked(key, authCtx)
+		if e != nil && e.freshness(c.now()) == Fresh {
+			c.lru.MoveToFront(e.elem)
+			v := e.value
+			c.mu.Unlock()
+			return v, nil
 		}
-		c.mu.Unlock()
-		go c.run(ctx, key, fkey, topic, authCtx, gen, f, fn)
-	} else {
-		c.mu.Unlock()
-	}
-	select {
-	case <-f.done:
-		return f.value, f.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		// Concurrent misses share a flight only within one authorization
+		// context: another context's answer may be private. Callers of
+		// unknown contexts share none, as they may be anyone.
+		fkey := key + "\x00" + string(authCtx)
+		f := c.flights[fkey]
+		mine := false
+		if gen := c.gens[topic]; f == nil || f.gen != gen || authCtx == unknownAuth {
+			f, mine = &flight{done: make(chan struct{}), gen: gen}, true
+			if authCtx != unknownAuth {
+				c.flights[fkey] = f
+			}
+			c.mu.Unlock()
+			go c.run(ctx, key, fkey, topic, authCtx, gen, f, fn)
+		} else {
+			c.mu.Unlock()
+		}
+		select {
+		case <-f.done:
+			if f.foreign && !mine {
+				// The fetch we joined was answered privately under other
+				// credentials than ours would be (its caller's Authorizer
+				// got a token on the way): fetch our own.
+				continue
+			}
+			return f.value, f.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 
@@ -263,6 +276,7 @@ func (c *cache) run(ctx context.Context, key, fkey, topic string, authCtx authCo
 		c.putLocked(key, topic, res, gen, received)
 	}
 	f.value = res.value
+	f.foreign = res.scope == mcp.ScopePrivate && res.as != authCtx
 	close(f.done)
 }
 
