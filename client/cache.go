@@ -133,7 +133,8 @@ type fetched struct {
 // token), a context is unknown: no private answer is stored for it, and
 // none is looked up, while public answers are cached and shared as ever.
 // One context never gets another's private entry: an entry is only ever
-// filed under credentials that were seen on the wire.
+// filed under credentials that were seen on the wire, and a caller that
+// joined a fetch answered under other credentials fetches its own.
 type cache struct {
 	mu        sync.Mutex
 	entries   map[string]*cached
