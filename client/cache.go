@@ -93,6 +93,10 @@ type flight struct {
 	// arrives after an invalidation does not join an older flight: its
 	// answer may predate the change the caller is reacting to.
 	gen uint64
+	// foreign says the answer is private to another context than the one
+	// the flight was shared in: only the caller whose fetch it was may
+	// have it.
+	foreign bool
 }
 
 // fetched is what a fetch function learns from the server.
@@ -104,6 +108,10 @@ type fetched struct {
 	// (CACHE-5), however long the walk took.
 	expires time.Time
 	scope   mcp.CacheScope
+	// as is whose credentials the requests that got the answer carried. A
+	// private answer is kept under it, and not at all when it is unknown
+	// (the zero value).
+	as authContext
 	// noStore keeps the answer out of the cache.
 	noStore bool
 }
@@ -113,6 +121,20 @@ type fetched struct {
 // authorization context, so they never cross contexts. Generation
 // counters per topic make sure that a response which was already in flight
 // when a change notification arrived is stored as stale, never as fresh.
+//
+// The context of a private entry is that of the answer (fetched.as): the
+// hash of the Authorization header the HTTP request that got it actually
+// carried, as net/http reports it, whatever set it. A lookup uses the
+// context of the caller's next request (Client.lookupContext): the
+// client's Authorization header, or what its Authorizer would set now.
+// The two agree while the token does; when it changes, answers to the old
+// one are no longer found, and the next is kept under the new. When the
+// HTTP client changes or hides what it sends (a RoundTripper that adds a
+// token), a context is unknown: no private answer is stored for it, and
+// none is looked up, while public answers are cached and shared as ever.
+// One context never gets another's private entry: an entry is only ever
+// filed under credentials that were seen on the wire, and a caller that
+// joined a fetch answered under other credentials fetches its own.
 type cache struct {
 	mu        sync.Mutex
 	entries   map[string]*cached
@@ -138,52 +160,67 @@ func newCache(max int, now func() time.Time, serveStale bool, timeout time.Durat
 
 // privateKey is where a private answer for key is stored: under the
 // authorization context it was given to, and only there.
-func privateKey(key, authCtx string) string { return key + "\x00private\x00" + authCtx }
+func privateKey(key string, as authContext) string { return key + "\x00private\x00" + string(as) }
 
 // lookupLocked finds the entry for key: a public one, or one private to
-// authCtx.
-func (c *cache) lookupLocked(key, authCtx string) *cached {
+// as. Nothing is private to an unknown context.
+func (c *cache) lookupLocked(key string, as authContext) *cached {
 	if e := c.entries[key]; e != nil {
 		return e
 	}
-	return c.entries[privateKey(key, authCtx)]
+	if as == unknownAuth {
+		return nil
+	}
+	return c.entries[privateKey(key, as)]
 }
 
 // get returns the cached value for key when fresh; otherwise it fetches
 // through fn, with concurrent misses for one key sharing one fetch.
-func (c *cache) get(ctx context.Context, key, topic, authCtx string, fn func(context.Context) (fetched, error)) (any, error) {
-	c.mu.Lock()
-	e := c.lookupLocked(key, authCtx)
-	if e != nil && e.freshness(c.now()) == Fresh {
-		c.lru.MoveToFront(e.elem)
-		v := e.value
-		c.mu.Unlock()
-		return v, nil
-	}
-	// Concurrent misses share a flight only within one authorization
-	// context: another context's answer may be private.
-	fkey := key + "\x00" + authCtx
-	f := c.flights[fkey]
-	if gen := c.gens[topic]; f == nil || f.gen != gen {
-		f = &flight{done: make(chan struct{}), gen: gen}
-		c.flights[fkey] = f
-		c.mu.Unlock()
-		go c.run(ctx, key, fkey, topic, authCtx, gen, f, fn)
-	} else {
-		c.mu.Unlock()
-	}
-	select {
-	case <-f.done:
-		return f.value, f.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+func (c *cache) get(ctx context.Context, key, topic string, authCtx authContext, fn func(context.Context) (fetched, error)) (any, error) {
+	for {
+		c.mu.Lock()
+		e := c.lookupLocked(key, authCtx)
+		if e != nil && e.freshness(c.now()) == Fresh {
+			c.lru.MoveToFront(e.elem)
+			v := e.value
+			c.mu.Unlock()
+			return v, nil
+		}
+		// Concurrent misses share a flight only within one authorization
+		// context: another context's answer may be private. Callers of
+		// unknown contexts share none, as they may be anyone.
+		fkey := key + "\x00" + string(authCtx)
+		f := c.flights[fkey]
+		mine := false
+		if gen := c.gens[topic]; f == nil || f.gen != gen || authCtx == unknownAuth {
+			f, mine = &flight{done: make(chan struct{}), gen: gen}, true
+			if authCtx != unknownAuth {
+				c.flights[fkey] = f
+			}
+			c.mu.Unlock()
+			go c.run(ctx, key, fkey, topic, authCtx, gen, f, fn)
+		} else {
+			c.mu.Unlock()
+		}
+		select {
+		case <-f.done:
+			if f.foreign && !mine {
+				// The fetch we joined was answered privately under other
+				// credentials than ours would be (its caller's Authorizer
+				// got a token on the way): fetch our own.
+				continue
+			}
+			return f.value, f.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 
 // cachedAs is get for answers of type T: the one place where a stored
 // answer meets its type. An entry of another type (two methods sharing a
 // key by mistake) is an error, never a panic.
-func cachedAs[T any](ctx context.Context, c *cache, key, topic, authCtx string, fn func(context.Context) (fetched, error)) (T, error) {
+func cachedAs[T any](ctx context.Context, c *cache, key, topic string, authCtx authContext, fn func(context.Context) (fetched, error)) (T, error) {
 	v, err := c.get(ctx, key, topic, authCtx, fn)
 	if err != nil {
 		var zero T
@@ -193,7 +230,7 @@ func cachedAs[T any](ctx context.Context, c *cache, key, topic, authCtx string, 
 }
 
 // peekTrustedAs is peekTrusted for answers of type T.
-func peekTrustedAs[T any](c *cache, key, authCtx string) (T, bool) {
+func peekTrustedAs[T any](c *cache, key string, authCtx authContext) (T, bool) {
 	v, ok := c.peekTrusted(key, authCtx)
 	if !ok {
 		var zero T
@@ -214,7 +251,7 @@ func as[T any](key string, v any) (T, error) {
 // run performs one shared fetch. It is detached from the first caller's
 // cancellation so that one impatient caller does not fail the others, but
 // bounded by the request timeout.
-func (c *cache) run(ctx context.Context, key, fkey, topic, authCtx string, gen uint64, f *flight, fn func(context.Context) (fetched, error)) {
+func (c *cache) run(ctx context.Context, key, fkey, topic string, authCtx authContext, gen uint64, f *flight, fn func(context.Context) (fetched, error)) {
 	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
 	if c.fetchWait > 0 { // WithTimeout(0) means no timeout, as for requests
 		fctx, cancel = context.WithTimeout(fctx, c.fetchWait)
@@ -237,27 +274,33 @@ func (c *cache) run(ctx context.Context, key, fkey, topic, authCtx string, gen u
 		return
 	}
 	if !res.noStore {
-		c.putLocked(key, topic, authCtx, res, gen, received)
+		c.putLocked(key, topic, res, gen, received)
 	}
 	f.value = res.value
+	f.foreign = res.scope == mcp.ScopePrivate && res.as != authCtx
 	close(f.done)
 }
 
 // putLocked stores an answer whose fetch started at generation gen: as
 // stale when the topic was invalidated since, and not at all when a newer
-// fetch already stored its answer.
-func (c *cache) putLocked(key, topic, authCtx string, res fetched, gen uint64, received time.Time) {
-	if old := c.lookupLocked(key, authCtx); old != nil {
+// fetch already stored its answer. A private answer goes under the
+// context it was given to; one given to an unknown context only displaces
+// the entry it replaces.
+func (c *cache) putLocked(key, topic string, res fetched, gen uint64, received time.Time) {
+	if old := c.lookupLocked(key, res.as); old != nil {
 		if old.gen > gen {
 			return
 		}
 		c.removeLocked(old)
 	}
-	stale := c.gens[topic] != gen
 	k := key
 	if res.scope == mcp.ScopePrivate {
-		k = privateKey(key, authCtx)
+		if res.as == unknownAuth {
+			return
+		}
+		k = privateKey(key, res.as)
 	}
+	stale := c.gens[topic] != gen
 	expires := res.expires
 	if expires.IsZero() {
 		expires = received.Add(res.ttl)
@@ -331,7 +374,7 @@ type FreshnessInfo struct {
 	Scope mcp.CacheScope
 }
 
-func (c *cache) info(key, authCtx string) FreshnessInfo {
+func (c *cache) info(key string, authCtx authContext) FreshnessInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.lookupLocked(key, authCtx)
@@ -343,7 +386,7 @@ func (c *cache) info(key, authCtx string) FreshnessInfo {
 
 // peekTrusted returns a cached value however old, unless a change
 // notification or a broken listen has put it in doubt.
-func (c *cache) peekTrusted(key, authCtx string) (any, bool) {
+func (c *cache) peekTrusted(key string, authCtx authContext) (any, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.lookupLocked(key, authCtx); e != nil && !e.stale && !e.unknown {

@@ -167,7 +167,7 @@ func (c *Client) paramHeaders(ctx context.Context, name string, args jsontext.Va
 	// it in doubt (a notification, a refused call, a broken listen): a
 	// call should not cost a list walk each time a TTL runs out. A tool
 	// the list does not know sends the client to the server for the list.
-	tl, _ := peekTrustedAs[*toolList](c.cache, mcp.MethodToolsList, c.cfg.authCtx)
+	tl, _ := peekTrustedAs[*toolList](c.cache, mcp.MethodToolsList, c.lookupContext(ctx))
 	if _, known := tl.lookup(name); !known {
 		var err error
 		if tl, err = c.toolList(ctx); err != nil {
@@ -211,10 +211,11 @@ func (c *Client) GetPrompt(ctx context.Context, name string, args map[string]str
 // notifications/resources/updated for the URI makes the cached answer
 // stale at once.
 func (c *Client) ReadResource(ctx context.Context, uri string) (*mcp.ReadResourceResult, error) {
-	return cachedAs[*mcp.ReadResourceResult](ctx, c.cache, readKey(uri), topicResource+uri, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
+	return cachedAs[*mcp.ReadResourceResult](ctx, c.cache, readKey(uri), topicResource+uri, c.lookupContext(ctx), func(ctx context.Context) (fetched, error) {
 		// A read that needed input was answered to a request carrying
 		// inputResponses, and such answers are never cached.
-		res, rounds, err := c.withInput(ctx, mcp.MethodResourcesRead, map[string]any{"uri": uri}, callOpts{name: &uri})
+		var who authRecord
+		res, rounds, err := c.withInput(ctx, mcp.MethodResourcesRead, map[string]any{"uri": uri}, callOpts{name: &uri, auth: &who})
 		if err != nil {
 			return fetched{}, err
 		}
@@ -223,7 +224,7 @@ func (c *Client) ReadResource(ctx context.Context, uri string) (*mcp.ReadResourc
 			return fetched{}, fmt.Errorf("client: read %q: %w", uri, err)
 		}
 		ttl, scope := c.hints(topicResource+uri, res)
-		return fetched{value: &out, ttl: ttl, scope: scope, noStore: rounds > 0}, nil
+		return fetched{value: &out, ttl: ttl, scope: scope, noStore: rounds > 0, as: who.context()}, nil
 	})
 }
 

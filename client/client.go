@@ -10,6 +10,14 @@
 // _meta and headers the protocol requires; tool calls that need input
 // from the user (multi round-trip requests) are answered through handler
 // hooks and retried automatically.
+//
+// An answer the server marks private is kept for the credentials that
+// got it — the Authorization header the request actually carried,
+// whether set with WithAuthorization, WithHeader, an Authorizer or a view
+// made with As — and served to nobody else; when the HTTP client's own
+// RoundTripper changes or hides the credentials sent, private answers
+// are not cached at all. An Authorizer supplies and renews credentials,
+// answering the server's 401 and 403 challenges.
 package client
 
 import (
@@ -52,7 +60,7 @@ type config struct {
 	listenIdle time.Duration
 	cacheSize  int
 	serveStale bool
-	authCtx    string
+	authorizer Authorizer
 	header     http.Header
 	hc         *http.Client
 	logger     *slog.Logger
@@ -103,20 +111,23 @@ func WithListenIdleTimeout(d time.Duration) Option { return func(c *config) { c.
 // fails, instead of the error.
 func WithServeStale() Option { return func(c *config) { c.serveStale = true } }
 
-// WithAuthorization sends an Authorization header on every HTTP request
-// and keys private cache entries by it, so they are never served under
-// another token.
+// WithAuthorization sends value as the Authorization header of every
+// HTTP request: a fixed credential, such as "Bearer " and a long-lived
+// token. For tokens that expire or must be obtained first, use
+// WithAuthorizer.
 func WithAuthorization(value string) Option {
-	return func(c *config) {
-		c.header.Set("Authorization", value)
-		c.authCtx = value
-	}
+	return func(c *config) { c.header.Set("Authorization", value) }
 }
 
-// WithHeader adds a header to every HTTP request.
+// WithHeader adds a header to every HTTP request. An Authorization header
+// given this way counts as the client's credentials, as with
+// WithAuthorization.
 func WithHeader(name, value string) Option { return func(c *config) { c.header.Add(name, value) } }
 
-// WithHTTPClient sets the HTTP client used for requests.
+// WithHTTPClient sets the HTTP client used for requests. Its Transport
+// may add credentials of its own (oauth2.Transport does); the client
+// then cannot tell in advance whose answers it will get, and caches
+// none of those the server marks private.
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.hc = hc } }
 
 // WithLogger sets where the client logs warnings (dropped invalid tools,
@@ -192,19 +203,31 @@ func newClient(t transport, cfg config, life *lifetime) *Client {
 }
 
 // As returns a view of the client that speaks for another authorization
-// context: it sends authorization as the Authorization header and shares
-// the connection and the cache, where public answers are reused across
-// contexts and private ones never are. Gateways serving many users over
-// one upstream use it. Closing any view closes the connection.
+// context: it sends authorization as the Authorization header (none when
+// it is empty: an anonymous view) instead of the client's credentials,
+// and without its Authorizer. It shares the connection and the cache,
+// where public answers are reused across contexts and private ones are
+// not. Gateways serving many users over one upstream use it. Closing any
+// view closes the connection.
+//
+// A private answer is kept under the Authorization header the request
+// that got it actually carried, however it was set (WithAuthorization,
+// WithHeader, an Authorizer, As), and served only to a view whose next
+// request would carry the same one. Over stdio nothing is sent: the
+// connection is the caller, and its views share its answers.
 func (c *Client) As(authorization string) *Client {
 	cfg := c.cfg
 	cfg.header = c.cfg.header.Clone()
-	cfg.header.Set("Authorization", authorization)
-	cfg.authCtx = authorization
+	cfg.header.Del("Authorization")
+	if authorization != "" {
+		cfg.header.Set("Authorization", authorization)
+	}
+	cfg.authorizer = nil
 	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, era: c.era, life: c.life, version: c.currentVersion(), shared: c}
 	if ht, ok := c.t.(*httpTransport); ok {
 		cp := *ht
 		cp.header = cfg.header
+		cp.auth = nil
 		v.t = &cp
 	} else {
 		v.t = c.t
@@ -212,11 +235,28 @@ func (c *Client) As(authorization string) *Client {
 	return v
 }
 
+// lookupContext returns the authorization context the client's next
+// request would carry: private answers kept under it are its own.
+func (c *Client) lookupContext(ctx context.Context) authContext {
+	if ht, ok := c.t.(*httpTransport); ok {
+		return ht.wouldSend(ctx)
+	}
+	return anonymousAuth
+}
+
+// answeredAs returns whose answer the response to r is (see authContext).
+func (c *Client) answeredAs(r *outbound) authContext {
+	if _, overHTTP := c.t.(*httpTransport); overHTTP {
+		return r.authOut
+	}
+	return anonymousAuth // nothing travels with the request: the connection is the caller
+}
+
 // NewHTTP returns a client for the Streamable HTTP endpoint at url. It
 // does no I/O until the first call.
 func NewHTTP(url string, opts ...Option) *Client {
 	cfg := newConfig(opts)
-	return newClient(&httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg}, cfg, newLifetime())
+	return newClient(newHTTPTransport(url, cfg), cfg, newLifetime())
 }
 
 // NewCommand starts a stdio server as a subprocess and returns a client for
@@ -310,6 +350,9 @@ type callOpts struct {
 	// httpStatus, when set, receives the HTTP status of the response (0
 	// on stdio, or when none came): the era probe needs it.
 	httpStatus *int
+	// auth, when set, records whose credentials the request carried, for
+	// the cache to file the answer under.
+	auth *authRecord
 }
 
 // deliverProgress hands a notifications/progress to fn.
@@ -431,6 +474,9 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		}
 		if err != nil {
 			return nil, err
+		}
+		if o.auth != nil {
+			o.auth.add(c.answeredAs(req))
 		}
 		if resp.Method == mcp.NotifyCancelled {
 			return nil, errServerEnded
@@ -559,8 +605,9 @@ func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
 	if r := d.discovered(); r != nil {
 		return r, nil
 	}
-	return cachedAs[*DiscoverResult](ctx, c.cache, mcp.MethodDiscover, topicDiscover, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
-		res, err := c.do(ctx, mcp.MethodDiscover, nil, callOpts{})
+	return cachedAs[*DiscoverResult](ctx, c.cache, mcp.MethodDiscover, topicDiscover, c.lookupContext(ctx), func(ctx context.Context) (fetched, error) {
+		var who authRecord
+		res, err := c.do(ctx, mcp.MethodDiscover, nil, callOpts{auth: &who})
 		if err != nil {
 			return fetched{}, err
 		}
@@ -576,6 +623,6 @@ func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
 		_ = json.Unmarshal(res, &meta)
 		d.ServerInfo = meta.Meta.Info
 		ttl, scope := cacheHints(res)
-		return fetched{value: &d, ttl: ttl, scope: scope}, nil
+		return fetched{value: &d, ttl: ttl, scope: scope, as: who.context()}, nil
 	})
 }

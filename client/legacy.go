@@ -314,6 +314,9 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 		if err != nil {
 			return nil, err
 		}
+		if o.auth != nil {
+			o.auth.add(c.answeredAs(req))
+		}
 		if resp.Error != nil {
 			return nil, resp.Error
 		}
@@ -366,9 +369,9 @@ func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 // to the server.
 func (ls *legacySession) hints(_ *Client, topic string, _ jsontext.Value) (time.Duration, mcp.CacheScope) {
 	// Private: nothing tells whether the answer depends on who asked, and
-	// views made with As share the cache under other authorizations. The
-	// key of a private entry holds the authorization, so a client of one
-	// user loses nothing.
+	// views made with As share the cache under other authorizations. A
+	// private entry is kept under the credentials its request carried, so
+	// a client of one user loses nothing.
 	if ls.shared != nil {
 		if live := ls.shared.live.Load(); live != nil && (*live)[topic] {
 			return legacyLiveTTL, mcp.ScopePrivate

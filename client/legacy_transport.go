@@ -123,22 +123,17 @@ func (s sessionTransport) getStream(ctx context.Context, t *httpTransport, idle 
 }
 
 func (s sessionTransport) get(ctx context.Context, t *httpTransport, onOpen func(), onMsg func(*jsonrpc.Message)) error {
-	req, err := t.newRequest(ctx, http.MethodGet, nil)
+	rep, err := t.do(ctx, exchange{method: http.MethodGet, what: "GET stream", header: func(h http.Header) {
+		h.Set("Accept", "text/event-stream")
+		h.Set(mcp.HeaderSessionID, s.ls.id)
+		if s.ls.version != "" {
+			h.Set(mcp.HeaderProtocolVersion, s.ls.version)
+		}
+	}})
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(mcp.HeaderSessionID, s.ls.id)
-	if s.ls.version != "" {
-		req.Header.Set(mcp.HeaderProtocolVersion, s.ls.version)
-	}
-	resp, err := t.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w (GET stream: %v)", ErrDropped, err)
-	}
+	resp := rep.Response
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
@@ -172,14 +167,12 @@ func (s sessionTransport) end(ctx context.Context) {
 	if !ok || s.ls.id == "" {
 		return
 	}
-	req, err := t.newRequest(ctx, http.MethodDelete, nil)
-	if err != nil {
-		return
-	}
-	req.Header.Set(mcp.HeaderSessionID, s.ls.id)
-	req.Header.Set(mcp.HeaderProtocolVersion, s.ls.version)
-	if resp, err := t.hc.Do(req); err == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
+	rep, err := t.do(ctx, exchange{method: http.MethodDelete, what: "session end", header: func(h http.Header) {
+		h.Set(mcp.HeaderSessionID, s.ls.id)
+		h.Set(mcp.HeaderProtocolVersion, s.ls.version)
+	}})
+	if err == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(rep.Body, 4096))
+		rep.Body.Close()
 	}
 }

@@ -25,8 +25,8 @@ func TestSessionTransportDecorates(t *testing.T) {
 		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Session not found"}}`)
 	}))
 	t.Cleanup(func() { closeServer(ts) })
-	base := &httpTransport{url: ts.URL, hc: ts.Client(), header: http.Header{}, maxMsg: defaultMaxMsg}
-	c := newClient(base, newConfig([]Option{WithLogger(quietLogger())}), newLifetime())
+	cfg := newConfig([]Option{WithLogger(quietLogger()), WithHTTPClient(ts.Client())})
+	c := newClient(newHTTPTransport(ts.URL, cfg), cfg, newLifetime())
 	t.Cleanup(func() { _ = c.Close() })
 	req := func() *outbound {
 		return &outbound{id: jsonrpc.IntID(1), method: mcp.MethodToolsList, body: []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)}

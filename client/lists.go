@@ -27,8 +27,9 @@ const walkRetries = 4
 // walk, or a cursor is refused, the walk starts over. The snapshot
 // expires at the earliest receipt time plus TTL over its pages (CACHE-5),
 // not at the end of the walk plus the smallest TTL, and its scope is the
-// strictest page scope.
-func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]jsontext.Value, time.Time, mcp.CacheScope, error) {
+// strictest page scope. Whose credentials each page's request carried
+// goes to who.
+func (c *Client) listAll(ctx context.Context, method, field, topic string, who *authRecord) ([]jsontext.Value, time.Time, mcp.CacheScope, error) {
 	var lastErr error
 	for attempt := 0; attempt < walkRetries; attempt++ {
 		gen := c.cache.gen(topic)
@@ -45,7 +46,7 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string) ([]js
 			if cursor != nil {
 				params["cursor"] = *cursor
 			}
-			res, err := c.do(ctx, method, params, callOpts{})
+			res, err := c.do(ctx, method, params, callOpts{auth: who})
 			received := c.cfg.now()
 			if err != nil {
 				var rpc *jsonrpc.Error
@@ -142,8 +143,9 @@ func (tl *toolList) lookup(name string) ([]xheader.Param, bool) {
 }
 
 func (c *Client) toolList(ctx context.Context) (*toolList, error) {
-	return cachedAs[*toolList](ctx, c.cache, mcp.MethodToolsList, topicTools, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
-		raw, expires, scope, err := c.listAll(ctx, mcp.MethodToolsList, "tools", topicTools)
+	return cachedAs[*toolList](ctx, c.cache, mcp.MethodToolsList, topicTools, c.lookupContext(ctx), func(ctx context.Context) (fetched, error) {
+		var who authRecord
+		raw, expires, scope, err := c.listAll(ctx, mcp.MethodToolsList, "tools", topicTools, &who)
 		if err != nil {
 			return fetched{}, err
 		}
@@ -158,7 +160,7 @@ func (c *Client) toolList(ctx context.Context) (*toolList, error) {
 			tl.headers[t.Name] = ps
 			tl.tools = append(tl.tools, t)
 		}
-		return fetched{value: tl, expires: expires, scope: scope}, nil
+		return fetched{value: tl, expires: expires, scope: scope, as: who.context()}, nil
 	})
 }
 
@@ -178,23 +180,27 @@ func (c *Client) ResourceTemplates(ctx context.Context) ([]mcp.ResourceTemplate,
 }
 
 func cachedList[T any](ctx context.Context, c *Client, method, field, topic string) ([]T, error) {
-	return cachedAs[[]T](ctx, c.cache, method, topic, c.cfg.authCtx, func(ctx context.Context) (fetched, error) {
-		raw, expires, scope, err := c.listAll(ctx, method, field, topic)
+	return cachedAs[[]T](ctx, c.cache, method, topic, c.lookupContext(ctx), func(ctx context.Context) (fetched, error) {
+		var who authRecord
+		raw, expires, scope, err := c.listAll(ctx, method, field, topic, &who)
 		if err != nil {
 			return fetched{}, err
 		}
-		return fetched{value: decodeItems[T](raw), expires: expires, scope: scope}, nil
+		return fetched{value: decodeItems[T](raw), expires: expires, scope: scope, as: who.context()}, nil
 	})
 }
 
 // Freshness reports how far the cached answer of a list method
 // ("tools/list", ...) or of a resource read (pass the URI with
-// method "resources/read") can be trusted right now.
+// method "resources/read") can be trusted right now, for this client: a
+// private answer given to other credentials is Missing here. With an
+// Authorizer, it is asked which credentials the next request would carry.
 func (c *Client) Freshness(method, uri string) FreshnessInfo {
+	as := c.lookupContext(context.Background())
 	if method == mcp.MethodResourcesRead {
-		return c.cache.info(readKey(uri), c.cfg.authCtx)
+		return c.cache.info(readKey(uri), as)
 	}
-	return c.cache.info(method, c.cfg.authCtx)
+	return c.cache.info(method, as)
 }
 
 func readKey(uri string) string { return mcp.MethodResourcesRead + "\x00" + uri }

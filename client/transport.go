@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"tidings/internal/sse"
@@ -23,7 +26,10 @@ var ErrDropped = errors.New("client: stream ended without a response")
 // ErrClosed is returned for requests made after Close.
 var ErrClosed = errors.New("client: closed")
 
-// HTTPError is an HTTP failure that carried no JSON-RPC response.
+// HTTPError is an HTTP failure that carried no JSON-RPC response: any
+// answer that is not one, and every 401 or 403 refusal that stands once
+// the Authorizer, if any, had its say. Body is a bounded part of the
+// response body, with the request's credentials cut out.
 type HTTPError struct {
 	Status int
 	Body   string
@@ -48,6 +54,9 @@ type outbound struct {
 	// of the response (0 and nil on stdio, or when none came).
 	statusOut int
 	headerOut http.Header
+	// authOut receives whose credentials the HTTP request that got the
+	// response carried (see authContext).
+	authOut authContext
 	// idle, for long-lived streams, cuts the stream when nothing at all
 	// (not even a keep-alive) arrives for that long.
 	idle time.Duration
@@ -74,6 +83,168 @@ type httpTransport struct {
 	hc     *http.Client
 	header http.Header
 	maxMsg int
+	// auth, when set, puts credentials on every request and answers
+	// refusals. Views made with As have none.
+	auth   Authorizer
+	logger *slog.Logger
+	// opaque is set, for the client and all its views, once the HTTP
+	// client was seen to send credentials other than the client's or to
+	// hide what it sent: from then on no request's context can be
+	// foretold, and private answers are neither cached nor looked up.
+	opaque *atomic.Bool
+}
+
+func newHTTPTransport(url string, cfg config) *httpTransport {
+	return &httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg, auth: cfg.authorizer, logger: cfg.logger, opaque: new(atomic.Bool)}
+}
+
+// maxAuthRetries bounds how often one request is sent again because the
+// Authorizer answered a refusal with new credentials.
+const maxAuthRetries = 3
+
+// exchange is one HTTP request the client sends.
+type exchange struct {
+	method string // the HTTP method
+	what   string // what the request is, for errors and logs
+	body   []byte // nil for none
+	// header sets the request's own header fields, over the client's.
+	header func(http.Header)
+}
+
+// reply is the answer to an exchange. Its body is the caller's to close.
+type reply struct {
+	*http.Response
+	// as is whose credentials the request that got the answer carried.
+	as authContext
+	// creds are the Authorization values the client sent, kept out of
+	// errors.
+	creds []string
+}
+
+// httpError reports a response that carried no JSON-RPC answer, with a
+// bounded part of its body and no credential of the request.
+func (r *reply) httpError(body []byte) *HTTPError {
+	return &HTTPError{Status: r.StatusCode, Body: snippet([]byte(redact(string(body), r.creds)))}
+}
+
+// do is the one way the client's HTTP requests go out: it builds the
+// request (the client's headers, the exchange's, then the Authorizer's
+// credentials) and sends it. A 401 or 403 goes to the Authorizer, and
+// when it has new credentials the request is built afresh and sent
+// again, at most maxAuthRetries times; a refusal that stands is returned
+// as an *HTTPError.
+func (t *httpTransport) do(ctx context.Context, x exchange) (*reply, error) {
+	for retry := 0; ; retry++ {
+		req, creds, err := t.prepare(ctx, x)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := t.hc.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("client: %s: %w", x.what, err)
+		}
+		r := &reply{Response: resp, creds: creds}
+		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+			r.as = t.answeredAs(req, resp, creds)
+			return r, nil
+		}
+		// Free the connection before the Authorizer, which may take long;
+		// it gets the part of the body worth reading.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		if t.auth == nil || retry == maxAuthRetries {
+			t.logger.Debug("mcp: the server refused the request", "request", x.what, "status", resp.StatusCode, "retries", retry)
+			return nil, r.httpError(body)
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		resume := holdIdle(ctx)
+		again, err := t.auth.Challenge(ctx, req, resp)
+		resume()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("client: %s: answering the server's HTTP %d: %w", x.what, resp.StatusCode, err)
+		}
+		if !again {
+			t.logger.Debug("mcp: the server refused the request; no other credentials", "request", x.what, "status", resp.StatusCode)
+			return nil, r.httpError(body)
+		}
+		t.logger.Debug("mcp: the server refused the request; sending it again with new credentials", "request", x.what, "status", resp.StatusCode, "retry", retry+1)
+	}
+}
+
+// prepare builds one try of an exchange and returns it with the
+// Authorization values it carries.
+func (t *httpTransport) prepare(ctx context.Context, x exchange) (*http.Request, []string, error) {
+	var body io.Reader
+	if x.body != nil {
+		body = bytes.NewReader(x.body)
+	}
+	req, err := t.newRequest(ctx, x.method, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if x.header != nil {
+		x.header(req.Header)
+	}
+	if t.auth != nil {
+		resume := holdIdle(ctx)
+		err := t.auth.Authorize(ctx, req)
+		resume()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			return nil, nil, fmt.Errorf("client: %s: authorizing the request: %w", x.what, err)
+		}
+	}
+	return req, slices.Clone(req.Header.Values("Authorization")), nil
+}
+
+// answeredAs returns the context of the answer resp to req, which the
+// client sent with Authorization values creds. net/http sets resp.Request
+// to the request its Transport sent, so a RoundTripper that wraps it with
+// a changed copy (as oauth2.Transport does) shows that copy. The context
+// is creds' when that request carried them; it is unknown when it carried
+// others, when there is none, and when a RoundTripper other than
+// net/http's hands back the client's own request, which says nothing of
+// what it sent.
+func (t *httpTransport) answeredAs(req *http.Request, resp *http.Response, creds []string) authContext {
+	wire := resp.Request
+	switch {
+	case wire == nil,
+		!plainTransport(t.hc) && sameHeader(wire.Header, req.Header),
+		!slices.Equal(wire.Header.Values("Authorization"), creds):
+		if !t.opaque.Swap(true) {
+			t.logger.Info("mcp: the HTTP client sends credentials of its own or does not tell which; answers private to a caller will not be cached")
+		}
+		return unknownAuth
+	}
+	return contextOf(creds)
+}
+
+// wouldSend returns the context the client's next request would carry,
+// for looking up private answers: the client's own Authorization header,
+// or what the Authorizer sets on a request that is never sent. It is
+// unknown when the Authorizer fails, and once the HTTP client was seen
+// to change credentials.
+func (t *httpTransport) wouldSend(ctx context.Context) authContext {
+	if t.opaque.Load() {
+		return unknownAuth
+	}
+	if t.auth == nil {
+		return contextOf(t.header.Values("Authorization"))
+	}
+	req, err := t.newRequest(ctx, http.MethodPost, nil)
+	if err != nil || t.auth.Authorize(ctx, req) != nil {
+		return unknownAuth
+	}
+	return contextOf(req.Header.Values("Authorization"))
 }
 
 // newRequest builds a request carrying the client's own headers.
@@ -139,25 +310,33 @@ func idleBody(ctx context.Context, body io.Reader) io.Reader {
 	})
 }
 
+// holdIdle stops the context's idle clock while the client itself is
+// busy (an Authorizer may send the user to a browser) and returns the
+// function that restarts it: silence is the server's only while the
+// client waits on the server.
+func holdIdle(ctx context.Context) (resume func()) {
+	it, _ := ctx.Value(idleKey{}).(*idleTimer)
+	if it == nil || !it.tm.Stop() {
+		return func() {} // no clock, or it has already run out
+	}
+	return func() { it.tm.Reset(it.d) }
+}
+
 type readFunc func([]byte) (int, error)
 
 func (f readFunc) Read(p []byte) (int, error) { return f(p) }
 
 func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
-	req, err := t.newRequest(ctx, http.MethodPost, bytes.NewReader(r.body))
+	rep, err := t.do(ctx, exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }})
 	if err != nil {
+		if he, ok := errors.AsType[*HTTPError](err); ok {
+			r.statusOut = he.Status
+		}
 		return nil, err
 	}
-	t.setHeaders(req.Header, r)
-	resp, err := t.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("client: %s: %w", r.method, err)
-	}
+	resp := rep.Response
 	defer resp.Body.Close()
-	r.statusOut, r.headerOut = resp.StatusCode, resp.Header
+	r.statusOut, r.headerOut, r.authOut = resp.StatusCode, resp.Header, rep.as
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch mt {
 	case "text/event-stream":
@@ -192,7 +371,7 @@ func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonr
 		m, err := jsonrpc.Decode(body, 0)
 		if err != nil {
 			if resp.StatusCode >= 400 {
-				return nil, &HTTPError{Status: resp.StatusCode, Body: snippet(body)}
+				return nil, rep.httpError(body)
 			}
 			return nil, fmt.Errorf("client: %s: bad response: %w", r.method, err)
 		}
@@ -202,11 +381,12 @@ func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonr
 		return m, nil
 	default:
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, &HTTPError{Status: resp.StatusCode, Body: snippet(body)}
+		return nil, rep.httpError(body)
 	}
 }
 
-func (t *httpTransport) setHeaders(h http.Header, r *outbound) {
+// setHeaders sets the header fields of a POST of r.
+func setHeaders(h http.Header, r *outbound) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json, text/event-stream")
 	if r.version != "" {
@@ -218,19 +398,14 @@ func (t *httpTransport) setHeaders(h http.Header, r *outbound) {
 }
 
 func (t *httpTransport) send(ctx context.Context, r *outbound) error {
-	req, err := t.newRequest(ctx, http.MethodPost, bytes.NewReader(r.body))
+	rep, err := t.do(ctx, exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }})
 	if err != nil {
 		return err
 	}
-	t.setHeaders(req.Header, r)
-	resp, err := t.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("client: %s: %w", r.method, err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode >= 300 {
-		return &HTTPError{Status: resp.StatusCode, Body: "message not accepted"}
+	defer rep.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(rep.Body, 64<<10))
+	if rep.StatusCode >= 300 {
+		return &HTTPError{Status: rep.StatusCode, Body: "message not accepted"}
 	}
 	return nil
 }
