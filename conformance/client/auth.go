@@ -87,8 +87,7 @@ func authScenario(scenario string) scenarioFunc {
 		if err != nil {
 			return err
 		}
-		hc := &http.Client{Transport: &authorizer{flow: flow, base: http.DefaultTransport}}
-		c := newClient(log, serverURL, client.WithHTTPClient(hc))
+		c := newClient(log, serverURL, client.WithAuthorizer(flow))
 		defer c.Close()
 		tools, err := c.Tools(ctx)
 		if err != nil {
@@ -158,49 +157,4 @@ func (redirectReader) Authorize(ctx context.Context, authURL string) (url.Values
 		return nil, errors.New("authorization redirect to another URI")
 	}
 	return u.Query(), nil
-}
-
-// authorizer runs the client's requests through the flow: credentials
-// on each, and on a 401 or 403 the flow's answer and at most three
-// retries. (The client will take the flow directly as an Authorizer.)
-type authorizer struct {
-	flow *oauth.Flow
-	base http.RoundTripper
-}
-
-func (a *authorizer) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	for attempt := 0; ; attempt++ {
-		r := req.Clone(ctx)
-		if attempt > 0 && req.Body != nil && req.Body != http.NoBody {
-			if req.GetBody == nil {
-				return nil, errors.New("request body cannot be replayed")
-			}
-			b, err := req.GetBody()
-			if err != nil {
-				return nil, err
-			}
-			r.Body = b
-		}
-		if err := a.flow.Authorize(ctx, r); err != nil {
-			return nil, err
-		}
-		resp, err := a.base.RoundTrip(r)
-		if err != nil {
-			return nil, err
-		}
-		if (resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden) || attempt == 3 {
-			return resp, nil
-		}
-		retry, err := a.flow.Challenge(ctx, r, resp)
-		if err != nil || !retry {
-			if err != nil {
-				resp.Body.Close()
-				return nil, err
-			}
-			return resp, nil
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-	}
 }
