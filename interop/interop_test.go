@@ -14,7 +14,12 @@
 //   - a client built on the SDK (node/ts-oauth-client.mjs) that authorizes
 //     itself with the SDK's OAuth support (discovery from the challenge,
 //     client credentials grant) against a tidings server that requires
-//     tokens from a real authorization server (oauth_test.go).
+//     tokens from a real authorization server (oauth_test.go);
+//   - the tidings client, with its OAuth flow, against a server built on
+//     the SDK that requires tokens (node/ts-oauth-server.mjs, behind the
+//     SDK's requireBearerAuth): discovery from the challenge and the
+//     authorization code grant with PKCE against a real authorization
+//     server whose login approves at once (oauth_test.go).
 //
 // The tests need Node 22 (TIDINGS_NODE names the binary) and the SDK
 // packages installed in node/node_modules (npm ci in interop/node). Without
@@ -52,7 +57,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // sdkPackages are the npm packages the scripts import.
-var sdkPackages = []string{"@modelcontextprotocol/server", "@modelcontextprotocol/node", "@modelcontextprotocol/client"}
+var sdkPackages = []string{"@modelcontextprotocol/server", "@modelcontextprotocol/node", "@modelcontextprotocol/client", "jose"}
 
 // nodeSetup returns the Node binary and the folder holding the scripts and
 // their node_modules, or skips (fails under TIDINGS_INTEROP=1) when either
