@@ -160,6 +160,9 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		s.templates.sees = func(p, k string) bool { return v(p, ListTemplates, k) }
 	}
 	s.tools.space, s.prompts.space, s.resources.space, s.templates.space = ListTools, ListPrompts, ListResources, ListTemplates
+	if cfg.bus != nil {
+		s.joinBus(cfg.bus)
+	}
 	return s
 }
 
