@@ -460,7 +460,10 @@ func (r *receiver) Message(msg []byte) {
 		return // our own, echoed by the broker
 	}
 	now := time.Now()
-	deliver, gap := n.track(m, now)
+	deliver, gap, first := n.track(m, now)
+	if first {
+		n.kickBeat() // a newcomer learns of us, and of our numbering, at once
+	}
 	if gap {
 		n.st.gaps.Add(1)
 		n.resync()
@@ -482,9 +485,10 @@ func (r *receiver) Message(msg []byte) {
 	}
 }
 
-// track notes m's sequence number and says whether to deliver it and
-// whether it reveals a gap.
-func (n *node) track(m message, now time.Time) (deliver, gap bool) {
+// track notes m's sequence number and says whether to deliver it,
+// whether it reveals a gap, and whether it is the first heard from its
+// origin.
+func (n *node) track(m message, now time.Time) (deliver, gap, first bool) {
 	n.rmu.Lock()
 	defer n.rmu.Unlock()
 	o, known := n.origins[m.e.Origin]
@@ -493,27 +497,27 @@ func (n *node) track(m message, now time.Time) (deliver, gap bool) {
 		// it from here.
 		n.forgetOldest()
 		n.origins[m.e.Origin] = &origin{last: m.e.Seq, heard: now}
-		return !m.beat, false
+		return !m.beat, false, true
 	}
 	o.heard = now
 	switch {
 	case m.beat:
 		if m.e.Seq > o.last {
 			o.last = m.e.Seq
-			return false, true
+			return false, true, false
 		}
-		return false, false
+		return false, false, false
 	case m.e.Seq == o.last+1:
 		o.last = m.e.Seq
-		return true, false
+		return true, false, false
 	case m.e.Seq > o.last+1:
 		o.last = m.e.Seq
-		return true, true
+		return true, true, false
 	}
 	// A repeat, or one that arrives after a later one: the gap its
 	// lateness opened was re-notified already.
 	n.st.stale.Add(1)
-	return false, false
+	return false, false, false
 }
 
 // forgetOldest makes room for one more peer. Called with rmu held.
@@ -546,7 +550,12 @@ func (r *receiver) Up() {
 	n.st.reconnects.Add(1)
 	n.log.Info("bus: connection regained; re-notifying local listeners")
 	n.resync()
-	select { // tell the peers our latest number, so they see what they missed
+	n.kickBeat() // tell the peers our latest number, so they see what they missed
+}
+
+// kickBeat has the sending loop send a heartbeat now.
+func (n *node) kickBeat() {
+	select {
 	case n.kick <- struct{}{}:
 	default:
 	}

@@ -97,7 +97,7 @@ func (c *redisConn) renew(ctx context.Context) {
 func (c *redisConn) Run(ctx context.Context, r Receiver) error {
 	// Every replica's heartbeats come back to it on its own subscription,
 	// so a subscription that stays silent for three intervals is stuck.
-	idle := 3 * c.cfg.heartbeat
+	idle := max(3*c.cfg.heartbeat, time.Second)
 	up, attempt := true, 0
 	for {
 		ps := c.pubsub()
