@@ -100,7 +100,7 @@ func (b *natsBroker) down() {
 func (b *natsBroker) url() string { return fmt.Sprintf("nats://127.0.0.1:%d/tidings.test", b.port) }
 
 func (b *natsBroker) conn(t testing.TB, opts ...bus.Option) bus.Conn { return dial(t, b.url(), opts) }
-func (*natsBroker) real() bool                                     { return true }
+func (*natsBroker) real() bool                                       { return true }
 
 // redisBroker is a redis-server process on a loopback port, persisting
 // nothing.
@@ -218,7 +218,7 @@ func (b *redisBroker) url() string {
 }
 
 func (b *redisBroker) conn(t testing.TB, opts ...bus.Option) bus.Conn { return dial(t, b.url(), opts) }
-func (*redisBroker) real() bool                                     { return true }
+func (*redisBroker) real() bool                                       { return true }
 
 func dial(t testing.TB, url string, opts []bus.Option) bus.Conn {
 	t.Helper()

@@ -231,7 +231,7 @@ type node struct {
 	lastWarn  atomic.Int64 // unix nanos of the last rate-limited warning
 	st        struct {
 		reconnects, published, dropped, received, stale, invalid, gaps, resyncs atomic.Int64
-		lag, maxLag                                                               atomic.Int64
+		lag, maxLag                                                             atomic.Int64
 	}
 }
 
