@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,7 +38,7 @@ type replica struct {
 // cluster is a few replicas of one server on one bus. The replicas share
 // the content of res://shared, as replicas serving one store would.
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	br     broker
 	reps   []*replica
 	shared atomic.Pointer[string]
@@ -53,7 +52,7 @@ type clusterOpts struct {
 // newCluster starts n replicas on br's bus and waits until each has heard
 // from every other. Heartbeats are rare unless opts say otherwise, so
 // that the messages on the bus are the tests' own.
-func newCluster(t *testing.T, br broker, n int, opts clusterOpts) *cluster {
+func newCluster(t testing.TB, br broker, n int, opts clusterOpts) *cluster {
 	t.Helper()
 	c := &cluster{t: t, br: br}
 	v := "v1"
@@ -349,15 +348,4 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		case <-tick.C:
 		}
 	}
-}
-
-// all returns every listener in ls but the skipped ones.
-func all(ls []*listener, skip ...*listener) []*listener {
-	var out []*listener
-	for _, l := range ls {
-		if !slices.Contains(skip, l) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
