@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -136,7 +137,16 @@ func startRedis(t testing.TB) *redisBroker {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(b.down)
+	t.Cleanup(func() {
+		b.down()
+		// After a run of failed dials, go-redis probes the server from a
+		// goroutine of its own, which ends within a second of its client's
+		// Close (it sleeps a second between probes).
+		waitFor(t, "go-redis's dial probes to end", func() bool {
+			buf := make([]byte, 1<<20)
+			return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*ConnPool).tryDial"))
+		})
+	})
 	return b
 }
 

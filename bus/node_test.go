@@ -94,13 +94,20 @@ func TestNewPeersAreNoGap(t *testing.T) {
 }
 
 // gated holds every Send until it is opened, like a broker connection
-// that stalls.
+// that stalls; entered is closed when the first Send starts waiting.
 type gated struct {
 	Conn
-	open chan struct{}
+	open    chan struct{}
+	entered chan struct{}
+	once    sync.Once
+}
+
+func newGated(c Conn) *gated {
+	return &gated{Conn: c, open: make(chan struct{}), entered: make(chan struct{})}
 }
 
 func (g *gated) Send(ctx context.Context, msg []byte) error {
+	g.once.Do(func() { close(g.entered) })
 	select {
 	case <-g.open:
 	case <-ctx.Done():
@@ -117,9 +124,10 @@ func TestQueueOverflow(t *testing.T) {
 	b := New(l.Conn(), quiet()...)
 	rec := &recorder{}
 	b.Handle(rec)
-	g := &gated{Conn: l.Conn(), open: make(chan struct{})}
+	g := newGated(l.Conn())
 	a := New(g, append(quiet(), WithQueue(2))...)
 	closeAll(t, a, b)
+	<-g.entered // the hello is stuck: nothing more leaves the queue
 	for range 10 {
 		a.Publish(toolsChanged) // returns at once although nothing can be sent
 	}
@@ -166,7 +174,7 @@ func TestCloseSaysGoodbye(t *testing.T) {
 	rec := &recorder{}
 	b.Handle(rec)
 	closeAll(t, b)
-	g := &gated{Conn: l.Conn(), open: make(chan struct{})}
+	g := newGated(l.Conn())
 	a := New(g, quiet()...)
 	a.Publish(toolsChanged)
 	a.Publish(toolsChanged)

@@ -45,7 +45,8 @@ func dialRedis(ctx context.Context, u *url.URL, cfg config) (*redisConn, error) 
 	}
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true
-	opt.MaxRetries = 1 // once, past a pooled connection the server closed; then the event is dropped
+	opt.MaxRetries = 1    // once, past a pooled connection the server closed; then the event is dropped
+	opt.DialerRetries = 1 // the receiving loop paces reconnects with the bus's own backoff
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := &redisConn{client: redis.NewClient(opt), channel: channel, cfg: cfg, done: make(chan struct{})}
 	c.ps = c.client.Subscribe(ctx, channel)
