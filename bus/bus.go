@@ -21,16 +21,19 @@
 // skipped or out of order, a heartbeat ahead of what it received, or its
 // own connection lost and regained, cannot know what it missed, so it
 // re-notifies: every local listener is told that everything its filter
-// covers may have changed, and clients re-read. So every change reaches
-// every listener it concerns, at once in the usual case, and at the
-// latest one heartbeat interval (or one reconnect) after the loss. An
+// covers may have changed, and clients re-read (what they read is for
+// the replicas to agree on: the bus carries news, not state). So every
+// change reaches every listener it concerns, at once in the usual case,
+// and at the latest one heartbeat interval (or one reconnect) after the
+// loss. An
 // event the bus could not send — its queue full, the broker down, the
 // event too large — still takes its number, so the others see the gap
 // and re-notify too. Local listeners never wait on the bus: local
 // delivery happens before, and apart from, sending. The one loss a peer
-// cannot see is of the messages a replica sent before that peer first
-// heard of it at all; a replica starting up announces itself before it
-// sends anything, which keeps that window to its first moments.
+// cannot see is of messages sent before it first heard of their sender
+// at all: a replica announces itself when it starts, and the others
+// answer with their latest numbers, which keeps that window to the first
+// moments of each.
 package bus
 
 import (
@@ -75,7 +78,7 @@ type Event struct {
 
 // Handler hears what the other replicas publish. Its methods are called
 // from the bus's one receiving goroutine and must be quick and must not
-// block: the server's hand events straight to its hub.
+// block: the server's hands each event straight to its hub.
 type Handler interface {
 	// Deliver hands over an event another replica published.
 	Deliver(e Event)
@@ -110,7 +113,8 @@ type Stats struct {
 	Connected bool
 	// Reconnects counts connections regained after a loss.
 	Reconnects int64
-	// Peers is how many other replicas have been heard from.
+	// Peers is how many other replicas have been heard from (those that
+	// have since restarted too, up to 4096).
 	Peers int
 	// Published counts events handed to the broker; Dropped counts those
 	// that were not (queue full, broker down, too large).
@@ -213,7 +217,7 @@ type node struct {
 	closed bool
 	queue  chan queued
 
-	kick       chan struct{} // a heartbeat now (hello, reconnect)
+	kick       chan struct{} // a heartbeat now (a newcomer heard, a reconnect)
 	stopSend   chan struct{} // closed by Close: drain and stop
 	sendCtx    context.Context
 	cancelSend context.CancelFunc

@@ -46,11 +46,16 @@ func dialNATS(ctx context.Context, u *url.URL, cfg config) (*natsConn, error) {
 	if len(u.Query()) > 0 {
 		return nil, fmt.Errorf("bus: a NATS URL takes no parameters, got %q", u.RawQuery)
 	}
-	timeout := 5 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+	// The client takes a timeout, not a context; without a deadline,
+	// dialling is bounded anyway.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 	}
-	if timeout <= 0 {
+	dl, _ := ctx.Deadline()
+	timeout := time.Until(dl)
+	if timeout <= 0 || ctx.Err() != nil {
 		return nil, fmt.Errorf("bus: dial %s: %w", u.Redacted(), context.DeadlineExceeded)
 	}
 	c := &natsConn{subject: subject, msgs: make(chan *nats.Msg, natsInbox),

@@ -59,6 +59,14 @@ func TestOpen(t *testing.T) {
 		if err := b.Close(); err != nil {
 			t.Error(err)
 		}
+		// Without a deadline, Dial bounds itself.
+		c, err := bus.Dial(context.Background(), nb.url())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
 		br.down()
 		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -49,8 +49,12 @@ func dialRedis(ctx context.Context, u *url.URL, cfg config) (*redisConn, error) 
 	opt.DialerRetries = 1 // the receiving loop paces reconnects with the bus's own backoff
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := &redisConn{client: redis.NewClient(opt), channel: channel, cfg: cfg, done: make(chan struct{})}
+	wait := 5 * time.Second // for the subscription's confirmation
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(dl), time.Millisecond)
+	}
 	c.ps = c.client.Subscribe(ctx, channel)
-	msg, err := c.ps.Receive(ctx)
+	msg, err := c.ps.ReceiveTimeout(ctx, wait)
 	if err == nil {
 		if s, ok := msg.(*redis.Subscription); !ok || s.Kind != "subscribe" {
 			err = fmt.Errorf("unexpected reply %v", msg)
