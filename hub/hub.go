@@ -72,6 +72,13 @@ type Event struct {
 	// event, under the hub's read lock, so it must be quick and must not
 	// publish.
 	Sees func(principal string) bool
+	// Keys and Space name what Sees was built from: the keys of the
+	// changed items and the publisher's name for their kind (the server
+	// uses its List). The hub does not read them. Sees is a function and
+	// cannot leave the process, so a bus carries these instead and the
+	// receiving replica builds Sees again from its own visibility rules.
+	Keys  []string
+	Space uint8
 }
 
 // Hub routes events to subscriptions. The zero value is not usable; call New.

@@ -11,8 +11,16 @@ import (
 // written that last message, or until ctx ends; closing connections right
 // after Shutdown returns cuts nothing short. New listens are refused afterwards;
 // other requests are still served, so a transport can drain in-flight
-// calls on its own schedule.
-func (s *Server) Shutdown(ctx context.Context) error {
+// calls on its own schedule. The bus of WithBus is closed last, whether
+// or not ctx ended first, so that no goroutine of it outlives the server.
+func (s *Server) Shutdown(ctx context.Context) (err error) {
+	if b := s.cfg.bus; b != nil {
+		defer func() {
+			if cerr := b.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("server: shutdown: %w", cerr)
+			}
+		}()
+	}
 	s.hub.Shutdown()
 	idle := s.writers.close()
 	for _, ch := range []<-chan struct{}{s.hub.Drained(), idle} {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"tidings/bus"
 )
 
 type config struct {
@@ -20,6 +22,7 @@ type config struct {
 	visible      func(principal string, l List, key string) bool
 	middleware   []Middleware
 	observer     StreamObserver
+	bus          bus.Bus
 }
 
 type capsOverride struct {

@@ -44,12 +44,19 @@ type registry[T any] struct {
 	// see the item keyed key: a change is told only to those who may see
 	// one of the items it touched.
 	sees func(principal, key string) bool
+	// space is the List whose visibility sees asks about; it travels
+	// with the keys of a change so that another replica can ask its own.
+	space List
 }
 
 // changed tells the hub that the items keyed keys changed.
 func (r *registry[T]) changed(keys []string) {
 	e := hub.Event{Kinds: hub.Of(r.list)}
 	if r.sees != nil {
+		if keys == nil {
+			keys = []string{}
+		}
+		e.Keys, e.Space = keys, uint8(r.space)
 		e.Sees = func(principal string) bool {
 			for _, k := range keys {
 				if r.sees(principal, k) {

@@ -159,6 +159,10 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		s.resources.sees = func(p, k string) bool { return v(p, ListResources, k) }
 		s.templates.sees = func(p, k string) bool { return v(p, ListTemplates, k) }
 	}
+	s.tools.space, s.prompts.space, s.resources.space, s.templates.space = ListTools, ListPrompts, ListResources, ListTemplates
+	if cfg.bus != nil {
+		s.joinBus(cfg.bus)
+	}
 	return s
 }
 
@@ -458,6 +462,7 @@ func (s *Server) ResourceUpdated(uri string) {
 	e := hub.Event{URI: uri}
 	if v := s.cfg.visible; v != nil {
 		e.Sees = func(p string) bool { return v(p, ListResources, uri) }
+		e.Keys, e.Space = []string{uri}, uint8(ListResources)
 	}
 	s.hub.Publish(e)
 }

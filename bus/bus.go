@@ -1,0 +1,570 @@
+// Package bus carries change events between the replicas of one server,
+// so that a listener on any replica behind a load balancer hears of a
+// change made through any other.
+//
+// An event says what changed, never what it now is: list kinds, a
+// resource URI, an audience of principals, and for a change only some
+// callers may see, the keys of the changed items (each replica asks its
+// own visibility rules about them). It holds no content and no tokens,
+// and it is small: one message is at most 64 KiB and names at most 1024
+// principals and 4096 keys; a larger event is split, and one that cannot
+// be split small enough is not sent (see below). Events travel through
+// a Conn: a broker connection (NATS, Redis pub/sub) or, in one process,
+// a Local group. New turns a Conn into a Bus; Open dials a broker by URL
+// and does both.
+//
+// The guarantee. Brokers deliver at most once, so the bus does not try to
+// deliver exactly once; it makes sure that nothing is lost in the end.
+// Every replica numbers the events it sends (per process, under an origin
+// id drawn at random when it starts) and tells the others its latest
+// number in a heartbeat every few seconds. A replica that sees a number
+// skipped or out of order, a heartbeat ahead of what it received, or its
+// own connection lost and regained, cannot know what it missed, so it
+// re-notifies: every local listener is told that everything its filter
+// covers may have changed, and clients re-read (what they read is for
+// the replicas to agree on: the bus carries news, not state). So every
+// change reaches every listener it concerns, at once in the usual case,
+// and at the latest one heartbeat interval (or one reconnect) after the
+// loss. An
+// event the bus could not send — its queue full, the broker down, the
+// event too large — still takes its number, so the others see the gap
+// and re-notify too. Local listeners never wait on the bus: local
+// delivery happens before, and apart from, sending. The one loss a peer
+// cannot see is of messages sent before it first heard of their sender
+// at all: a replica announces itself when it starts, and the others
+// answer with their latest numbers, which keeps that window to the first
+// moments of each.
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tidings/hub"
+)
+
+// Event is one change as it travels between replicas.
+type Event struct {
+	// Kinds are the lists that changed.
+	Kinds hub.Kind
+	// URI is a resource whose content changed ("" for none).
+	URI string
+	// Audience, when not nil, limits the event to these principals, as
+	// hub.Event.Audience does.
+	Audience []string
+	// Keys, when not nil, limits the event to the principals who may see
+	// at least one of the items they name, and Space says which kind of
+	// item they are (the server uses its List): a visibility-limited
+	// change carries its keys, not its verdicts, so that each replica can
+	// ask its own visibility rules.
+	Keys  []string
+	Space uint8
+
+	// Origin, Seq and Sent say where a delivered event came from: the
+	// sending replica's origin id, its number for the event and when it
+	// was sent (by the sender's clock). Publish ignores them.
+	Origin string
+	Seq    uint64
+	Sent   time.Time
+}
+
+// Handler hears what the other replicas publish. Its methods are called
+// from the bus's one receiving goroutine and must be quick and must not
+// block: the server's hands each event straight to its hub.
+type Handler interface {
+	// Deliver hands over an event another replica published.
+	Deliver(e Event)
+	// Resync says events may have been lost: every local listener should
+	// be told that everything it follows may have changed.
+	Resync()
+}
+
+// Bus carries events to and from the other replicas.
+type Bus interface {
+	// Publish queues e for the other replicas and returns at once: it
+	// never waits on the network. When the queue is full or the broker
+	// cannot take the event, it is dropped and counted, and the peers
+	// re-notify when they see the gap. Publish copies what it keeps of e.
+	Publish(e Event)
+	// Handle sets who hears of events from other replicas (nil for
+	// no one). A bus serves one handler: a later call replaces it.
+	Handle(h Handler)
+	// Stats reports the bus's health and what it has done so far.
+	Stats() Stats
+	// Close sends what is still queued (for a short while at most), says
+	// goodbye to the peers, closes the connection and stops every
+	// goroutine of the bus. It is safe to call more than once.
+	Close() error
+}
+
+// Stats is a snapshot of a bus's health and counters.
+type Stats struct {
+	// Origin is this replica's origin id.
+	Origin string
+	// Connected reports that the connection to the broker is up.
+	Connected bool
+	// Reconnects counts connections regained after a loss.
+	Reconnects int64
+	// Peers is how many other replicas have been heard from (those that
+	// have since restarted too, up to 4096).
+	Peers int
+	// Published counts events handed to the broker; Dropped counts those
+	// that were not (queue full, broker down, too large).
+	Published, Dropped int64
+	// Received counts events from other replicas passed to the handler;
+	// Stale counts duplicated or late ones that were not.
+	Received, Stale int64
+	// Invalid counts messages that could not be read.
+	Invalid int64
+	// Gaps counts sequence gaps seen: an event skipped or out of order,
+	// or a heartbeat ahead of the events received.
+	Gaps int64
+	// Resyncs counts re-notifications asked of the handler (after gaps,
+	// reconnects and unreadable messages).
+	Resyncs int64
+	// Lag is how long the last event received took from its sender's
+	// clock to this replica's, and MaxLag the longest so far.
+	Lag, MaxLag time.Duration
+}
+
+// Conn is a broker connection that carries encoded messages to every
+// other connection on the same bus, at most once: it may lose, repeat or
+// reorder messages, which the Bus built on it detects. Dial returns the
+// ones this package has; other brokers can be added by implementing it.
+type Conn interface {
+	// Send publishes msg. It must not keep msg after it returns, and may
+	// fail (the bus counts the message as dropped) but should not block
+	// past ctx.
+	Send(ctx context.Context, msg []byte) error
+	// Run receives until ctx ends or Close is called, reporting to r from
+	// one goroutine: each message (its own included, or not), and each
+	// loss and regain of the connection, reconnecting meanwhile. It is
+	// called once.
+	Run(ctx context.Context, r Receiver) error
+	// Close closes the connection and makes Run return.
+	Close() error
+}
+
+// Receiver is what a Conn reports to; the Bus implements it. Its methods
+// are safe for concurrent use.
+type Receiver interface {
+	// Message hands over a received message. The receiver does not keep
+	// msg after it returns.
+	Message(msg []byte)
+	// Down reports that the connection was lost.
+	Down(err error)
+	// Up reports that a lost connection is back (and resubscribed).
+	Up()
+}
+
+// maxOrigins bounds how many peers a replica remembers; beyond it, the one
+// heard from longest ago is forgotten (replicas that restarted long ago).
+const maxOrigins = 4096
+
+// flushTimeout bounds how long Close spends sending what is queued.
+const flushTimeout = 2 * time.Second
+
+// New starts a Bus over c. The bus owns c from then on: Close closes it.
+// Its sequence numbers start at the first event, under a fresh origin id;
+// it announces itself to the peers at once.
+func New(c Conn, opts ...Option) Bus {
+	cfg := newConfig(opts)
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	n := &node{
+		conn:     c,
+		cfg:      cfg,
+		log:      cfg.logger,
+		id:       hex.EncodeToString(id[:]),
+		queue:    make(chan queued, cfg.queue),
+		kick:     make(chan struct{}, 1),
+		stopSend: make(chan struct{}),
+		sendDone: make(chan struct{}),
+		recvDone: make(chan struct{}),
+		origins:  make(map[string]*origin),
+	}
+	n.connected.Store(true)
+	n.sendCtx, n.cancelSend = context.WithCancel(context.Background())
+	var recvCtx context.Context
+	recvCtx, n.cancelRecv = context.WithCancel(context.Background())
+	go n.sendLoop()
+	go n.recvLoop(recvCtx)
+	return n
+}
+
+// node is the Bus: sequencing, the send queue and heartbeats on one side,
+// gap detection on the other, over one Conn.
+type node struct {
+	conn Conn
+	cfg  config
+	log  *slog.Logger
+	id   string
+
+	handler atomic.Pointer[handlerRef]
+
+	// mu orders sequence numbers with the queue, so that events are
+	// queued in the order of their numbers.
+	mu     sync.Mutex
+	seq    uint64
+	closed bool
+	queue  chan queued
+
+	kick       chan struct{} // a heartbeat now (a newcomer heard, a reconnect)
+	stopSend   chan struct{} // closed by Close: drain and stop
+	sendCtx    context.Context
+	cancelSend context.CancelFunc
+	cancelRecv context.CancelFunc
+	sendDone   chan struct{}
+	recvDone   chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	// rmu guards the receiving side's memory of its peers.
+	rmu     sync.Mutex
+	origins map[string]*origin
+
+	connected atomic.Bool
+	lastWarn  atomic.Int64 // unix nanos of the last rate-limited warning
+	st        struct {
+		reconnects, published, dropped, received, stale, invalid, gaps, resyncs atomic.Int64
+		lag, maxLag                                                             atomic.Int64
+	}
+}
+
+type handlerRef struct{ h Handler }
+
+type queued struct {
+	e   Event
+	seq uint64
+}
+
+// origin is what a replica remembers of one peer.
+type origin struct {
+	last  uint64 // the highest sequence number heard of
+	heard time.Time
+}
+
+func (n *node) Handle(h Handler) {
+	if h == nil {
+		n.handler.Store(nil)
+		return
+	}
+	n.handler.Store(&handlerRef{h})
+}
+
+func (n *node) Publish(e Event) {
+	e.Origin, e.Seq, e.Sent = "", 0, time.Time{}
+	if e.Kinds&allKinds == 0 && e.URI == "" {
+		return // nothing anyone could be told
+	}
+	e.Audience = cloneKeepNil(e.Audience)
+	e.Keys = cloneKeepNil(e.Keys)
+	parts := split(n.id, e, nil)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	for _, p := range parts {
+		n.seq++ // a part that is not sent still takes its number: peers see the gap
+		if !p.ok {
+			n.st.dropped.Add(1)
+			n.warn("bus: an event too large to send was dropped; peers will re-notify", "uri", p.e.URI)
+			continue
+		}
+		select {
+		case n.queue <- queued{p.e, n.seq}:
+		default:
+			n.st.dropped.Add(1)
+			n.warn("bus: send queue full, an event was dropped; peers will re-notify", "queue", cap(n.queue))
+		}
+	}
+}
+
+func cloneKeepNil(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s)
+}
+
+// warn logs at most once every ten seconds, so that an outage or a flood
+// of events does not flood the log too.
+func (n *node) warn(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := n.lastWarn.Load()
+	if now-last < int64(10*time.Second) || !n.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	n.log.Warn(msg, args...)
+}
+
+func (n *node) sendLoop() {
+	defer close(n.sendDone)
+	tick := time.NewTicker(n.cfg.heartbeat)
+	defer tick.Stop()
+	n.beat() // the hello: peers learn of us, and of our numbering, before our first event
+	for {
+		select {
+		case q := <-n.queue:
+			n.sendEvent(q)
+		case <-tick.C:
+			n.beat()
+		case <-n.kick:
+			n.beat()
+		case <-n.stopSend:
+			n.drain()
+			n.beat() // the last word: our latest number, so peers can tell what they missed
+			return
+		}
+	}
+}
+
+// drain sends what is queued; Close bounds how long it may take.
+func (n *node) drain() {
+	for {
+		select {
+		case q := <-n.queue:
+			n.sendEvent(q)
+		default:
+			return
+		}
+	}
+}
+
+func (n *node) sendEvent(q queued) {
+	if n.sendCtx.Err() != nil {
+		n.st.dropped.Add(1)
+		return
+	}
+	msg, err := encode(n.id, q.seq, time.Now(), false, q.e)
+	if err == nil {
+		err = n.send(msg)
+	}
+	if err != nil {
+		n.st.dropped.Add(1)
+		n.warn("bus: an event could not be sent; peers will re-notify", "err", err)
+		return
+	}
+	n.st.published.Add(1)
+}
+
+// beat sends a heartbeat with the latest sequence number, unless events
+// are still queued: they carry numbers of their own, and a heartbeat sent
+// ahead of them would make the peers see a gap that is not there.
+func (n *node) beat() {
+	n.mu.Lock()
+	if len(n.queue) > 0 {
+		n.mu.Unlock()
+		return
+	}
+	seq := n.seq
+	n.mu.Unlock()
+	if n.sendCtx.Err() != nil {
+		return
+	}
+	msg, err := encode(n.id, seq, time.Now(), true, Event{})
+	if err == nil {
+		err = n.send(msg)
+	}
+	if err != nil {
+		n.warn("bus: a heartbeat could not be sent", "err", err)
+	}
+}
+
+func (n *node) send(msg []byte) error {
+	ctx, cancel := context.WithTimeout(n.sendCtx, n.cfg.sendTimeout)
+	defer cancel()
+	if err := n.conn.Send(ctx, msg); err != nil {
+		return fmt.Errorf("bus: send: %w", err)
+	}
+	return nil
+}
+
+func (n *node) recvLoop(ctx context.Context) {
+	defer close(n.recvDone)
+	err := n.conn.Run(ctx, (*receiver)(n))
+	if ctx.Err() == nil {
+		// The connection gave up on its own: nothing more will arrive.
+		n.connected.Store(false)
+		n.log.Error("bus: the connection ended", "err", err)
+	}
+}
+
+func (n *node) Close() error {
+	n.closeOnce.Do(func() {
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		close(n.stopSend)
+		stop := time.AfterFunc(flushTimeout, n.cancelSend)
+		<-n.sendDone
+		stop.Stop()
+		n.cancelSend()
+		n.cancelRecv()
+		if err := n.conn.Close(); err != nil {
+			n.closeErr = fmt.Errorf("bus: close: %w", err)
+		}
+		<-n.recvDone
+		n.connected.Store(false)
+	})
+	return n.closeErr
+}
+
+func (n *node) Stats() Stats {
+	n.rmu.Lock()
+	peers := len(n.origins)
+	n.rmu.Unlock()
+	return Stats{
+		Origin:     n.id,
+		Connected:  n.connected.Load(),
+		Reconnects: n.st.reconnects.Load(),
+		Peers:      peers,
+		Published:  n.st.published.Load(),
+		Dropped:    n.st.dropped.Load(),
+		Received:   n.st.received.Load(),
+		Stale:      n.st.stale.Load(),
+		Invalid:    n.st.invalid.Load(),
+		Gaps:       n.st.gaps.Load(),
+		Resyncs:    n.st.resyncs.Load(),
+		Lag:        time.Duration(n.st.lag.Load()),
+		MaxLag:     time.Duration(n.st.maxLag.Load()),
+	}
+}
+
+// resync asks the handler to re-notify everything.
+func (n *node) resync() {
+	n.st.resyncs.Add(1)
+	if r := n.handler.Load(); r != nil {
+		r.h.Resync()
+	}
+}
+
+// receiver is the node as its Conn sees it.
+type receiver node
+
+func (r *receiver) Message(msg []byte) {
+	n := (*node)(r)
+	m, err := decode(msg)
+	if err != nil {
+		n.st.invalid.Add(1)
+		n.warn("bus: an unreadable message was received; re-notifying", "err", err)
+		n.resync() // it may have been a change we cannot read
+		return
+	}
+	if m.e.Origin == n.id {
+		return // our own, echoed by the broker
+	}
+	now := time.Now()
+	deliver, gap, first := n.track(m, now)
+	if first {
+		n.kickBeat() // a newcomer learns of us, and of our numbering, at once
+	}
+	if gap {
+		n.st.gaps.Add(1)
+		n.resync()
+	}
+	if !deliver {
+		return
+	}
+	lag := max(now.Sub(m.e.Sent), 0)
+	n.st.lag.Store(int64(lag))
+	for {
+		old := n.st.maxLag.Load()
+		if int64(lag) <= old || n.st.maxLag.CompareAndSwap(old, int64(lag)) {
+			break
+		}
+	}
+	n.st.received.Add(1)
+	if h := n.handler.Load(); h != nil {
+		h.h.Deliver(m.e)
+	}
+}
+
+// track notes m's sequence number and says whether to deliver it,
+// whether it reveals a gap, and whether it is the first heard from its
+// origin.
+func (n *node) track(m message, now time.Time) (deliver, gap, first bool) {
+	n.rmu.Lock()
+	defer n.rmu.Unlock()
+	o, known := n.origins[m.e.Origin]
+	if !known {
+		// A peer heard of for the first time, mid-stream or new: track
+		// it from here.
+		n.forgetOldest()
+		n.origins[m.e.Origin] = &origin{last: m.e.Seq, heard: now}
+		return !m.beat, false, true
+	}
+	o.heard = now
+	switch {
+	case m.beat:
+		if m.e.Seq > o.last {
+			o.last = m.e.Seq
+			return false, true, false
+		}
+		return false, false, false
+	case m.e.Seq == o.last+1:
+		o.last = m.e.Seq
+		return true, false, false
+	case m.e.Seq > o.last+1:
+		o.last = m.e.Seq
+		return true, true, false
+	}
+	// A repeat, or one that arrives after a later one: the gap its
+	// lateness opened was re-notified already.
+	n.st.stale.Add(1)
+	return false, false, false
+}
+
+// forgetOldest makes room for one more peer. Called with rmu held.
+func (n *node) forgetOldest() {
+	if len(n.origins) < maxOrigins {
+		return
+	}
+	var oldest string
+	var at time.Time
+	for id, o := range n.origins {
+		if oldest == "" || o.heard.Before(at) {
+			oldest, at = id, o.heard
+		}
+	}
+	delete(n.origins, oldest)
+}
+
+func (r *receiver) Down(err error) {
+	n := (*node)(r)
+	if n.connected.Swap(false) {
+		n.log.Warn("bus: connection lost; local listeners are still told of local changes", "err", err)
+	}
+}
+
+func (r *receiver) Up() {
+	n := (*node)(r)
+	if n.connected.Swap(true) {
+		return
+	}
+	n.st.reconnects.Add(1)
+	n.log.Info("bus: connection regained; re-notifying local listeners")
+	n.resync()
+	n.kickBeat() // tell the peers our latest number, so they see what they missed
+}
+
+// kickBeat has the sending loop send a heartbeat now.
+func (n *node) kickBeat() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// errClosed is what a Conn of a closed Local group, or a closed Conn,
+// returns from Send.
+var errClosed = errors.New("bus: connection closed")

@@ -1,0 +1,193 @@
+// Package bustest breaks a bus on purpose, for tests that it still loses
+// nothing in the end: Faulty wraps a bus.Conn and drops, repeats or
+// reorders the messages sent through it, or cuts it off as a broker
+// outage would.
+package bustest
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/go-json-experiment/json"
+
+	"tidings/bus"
+)
+
+// ErrCut is what a Faulty connection's Send returns while it is cut off.
+var ErrCut = errors.New("bustest: connection cut")
+
+// Faulty is a bus.Conn whose faults a test arranges. Faults apply to
+// messages as they are sent, so every peer sees the same loss, as when a
+// broker loses a message; a sent message is matched against the pending
+// faults in the order they were arranged, and the first that matches
+// applies to it.
+type Faulty struct {
+	inner bus.Conn
+
+	mu     sync.Mutex
+	faults []*fault
+	held   [][]byte
+	cut    bool
+	recv   bus.Receiver
+}
+
+type action uint8
+
+const (
+	drop action = iota + 1
+	repeat
+	hold
+)
+
+type fault struct {
+	what  action
+	n     int
+	match func(msg []byte) bool
+}
+
+// Wrap returns c with no faults arranged.
+func Wrap(c bus.Conn) *Faulty { return &Faulty{inner: c} }
+
+// Drop loses the next n sent messages that match (nil matches all).
+func (f *Faulty) Drop(n int, match func(msg []byte) bool) { f.arrange(drop, n, match) }
+
+// Duplicate sends each of the next n matching messages twice.
+func (f *Faulty) Duplicate(n int, match func(msg []byte) bool) { f.arrange(repeat, n, match) }
+
+// Reorder holds the next matching message back and sends it right after
+// the message sent after it.
+func (f *Faulty) Reorder(match func(msg []byte) bool) { f.arrange(hold, 1, match) }
+
+func (f *Faulty) arrange(a action, n int, match func([]byte) bool) {
+	if n <= 0 {
+		return
+	}
+	if match == nil {
+		match = func([]byte) bool { return true }
+	}
+	f.mu.Lock()
+	f.faults = append(f.faults, &fault{a, n, match})
+	f.mu.Unlock()
+}
+
+// Cut cuts the connection off, as a broker outage would: the receiver
+// hears that it is down, sends fail and nothing is received until
+// Restore.
+func (f *Faulty) Cut() {
+	f.mu.Lock()
+	was := f.cut
+	f.cut = true
+	r := f.recv
+	f.mu.Unlock()
+	if !was && r != nil {
+		r.Down(ErrCut)
+	}
+}
+
+// Restore ends a Cut: the receiver hears that the connection is back.
+func (f *Faulty) Restore() {
+	f.mu.Lock()
+	was := f.cut
+	f.cut = false
+	r := f.recv
+	f.mu.Unlock()
+	if was && r != nil {
+		r.Up()
+	}
+}
+
+// Send applies the first pending fault that matches msg, and sends a
+// message held back for reordering after msg.
+func (f *Faulty) Send(ctx context.Context, msg []byte) error {
+	f.mu.Lock()
+	if f.cut {
+		f.mu.Unlock()
+		return ErrCut
+	}
+	var a action
+	for i, ft := range f.faults {
+		if ft.match(msg) {
+			a = ft.what
+			if ft.n--; ft.n == 0 {
+				f.faults = append(f.faults[:i], f.faults[i+1:]...)
+			}
+			break
+		}
+	}
+	var later [][]byte
+	if a == hold {
+		f.held = append(f.held, append([]byte(nil), msg...))
+	} else {
+		later, f.held = f.held, nil
+	}
+	f.mu.Unlock()
+	var err error
+	switch a {
+	case drop, hold:
+	case repeat:
+		err = errors.Join(f.inner.Send(ctx, msg), f.inner.Send(ctx, msg))
+	default:
+		err = f.inner.Send(ctx, msg)
+	}
+	for _, m := range later {
+		err = errors.Join(err, f.inner.Send(ctx, m))
+	}
+	return err
+}
+
+// Run runs the wrapped connection's receiver, discarding what arrives
+// while the connection is cut off, and the wrapped connection's own news
+// of it meanwhile.
+func (f *Faulty) Run(ctx context.Context, r bus.Receiver) error {
+	f.mu.Lock()
+	f.recv = r
+	cut := f.cut
+	f.mu.Unlock()
+	if cut {
+		r.Down(ErrCut)
+	}
+	return f.inner.Run(ctx, gate{f, r})
+}
+
+// Close closes the wrapped connection.
+func (f *Faulty) Close() error { return f.inner.Close() }
+
+func (f *Faulty) isCut() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cut
+}
+
+// gate passes the wrapped connection's reports on unless it is cut off.
+type gate struct {
+	f *Faulty
+	r bus.Receiver
+}
+
+func (g gate) Message(msg []byte) {
+	if !g.f.isCut() {
+		g.r.Message(msg)
+	}
+}
+
+func (g gate) Down(err error) {
+	if !g.f.isCut() {
+		g.r.Down(err)
+	}
+}
+
+func (g gate) Up() {
+	if !g.f.isCut() {
+		g.r.Up()
+	}
+}
+
+// IsChange matches the messages that carry a change, not heartbeats. It
+// reads the wire format's type member.
+func IsChange(msg []byte) bool {
+	var m struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(msg, &m) == nil && m.Type == "change"
+}

@@ -1,0 +1,12 @@
+package bus_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a test leaves a goroutine behind: every
+// bus, broker connection, server, listen and test broker a test starts
+// must be stopped by it, after broker outages as after a clean run.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,172 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// natsInbox is how many received messages wait for the receiving loop;
+// past it, the client drops them (a slow consumer), which is detected.
+const natsInbox = 4096
+
+// natsConn is a Conn over one NATS connection, publishing and subscribing
+// on one subject. The client library reconnects on its own, with the
+// bus's backoff, and reports losses and returns through callbacks, which
+// only count them and wake the receiving loop.
+type natsConn struct {
+	nc      *nats.Conn
+	sub     *nats.Subscription
+	subject string
+	msgs    chan *nats.Msg
+	changed chan struct{} // capacity 1: downs or ups moved
+	downs   atomic.Int64
+	ups     atomic.Int64
+	lastErr atomic.Pointer[error]
+	closed  chan struct{} // closed by the client's closed callback
+	once    sync.Once
+}
+
+// dialNATS connects to nats://host:port/subject.
+func dialNATS(ctx context.Context, u *url.URL, cfg config) (*natsConn, error) {
+	subject := strings.TrimPrefix(u.Path, "/")
+	if subject == "" {
+		subject = "tidings"
+	}
+	if !validSubject(subject) {
+		return nil, fmt.Errorf("bus: %q is not a NATS subject without wildcards", subject)
+	}
+	if len(u.Query()) > 0 {
+		return nil, fmt.Errorf("bus: a NATS URL takes no parameters, got %q", u.RawQuery)
+	}
+	// The client takes a timeout, not a context; without a deadline,
+	// dialling is bounded anyway.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	dl, _ := ctx.Deadline()
+	timeout := time.Until(dl)
+	if timeout <= 0 || ctx.Err() != nil {
+		return nil, fmt.Errorf("bus: dial %s: %w", u.Redacted(), context.DeadlineExceeded)
+	}
+	c := &natsConn{subject: subject, msgs: make(chan *nats.Msg, natsInbox),
+		changed: make(chan struct{}, 1), closed: make(chan struct{})}
+	server := (&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}).String()
+	nc, err := nats.Connect(server,
+		nats.Name("tidings bus"),
+		nats.Timeout(timeout),
+		nats.NoEcho(),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(cfg.backoff),
+		// Nothing is buffered while disconnected: events sent then are
+		// dropped and counted, and the peers re-notify, the same on every
+		// broker.
+		nats.ReconnectBufSize(-1),
+		nats.PingInterval(10*time.Second),
+		nats.MaxPingsOutstanding(2),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				err = errors.New("disconnected")
+			}
+			c.lastErr.Store(&err)
+			c.downs.Add(1)
+			c.poke()
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { c.ups.Add(1); c.poke() }),
+		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			cfg.logger.Debug("bus: NATS reports an error", "err", err)
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("bus: dial %s: %w", u.Redacted(), err)
+	}
+	c.nc = nc
+	if c.sub, err = nc.ChanSubscribe(subject, c.msgs); err == nil {
+		err = nc.FlushWithContext(ctx) // the subscription is in place when Dial returns
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("bus: subscribe to %q: %w", subject, err)
+	}
+	return c, nil
+}
+
+// validSubject reports whether s is a NATS subject one may publish to:
+// dot-separated non-empty tokens without wildcards or white space.
+func validSubject(s string) bool {
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n*>") {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *natsConn) poke() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (c *natsConn) Send(_ context.Context, msg []byte) error {
+	// Publish only appends to the client's buffer, which its own
+	// goroutine flushes at once; it fails while disconnected.
+	if err := c.nc.Publish(c.subject, msg); err != nil {
+		return fmt.Errorf("nats publish: %w", err)
+	}
+	return nil
+}
+
+func (c *natsConn) Run(ctx context.Context, r Receiver) error {
+	var downs, ups int64
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.closed:
+			return errClosed
+		case m := <-c.msgs:
+			r.Message(m.Data)
+		case <-c.changed:
+			// A loss and a return may both have happened since we last
+			// looked; report them in that order.
+			if d := c.downs.Load(); d != downs {
+				downs = d
+				var err error = errors.New("disconnected")
+				if p := c.lastErr.Load(); p != nil {
+					err = *p
+				}
+				r.Down(err)
+			}
+			if u := c.ups.Load(); u != ups {
+				ups = u
+				r.Up()
+				if !c.nc.IsConnected() {
+					r.Down(errors.New("disconnected again")) // its own callback is still to come
+				}
+			}
+		}
+	}
+}
+
+func (c *natsConn) Close() error {
+	c.once.Do(func() {
+		if c.nc.IsConnected() {
+			_ = c.nc.FlushTimeout(time.Second)
+		}
+		c.nc.Close()
+		<-c.closed // the client's callbacks have run; its goroutines are ending
+	})
+	return nil
+}

@@ -1,0 +1,207 @@
+package bus
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"tidings/hub"
+)
+
+// recorder is a Handler that remembers what it was told.
+type recorder struct {
+	mu      sync.Mutex
+	events  []Event
+	resyncs int
+}
+
+func (r *recorder) Deliver(e Event) { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() }
+func (r *recorder) Resync()         { r.mu.Lock(); r.resyncs++; r.mu.Unlock() }
+
+func (r *recorder) counts() (events, resyncs int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events), r.resyncs
+}
+
+func quiet() []Option {
+	return []Option{WithHeartbeat(time.Hour), WithLogger(slog.New(slog.DiscardHandler))}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func closeAll(t *testing.T, bs ...Bus) {
+	t.Cleanup(func() {
+		for _, b := range bs {
+			if err := b.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+var toolsChanged = Event{Kinds: hub.ToolsList}
+
+// TestNewPeersAreNoGap: a peer first heard of mid-stream is tracked from
+// there, and a replica that restarts is a new peer: neither is a gap.
+func TestNewPeersAreNoGap(t *testing.T) {
+	l := NewLocal()
+	a := New(l.Conn(), quiet()...)
+	for range 3 {
+		a.Publish(toolsChanged) // to no one yet
+	}
+	waitUntil(t, "A to send", func() bool { return a.Stats().Published == 3 })
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	closeAll(t, b)
+	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 }) // A answers B's hello
+	a.Publish(toolsChanged)
+	waitUntil(t, "B to receive A's fourth event", func() bool { n, _ := rec.counts(); return n == 1 })
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a2 := New(l.Conn(), quiet()...)
+	closeAll(t, a2)
+	a2.Publish(Event{URI: "res://x"})
+	waitUntil(t, "B to receive the restarted A's event", func() bool { n, _ := rec.counts(); return n == 2 })
+	if st := b.Stats(); st.Gaps != 0 || st.Resyncs != 0 || st.Peers != 2 {
+		t.Errorf("B: %+v, want two peers and no gap", st)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if e := rec.events[0]; e.Seq != 4 || e.Origin != a.Stats().Origin || e.Kinds != hub.ToolsList {
+		t.Errorf("first event %+v, want A's fourth", e)
+	}
+	if e := rec.events[1]; e.Seq != 1 || e.Origin != a2.Stats().Origin || e.URI != "res://x" {
+		t.Errorf("second event %+v, want the new origin's first", e)
+	}
+}
+
+// gated holds every Send until it is opened, like a broker connection
+// that stalls; entered is closed when the first Send starts waiting.
+type gated struct {
+	Conn
+	open    chan struct{}
+	entered chan struct{}
+	once    sync.Once
+}
+
+func newGated(c Conn) *gated {
+	return &gated{Conn: c, open: make(chan struct{}), entered: make(chan struct{})}
+}
+
+func (g *gated) Send(ctx context.Context, msg []byte) error {
+	g.once.Do(func() { close(g.entered) })
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.Conn.Send(ctx, msg)
+}
+
+// TestQueueOverflow: Publish does not wait on a stalled connection; what
+// does not fit in the queue is dropped and counted, and the peers find
+// the gap at the next event and re-notify.
+func TestQueueOverflow(t *testing.T) {
+	l := NewLocal()
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	g := newGated(l.Conn())
+	a := New(g, append(quiet(), WithQueue(2))...)
+	closeAll(t, a, b)
+	<-g.entered // the hello is stuck: nothing more leaves the queue
+	for range 10 {
+		a.Publish(toolsChanged) // returns at once although nothing can be sent
+	}
+	if st := a.Stats(); st.Dropped != 8 {
+		t.Errorf("A dropped %d of 10 events with room for 2, want 8", st.Dropped)
+	}
+	close(g.open)
+	waitUntil(t, "B to receive the two queued events", func() bool { n, _ := rec.counts(); return n == 2 })
+	a.Publish(toolsChanged)
+	waitUntil(t, "B to receive the next", func() bool { n, _ := rec.counts(); return n == 3 })
+	if _, resyncs := rec.counts(); resyncs != 1 {
+		t.Errorf("B re-notified %d times, want once", resyncs)
+	}
+	if st := b.Stats(); st.Gaps != 1 || st.Received != 3 {
+		t.Errorf("B: %+v, want one gap", st)
+	}
+}
+
+// TestUnreadableMessages: a message that cannot be read may have been a
+// change, so it is re-notified.
+func TestUnreadableMessages(t *testing.T) {
+	l := NewLocal()
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	closeAll(t, b)
+	raw := l.Conn()
+	defer raw.Close()
+	if err := raw.Send(context.Background(), []byte(`{"v":1,"type":"change"`)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "B to re-notify", func() bool { _, r := rec.counts(); return r == 1 })
+	if st := b.Stats(); st.Invalid != 1 || st.Received != 0 {
+		t.Errorf("B: %+v", st)
+	}
+}
+
+// TestCloseSaysGoodbye: Close sends what is queued and a last heartbeat
+// (so a peer that missed the last event finds out), and the bus takes no
+// events after it.
+func TestCloseSaysGoodbye(t *testing.T) {
+	l := NewLocal()
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	closeAll(t, b)
+	g := newGated(l.Conn())
+	a := New(g, quiet()...)
+	a.Publish(toolsChanged)
+	a.Publish(toolsChanged)
+	close(g.open)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	a.Publish(toolsChanged)
+	if st := a.Stats(); st.Published != 2 || st.Dropped != 0 || st.Connected {
+		t.Errorf("A after Close: %+v, want both events sent and nothing more", st)
+	}
+	waitUntil(t, "B to receive both", func() bool { n, _ := rec.counts(); return n == 2 })
+}
+
+// TestBackoff: reconnect delays double up to the cap, each drawn from
+// the upper half of its step.
+func TestBackoff(t *testing.T) {
+	c := newConfig([]Option{WithBackoff(10*time.Millisecond, 80*time.Millisecond)})
+	for n, step := range []time.Duration{10, 20, 40, 80, 80, 80} {
+		step *= time.Millisecond
+		for range 20 {
+			if d := c.backoff(n + 1); d < step/2 || d > step {
+				t.Fatalf("attempt %d waits %v, want within [%v, %v]", n+1, d, step/2, step)
+			}
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// redisConn is a Conn over Redis pub/sub: one pooled client to publish,
+// one subscription to receive, and the receiving loop reconnects it with
+// the bus's backoff.
+type redisConn struct {
+	client  *redis.Client
+	channel string
+	cfg     config
+
+	mu     sync.Mutex // guards ps against Close
+	ps     *redis.PubSub
+	closed bool
+	done   chan struct{}
+	once   sync.Once
+}
+
+// dialRedis connects to redis://[user:password@]host:port[/db][?channel=name]
+// (rediss:// for TLS); other parameters are go-redis's own.
+func dialRedis(ctx context.Context, u *url.URL, cfg config) (*redisConn, error) {
+	q := u.Query()
+	channel := q.Get("channel")
+	if channel == "" {
+		channel = "tidings"
+	}
+	q.Del("channel")
+	rest := *u
+	rest.RawQuery = q.Encode()
+	opt, err := redis.ParseURL(rest.String())
+	if err != nil {
+		return nil, fmt.Errorf("bus: %s: %w", u.Redacted(), err)
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DisableIdentity = true
+	opt.MaxRetries = 1    // once, past a pooled connection the server closed; then the event is dropped
+	opt.DialerRetries = 1 // the receiving loop paces reconnects with the bus's own backoff
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	c := &redisConn{client: redis.NewClient(opt), channel: channel, cfg: cfg, done: make(chan struct{})}
+	wait := 5 * time.Second // for the subscription's confirmation
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(dl), time.Millisecond)
+	}
+	c.ps = c.client.Subscribe(ctx, channel)
+	msg, err := c.ps.ReceiveTimeout(ctx, wait)
+	if err == nil {
+		if s, ok := msg.(*redis.Subscription); !ok || s.Kind != "subscribe" {
+			err = fmt.Errorf("unexpected reply %v", msg)
+		}
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("bus: subscribe to %q at %s: %w", channel, u.Redacted(), err)
+	}
+	return c, nil
+}
+
+func (c *redisConn) Send(ctx context.Context, msg []byte) error {
+	if err := c.client.Publish(ctx, c.channel, msg).Err(); err != nil {
+		return fmt.Errorf("redis publish: %w", err)
+	}
+	return nil
+}
+
+// pubsub returns the current subscription, nil once closed.
+func (c *redisConn) pubsub() *redis.PubSub {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	return c.ps
+}
+
+// renew replaces a subscription that has gone quiet with a new one.
+func (c *redisConn) renew(ctx context.Context) {
+	ps := c.client.Subscribe(ctx, c.channel)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = ps.Close()
+		return
+	}
+	old := c.ps
+	c.ps = ps
+	c.mu.Unlock()
+	_ = old.Close()
+}
+
+func (c *redisConn) Run(ctx context.Context, r Receiver) error {
+	// Every replica's heartbeats come back to it on its own subscription,
+	// so a subscription that stays silent for three intervals is stuck.
+	idle := max(3*c.cfg.heartbeat, time.Second)
+	up, attempt := true, 0
+	for {
+		ps := c.pubsub()
+		if ps == nil {
+			return errClosed
+		}
+		msg, err := ps.ReceiveTimeout(ctx, idle)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			if c.pubsub() == nil {
+				return errClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				err = fmt.Errorf("nothing received in %v", idle)
+				c.renew(ctx)
+			}
+			if up {
+				up = false
+				r.Down(err)
+			}
+			attempt++
+			t := time.NewTimer(c.cfg.backoff(attempt))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-c.done:
+				t.Stop()
+				return errClosed
+			case <-t.C:
+			}
+			continue
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			// The client resubscribes each connection it makes.
+			if m.Kind == "subscribe" && !up {
+				up, attempt = true, 0
+				r.Up()
+			}
+		case *redis.Message:
+			r.Message([]byte(m.Payload))
+		}
+	}
+}
+
+func (c *redisConn) Close() error {
+	var err error
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		ps := c.ps
+		c.mu.Unlock()
+		close(c.done)
+		err = errors.Join(ps.Close(), c.client.Close())
+	})
+	if err != nil {
+		return fmt.Errorf("redis close: %w", err)
+	}
+	return nil
+}

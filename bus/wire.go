@@ -1,0 +1,190 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/go-json-experiment/json"
+
+	"tidings/hub"
+)
+
+// The wire format is one JSON object per message, chosen over a binary
+// one so that a broker's own tools (nats sub, redis-cli subscribe) show
+// what travels:
+//
+//	{"v":1,"type":"change","origin":"<32 hex digits>","seq":7,"sent":<Unix ns>,
+//	 "kinds":1,"uri":"file:///a","audience":["alice"],"keys":["deploy"],"space":1}
+//
+// type is "change" or "beat" (a heartbeat, which carries the origin's
+// latest sequence number and nothing else). kinds is a bit set: 1 tools,
+// 2 prompts, 4 resources. Members that are absent are empty; an audience
+// or keys member that is present, even as [], limits the event (to no one
+// when empty). Unknown members are ignored, so later versions may add
+// some; a message of another version is unreadable, and unreadable
+// messages make the receiver re-notify.
+const wireVersion = 1
+
+// The limits of one message.
+const (
+	maxMessage  = 64 << 10
+	maxAudience = 1024
+	maxKeys     = 4096
+)
+
+const (
+	typeChange = "change"
+	typeBeat   = "beat"
+)
+
+// allKinds is every list kind an event may name.
+const allKinds = hub.ToolsList | hub.PromptsList | hub.ResourcesList
+
+type wireMsg struct {
+	V        int      `json:"v"`
+	Type     string   `json:"type"`
+	Origin   string   `json:"origin"`
+	Seq      uint64   `json:"seq"`
+	Sent     int64    `json:"sent"`
+	Kinds    uint32   `json:"kinds,omitzero"`
+	URI      string   `json:"uri,omitzero"`
+	Audience []string `json:"audience,omitzero"`
+	Keys     []string `json:"keys,omitzero"`
+	Space    uint8    `json:"space,omitzero"`
+}
+
+// message is a decoded message: an event, or a heartbeat (beat), whose
+// Event holds only Origin, Seq and Sent.
+type message struct {
+	beat bool
+	e    Event
+}
+
+// encode returns the message for e (or a heartbeat) from origin.
+func encode(origin string, seq uint64, sent time.Time, beat bool, e Event) ([]byte, error) {
+	w := wireMsg{V: wireVersion, Type: typeChange, Origin: origin, Seq: seq, Sent: sent.UnixNano()}
+	if beat {
+		w.Type = typeBeat
+	} else {
+		if err := checkEvent(e); err != nil {
+			return nil, err
+		}
+		w.Kinds, w.URI, w.Audience, w.Keys, w.Space = uint32(e.Kinds), e.URI, e.Audience, e.Keys, e.Space
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("bus: encoding an event: %w", err)
+	}
+	if len(b) > maxMessage {
+		return nil, fmt.Errorf("bus: an event of %d bytes is over the limit of %d", len(b), maxMessage)
+	}
+	return b, nil
+}
+
+// checkEvent enforces what every event on the wire must be.
+func checkEvent(e Event) error {
+	switch {
+	case e.Kinds&^allKinds != 0:
+		return fmt.Errorf("bus: unknown list kinds %#x", uint32(e.Kinds&^allKinds))
+	case e.Kinds == 0 && e.URI == "":
+		return errors.New("bus: an event names no list and no resource")
+	case len(e.Audience) > maxAudience:
+		return fmt.Errorf("bus: an audience of %d is over the limit of %d", len(e.Audience), maxAudience)
+	case len(e.Keys) > maxKeys:
+		return fmt.Errorf("bus: %d keys are over the limit of %d", len(e.Keys), maxKeys)
+	case e.Keys == nil && e.Space != 0:
+		return errors.New("bus: a key space without keys")
+	}
+	return nil
+}
+
+// decode reads one message; it refuses anything it would not send.
+func decode(b []byte) (message, error) {
+	if len(b) > maxMessage {
+		return message{}, fmt.Errorf("bus: a message of %d bytes is over the limit of %d", len(b), maxMessage)
+	}
+	var w wireMsg
+	if err := json.Unmarshal(b, &w); err != nil {
+		return message{}, fmt.Errorf("bus: decoding a message: %w", err)
+	}
+	if w.V != wireVersion {
+		return message{}, fmt.Errorf("bus: message version %d, want %d", w.V, wireVersion)
+	}
+	if !isOrigin(w.Origin) {
+		return message{}, fmt.Errorf("bus: %q is not an origin id", w.Origin)
+	}
+	m := message{e: Event{Origin: w.Origin, Seq: w.Seq, Sent: time.Unix(0, w.Sent)}}
+	switch w.Type {
+	case typeBeat:
+		if w.Kinds != 0 || w.URI != "" || w.Audience != nil || w.Keys != nil || w.Space != 0 {
+			return message{}, errors.New("bus: a heartbeat carries a change")
+		}
+		m.beat = true
+		return m, nil
+	case typeChange:
+	default:
+		return message{}, fmt.Errorf("bus: unknown message type %q", w.Type)
+	}
+	if w.Seq == 0 {
+		return message{}, errors.New("bus: an event without a sequence number")
+	}
+	if w.Kinds > math.MaxUint8 {
+		return message{}, fmt.Errorf("bus: unknown list kinds %#x", w.Kinds)
+	}
+	m.e.Kinds, m.e.URI, m.e.Audience, m.e.Keys, m.e.Space = hub.Kind(w.Kinds), w.URI, w.Audience, w.Keys, w.Space
+	if err := checkEvent(m.e); err != nil {
+		return message{}, err
+	}
+	return m, nil
+}
+
+// isOrigin reports whether s looks like an origin id: 32 lowercase hex
+// digits.
+func isOrigin(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// part is one message's worth of an event; ok is false for a part that
+// cannot be sent at all (a single key or URI too large, or not text).
+type part struct {
+	e  Event
+	ok bool
+}
+
+// widestSent is the send time whose encoding is longest: with the largest
+// sequence number, it sizes parts before their real ones are known.
+var widestSent = time.Unix(0, math.MinInt64)
+
+// split cuts e into parts that each fit in one message, halving its keys
+// and then its audience until they do: an event with keys reaches who may
+// see any of them, and one with an audience reaches any of its members,
+// so the parts together reach exactly whom e would.
+func split(origin string, e Event, out []part) []part {
+	if _, err := encode(origin, math.MaxUint64, widestSent, false, e); err == nil {
+		return append(out, part{e, true})
+	}
+	switch {
+	case len(e.Keys) > 1:
+		h := len(e.Keys) / 2
+		a, b := e, e
+		a.Keys, b.Keys = e.Keys[:h:h], e.Keys[h:]
+		return split(origin, b, split(origin, a, out))
+	case len(e.Audience) > 1:
+		h := len(e.Audience) / 2
+		a, b := e, e
+		a.Audience, b.Audience = e.Audience[:h:h], e.Audience[h:]
+		return split(origin, b, split(origin, a, out))
+	}
+	return append(out, part{e, false})
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"tidings/bus"
+	"tidings/hub"
+)
+
+// WithBus joins the server to its other replicas through b, so that a
+// listener on any replica hears of a change made through any of them:
+// every change published here is also published on b, and every change b
+// brings from another replica is told to this server's listeners as if
+// it were local — with its audience, and with visibility decided by this
+// server's WithVisibility over the keys of the items that changed (every
+// replica runs the same code, so the same rules). When b may have lost
+// changes, every listener here is told everything it follows. Local
+// listeners never wait on b. The server owns b from then on: Shutdown
+// closes it. One bus serves one server.
+func WithBus(b bus.Bus) Option { return func(c *config) { c.bus = b } }
+
+// joinBus forwards the hub's local events to b and hands b's to the hub.
+func (s *Server) joinBus(b bus.Bus) {
+	s.hub.SetObserver(func(e hub.Event) {
+		b.Publish(bus.Event{Kinds: e.Kinds, URI: e.URI, Audience: e.Audience, Keys: e.Keys, Space: e.Space})
+	})
+	b.Handle((*busHandler)(s))
+}
+
+// busHandler is the Server as its bus sees it.
+type busHandler Server
+
+// Deliver tells this replica's listeners of another replica's change.
+func (h *busHandler) Deliver(e bus.Event) {
+	s := (*Server)(h)
+	he := hub.Event{Kinds: e.Kinds, URI: e.URI, Audience: e.Audience}
+	if v := s.cfg.visible; v != nil && e.Keys != nil {
+		l := List(e.Space)
+		if l < 0 || l >= numLists {
+			// A kind of item this server does not know: it cannot tell
+			// who may see the change, so it tells everyone everything.
+			s.hub.MarkAllDirty()
+			return
+		}
+		keys := e.Keys
+		he.Sees = func(p string) bool {
+			for _, k := range keys {
+				if v(p, l, k) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	s.hub.PublishRemote(he)
+}
+
+// Resync tells every listener here that everything it follows may have
+// changed: the bus may have lost events.
+func (h *busHandler) Resync() { (*Server)(h).hub.MarkAllDirty() }
