@@ -141,7 +141,7 @@ type serverState struct {
 }
 
 type cachedMeta struct {
-	md  *ServerMetadata
+	md  *serverMetadata
 	exp time.Time
 }
 
@@ -382,7 +382,7 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 }
 
 // stepUp answers 403 insufficient_scope.
-func (f *Flow) stepUp(ctx context.Context, st *serverState, ch Challenge) (bool, error) {
+func (f *Flow) stepUp(ctx context.Context, st *serverState, ch AuthChallenge) (bool, error) {
 	s := st.sess
 	need := scopeList(ch.Param("scope"))
 	var held []string
@@ -429,7 +429,7 @@ func (e *ScopeError) Error() string {
 // chooseIssuer picks the authorization server of the ones the metadata
 // lists: the current token's, if still listed; else the pre-registered
 // client's, if listed; else the first.
-func (f *Flow) chooseIssuer(prm *ResourceMetadata, s *session) string {
+func (f *Flow) chooseIssuer(prm *resourceMetadata, s *session) string {
 	if s != nil && slices.Contains(prm.AuthorizationServers, s.Issuer) {
 		return s.Issuer
 	}
@@ -446,7 +446,7 @@ func (f *Flow) chooseIssuer(prm *ResourceMetadata, s *session) string {
 }
 
 // obtain gets a new token for st from issuer, by the configured grant.
-func (f *Flow) obtain(ctx context.Context, st *serverState, prm *ResourceMetadata, issuer string, scopes []string) error {
+func (f *Flow) obtain(ctx context.Context, st *serverState, prm *resourceMetadata, issuer string, scopes []string) error {
 	as, err := f.discoverServer(ctx, issuer)
 	if err != nil {
 		return err
@@ -633,7 +633,7 @@ func (f *Flow) Token(ctx context.Context, serverURL string) (token *oauth2.Token
 	return &oauth2.Token{AccessToken: s.AccessToken, TokenType: s.TokenType, Expiry: s.Expiry}, true, nil
 }
 
-func (f *Flow) cachedServer(issuer string) (*ServerMetadata, bool) {
+func (f *Flow) cachedServer(issuer string) (*serverMetadata, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.meta[issuer]
@@ -643,7 +643,7 @@ func (f *Flow) cachedServer(issuer string) (*ServerMetadata, bool) {
 	return c.md, true
 }
 
-func (f *Flow) cacheServer(issuer string, md *ServerMetadata) {
+func (f *Flow) cacheServer(issuer string, md *serverMetadata) {
 	f.mu.Lock()
 	f.meta[issuer] = cachedMeta{md: md, exp: f.now().Add(time.Hour)}
 	f.mu.Unlock()

@@ -179,8 +179,8 @@ func TestServerMetadataIssuerMismatch(t *testing.T) {
 	ui := &consent{}
 	f := mustFlow(t, Config{Interaction: ui})
 	_, err := do(testCtx(t), f, http.MethodGet, rs.url())
-	if !errors.Is(err, ErrIssuerMismatch) {
-		t.Fatalf("err = %v, want ErrIssuerMismatch", err)
+	if !errors.Is(err, ErrMetadataIssuer) {
+		t.Fatalf("err = %v, want ErrMetadataIssuer", err)
 	}
 	// Both root locations were tried, neither document used.
 	if len(as.gets) != 2 || ui.count() != 0 || len(as.regs) != 0 {
@@ -199,13 +199,13 @@ func TestIssuerIdentification(t *testing.T) {
 		{"advertised and right", nil, nil, nil},
 		{"not advertised, absent", func(a *testAS) { a.issAdvert, a.issMode = &no, "omit" }, nil, nil},
 		{"not advertised, right", func(a *testAS) { a.issAdvert = &no }, nil, nil},
-		{"advertised, absent", func(a *testAS) { a.issMode = "omit" }, nil, ErrIssuerMissing},
-		{"advertised, wrong", func(a *testAS) { a.issMode = "wrong" }, nil, ErrIssuerDiffers},
-		{"not advertised, wrong", func(a *testAS) { a.issAdvert, a.issMode = &no, "wrong" }, nil, ErrIssuerDiffers},
-		{"trailing slash is another issuer", func(a *testAS) { a.issMode = "normalized" }, nil, ErrIssuerDiffers},
-		{"two iss", nil, func(v url.Values) { v.Add("iss", v.Get("iss")) }, ErrIssuerDiffers},
+		{"advertised, absent", func(a *testAS) { a.issMode = "omit" }, nil, ErrResponseIssuerMissing},
+		{"advertised, wrong", func(a *testAS) { a.issMode = "wrong" }, nil, ErrResponseIssuer},
+		{"not advertised, wrong", func(a *testAS) { a.issAdvert, a.issMode = &no, "wrong" }, nil, ErrResponseIssuer},
+		{"trailing slash is another issuer", func(a *testAS) { a.issMode = "normalized" }, nil, ErrResponseIssuer},
+		{"two iss", nil, func(v url.Values) { v.Add("iss", v.Get("iss")) }, ErrResponseIssuer},
 		{"error response from a mixed-up server is not shown", func(a *testAS) { a.issMode = "wrong" },
-			func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, ErrIssuerDiffers},
+			func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, ErrResponseIssuer},
 		{"error response", nil, func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, &AuthorizationError{}},
 		{"state mismatch", nil, func(v url.Values) { v.Set("state", "forged") }, ErrStateMismatch},
 	}
@@ -229,7 +229,7 @@ func TestIssuerIdentification(t *testing.T) {
 			} else if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
-			if errors.As(err, &ae) && tt.wantErr != error(nil) && errors.Is(tt.wantErr, ErrIssuerDiffers) {
+			if errors.As(err, &ae) && tt.wantErr != error(nil) && errors.Is(tt.wantErr, ErrResponseIssuer) {
 				t.Error("acted on an error response with a wrong iss")
 			}
 			if len(as.tokenReqs) != 0 {
@@ -572,21 +572,21 @@ func TestForgetAndToken(t *testing.T) {
 func TestInsecureEndpointsRefused(t *testing.T) {
 	f := mustFlow(t, Config{Interaction: &consent{}})
 	for _, tt := range []struct {
-		md ServerMetadata
+		md serverMetadata
 		ok bool
 	}{
-		{ServerMetadata{Issuer: "https://as.example", TokenEndpoint: "https://as.example/token"}, true},
-		{ServerMetadata{Issuer: "http://127.0.0.1:8080", TokenEndpoint: "http://localhost:8080/token"}, true},
-		{ServerMetadata{Issuer: "https://as.example", TokenEndpoint: "http://as.example/token"}, false},
-		{ServerMetadata{Issuer: "https://as.example", AuthorizationEndpoint: "javascript:alert(1)"}, false},
-		{ServerMetadata{Issuer: "https://as.example", RegistrationEndpoint: "/register"}, false},
+		{serverMetadata{Issuer: "https://as.example", TokenEndpoint: "https://as.example/token"}, true},
+		{serverMetadata{Issuer: "http://127.0.0.1:8080", TokenEndpoint: "http://localhost:8080/token"}, true},
+		{serverMetadata{Issuer: "https://as.example", TokenEndpoint: "http://as.example/token"}, false},
+		{serverMetadata{Issuer: "https://as.example", AuthorizationEndpoint: "javascript:alert(1)"}, false},
+		{serverMetadata{Issuer: "https://as.example", RegistrationEndpoint: "/register"}, false},
 	} {
 		if err := f.checkEndpoints(&tt.md); (err == nil) != tt.ok {
 			t.Errorf("%+v: err %v", tt.md, err)
 		}
 	}
 	lax := mustFlow(t, Config{Interaction: &consent{}, AllowHTTP: true})
-	if err := lax.checkEndpoints(&ServerMetadata{Issuer: "http://as.example"}); err != nil {
+	if err := lax.checkEndpoints(&serverMetadata{Issuer: "http://as.example"}); err != nil {
 		t.Errorf("AllowHTTP: %v", err)
 	}
 }

@@ -27,8 +27,8 @@ type Grant interface {
 // grantRequest is one token acquisition.
 type grantRequest struct {
 	st       *serverState
-	prm      *ResourceMetadata
-	as       *ServerMetadata
+	prm      *resourceMetadata
+	as       *serverMetadata
 	issuer   string
 	resource string
 	scopes   []string
@@ -36,12 +36,15 @@ type grantRequest struct {
 
 // Errors of the authorization response.
 var (
-	// ErrIssuerMissing: the authorization server advertises RFC 9207
-	// but its response carries no iss.
-	ErrIssuerMissing = errors.New("oauth: authorization response lacks the iss parameter its server advertises")
-	// ErrIssuerDiffers: the response's iss is not the issuer the request
-	// was sent to (a mix-up attack, RFC 9207).
-	ErrIssuerDiffers = errors.New("oauth: authorization response comes from another issuer")
+	// ErrResponseIssuerMissing: the authorization server advertises the
+	// RFC 9207 iss parameter but its authorization response carries
+	// none, so the response cannot be tied to the server the request
+	// went to.
+	ErrResponseIssuerMissing = errors.New("oauth: authorization response lacks the iss parameter its server advertises")
+	// ErrResponseIssuer: the authorization response's iss is not the
+	// issuer the request was sent to (a mix-up attack, RFC 9207). It is
+	// about the redirect; [ErrMetadataIssuer] is about the metadata.
+	ErrResponseIssuer = errors.New("oauth: authorization response comes from another issuer")
 	// ErrStateMismatch: the response's state is not the request's.
 	ErrStateMismatch = errors.New("oauth: authorization response state does not match the request")
 )
@@ -64,16 +67,16 @@ func (e *AuthorizationError) Error() string {
 
 // checkIss applies RFC 9207 §2.4 as MCP tightens it: a present iss must
 // equal the issuer exactly, and an advertised one must be present.
-func checkIss(params url.Values, as *ServerMetadata, issuer string) error {
+func checkIss(params url.Values, as *serverMetadata, issuer string) error {
 	iss, present := params["iss"]
 	if !present {
 		if as.AuthorizationResponseIssParameter {
-			return ErrIssuerMissing
+			return ErrResponseIssuerMissing
 		}
 		return nil
 	}
 	if len(iss) != 1 || iss[0] != issuer {
-		return fmt.Errorf("%w: got %q, want %q", ErrIssuerDiffers, clip(strings.Join(iss, ","), 200), issuer)
+		return fmt.Errorf("%w: got %q, want %q", ErrResponseIssuer, clip(strings.Join(iss, ","), 200), issuer)
 	}
 	return nil
 }

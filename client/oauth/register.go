@@ -41,7 +41,7 @@ func (e *RegistrationError) Error() string {
 // server issuer, in the MCP order: pre-registered credentials, a client
 // ID metadata document when the server accepts them, a client this flow
 // registered before, a new dynamic registration.
-func (f *Flow) clientFor(ctx context.Context, issuer string, as *ServerMetadata, interactive bool) (*clientInfo, error) {
+func (f *Flow) clientFor(ctx context.Context, issuer string, as *serverMetadata, interactive bool) (*clientInfo, error) {
 	if c := f.preregistered(ctx, issuer, as); c != nil {
 		return c, nil
 	}
@@ -76,7 +76,7 @@ func (f *Flow) clientFor(ctx context.Context, issuer string, as *ServerMetadata,
 // it, the credentials belong to the first authorization server the flow
 // uses them with, and are not carried to another one (a client ID is
 // unique to the server that issued it).
-func (f *Flow) preregistered(ctx context.Context, issuer string, as *ServerMetadata) *clientInfo {
+func (f *Flow) preregistered(ctx context.Context, issuer string, as *serverMetadata) *clientInfo {
 	if f.cfg.ClientID == "" {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (f *Flow) preregistered(ctx context.Context, issuer string, as *ServerMetad
 // preregisteredMethod chooses how the pre-registered client
 // authenticates: as configured, else by what it has and the server
 // supports (RFC 8414: client_secret_basic when the list is absent).
-func (f *Flow) preregisteredMethod(as *ServerMetadata) string {
+func (f *Flow) preregisteredMethod(as *serverMetadata) string {
 	if f.cfg.ClientAuthMethod != "" {
 		return f.cfg.ClientAuthMethod
 	}
@@ -140,7 +140,7 @@ func (f *Flow) preregisteredMethod(as *ServerMetadata) string {
 // registrationMethod chooses the token_endpoint_auth_method to register
 // with: none (a native client has no secret to keep) when the server
 // takes it, else a client secret by whichever means it supports.
-func registrationMethod(as *ServerMetadata) string {
+func registrationMethod(as *serverMetadata) string {
 	supported := as.TokenEndpointAuthMethodsSupported
 	if len(supported) == 0 {
 		supported = []string{AuthClientSecretBasic}
@@ -170,7 +170,7 @@ func applicationType(redirect string) string {
 }
 
 // register performs dynamic client registration (RFC 7591).
-func (f *Flow) register(ctx context.Context, as *ServerMetadata, redirect string) (*clientInfo, error) {
+func (f *Flow) register(ctx context.Context, as *serverMetadata, redirect string) (*clientInfo, error) {
 	method := registrationMethod(as)
 	appType := f.cfg.ApplicationType
 	if appType == "" {
