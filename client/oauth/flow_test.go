@@ -402,8 +402,8 @@ func TestPerIssuerAndMigration(t *testing.T) {
 	expectOK(t, f, rs1.url())
 	expectOK(t, f, rs2.url())
 	expectOK(t, f, rs1.url())
-	if len(as1.regs) != 1 || len(as2.regs) != 1 || ui.count() != 2 {
-		t.Fatalf("registrations %d/%d, authorizations %d", len(as1.regs), len(as2.regs), ui.count())
+	if n1, n2 := len(as1.registrations()), len(as2.registrations()); n1 != 1 || n2 != 1 || ui.count() != 2 {
+		t.Fatalf("registrations %d/%d, authorizations %d", n1, n2, ui.count())
 	}
 	for _, k := range []string{keyClient + as1.issuer(), keyClient + as2.issuer(), keySession + rs1.url(), keySession + rs2.url()} {
 		if !slices.Contains(store.keys(), k) {
@@ -416,16 +416,16 @@ func TestPerIssuerAndMigration(t *testing.T) {
 	as3 := newAS(t, nil)
 	rs1.setAS(as3)
 	expectOK(t, f, rs1.url())
-	if len(as3.regs) != 1 {
-		t.Errorf("%d registrations at the new server", len(as3.regs))
+	if n := len(as3.registrations()); n != 1 {
+		t.Errorf("%d registrations at the new server", n)
 	}
-	as1ID := as1.authReqs[0].Get("client_id")
-	for _, q := range as3.authReqs {
+	as1ID := as1.authRequests()[0].Get("client_id")
+	for _, q := range as3.authRequests() {
 		if q.Get("client_id") == as1ID {
 			t.Error("the old server's client_id went to the new one")
 		}
 	}
-	for _, tr := range as3.tokenReqs {
+	for _, tr := range as3.tokenRequests() {
 		if tr.form.Get("client_id") == as1ID {
 			t.Error("the old server's client_id went to the new token endpoint")
 		}

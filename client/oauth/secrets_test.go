@@ -1,7 +1,6 @@
 package oauth
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -9,32 +8,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"tidings/internal/testkit"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestNoSecretsInLogsOrErrors runs flows through authorization,
 // refresh, step-up refusal and failures with a debug logger, and checks
 // that no token, refresh token, client secret, code, PKCE verifier or
 // state shows in the log or in an error.
 func TestNoSecretsInLogsOrErrors(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var errs []string
 	note := func(_ int, err error) {

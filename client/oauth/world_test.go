@@ -350,6 +350,27 @@ func (a *testAS) revokeAll() {
 	a.mu.Unlock()
 }
 
+// registrations, authRequests and tokenRequests copy what the server
+// recorded, under its lock: a test reads them while the flows it runs
+// may still be talking to the server.
+func (a *testAS) registrations() []map[string]any {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.regs)
+}
+
+func (a *testAS) authRequests() []url.Values {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.authReqs)
+}
+
+func (a *testAS) tokenRequests() []tokenReq {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.tokenReqs)
+}
+
 func (a *testAS) counts() (gets, auths, tokens, regs int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
