@@ -208,6 +208,14 @@ func TestIssuerIdentification(t *testing.T) {
 			func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, ErrResponseIssuer},
 		{"error response", nil, func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, &AuthorizationError{}},
 		{"state mismatch", nil, func(v url.Values) { v.Set("state", "forged") }, ErrStateMismatch},
+		{"two states", nil, func(v url.Values) { v.Add("state", "forged") }, ErrStateMismatch},
+		{"error response with a wrong state is not shown", nil, func(v url.Values) {
+			v.Del("code")
+			v.Set("state", "forged")
+			v.Set("error", "access_denied")
+			v.Set("error_description", "forged-description")
+		}, ErrStateMismatch},
+		{"wrong state before wrong iss", func(a *testAS) { a.issMode = "wrong" }, func(v url.Values) { v.Set("state", "forged") }, ErrStateMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,8 +237,15 @@ func TestIssuerIdentification(t *testing.T) {
 			} else if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
-			if errors.As(err, &ae) && tt.wantErr != error(nil) && errors.Is(tt.wantErr, ErrResponseIssuer) {
-				t.Error("acted on an error response with a wrong iss")
+			if errors.As(err, &ae) && (errors.Is(tt.wantErr, ErrResponseIssuer) || errors.Is(tt.wantErr, ErrStateMismatch)) {
+				t.Error("acted on an error response that failed a check")
+			}
+			if errors.Is(tt.wantErr, ErrStateMismatch) {
+				for _, s := range []string{"forged", "access_denied", "evil"} {
+					if strings.Contains(err.Error(), s) {
+						t.Errorf("the error %q shows %q from the refused redirect", err, s)
+					}
+				}
 			}
 			if len(as.tokenReqs) != 0 {
 				t.Error("the code went to the token endpoint")

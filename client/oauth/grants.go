@@ -2,6 +2,7 @@ package oauth
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/url"
@@ -45,12 +46,15 @@ var (
 	// issuer the request was sent to (a mix-up attack, RFC 9207). It is
 	// about the redirect; [ErrMetadataIssuer] is about the metadata.
 	ErrResponseIssuer = errors.New("oauth: authorization response comes from another issuer")
-	// ErrStateMismatch: the response's state is not the request's.
+	// ErrStateMismatch: the authorization response's state is not the
+	// request's: the redirect answers another request, or none. It is
+	// checked first, so this error says nothing else of the redirect.
 	ErrStateMismatch = errors.New("oauth: authorization response state does not match the request")
 )
 
 // AuthorizationError is an error response of the authorization endpoint
-// (RFC 6749 §4.1.2.1), reported only after its iss was checked.
+// (RFC 6749 §4.1.2.1), reported only after its state and iss were
+// checked: what it says comes from the server the request went to.
 type AuthorizationError struct {
 	Code        string
 	Description string
@@ -121,16 +125,18 @@ func (authorizationCode) obtain(ctx context.Context, f *Flow, r *grantRequest) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("oauth: authorization: %w", err)
 	}
-	// The issuer first: an error response from a mixed-up server is not
-	// to be acted on or shown either.
+	// The state, then the issuer, before anything else is read: a
+	// redirect that does not answer this request (forged, or replayed
+	// from another) or that a mixed-up server sent is not acted on, and
+	// nothing in it, not even an error description, is shown.
+	if got := params["state"]; len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), []byte(state)) != 1 {
+		return nil, nil, ErrStateMismatch
+	}
 	if err := checkIss(params, as, r.issuer); err != nil {
 		return nil, nil, err
 	}
 	if code := params.Get("error"); code != "" {
 		return nil, nil, &AuthorizationError{Code: code, Description: params.Get("error_description"), URI: params.Get("error_uri")}
-	}
-	if params.Get("state") != state {
-		return nil, nil, ErrStateMismatch
 	}
 	code := params.Get("code")
 	if code == "" {
