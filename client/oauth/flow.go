@@ -204,7 +204,7 @@ func New(cfg Config) (*Flow, error) {
 		}
 	}
 	if cfg.DPoP || cfg.DPoPKey != nil {
-		k, err := newDPoPKey(cfg.DPoPKey)
+		k, err := newDPoPKey(cfg.DPoPKey, f.now)
 		if err != nil {
 			return nil, err
 		}

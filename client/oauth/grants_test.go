@@ -310,3 +310,17 @@ func TestNoDPoPUnlessAsked(t *testing.T) {
 		t.Error("a DPoP proof was sent")
 	}
 }
+
+// Proofs are dated by the flow's clock, like everything else it dates.
+func TestDPoPProofClock(t *testing.T) {
+	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	f := mustFlow(t, Config{Interaction: &consent{}, DPoP: true, Now: func() time.Time { return at }})
+	p, err := f.dpop.proof(http.MethodPost, "https://as.example/token", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := dpopClaims(t, p)
+	if iat, _ := c["iat"].(float64); int64(iat) != at.Unix() {
+		t.Errorf("iat %v, want %d", c["iat"], at.Unix())
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -128,7 +127,10 @@ func parseKey(p string) (crypto.Signer, error) {
 // the authorization URL and reads where it redirects, without following.
 type redirectReader struct{}
 
-func (redirectReader) RedirectURI() string { return "http://localhost:3000/callback" }
+// redirectURI is the redirect URI the suite's scenarios register.
+const redirectURI = "http://localhost:3000/callback"
+
+func (redirectReader) RedirectURI() string { return redirectURI }
 
 func (redirectReader) Authorize(ctx context.Context, authURL string) (url.Values, error) {
 	hc := &http.Client{
@@ -153,8 +155,19 @@ func (redirectReader) Authorize(ctx context.Context, authURL string) (url.Values
 	if err != nil {
 		return nil, fmt.Errorf("authorization redirect: %w", err)
 	}
-	if !strings.HasPrefix(loc, "http://localhost:3000/callback") {
+	if !sameEndpoint(u, redirectURI) {
 		return nil, errors.New("authorization redirect to another URI")
 	}
 	return u.Query(), nil
+}
+
+// sameEndpoint reports whether u is the redirect URI want, query aside:
+// same scheme, host (with port) and path. A string prefix would also
+// take a longer path, such as want's path followed by "evil".
+func sameEndpoint(u *url.URL, want string) bool {
+	w, err := url.Parse(want)
+	if err != nil {
+		return false
+	}
+	return u.Scheme == w.Scheme && u.Host == w.Host && u.EscapedPath() == w.EscapedPath() && u.User == nil && u.Fragment == ""
 }
