@@ -119,12 +119,15 @@ func decodeJSON(resp *http.Response, v any) error {
 // resourceMetadataURLs returns where to look for the protected resource
 // metadata of the server at u, in order: the challenge's
 // resource_metadata, the path-inserted well-known URI, the root one.
+//
+// The challenge's URL is taken only over HTTPS, unless the server itself
+// is reached over plain HTTP or on loopback: the document names the
+// authorization servers the flow trusts with the user's login, so it must
+// not travel less protected than the server's own answers.
 func resourceMetadataURLs(u *url.URL, fromChallenge string) []string {
 	var out []string
-	if fromChallenge != "" {
-		if ru, err := u.Parse(fromChallenge); err == nil && (ru.Scheme == "https" || ru.Scheme == "http") {
-			out = append(out, ru.String())
-		}
+	if ru, ok := challengeMetadataURL(u, fromChallenge); ok {
+		out = append(out, ru)
 	}
 	const wk = "/.well-known/oauth-protected-resource"
 	base := url.URL{Scheme: u.Scheme, Host: u.Host}
@@ -135,9 +138,32 @@ func resourceMetadataURLs(u *url.URL, fromChallenge string) []string {
 	return dedupe(out)
 }
 
+// challengeMetadataURL resolves a challenge's resource_metadata against
+// the server's URL u; ok is false when it is absent or not to be fetched
+// (see resourceMetadataURLs).
+func challengeMetadataURL(u *url.URL, fromChallenge string) (string, bool) {
+	if fromChallenge == "" {
+		return "", false
+	}
+	ru, err := u.Parse(fromChallenge)
+	if err != nil || ru.Host == "" {
+		return "", false
+	}
+	switch {
+	case ru.Scheme == "https":
+	case ru.Scheme == "http" && (u.Scheme == "http" || isLoopback(u.Hostname())):
+	default:
+		return "", false
+	}
+	return ru.String(), true
+}
+
 // discoverResource fetches and validates the protected resource metadata
 // of the server at u.
 func (f *Flow) discoverResource(ctx context.Context, u *url.URL, fromChallenge string) (*resourceMetadata, error) {
+	if _, ok := challengeMetadataURL(u, fromChallenge); fromChallenge != "" && !ok {
+		f.log.Warn("oauth: the server's resource_metadata is not an HTTPS URL; not used", "server", u.Redacted(), "resource_metadata", clip(fromChallenge, 200))
+	}
 	var errs []error
 	for _, mu := range resourceMetadataURLs(u, fromChallenge) {
 		var md resourceMetadata
@@ -234,6 +260,12 @@ func (f *Flow) discoverServer(ctx context.Context, issuer string) (*serverMetada
 	if err != nil {
 		return nil, err
 	}
+	// Before any request: a plain HTTP issuer would be refused once its
+	// metadata came back, and fetching it would already tell a network
+	// attacker whom the client is about to trust.
+	if err := checkSecureURL(issuer, f.cfg.AllowHTTP); err != nil {
+		return nil, err
+	}
 	var errs []error
 	for _, mu := range urls {
 		var md serverMetadata
@@ -274,16 +306,27 @@ func (f *Flow) checkEndpoints(md *serverMetadata) error {
 		if e == "" {
 			continue
 		}
-		u, err := url.Parse(e)
-		if err != nil || u.Host == "" {
-			return fmt.Errorf("oauth: authorization server endpoint %q is not an absolute URL", e)
+		if err := checkSecureURL(e, f.cfg.AllowHTTP); err != nil {
+			return err
 		}
-		switch {
-		case u.Scheme == "https":
-		case u.Scheme == "http" && (f.cfg.AllowHTTP || isLoopback(u.Hostname())):
-		default:
-			return fmt.Errorf("%w: %s", ErrInsecureEndpoint, e)
-		}
+	}
+	return nil
+}
+
+// checkSecureURL is the rule for every URL the flow sends credentials,
+// codes or the user to (OAuth 2.1 §1.5): an absolute HTTPS URL, or HTTP
+// on a loopback address, or HTTP anywhere when allowHTTP
+// (Config.AllowHTTP).
+func checkSecureURL(raw string, allowHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("oauth: authorization server endpoint %q is not an absolute URL", clip(raw, 200))
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && (allowHTTP || isLoopback(u.Hostname())):
+	default:
+		return fmt.Errorf("%w: %s", ErrInsecureEndpoint, u.Redacted())
 	}
 	return nil
 }

@@ -241,7 +241,9 @@ func (f *Flow) jwtBearer(ctx context.Context, r *grantRequest, assertion string)
 // server and resource, which is then redeemed by the JWT bearer grant,
 // the client authenticating with its pre-registered credentials.
 type IdentityAssertion struct {
-	// IdPTokenEndpoint is the identity provider's token endpoint.
+	// IdPTokenEndpoint is the identity provider's token endpoint: HTTPS,
+	// or HTTP on loopback or with Config.AllowHTTP, as for authorization
+	// servers (New refuses it otherwise).
 	IdPTokenEndpoint string
 	// IdPClientID and IdPClientSecret are the client's credentials at
 	// the identity provider (the secret may be empty).
@@ -256,6 +258,11 @@ func (IdentityAssertion) refreshable() bool { return false }
 func (g IdentityAssertion) check(cfg *Config) error {
 	if g.IdPTokenEndpoint == "" || g.IDToken == nil {
 		return errors.New("oauth: IdentityAssertion needs IdPTokenEndpoint and IDToken")
+	}
+	// The user's ID token and the client's secret go there: the same
+	// rule as for the authorization server's endpoints.
+	if err := checkSecureURL(g.IdPTokenEndpoint, cfg.AllowHTTP); err != nil {
+		return fmt.Errorf("oauth: IdentityAssertion.IdPTokenEndpoint: %w", err)
 	}
 	if cfg.ClientID == "" {
 		return errors.New("oauth: IdentityAssertion needs Config.ClientID")

@@ -324,3 +324,30 @@ func TestDPoPProofClock(t *testing.T) {
 		t.Errorf("iat %v, want %d", c["iat"], at.Unix())
 	}
 }
+
+// The identity provider's token endpoint gets the user's ID token and
+// the client's secret: New holds it to the rule of the authorization
+// server's endpoints.
+func TestIdentityAssertionEndpointScheme(t *testing.T) {
+	for _, tt := range []struct {
+		endpoint  string
+		allowHTTP bool
+		ok        bool
+	}{
+		{"https://idp.example/token", false, true},
+		{"http://127.0.0.1:8080/token", false, true},
+		{"http://localhost:8080/token", false, true},
+		{"http://idp.example/token", false, false},
+		{"http://idp.example/token", true, true},
+		{"/token", false, false},
+		{"javascript:alert(1)", false, false},
+	} {
+		_, err := New(Config{ClientID: "app", ClientIssuer: "https://as.example", Grant: IdentityAssertion{
+			IdPTokenEndpoint: tt.endpoint,
+			IDToken:          func(context.Context) (string, error) { return "id-token", nil },
+		}, AllowHTTP: tt.allowHTTP})
+		if (err == nil) != tt.ok {
+			t.Errorf("%s (AllowHTTP %v): err %v", tt.endpoint, tt.allowHTTP, err)
+		}
+	}
+}
