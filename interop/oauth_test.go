@@ -214,12 +214,13 @@ func TestGoClientOAuthWithTSServer(t *testing.T) {
 	connect := func() *client.Client {
 		t.Helper()
 		flow, err := oauth.New(oauth.Config{
-			HTTPClient:  hc,
-			Interaction: agent,
-			Store:       store,
-			ClientID:    clientID,
-			ClientName:  "tidings-interop",
-			Logger:      quietLogger(t),
+			HTTPClient:   hc,
+			Interaction:  agent,
+			Store:        store,
+			ClientID:     clientID,
+			ClientIssuer: as.Issuer(),
+			ClientName:   "tidings-interop",
+			Logger:       quietLogger(t),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -13,7 +13,9 @@
 //     orders them); a document whose issuer is not the one it was
 //     fetched for is never used.
 //   - A client identity per authorization server: pre-registered
-//     credentials, else a Client ID Metadata Document URL where the
+//     credentials, which belong to the one authorization server
+//     Config.ClientIssuer names and go to no other, else a Client ID
+//     Metadata Document URL where the
 //     server accepts them, else dynamic registration (RFC 7591), kept in
 //     the [Store] per issuer. When a server's metadata moves it to
 //     another authorization server, the flow identifies itself there

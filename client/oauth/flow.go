@@ -51,11 +51,27 @@ type Config struct {
 	// before any other way of identifying the client.
 	ClientID     string
 	ClientSecret string
-	// ClientIssuer is the issuer of the authorization server ClientID
-	// belongs to. When empty, the credentials belong to the first
-	// authorization server the flow uses them with (remembered in the
-	// Store); with another one the flow registers anew.
+	// ClientIssuer is the issuer identifier of the authorization server
+	// ClientID was registered with. It is required with ClientID (New
+	// fails without it, unless TrustFirstIssuer): a client ID, and above
+	// all a secret or key, belongs to one authorization server, and the
+	// MCP servers the flow meets name their own, any of which may be an
+	// attacker's. The credentials go to no other server: when an MCP
+	// server names another one, the request fails with ErrClientIssuer
+	// rather than identifying the client some other way, as the MCP
+	// specification advises. A public client ID (no secret, no key) is
+	// held to the same rule, so that the first MCP server cannot claim it
+	// for an authorization server of its choice either.
 	ClientIssuer string
+	// TrustFirstIssuer, when ClientIssuer is empty, binds the
+	// pre-registered credentials to the first authorization server an
+	// MCP server names, remembered in the Store per ClientID.
+	//
+	// It is dangerous: whichever MCP server the flow meets first chooses
+	// where the client secret or client assertions are sent. It exists
+	// for test harnesses that learn the authorization server only at run
+	// time, and talk to nothing else.
+	TrustFirstIssuer bool
 	// ClientAuthMethod is how the pre-registered client authenticates at
 	// the token endpoint (AuthClientSecretBasic, AuthClientSecretPost,
 	// AuthPrivateKeyJWT, AuthNone). Default: private_key_jwt with a
@@ -147,9 +163,9 @@ type cachedMeta struct {
 
 // Store keys.
 const (
-	keyClient        = "oauth/client/"  // + issuer
-	keySession       = "oauth/session/" // + server URL
-	keyPreregistered = "oauth/preregistered-issuer"
+	keyClient        = "oauth/client/"               // + issuer
+	keySession       = "oauth/session/"              // + server URL
+	keyPreregistered = "oauth/preregistered-issuer/" // + client ID
 )
 
 // New returns a Flow configured by cfg.
@@ -188,6 +204,16 @@ func New(cfg Config) (*Flow, error) {
 	}
 	if f.cfg.MaxStepUps <= 0 {
 		f.cfg.MaxStepUps = 3
+	}
+	if cfg.ClientID != "" {
+		switch {
+		case cfg.ClientIssuer != "":
+			if err := checkSecureURL(cfg.ClientIssuer, cfg.AllowHTTP); err != nil {
+				return nil, fmt.Errorf("oauth: Config.ClientIssuer: %w", err)
+			}
+		case !cfg.TrustFirstIssuer:
+			return nil, errors.New("oauth: Config.ClientID needs Config.ClientIssuer, the authorization server it was registered with")
+		}
 	}
 	if cfg.Grant == nil && cfg.Interaction == nil {
 		return nil, errors.New("oauth: the authorization code grant needs an Interaction")
@@ -360,7 +386,7 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	if err != nil {
 		return false, err
 	}
-	issuer := f.chooseIssuer(prm, s)
+	issuer := f.chooseIssuer(ctx, prm, s)
 	if s != nil && s.RefreshToken != "" && issuer == s.Issuer && !strings.EqualFold(ch.Param("error"), "insufficient_scope") {
 		if err := f.refresh(ctx, st); err == nil {
 			return true, nil
@@ -409,7 +435,7 @@ func (f *Flow) stepUp(ctx context.Context, st *serverState, ch AuthChallenge) (b
 		return false, err
 	}
 	f.log.Info("oauth: stepping up authorization", "server", st.key, "scopes", want)
-	if err := f.obtain(ctx, st, prm, f.chooseIssuer(prm, s), want); err != nil {
+	if err := f.obtain(ctx, st, prm, f.chooseIssuer(ctx, prm, s), want); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -429,18 +455,14 @@ func (e *ScopeError) Error() string {
 // chooseIssuer picks the authorization server of the ones the metadata
 // lists: the current token's, if still listed; else the pre-registered
 // client's, if listed; else the first.
-func (f *Flow) chooseIssuer(prm *resourceMetadata, s *session) string {
+func (f *Flow) chooseIssuer(ctx context.Context, prm *resourceMetadata, s *session) string {
 	if s != nil && slices.Contains(prm.AuthorizationServers, s.Issuer) {
 		return s.Issuer
 	}
-	f.mu.Lock()
-	bound := f.cfg.ClientIssuer
-	if bound == "" {
-		bound = f.preIssuer
-	}
-	f.mu.Unlock()
-	if f.cfg.ClientID != "" && bound != "" && slices.Contains(prm.AuthorizationServers, bound) {
-		return bound
+	if f.cfg.ClientID != "" {
+		if bound := f.boundIssuer(ctx, ""); bound != "" && slices.Contains(prm.AuthorizationServers, bound) {
+			return bound
+		}
 	}
 	return prm.AuthorizationServers[0]
 }
@@ -503,10 +525,10 @@ func (f *Flow) refresh(ctx context.Context, st *serverState) error {
 		return err
 	}
 	c, err := f.clientFor(ctx, s.Issuer, as, f.cfg.Interaction != nil && (f.cfg.Grant == nil || f.cfg.Grant.refreshable()))
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrClientIssuer) {
 		return err
 	}
-	if c.ClientID != s.ClientID {
+	if err != nil || c.ClientID != s.ClientID {
 		// The token came to another client (a registration since lost):
 		// its refresh token is of no use to this one.
 		ns := *s

@@ -1,6 +1,10 @@
 package oauth
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -460,23 +464,133 @@ func TestPreRegisteredClient(t *testing.T) {
 	as := newAS(t, func(a *testAS) { a.noDCR, a.methods = true, []string{AuthClientSecretBasic} })
 	as.clients["pre"] = regClient{secret: "pre-secret", method: AuthClientSecretBasic}
 	rs := newRS(t, as, nil)
-	f := mustFlow(t, Config{Interaction: &consent{}, ClientID: "pre", ClientSecret: "pre-secret"})
+	f := mustFlow(t, Config{Interaction: &consent{}, ClientID: "pre", ClientSecret: "pre-secret", ClientIssuer: as.issuer()})
 	expectOK(t, f, rs.url())
 	if got := as.tokenReqs[0].auth; got == "" || !strings.HasPrefix(got, "Basic ") {
 		t.Errorf("token request authorization %q", got)
 	}
 
-	// Bound to the first server: another one gets a registration.
+	// Another authorization server gets neither the credentials nor a
+	// registration: the mismatch is an error.
 	other := newAS(t, nil)
 	rs2 := newRS(t, other, nil)
-	expectOK(t, f, rs2.url())
-	if len(other.regs) != 1 {
-		t.Errorf("the pre-registered client went to another server")
+	if _, err := do(testCtx(t), f, http.MethodGet, rs2.url()); !errors.Is(err, ErrClientIssuer) {
+		t.Fatalf("err = %v, want ErrClientIssuer", err)
 	}
-	for _, q := range other.authReqs {
-		if q.Get("client_id") == "pre" {
-			t.Error("pre-registered client_id shown to another server")
+	if _, auths, tokens, regs := other.counts(); auths+tokens+regs != 0 {
+		t.Errorf("the other server got %d authorization, %d token and %d registration requests", auths, tokens, regs)
+	}
+}
+
+// Pre-registered credentials name their authorization server, or the
+// config says, in so many words, that the first one named gets them.
+func TestPreRegisteredNeedsIssuer(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"secret", Config{ClientID: "pre", ClientSecret: "s"}, false},
+		{"key", Config{ClientID: "pre", PrivateKey: key}, false},
+		{"public", Config{ClientID: "pre"}, false},
+		{"client credentials", Config{ClientID: "pre", ClientSecret: "s", Grant: ClientCredentials{}}, false},
+		{"secret and issuer", Config{ClientID: "pre", ClientSecret: "s", ClientIssuer: "https://as.example"}, true},
+		{"plain HTTP issuer", Config{ClientID: "pre", ClientSecret: "s", ClientIssuer: "http://as.example"}, false},
+		{"secret, trusting the first", Config{ClientID: "pre", ClientSecret: "s", TrustFirstIssuer: true}, true},
+		{"no client", Config{}, true},
+	} {
+		if tt.cfg.Grant == nil {
+			tt.cfg.Interaction = &consent{}
 		}
+		_, err := New(tt.cfg)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: err %v", tt.name, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s\"") {
+			t.Errorf("%s: the error shows the secret: %v", tt.name, err)
+		}
+	}
+}
+
+// With TrustFirstIssuer the first authorization server named gets the
+// credentials, and keeps them: the binding is saved per client ID, and
+// another server is refused.
+func TestTrustFirstIssuer(t *testing.T) {
+	as := newAS(t, func(a *testAS) { a.noDCR, a.methods = true, []string{AuthClientSecretPost} })
+	as.clients["pre"] = regClient{secret: "pre-secret", method: AuthClientSecretPost}
+	other := newAS(t, func(a *testAS) { a.noDCR, a.methods = true, []string{AuthClientSecretPost} })
+	other.clients["other-pre"] = regClient{secret: "other-secret", method: AuthClientSecretPost}
+	rs := newRS(t, as, nil)
+	rs2 := newRS(t, other, nil)
+	store := newMemStore()
+	f := mustFlow(t, Config{Interaction: &consent{}, Store: store, ClientID: "pre", ClientSecret: "pre-secret", TrustFirstIssuer: true})
+	expectOK(t, f, rs.url())
+	if _, err := do(testCtx(t), f, http.MethodGet, rs2.url()); !errors.Is(err, ErrClientIssuer) {
+		t.Fatalf("second server: err = %v, want ErrClientIssuer", err)
+	}
+	if _, _, tokens, _ := other.counts(); tokens != 0 {
+		t.Errorf("the other server got %d token requests", tokens)
+	}
+	raw, err := store.Load(testCtx(t), keyPreregistered+"pre")
+	if err != nil || string(raw) != as.issuer() {
+		t.Fatalf("binding %q, %v; want %q", raw, err, as.issuer())
+	}
+	// A restarted flow keeps the binding.
+	f2 := mustFlow(t, Config{Interaction: &consent{}, Store: store, ClientID: "pre", ClientSecret: "pre-secret", TrustFirstIssuer: true})
+	if _, err := do(testCtx(t), f2, http.MethodGet, rs2.url()); !errors.Is(err, ErrClientIssuer) {
+		t.Fatalf("restarted flow, second server: err = %v, want ErrClientIssuer", err)
+	}
+	// Another client ID over the same Store has a binding of its own.
+	f3 := mustFlow(t, Config{Interaction: &consent{}, Store: store, ClientID: "other-pre", ClientSecret: "other-secret", TrustFirstIssuer: true})
+	expectOK(t, f3, rs2.url())
+}
+
+// blockingStore is a memStore whose Loads of one key wait for release.
+type blockingStore struct {
+	*memStore
+	key     string
+	once    sync.Once
+	entered chan struct{} // closed at the first such Load
+	release chan struct{}
+}
+
+func (s *blockingStore) Load(ctx context.Context, key string) ([]byte, error) {
+	if key == s.key {
+		s.once.Do(func() { close(s.entered) })
+		<-s.release
+	}
+	return s.memStore.Load(ctx, key)
+}
+
+// The flow's own lock is not held while the Store works: a slow Store
+// delays the request that waits for it, not the flow's other servers.
+func TestStoreLoadOutsideTheFlowLock(t *testing.T) {
+	as := newAS(t, func(a *testAS) { a.noDCR = true })
+	as.clients["pre"] = regClient{method: AuthNone}
+	rs := newRS(t, as, nil)
+	store := &blockingStore{memStore: newMemStore(), key: keyPreregistered + "pre", entered: make(chan struct{}), release: make(chan struct{})}
+	f := mustFlow(t, Config{Interaction: &consent{}, Store: store, ClientID: "pre", TrustFirstIssuer: true})
+	first := make(chan error, 1)
+	go func() {
+		_, err := do(testCtx(t), f, http.MethodGet, rs.url())
+		first <- err
+	}()
+	<-store.entered
+	other := make(chan struct{})
+	go func() {
+		_, _, _ = f.Token(testCtx(t), "https://other.example/mcp")
+		close(other)
+	}()
+	select {
+	case <-other:
+	case <-time.After(10 * time.Second):
+		t.Error("the flow's lock is held while the Store loads")
+	}
+	close(store.release)
+	<-other
+	if err := <-first; err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -51,7 +51,7 @@ func TestClientCredentialsSecret(t *testing.T) {
 		}
 	})
 	rs := newRS(t, as, func(r *testRS) { r.scope = "mcp:read" })
-	f := mustFlow(t, Config{Grant: ClientCredentials{}, ClientID: "svc", ClientSecret: "svc-secret"})
+	f := mustFlow(t, Config{Grant: ClientCredentials{}, ClientID: "svc", ClientSecret: "svc-secret", ClientIssuer: as.issuer()})
 	expectOK(t, f, rs.url())
 	form := as.tokenReqs[0].form
 	if form.Get("resource") != rs.url() || form.Get("scope") != "mcp:read" || len(as.authReqs) != 0 || len(as.regs) != 0 {
@@ -92,7 +92,7 @@ func TestClientCredentialsPrivateKeyJWT(t *testing.T) {
 		}
 	})
 	rs := newRS(t, as, nil)
-	f := mustFlow(t, Config{Grant: ClientCredentials{}, ClientID: "svc", PrivateKey: key})
+	f := mustFlow(t, Config{Grant: ClientCredentials{}, ClientID: "svc", PrivateKey: key, ClientIssuer: as.issuer()})
 	expectOK(t, f, rs.url())
 	if got := as.tokenReqs[0].form.Get("client_id"); got != "svc" {
 		t.Errorf("client_id %q", got)
@@ -117,7 +117,7 @@ func TestJWTBearer(t *testing.T) {
 	})
 	rs := newRS(t, as, nil)
 	var aud string
-	f := mustFlow(t, Config{ClientID: "wl", Grant: JWTBearer{Assertion: func(_ context.Context, audience string) (string, error) {
+	f := mustFlow(t, Config{ClientID: "wl", ClientIssuer: as.issuer(), Grant: JWTBearer{Assertion: func(_ context.Context, audience string) (string, error) {
 		aud = audience
 		return "workload-jwt", nil
 	}}})
@@ -160,7 +160,7 @@ func TestIdentityAssertion(t *testing.T) {
 		}
 	})
 	rs := newRS(t, as, nil)
-	f := mustFlow(t, Config{ClientID: "app", ClientSecret: "app-secret", Grant: IdentityAssertion{
+	f := mustFlow(t, Config{ClientID: "app", ClientSecret: "app-secret", ClientIssuer: as.issuer(), Grant: IdentityAssertion{
 		IdPTokenEndpoint: idp.URL + "/token",
 		IdPClientID:      "app-at-idp",
 		IDToken:          func(context.Context) (string, error) { return "the-id-token", nil },

@@ -18,6 +18,13 @@ import (
 // metadata document it accepts, and no dynamic registration.
 var ErrNoClient = errors.New("oauth: no client identity for this authorization server")
 
+// ErrClientIssuer means an MCP server names an authorization server
+// other than the one the pre-registered client belongs to
+// (Config.ClientIssuer, or the one TrustFirstIssuer bound it to). The
+// flow neither sends the credentials there nor identifies itself another
+// way: the MCP specification has a client surface the mismatch.
+var ErrClientIssuer = errors.New("oauth: the pre-registered client belongs to another authorization server")
+
 // RegistrationError is a refused dynamic client registration (RFC 7591
 // §3.2.2).
 type RegistrationError struct {
@@ -42,8 +49,8 @@ func (e *RegistrationError) Error() string {
 // ID metadata document when the server accepts them, a client this flow
 // registered before, a new dynamic registration.
 func (f *Flow) clientFor(ctx context.Context, issuer string, as *serverMetadata, interactive bool) (*clientInfo, error) {
-	if c := f.preregistered(ctx, issuer, as); c != nil {
-		return c, nil
+	if c, err := f.preregistered(ctx, issuer, as); c != nil || err != nil {
+		return c, err
 	}
 	if !interactive {
 		return nil, fmt.Errorf("%w %s: this grant needs pre-registered credentials", ErrNoClient, issuer)
@@ -71,46 +78,70 @@ func (f *Flow) clientFor(ctx context.Context, issuer string, as *serverMetadata,
 	return c, nil
 }
 
-// preregistered returns the configured client when it belongs to issuer.
-// Config.ClientIssuer names the server it was registered with; without
-// it, the credentials belong to the first authorization server the flow
-// uses them with, and are not carried to another one (a client ID is
-// unique to the server that issued it).
-func (f *Flow) preregistered(ctx context.Context, issuer string, as *serverMetadata) *clientInfo {
+// preregistered returns the configured client, nil when there is none,
+// or an error wrapping ErrClientIssuer when it belongs to another
+// authorization server than issuer (a client ID is unique to the server
+// that issued it, and its secret is for no one else).
+func (f *Flow) preregistered(ctx context.Context, issuer string, as *serverMetadata) (*clientInfo, error) {
 	if f.cfg.ClientID == "" {
-		return nil
+		return nil, nil
 	}
-	f.mu.Lock()
-	bound := f.cfg.ClientIssuer
-	if bound == "" {
-		bound = f.preIssuer
-	}
-	if bound == "" {
-		if raw, err := f.store.Load(ctx, keyPreregistered); err == nil {
-			bound = string(raw)
-		}
-	}
-	if bound == "" {
-		bound = issuer
-		f.preIssuer = issuer
-		f.mu.Unlock()
-		if f.cfg.ClientIssuer == "" {
-			_ = f.store.Save(ctx, keyPreregistered, []byte(issuer))
-		}
-	} else {
-		f.preIssuer = bound
-		f.mu.Unlock()
-	}
-	if bound != issuer {
+	if bound := f.boundIssuer(ctx, issuer); bound != issuer {
 		f.log.Warn("oauth: the pre-registered client belongs to another authorization server; not used", "issuer", issuer, "registered_with", bound)
-		return nil
+		return nil, fmt.Errorf("%w: the MCP server names %s, the client is registered with %s", ErrClientIssuer, issuer, bound)
 	}
 	return &clientInfo{
 		ClientID:     f.cfg.ClientID,
 		ClientSecret: f.cfg.ClientSecret,
 		AuthMethod:   f.preregisteredMethod(as),
 		Kind:         "preregistered",
+	}, nil
+}
+
+// boundIssuer returns the issuer the pre-registered client belongs to:
+// Config.ClientIssuer, else (TrustFirstIssuer) the one it was bound to
+// before, in this run or, through the Store, an earlier one. When it is
+// bound to none yet, a non-empty first binds it to first, and "" only
+// looks. The Store is read and written without f.mu held; when two
+// callers bind at once, the first to take f.mu wins and the other sees
+// its binding.
+func (f *Flow) boundIssuer(ctx context.Context, first string) string {
+	if f.cfg.ClientIssuer != "" {
+		return f.cfg.ClientIssuer
 	}
+	f.mu.Lock()
+	bound := f.preIssuer
+	f.mu.Unlock()
+	if bound != "" {
+		return bound
+	}
+	key := keyPreregistered + f.cfg.ClientID
+	stored := ""
+	raw, err := f.store.Load(ctx, key)
+	switch {
+	case err == nil:
+		stored = string(raw)
+	case !errors.Is(err, ErrNotStored):
+		f.log.Warn("oauth: could not load the pre-registered client's issuer", "err", err)
+	}
+	bind := false
+	f.mu.Lock()
+	switch {
+	case f.preIssuer != "":
+	case stored != "":
+		f.preIssuer = stored
+	case first != "":
+		f.preIssuer, bind = first, true
+	}
+	bound = f.preIssuer
+	f.mu.Unlock()
+	if bind {
+		f.log.Warn("oauth: the pre-registered client is bound to the first authorization server named (TrustFirstIssuer)", "issuer", bound)
+		if err := f.store.Save(ctx, key, []byte(bound)); err != nil {
+			f.log.Warn("oauth: could not save the pre-registered client's issuer", "err", err)
+		}
+	}
+	return bound
 }
 
 // preregisteredMethod chooses how the pre-registered client

@@ -58,7 +58,7 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 	as2.clients["pre"] = regClient{secret: "pre-registered-secret-value", method: AuthClientSecretPost}
 	rs2 := newRS(t, as2, nil)
 	f2 := mustFlow(t, Config{Interaction: &consent{tamper: func(v url.Values) { v.Set("code", "code-forged-"+v.Get("code")) }},
-		Logger: log, ClientID: "pre", ClientSecret: "pre-registered-secret-value"})
+		Logger: log, ClientID: "pre", ClientSecret: "pre-registered-secret-value", ClientIssuer: as2.issuer()})
 	note(do(ctx, f2, http.MethodGet, rs2.url()))
 	as2.mu.Lock()
 	as2.issMode = "wrong"

@@ -28,6 +28,7 @@ const cimdURL = "https://conformance-test.local/client-metadata.json"
 type authContext struct {
 	ClientID         string `json:"client_id"`
 	ClientSecret     string `json:"client_secret"`
+	Issuer           string `json:"issuer"` // of the authorization server the client is registered with
 	PrivateKeyPEM    string `json:"private_key_pem"`
 	SigningAlgorithm string `json:"signing_algorithm"`
 	IdPClientID      string `json:"idp_client_id"`
@@ -56,7 +57,14 @@ func authScenario(scenario string) scenarioFunc {
 			ClientMetadataURL: cimdURL,
 			ClientID:          ac.ClientID,
 			ClientSecret:      ac.ClientSecret,
+			ClientIssuer:      ac.Issuer,
 		}
+		// Pre-registered credentials are bound to their authorization
+		// server. The pre-registration scenario's context names it; the
+		// client credentials, enterprise and workload identity scenarios'
+		// do not, and their authorization server is known only from the
+		// suite's own MCP server, the one server this process talks to.
+		cfg.TrustFirstIssuer = ac.ClientID != "" && ac.Issuer == ""
 		switch scenario {
 		case "auth/client-credentials-basic":
 			cfg.Grant = oauth.ClientCredentials{}
