@@ -74,9 +74,13 @@ type Config struct {
 	TrustFirstIssuer bool
 	// ClientAuthMethod is how the pre-registered client authenticates at
 	// the token endpoint (AuthClientSecretBasic, AuthClientSecretPost,
-	// AuthPrivateKeyJWT, AuthNone). Default: private_key_jwt with a
-	// PrivateKey, none without a secret, else client_secret_basic or
-	// client_secret_post as the server supports.
+	// AuthPrivateKeyJWT, AuthNone). Default, from what the client has
+	// and the server's token_endpoint_auth_methods_supported:
+	// private_key_jwt with a PrivateKey when the server lists it, or
+	// lists nothing and there is no secret to use instead; else, with a
+	// ClientSecret, client_secret_basic or client_secret_post as the
+	// server supports (basic when it lists nothing, as RFC 8414 says);
+	// else none.
 	ClientAuthMethod string
 	// PrivateKey signs private_key_jwt client assertions (RFC 7523 §2.2).
 	PrivateKey crypto.Signer
@@ -99,9 +103,14 @@ type Config struct {
 	Grant Grant
 
 	// DPoP, when true, asks for DPoP-bound tokens (RFC 9449) from
-	// authorization servers that support them, proving possession of
-	// DPoPKey, or of a key made for the Flow when DPoPKey is nil.
-	DPoP    bool
+	// authorization servers that support them: a token bound to a key
+	// is worthless to whoever steals it without the key.
+	DPoP bool
+	// DPoPKey is the key DPoP proofs are signed with (ECDSA P-256,
+	// P-384 or P-521, Ed25519, or RSA), implying DPoP. A host that keeps
+	// tokens across runs in its Store needs the same key on the next run:
+	// a saved token bound to another key is not used. Default, with DPoP:
+	// a P-256 key made for the Flow, for its life only.
 	DPoPKey crypto.Signer
 
 	// AllowHTTP lets authorization servers be reached over plain HTTP

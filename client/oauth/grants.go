@@ -234,6 +234,10 @@ func (f *Flow) jwtBearer(ctx context.Context, r *grantRequest, assertion string)
 	return tok, c, err
 }
 
+// tokenTypeIDJAG is the token type of an Identity Assertion JWT
+// Authorization Grant.
+const tokenTypeIDJAG = "urn:ietf:params:oauth:token-type:id-jag"
+
 // IdentityAssertion is enterprise-managed authorization (the MCP
 // extension on the Identity Assertion JWT Authorization Grant): the
 // user's ID token from the enterprise identity provider is exchanged
@@ -277,7 +281,7 @@ func (g IdentityAssertion) obtain(ctx context.Context, f *Flow, r *grantRequest)
 	}
 	form := url.Values{
 		"grant_type":           {grantTokenExchange},
-		"requested_token_type": {"urn:ietf:params:oauth:token-type:id-jag"},
+		"requested_token_type": {tokenTypeIDJAG},
 		"subject_token":        {idToken},
 		"subject_token_type":   {"urn:ietf:params:oauth:token-type:id_token"},
 		"audience":             {r.issuer},
@@ -297,8 +301,12 @@ func (g IdentityAssertion) obtain(ctx context.Context, f *Flow, r *grantRequest)
 	if err != nil {
 		return nil, nil, fmt.Errorf("oauth: token exchange at the identity provider: %w", err)
 	}
-	if jag.IssuedTokenType != "" && jag.IssuedTokenType != "urn:ietf:params:oauth:token-type:id-jag" {
-		return nil, nil, fmt.Errorf("oauth: the identity provider issued a %q, not an ID-JAG", jag.IssuedTokenType)
+	// RFC 8693 §2.2.1 makes issued_token_type required: without it
+	// nothing says the token is an ID-JAG rather than, say, an access
+	// token for the identity provider, which must not go on to the
+	// authorization server.
+	if jag.IssuedTokenType != tokenTypeIDJAG {
+		return nil, nil, fmt.Errorf("oauth: the identity provider issued a %q, not an ID-JAG", clip(jag.IssuedTokenType, 100))
 	}
 	return f.jwtBearer(ctx, r, jag.AccessToken)
 }

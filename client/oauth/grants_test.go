@@ -351,3 +351,67 @@ func TestIdentityAssertionEndpointScheme(t *testing.T) {
 		}
 	}
 }
+
+// The pre-registered client's token endpoint authentication, when the
+// config does not say: a configured key is used where the server lists
+// private_key_jwt, or lists nothing and there is no secret.
+func TestPreregisteredMethod(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for _, tt := range []struct {
+		name      string
+		key       bool
+		secret    string
+		supported []string
+		want      string
+	}{
+		{"key, no list", true, "", nil, AuthPrivateKeyJWT},
+		{"key, listed", true, "", []string{AuthClientSecretBasic, AuthPrivateKeyJWT}, AuthPrivateKeyJWT},
+		{"key and secret, no list", true, "s", nil, AuthClientSecretBasic},
+		{"key, not listed", true, "", []string{AuthNone}, AuthNone},
+		{"secret, no list", false, "s", nil, AuthClientSecretBasic},
+		{"secret, post only", false, "s", []string{AuthClientSecretPost}, AuthClientSecretPost},
+		{"public", false, "", nil, AuthNone},
+	} {
+		cfg := Config{Interaction: &consent{}, ClientID: "pre", ClientSecret: tt.secret, ClientIssuer: "https://as.example"}
+		if tt.key {
+			cfg.PrivateKey = key
+		}
+		f := mustFlow(t, cfg)
+		if got := f.preregisteredMethod(&serverMetadata{TokenEndpointAuthMethodsSupported: tt.supported}); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A token exchange response that does not say it issued an ID-JAG is
+// not taken for one (RFC 8693 makes issued_token_type required).
+func TestIdentityAssertionNeedsIssuedTokenType(t *testing.T) {
+	for _, typ := range []string{"", "urn:ietf:params:oauth:token-type:access_token"} {
+		idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body := map[string]string{"access_token": "idp-access-token", "token_type": "Bearer"}
+			if typ != "" {
+				body["issued_token_type"] = typ
+			}
+			writeJSON(w, 200, body)
+		}))
+		as := newAS(t, func(a *testAS) {
+			a.grant = func(w http.ResponseWriter, r *http.Request) bool {
+				a.issue(w, tokInfo{resource: r.PostForm.Get("resource")})
+				return true
+			}
+		})
+		rs := newRS(t, as, nil)
+		f := mustFlow(t, Config{ClientID: "app", ClientIssuer: as.issuer(), Grant: IdentityAssertion{
+			IdPTokenEndpoint: idp.URL + "/token",
+			IDToken:          func(context.Context) (string, error) { return "the-id-token", nil },
+		}})
+		_, err := do(testCtx(t), f, http.MethodGet, rs.url())
+		idp.Close()
+		if err == nil || !strings.Contains(err.Error(), "not an ID-JAG") {
+			t.Errorf("issued_token_type %q: err %v", typ, err)
+		}
+		if _, _, tokens, _ := as.counts(); tokens != 0 {
+			t.Errorf("issued_token_type %q: the token went on to the authorization server", typ)
+		}
+	}
+}

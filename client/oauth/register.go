@@ -146,13 +146,18 @@ func (f *Flow) boundIssuer(ctx context.Context, first string) string {
 
 // preregisteredMethod chooses how the pre-registered client
 // authenticates: as configured, else by what it has and the server
-// supports (RFC 8414: client_secret_basic when the list is absent).
+// supports. A server that lists no methods supports client_secret_basic
+// (RFC 8414 §2); a client that has a key and no secret could not use
+// that, and the key was configured to be used, so it signs assertions.
 func (f *Flow) preregisteredMethod(as *serverMetadata) string {
 	if f.cfg.ClientAuthMethod != "" {
 		return f.cfg.ClientAuthMethod
 	}
 	supported := as.TokenEndpointAuthMethodsSupported
 	if len(supported) == 0 {
+		if f.cfg.PrivateKey != nil && f.cfg.ClientSecret == "" {
+			return AuthPrivateKeyJWT
+		}
 		supported = []string{AuthClientSecretBasic}
 	}
 	switch {
