@@ -29,7 +29,11 @@
 //     else none; offline_access when the authorization server lists it.
 //
 // After that it refreshes tokens when they expire or the server answers
-// 401, falling back to a new authorization; on 403 insufficient_scope it
+// 401, falling back to a new authorization when the authorization server
+// refuses the refresh token (invalid_grant, invalid_client,
+// unauthorized_client); a refresh that fails otherwise, on a network
+// error say, is returned as an error and the session kept for the next
+// try. On 403 insufficient_scope it
 // re-authorizes with the union of the scopes it asked for and the
 // challenge's, once per scope set and a few times per server. Other
 // grants replace the authorization code grant through Config.Grant:

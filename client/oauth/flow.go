@@ -280,8 +280,11 @@ func (st *serverState) release() { <-st.lock }
 
 // Authorize puts the flow's credentials for req's server on req: the
 // Authorization header, and a DPoP proof for a DPoP-bound token. It
-// refreshes an expired token first. With no token it sets nothing: the
-// server's 401 then starts the flow, through [Flow.Challenge].
+// refreshes an expired token first. With no token, or an expired one the
+// authorization server will not refresh, it sets nothing: the server's
+// 401 then starts the flow, through [Flow.Challenge]. When the refresh
+// fails otherwise (the authorization server unreachable, say) it returns
+// the error and keeps the token for the next try.
 func (f *Flow) Authorize(ctx context.Context, req *http.Request) error {
 	st := f.server(req.URL)
 	if err := st.acquire(ctx); err != nil {
@@ -294,10 +297,8 @@ func (f *Flow) Authorize(ctx context.Context, req *http.Request) error {
 		return nil
 	}
 	if s.expired(f.now()) {
-		if s.RefreshToken == "" || f.refresh(ctx, st) != nil {
-			f.log.Debug("oauth: token expired", "server", st.key)
-			f.drop(ctx, st)
-			return nil
+		if err := f.renew(ctx, st); err != nil || st.sess == nil {
+			return err
 		}
 	}
 	return f.present(req, st)
@@ -397,8 +398,12 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	}
 	issuer := f.chooseIssuer(ctx, prm, s)
 	if s != nil && s.RefreshToken != "" && issuer == s.Issuer && !strings.EqualFold(ch.Param("error"), "insufficient_scope") {
-		if err := f.refresh(ctx, st); err == nil {
+		err := f.refresh(ctx, st)
+		if err == nil {
 			return true, nil
+		}
+		if !refreshRefused(err) {
+			return false, err
 		}
 	}
 	scopes := scopeList(ch.Param("scope"))
@@ -525,36 +530,38 @@ func (f *Flow) obtain(ctx context.Context, st *serverState, prm *resourceMetadat
 	return nil
 }
 
-// refresh replaces st's token by the refresh_token grant. On failure
-// the refresh token is dropped (the caller then authorizes anew).
+// refresh replaces st's token by the refresh_token grant. When the
+// refresh token is refused for good (see refreshRefused) it is dropped
+// and the caller authorizes anew; on any other failure (the network, a
+// server error, the caller's context) the session is kept as it is, for
+// a later try, and the error is returned.
 func (f *Flow) refresh(ctx context.Context, st *serverState) error {
 	s := st.sess
 	as, err := f.discoverServer(ctx, s.Issuer)
 	if err != nil {
-		return err
+		return fmt.Errorf("oauth: refreshing the token for %s: %w", st.key, err)
 	}
 	c, err := f.clientFor(ctx, s.Issuer, as, f.cfg.Interaction != nil && (f.cfg.Grant == nil || f.cfg.Grant.refreshable()))
 	if err != nil && !errors.Is(err, ErrClientIssuer) {
-		return err
+		return fmt.Errorf("oauth: refreshing the token for %s: %w", st.key, err)
 	}
 	if err != nil || c.ClientID != s.ClientID {
 		// The token came to another client (a registration since lost):
 		// its refresh token is of no use to this one.
-		ns := *s
-		ns.RefreshToken = ""
-		f.set(ctx, st, &ns)
-		return errors.New("oauth: the client that obtained the token is gone")
+		f.dropRefreshToken(ctx, st)
+		return errClientGone
 	}
 	tok, err := f.refreshToken(ctx, st, as, c, s)
 	if err != nil {
 		f.log.Info("oauth: refresh failed", "server", st.key, "issuer", s.Issuer, "err", err)
+		if !refreshRefused(err) {
+			return fmt.Errorf("oauth: refreshing the token for %s: %w", st.key, err)
+		}
 		var te *TokenError
 		if errors.As(err, &te) && te.Code == "invalid_client" && c.Kind == "registered" {
 			f.forgetClient(ctx, s.Issuer)
 		}
-		ns := *s
-		ns.RefreshToken = ""
-		f.set(ctx, st, &ns)
+		f.dropRefreshToken(ctx, st)
 		return err
 	}
 	ns := &session{
@@ -579,6 +586,54 @@ func (f *Flow) refresh(ctx context.Context, st *serverState) error {
 	}
 	f.set(ctx, st, ns)
 	f.log.Info("oauth: refreshed", "server", st.key, "issuer", s.Issuer, "expires", ns.Expiry)
+	return nil
+}
+
+// errClientGone: the session's token was issued to a client the flow no
+// longer has, so its refresh token cannot be used.
+var errClientGone = errors.New("oauth: the client that obtained the token is gone")
+
+// refreshRefused reports whether err, from refresh, means the refresh
+// token will never work: the authorization server refused the grant or
+// the client (RFC 6749 §5.2), or the client is gone. Other failures pass
+// (a network error, a server error, a timeout), and dropping the session
+// for one of them would send the user back through the browser, or lose
+// a token the next try would have refreshed.
+func refreshRefused(err error) bool {
+	var te *TokenError
+	if errors.As(err, &te) {
+		switch te.Code {
+		case "invalid_grant", "invalid_client", "unauthorized_client":
+			return true
+		}
+	}
+	return errors.Is(err, errClientGone)
+}
+
+// dropRefreshToken keeps st's access token and forgets its refresh token.
+func (f *Flow) dropRefreshToken(ctx context.Context, st *serverState) {
+	ns := *st.sess
+	ns.RefreshToken = ""
+	f.set(ctx, st, &ns)
+}
+
+// renew refreshes st's expired token. It drops the session when the
+// token cannot be refreshed (none, or refused), reporting nil, so that
+// the request goes without and the server's 401 starts a new
+// authorization; on another failure it keeps the session and returns
+// the error.
+func (f *Flow) renew(ctx context.Context, st *serverState) error {
+	if st.sess.RefreshToken != "" {
+		err := f.refresh(ctx, st)
+		if err == nil {
+			return nil
+		}
+		if !refreshRefused(err) {
+			return err
+		}
+	}
+	f.log.Debug("oauth: token expired", "server", st.key)
+	f.drop(ctx, st)
 	return nil
 }
 
@@ -642,7 +697,9 @@ func (f *Flow) Forget(ctx context.Context, serverURL string) error {
 
 // Token returns the access token the flow holds for the MCP server at
 // serverURL, refreshing it if it has expired; ok is false when it holds
-// none (the first request's challenge will get one).
+// none (the first request's challenge will get one). As with
+// [Flow.Authorize], a refresh that fails other than by the authorization
+// server's refusal is an error, and the token is kept.
 func (f *Flow) Token(ctx context.Context, serverURL string) (token *oauth2.Token, ok bool, err error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
@@ -654,8 +711,10 @@ func (f *Flow) Token(ctx context.Context, serverURL string) (token *oauth2.Token
 	}
 	defer st.release()
 	f.load(ctx, st)
-	if st.sess != nil && st.sess.expired(f.now()) && (st.sess.RefreshToken == "" || f.refresh(ctx, st) != nil) {
-		f.drop(ctx, st)
+	if st.sess != nil && st.sess.expired(f.now()) {
+		if err := f.renew(ctx, st); err != nil {
+			return nil, false, err
+		}
 	}
 	if st.sess == nil {
 		return nil, false, nil

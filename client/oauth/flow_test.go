@@ -382,6 +382,100 @@ func TestRefresh(t *testing.T) {
 	}
 }
 
+// flaky is a RoundTripper that fails the requests to one path while
+// down is set.
+type flaky struct {
+	path string
+	mu   sync.Mutex
+	down bool
+}
+
+func (f *flaky) set(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
+
+func (f *flaky) RoundTrip(req *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down && req.URL.Path == f.path {
+		return nil, errors.New("connection refused (test)")
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// A refresh that fails for want of the network, or by a server error,
+// keeps the session: the error is the caller's, and once the server is
+// back the token is refreshed, without the user.
+func TestTransientRefreshFailureKeepsTheSession(t *testing.T) {
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+
+	as := newAS(t, func(a *testAS) { a.refresh, a.expiresIn = true, 60 })
+	rs := newRS(t, as, nil)
+	net := &flaky{path: "/token"}
+	ui := &consent{}
+	store := newMemStore()
+	f := mustFlow(t, Config{Interaction: ui, Now: clock, Store: store, HTTPClient: &http.Client{Transport: net}})
+	expectOK(t, f, rs.url())
+
+	refreshable := func(when string) {
+		t.Helper()
+		raw, err := store.Load(testCtx(t), keySession+rs.url())
+		if err != nil || !strings.Contains(string(raw), `"refresh_token":"rt-`) {
+			t.Fatalf("%s: the saved session lost its refresh token: %s %v", when, raw, err)
+		}
+	}
+
+	// Expired, the token endpoint unreachable: Authorize fails, and Token.
+	advance(2 * time.Minute)
+	net.set(true)
+	if _, err := do(testCtx(t), f, http.MethodGet, rs.url()); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("err = %v, want the network error", err)
+	}
+	if _, ok, err := f.Token(testCtx(t), rs.url()); ok || err == nil {
+		t.Errorf("Token: ok %v, err %v; want the network error", ok, err)
+	}
+	refreshable("expired")
+
+	// Revoked, the 401 answered by a refresh that cannot get through.
+	net.set(false)
+	expectOK(t, f, rs.url())
+	as.revokeAll()
+	net.set(true)
+	if _, err := do(testCtx(t), f, http.MethodGet, rs.url()); err == nil {
+		t.Fatal("no error with the token endpoint unreachable")
+	}
+	refreshable("revoked")
+
+	// A server error is no refusal either.
+	net.set(false)
+	as.mu.Lock()
+	as.grant = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.PostForm.Get("grant_type") != "refresh_token" {
+			return false
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	}
+	as.mu.Unlock()
+	if _, err := do(testCtx(t), f, http.MethodGet, rs.url()); err == nil {
+		t.Fatal("no error from a failing token endpoint")
+	}
+	refreshable("server error")
+	as.mu.Lock()
+	as.grant = nil
+	as.mu.Unlock()
+
+	expectOK(t, f, rs.url())
+	if ui.count() != 1 {
+		t.Errorf("%d authorizations, want 1", ui.count())
+	}
+	if n := countGrants(as, "refresh_token"); n < 2 {
+		t.Errorf("%d refreshes reached the server", n)
+	}
+}
+
 func countGrants(as *testAS, grant string) int {
 	as.mu.Lock()
 	defer as.mu.Unlock()
