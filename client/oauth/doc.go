@@ -33,9 +33,9 @@
 // refuses the refresh token (invalid_grant, invalid_client,
 // unauthorized_client); a refresh that fails otherwise, on a network
 // error say, is returned as an error and the session kept for the next
-// try. On 403 insufficient_scope it
-// re-authorizes with the union of the scopes it asked for and the
-// challenge's, once per scope set and a few times per server. Other
+// try. On insufficient_scope it re-authorizes with the union of the
+// scopes it asked for and the challenge's, once per scope set and a few
+// times per operation (Config.MaxStepUps). Other
 // grants replace the authorization code grant through Config.Grant:
 // [ClientCredentials] (client_secret_basic or private_key_jwt),
 // [JWTBearer] (workload identity federation) and [IdentityAssertion]

@@ -119,7 +119,15 @@ type Config struct {
 	AllowHTTP bool
 
 	// MaxStepUps bounds the re-authorizations for more scope
-	// (403 insufficient_scope) the flow makes for one server. Default 3.
+	// (insufficient_scope, on a 403 or a 401) the flow makes for one
+	// operation of one server, as the MCP specification has clients
+	// track them "for the same resource and operation". An operation is
+	// what the request's Mcp-Method and Mcp-Name header fields name (a
+	// tools/call of one tool, say); a request without them, such as a
+	// 2025-11-25 session's, counts as its HTTP method, so that all of a
+	// server's such requests share one budget. Each step-up asks for the
+	// union of the scopes asked for before and the challenge's, and no
+	// scope set is asked for twice. Default 3.
 	MaxStepUps int
 
 	// Now is the clock. Default: time.Now.
@@ -161,8 +169,9 @@ type serverState struct {
 	sess    *session // the current token, or nil
 	rsNonce nonceBox // the server's latest DPoP nonce
 
-	streak  int            // fresh tokens refused at first use, in a row
-	stepUps map[string]int // re-authorizations per scope set
+	streak  int             // fresh tokens refused at first use, in a row
+	stepUps map[string]int  // re-authorizations per operation (see operationOf)
+	tried   map[string]bool // scope sets re-authorized for, sorted and joined
 }
 
 type cachedMeta struct {
@@ -261,7 +270,7 @@ func (f *Flow) server(u *url.URL) *serverState {
 	defer f.mu.Unlock()
 	st, ok := f.servers[k]
 	if !ok {
-		st = &serverState{key: k, url: cu, lock: make(chan struct{}, 1), stepUps: map[string]int{}}
+		st = &serverState{key: k, url: cu, lock: make(chan struct{}, 1), stepUps: map[string]int{}, tried: map[string]bool{}}
 		f.servers[k] = st
 	}
 	return st
@@ -338,9 +347,10 @@ func presentedToken(req *http.Request) string {
 // prepared. On a 401 it refreshes the token, or authorizes anew
 // (discovering the server's authorization server, which may have
 // changed); on a 401 naming use_dpop_nonce it takes the server's nonce;
-// on a 403 insufficient_scope it re-authorizes with the union of the
-// scopes it asked for and the ones the challenge names, once per scope
-// set and at most MaxStepUps times per server. It reports retry=true
+// on insufficient_scope (a 403, or a 401) it re-authorizes with the
+// union of the scopes it asked for and the ones the challenge names,
+// once per scope set and at most MaxStepUps times per operation. It
+// reports retry=true
 // when a new try is worth it; false with a nil error when the refusal
 // is not one it can answer.
 func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Response) (retry bool, err error) {
@@ -373,11 +383,13 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 		return true, nil
 	}
 
+	// insufficient_scope is a step-up whatever the status: a server that
+	// sends it with a 401 is held to the same limits.
+	if strings.EqualFold(ch.Param("error"), "insufficient_scope") {
+		return f.stepUp(ctx, st, operationOf(req), ch)
+	}
 	if resp.StatusCode == http.StatusForbidden {
-		if ch.Param("error") != "insufficient_scope" {
-			return false, nil
-		}
-		return f.stepUp(ctx, st, ch)
+		return false, nil
 	}
 
 	// 401.
@@ -397,7 +409,7 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 		return false, err
 	}
 	issuer := f.chooseIssuer(ctx, prm, s)
-	if s != nil && s.RefreshToken != "" && issuer == s.Issuer && !strings.EqualFold(ch.Param("error"), "insufficient_scope") {
+	if s != nil && s.RefreshToken != "" && issuer == s.Issuer {
 		err := f.refresh(ctx, st)
 		if err == nil {
 			return true, nil
@@ -421,8 +433,18 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	return true, nil
 }
 
-// stepUp answers 403 insufficient_scope.
-func (f *Flow) stepUp(ctx context.Context, st *serverState, ch AuthChallenge) (bool, error) {
+// operationOf names the operation req performs, for the step-up budget
+// (Config.MaxStepUps): the MCP method and name of the Mcp-Method and
+// Mcp-Name header fields, else the HTTP method.
+func operationOf(req *http.Request) string {
+	if m := req.Header.Get("Mcp-Method"); m != "" {
+		return m + " " + req.Header.Get("Mcp-Name")
+	}
+	return req.Method
+}
+
+// stepUp answers insufficient_scope to a request performing op.
+func (f *Flow) stepUp(ctx context.Context, st *serverState, op string, ch AuthChallenge) (bool, error) {
 	s := st.sess
 	need := scopeList(ch.Param("scope"))
 	var held []string
@@ -436,14 +458,11 @@ func (f *Flow) stepUp(ctx context.Context, st *serverState, ch AuthChallenge) (b
 		return false, &ScopeError{Server: st.key, Scopes: need}
 	}
 	k := strings.Join(sortedCopy(want), " ")
-	total := 0
-	for _, n := range st.stepUps {
-		total += n
-	}
-	if st.stepUps[k] > 0 || total >= f.cfg.MaxStepUps {
+	if st.tried[k] || st.stepUps[op] >= f.cfg.MaxStepUps {
 		return false, &ScopeError{Server: st.key, Scopes: need}
 	}
-	st.stepUps[k]++
+	st.tried[k] = true
+	st.stepUps[op]++
 	prm, err := f.discoverResource(ctx, st.url, ch.Param("resource_metadata"))
 	if err != nil {
 		return false, err

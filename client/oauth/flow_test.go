@@ -341,6 +341,55 @@ func TestStepUpLimits(t *testing.T) {
 	})
 }
 
+// A 401 naming insufficient_scope is a step-up, held to the same
+// limits as a 403's.
+func TestStepUpOn401(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, func(r *testRS) { r.forbid, r.scope401 = true, true })
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui, MaxStepUps: 1})
+	for _, need := range []string{"a", "b", "c", "d"} {
+		_, _ = do(testCtx(t), f, http.MethodGet, rs.url()+"?need="+need)
+	}
+	// The first authorization (the 401 without a token), then the one
+	// step-up the limit allows.
+	if ui.count() != 2 {
+		t.Errorf("%d authorizations, want 2", ui.count())
+	}
+	st, err := do(testCtx(t), f, http.MethodGet, rs.url()+"?need=e")
+	var se *ScopeError
+	if st != 401 || !errors.As(err, &se) {
+		t.Errorf("status %d, err %v; want 401 and a ScopeError", st, err)
+	}
+}
+
+// The step-up budget is per operation, as the MCP specification counts
+// it: a step-up that got one tool its scope does not spend another's.
+func TestStepUpBudgetPerOperation(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, nil)
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui, MaxStepUps: 1})
+	call := func(tool, need string) (int, error) {
+		h := http.Header{"Mcp-Method": {"tools/call"}, "Mcp-Name": {tool}}
+		return doWith(testCtx(t), f, http.MethodPost, rs.url()+"?need="+need, h)
+	}
+	for _, c := range []struct{ tool, need string }{{"read", ""}, {"read", "files:read"}, {"write", "files:write"}, {"read", "files:read"}, {"write", "files:write"}} {
+		if st, err := call(c.tool, c.need); st != 200 || err != nil {
+			t.Fatalf("%s needing %q: status %d, err %v", c.tool, c.need, st, err)
+		}
+	}
+	if ui.count() != 3 {
+		t.Errorf("%d authorizations, want 3", ui.count())
+	}
+	// An operation's own budget still holds.
+	st, err := call("write", "files:admin")
+	var se *ScopeError
+	if st != 403 || !errors.As(err, &se) {
+		t.Errorf("a second step-up for one operation: status %d, err %v; want 403 and a ScopeError", st, err)
+	}
+}
+
 func TestRefresh(t *testing.T) {
 	now := time.Now()
 	var mu sync.Mutex

@@ -388,6 +388,7 @@ type testRS struct {
 	resource  string // PRM resource override
 	forbid    bool   // 403 insufficient_scope to every token
 	rejectAll bool   // 401 invalid_token to every token
+	scope401  bool   // insufficient_scope with a 401, not a 403
 
 	mu   sync.Mutex
 	as   *testAS
@@ -479,7 +480,11 @@ func (s *testRS) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	need := strings.Fields(r.URL.Query().Get("need"))
 	if s.forbid || !subset(need, ti.scopes) {
-		challenge(403, `error="insufficient_scope"`, fmt.Sprintf("scope=%q", strings.Join(need, " ")))
+		status := 403
+		if s.scope401 {
+			status = 401
+		}
+		challenge(status, `error="insufficient_scope"`, fmt.Sprintf("scope=%q", strings.Join(need, " ")))
 		return
 	}
 	w.WriteHeader(200)
@@ -581,10 +586,18 @@ func (s *memStore) keys() []string {
 // Authorize, send, on 401/403 Challenge and resend, at most 3 retries.
 // It returns the final status.
 func do(ctx context.Context, f *Flow, method, target string) (int, error) {
+	return doWith(ctx, f, method, target, nil)
+}
+
+// doWith is do with header fields on every try.
+func doWith(ctx context.Context, f *Flow, method, target string, hdr http.Header) (int, error) {
 	for attempt := 0; ; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, method, target, nil)
 		if err != nil {
 			return 0, err
+		}
+		for k, v := range hdr {
+			req.Header[k] = v
 		}
 		if err := f.Authorize(ctx, req); err != nil {
 			return 0, err
