@@ -157,6 +157,8 @@ type Flow struct {
 	clients   map[string]*clientInfo
 	asNonces  map[string]*nonceBox
 	preIssuer string
+	// issuerLocks serialise client registration per issuer (lockIssuer).
+	issuerLocks map[string]chan struct{}
 }
 
 // serverState is what a flow knows of one MCP server.
@@ -189,15 +191,16 @@ const (
 // New returns a Flow configured by cfg.
 func New(cfg Config) (*Flow, error) {
 	f := &Flow{
-		cfg:      cfg,
-		hc:       cfg.HTTPClient,
-		log:      cfg.Logger,
-		store:    cfg.Store,
-		now:      cfg.Now,
-		servers:  map[string]*serverState{},
-		meta:     map[string]cachedMeta{},
-		clients:  map[string]*clientInfo{},
-		asNonces: map[string]*nonceBox{},
+		cfg:         cfg,
+		hc:          cfg.HTTPClient,
+		log:         cfg.Logger,
+		store:       cfg.Store,
+		now:         cfg.Now,
+		servers:     map[string]*serverState{},
+		meta:        map[string]cachedMeta{},
+		clients:     map[string]*clientInfo{},
+		asNonces:    map[string]*nonceBox{},
+		issuerLocks: map[string]chan struct{}{},
 	}
 	if f.hc == nil {
 		f.hc = &http.Client{Timeout: 30 * time.Second}

@@ -118,7 +118,7 @@ func TestResourceMetadataDiscovery(t *testing.T) {
 			}
 			want := rs.url()
 			if rs.prmAt == "root" {
-				want = rs.srv.URL // the resource exactly as the metadata gives it
+				want = rs.base // the resource exactly as the metadata gives it
 			}
 			if got := as.authReqs[0].Get("resource"); got != want {
 				t.Errorf("resource %q, want %q", got, want)
@@ -131,7 +131,7 @@ func TestResourceMismatch(t *testing.T) {
 	for _, res := range []string{"https://evil.example/mcp", "", "SERVER/other", "SERVER/mcpx"} {
 		as := newAS(t, nil)
 		rs := newRS(t, as, nil)
-		rs.resource = strings.Replace(res, "SERVER", rs.srv.URL, 1)
+		rs.resource = strings.Replace(res, "SERVER", rs.base, 1)
 		if res == "" {
 			rs.resource = "relative"
 		}

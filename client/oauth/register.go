@@ -63,6 +63,17 @@ func (f *Flow) clientFor(ctx context.Context, issuer string, as *serverMetadata,
 		}
 		return &clientInfo{ClientID: f.cfg.ClientMetadataURL, AuthMethod: method, Kind: "metadata-document"}, nil
 	}
+	// One registration per authorization server at a time: MCP servers
+	// that share it and answer 401 together would otherwise each
+	// register, and the client saved last would leave the others'
+	// tokens with a client the flow no longer has, whose refresh tokens
+	// are then lost. Held for the Store and the registration request
+	// only, never while the user is asked.
+	unlock, err := f.lockIssuer(ctx, issuer)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if c := f.storedClient(ctx, issuer); c != nil && c.RedirectURI == redirect &&
 		(c.SecretExpiresAt == 0 || f.now().Unix() < c.SecretExpiresAt) {
 		return c, nil
@@ -287,6 +298,24 @@ func (f *Flow) register(ctx context.Context, as *serverMetadata, redirect string
 	}
 	f.log.Info("oauth: registered client", "issuer", as.Issuer, "client_id", c.ClientID, "token_endpoint_auth_method", c.AuthMethod)
 	return c, nil
+}
+
+// lockIssuer takes the lock that serialises obtaining a client identity
+// at issuer, waiting no longer than ctx; unlock gives it back.
+func (f *Flow) lockIssuer(ctx context.Context, issuer string) (unlock func(), err error) {
+	f.mu.Lock()
+	l, ok := f.issuerLocks[issuer]
+	if !ok {
+		l = make(chan struct{}, 1)
+		f.issuerLocks[issuer] = l
+	}
+	f.mu.Unlock()
+	select {
+	case l <- struct{}{}:
+		return func() { <-l }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (f *Flow) storedClient(ctx context.Context, issuer string) *clientInfo {
