@@ -225,6 +225,7 @@ func TestGoClientOAuthWithTSServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = flow.Close() })
 		c := client.NewHTTP(resource,
 			client.WithClientInfo(mcp.Implementation{Name: "tidings-interop", Version: "1.0.0"}),
 			client.WithLogger(quietLogger(t)),

@@ -118,6 +118,16 @@ type Config struct {
 	// is accepted (OAuth 2.1 §1.5).
 	AllowHTTP bool
 
+	// AuthorizeTimeout bounds an authorization: the user's login at the
+	// authorization server (Interaction.Authorize) and the token
+	// requests that follow. It runs detached from the request whose
+	// challenge started it, which may be cancelled, or have a short
+	// timeout of its own, while other requests wait for the same login;
+	// each of them still stops waiting when its own context ends, and
+	// the login goes on for the rest. Close ends it too. Default 5
+	// minutes.
+	AuthorizeTimeout time.Duration
+
 	// MaxStepUps bounds the re-authorizations for more scope
 	// (insufficient_scope, on a 403 or a 401) the flow makes for one
 	// operation of one server, as the MCP specification has clients
@@ -141,7 +151,9 @@ type Config struct {
 // clients of several servers: it keeps a token per server and a client
 // identity per authorization server. It is safe for concurrent use;
 // while it obtains a token for a server (the user may take minutes),
-// other requests to that server wait for it, or for their context.
+// other requests to that server wait for it, or for their context (see
+// Config.AuthorizeTimeout). A Flow runs each authorization in a
+// goroutine of its own; [Flow.Close] ends them.
 type Flow struct {
 	cfg     Config
 	hc      *http.Client // metadata
@@ -159,6 +171,13 @@ type Flow struct {
 	preIssuer string
 	// issuerLocks serialise client registration per issuer (lockIssuer).
 	issuerLocks map[string]chan struct{}
+	closed      bool
+
+	// life ends at Close; logins counts the authorizations running in
+	// the Flow's goroutines (see login).
+	life    context.Context
+	endLife context.CancelFunc
+	logins  sync.WaitGroup
 }
 
 // serverState is what a flow knows of one MCP server.
@@ -226,6 +245,9 @@ func New(cfg Config) (*Flow, error) {
 	if f.cfg.MaxStepUps <= 0 {
 		f.cfg.MaxStepUps = 3
 	}
+	if f.cfg.AuthorizeTimeout <= 0 {
+		f.cfg.AuthorizeTimeout = 5 * time.Minute
+	}
 	if cfg.ClientID != "" {
 		switch {
 		case cfg.ClientIssuer != "":
@@ -257,6 +279,7 @@ func New(cfg Config) (*Flow, error) {
 		}
 		f.dpop = k
 	}
+	f.life, f.endLife = context.WithCancel(context.Background())
 	return f, nil
 }
 
@@ -364,7 +387,8 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	if err := st.acquire(ctx); err != nil {
 		return false, err
 	}
-	defer st.release()
+	lk := &heldLock{st: st}
+	defer lk.release()
 	f.load(ctx, st)
 
 	ch, _ := findChallenge(challengesOf(resp.Header), "DPoP", "Bearer")
@@ -389,7 +413,7 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	// insufficient_scope is a step-up whatever the status: a server that
 	// sends it with a 401 is held to the same limits.
 	if strings.EqualFold(ch.Param("error"), "insufficient_scope") {
-		return f.stepUp(ctx, st, operationOf(req), ch)
+		return f.stepUp(ctx, lk, operationOf(req), ch)
 	}
 	if resp.StatusCode == http.StatusForbidden {
 		return false, nil
@@ -430,7 +454,7 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	case s != nil:
 		scopes = union(s.Requested, scopes)
 	}
-	if err := f.obtain(ctx, st, prm, issuer, scopes); err != nil {
+	if err := f.login(ctx, lk, prm, issuer, scopes); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -447,7 +471,8 @@ func operationOf(req *http.Request) string {
 }
 
 // stepUp answers insufficient_scope to a request performing op.
-func (f *Flow) stepUp(ctx context.Context, st *serverState, op string, ch AuthChallenge) (bool, error) {
+func (f *Flow) stepUp(ctx context.Context, lk *heldLock, op string, ch AuthChallenge) (bool, error) {
+	st := lk.st
 	s := st.sess
 	need := scopeList(ch.Param("scope"))
 	var held []string
@@ -471,7 +496,7 @@ func (f *Flow) stepUp(ctx context.Context, st *serverState, op string, ch AuthCh
 		return false, err
 	}
 	f.log.Info("oauth: stepping up authorization", "server", st.key, "scopes", want)
-	if err := f.obtain(ctx, st, prm, f.chooseIssuer(ctx, prm, s), want); err != nil {
+	if err := f.login(ctx, lk, prm, f.chooseIssuer(ctx, prm, s), want); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -501,6 +526,89 @@ func (f *Flow) chooseIssuer(ctx context.Context, prm *resourceMetadata, s *sessi
 		}
 	}
 	return prm.AuthorizationServers[0]
+}
+
+// heldLock is a server's lock as its holder sees it: released once,
+// either by the holder or by the login it is handed to.
+type heldLock struct {
+	st   *serverState
+	gone bool
+}
+
+func (h *heldLock) release() {
+	if !h.gone {
+		h.gone = true
+		h.st.release()
+	}
+}
+
+// handOff gives the lock to another goroutine, which must call the
+// function it returns.
+func (h *heldLock) handOff() func() {
+	h.gone = true
+	return h.st.release
+}
+
+// ErrClosed is returned for an authorization asked of a Flow after
+// [Flow.Close].
+var ErrClosed = errors.New("oauth: the flow is closed")
+
+// login obtains a new token for lk's server and waits for it, or for
+// ctx. The authorization runs in a goroutine of the Flow's, which takes
+// over the server's lock, under a context that keeps ctx's values but
+// not its cancellation or deadline: it is bounded by
+// Config.AuthorizeTimeout and by [Flow.Close] instead. So a request that
+// gives up (its caller cancels it, or its own timeout is short) leaves
+// the user's login going for the requests that wait for the same
+// server, and for the next ones.
+func (f *Flow) login(ctx context.Context, lk *heldLock, prm *resourceMetadata, issuer string, scopes []string) error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return ErrClosed
+	}
+	f.logins.Add(1)
+	f.mu.Unlock()
+	st := lk.st
+	release := lk.handOff()
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.AuthorizeTimeout)
+	stop := context.AfterFunc(f.life, cancel)
+	done := make(chan error, 1)
+	go func() {
+		defer f.logins.Done()
+		defer release()
+		defer cancel()
+		defer stop()
+		err := f.obtain(lctx, st, prm, issuer, scopes)
+		if err != nil && lctx.Err() != nil && f.life.Err() != nil {
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		f.log.Debug("oauth: a request stopped waiting for the authorization; it goes on", "server", st.key)
+		return ctx.Err()
+	}
+}
+
+// Close ends the authorizations in progress, cancelling their
+// Interaction's context, and waits for their goroutines to return;
+// requests waiting for one get an error wrapping ErrClosed. Afterwards
+// the Flow starts no authorization (Challenge reports ErrClosed), though
+// it still presents and refreshes the tokens it holds. A host closes
+// the Flow when it is done with the clients that use it: package
+// client's Client.Close does not, as one Flow may serve several
+// clients. Close is safe to call more than once; it returns nil.
+func (f *Flow) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.endLife()
+	f.logins.Wait()
+	return nil
 }
 
 // obtain gets a new token for st from issuer, by the configured grant.

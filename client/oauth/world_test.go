@@ -687,6 +687,7 @@ func mustFlow(t *testing.T, cfg Config) *Flow {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
 

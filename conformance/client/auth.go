@@ -94,6 +94,7 @@ func authScenario(scenario string) scenarioFunc {
 		if err != nil {
 			return err
 		}
+		defer flow.Close()
 		c := newClient(log, serverURL, client.WithAuthorizer(flow))
 		defer c.Close()
 		tools, err := c.Tools(ctx)
