@@ -1,9 +1,10 @@
 // Package oauth is the client side of MCP authorization (revision
 // 2026-07-28): OAuth 2.1 for HTTP MCP servers that answer 401.
 //
-// A [Flow] is an Authorizer for package client: [Flow.Authorize] puts a
-// token on each request and [Flow.Challenge] answers the server's
-// challenges. The first 401 starts the flow:
+// A [Flow] is a [tidings/client.Authorizer]: given to a client with
+// client.WithAuthorizer, [Flow.Authorize] puts a token on each request
+// and [Flow.Challenge] answers the server's challenges. The first 401
+// starts the flow:
 //
 //   - Protected Resource Metadata (RFC 9728) from the challenge's
 //     resource_metadata, else the path-inserted well-known URI, else the
@@ -35,8 +36,11 @@
 // error say, is returned as an error and the session kept for the next
 // try. On insufficient_scope it re-authorizes with the union of the
 // scopes it asked for and the challenge's, once per scope set and a few
-// times per operation (Config.MaxStepUps). Other
-// grants replace the authorization code grant through Config.Grant:
+// times per operation (Config.MaxStepUps). An authorization runs in a
+// goroutine of the Flow's, detached from the request that started it and
+// bounded by Config.AuthorizeTimeout; [Flow.Close] ends it.
+//
+// Other grants replace the authorization code grant through Config.Grant:
 // [ClientCredentials] (client_secret_basic or private_key_jwt),
 // [JWTBearer] (workload identity federation) and [IdentityAssertion]
 // (enterprise-managed authorization: token exchange at the identity
