@@ -64,6 +64,8 @@ type testAS struct {
 	expiresIn   int  // default 3600
 	refreshFail bool
 	dpopAlgs    []string
+	tokenType   string                                            // token_type of the tokens it issues (default Bearer)
+	dpopNonce   string                                            // when set, token requests need a DPoP proof with this nonce
 	grant       func(w http.ResponseWriter, r *http.Request) bool // handles other grants
 	// regGate, when set, holds every registration request until it is
 	// closed, before the server's lock; regAttempts counts them.
@@ -266,6 +268,11 @@ func (a *testAS) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.tokenReqs = append(a.tokenReqs, tokenReq{form: r.PostForm, auth: r.Header.Get("Authorization"), dpop: r.Header.Get("DPoP")})
+	if a.dpopNonce != "" && proofNonce(r.Header.Get("DPoP")) != a.dpopNonce {
+		w.Header().Set("DPoP-Nonce", a.dpopNonce)
+		oauthErr(w, 400, "use_dpop_nonce")
+		return
+	}
 	if a.grant != nil && a.grant(w, r) {
 		return
 	}
@@ -316,6 +323,9 @@ func (a *testAS) issue(w http.ResponseWriter, info tokInfo) {
 	at := fmt.Sprintf("at-%d-%s", a.n, randomString(12))
 	if info.typ == "" {
 		info.typ = "Bearer"
+		if a.tokenType != "" {
+			info.typ = a.tokenType
+		}
 	}
 	a.tokens[at] = info
 	a.secrets = append(a.secrets, at)
@@ -415,10 +425,11 @@ type testRS struct {
 	rejectAll bool   // 401 invalid_token to every token
 	scope401  bool   // insufficient_scope with a 401, not a 403
 
-	mu   sync.Mutex
-	as   *testAS
-	prms []string
-	seen []string // Authorization headers of /mcp requests
+	mu     sync.Mutex
+	as     *testAS
+	prms   []string
+	seen   []string // Authorization headers of /mcp requests
+	proofs []string // DPoP headers of /mcp requests
 }
 
 func newRS(t *testing.T, as *testAS, configure func(*testRS)) *testRS {
@@ -500,8 +511,13 @@ func (s *testRS) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("WWW-Authenticate", "Bearer "+strings.Join(params, ", "))
 		w.WriteHeader(status)
 	}
-	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if tok == "" || tok == r.Header.Get("Authorization") {
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if p := r.Header.Get("DPoP"); p != "" {
+		s.mu.Lock()
+		s.proofs = append(s.proofs, p)
+		s.mu.Unlock()
+	}
+	if tok == "" || (scheme != "Bearer" && scheme != "DPoP") {
 		if s.scope != "" {
 			challenge(401, fmt.Sprintf("scope=%q", s.scope))
 		} else {
