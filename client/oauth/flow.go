@@ -149,7 +149,9 @@ type Config struct {
 // discovering their authorization servers, identifying itself, and
 // obtaining, refreshing or stepping up tokens. One Flow may serve
 // clients of several servers: it keeps a token per server and a client
-// identity per authorization server. It is safe for concurrent use;
+// identity per authorization server (pre-registered credentials,
+// though, serve the one authorization server Config.ClientIssuer names).
+// It is safe for concurrent use;
 // while it obtains a token for a server (the user may take minutes),
 // other requests to that server wait for it, or for their context (see
 // Config.AuthorizeTimeout). A Flow runs each authorization in a

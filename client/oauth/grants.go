@@ -156,7 +156,8 @@ func (authorizationCode) obtain(ctx context.Context, f *Flow, r *grantRequest) (
 // ClientCredentials is the client credentials grant (OAuth 2.1 §4.2,
 // the MCP client credentials extension): the client acts on its own
 // behalf, authenticating with its pre-registered secret
-// (Config.ClientSecret) or key (Config.PrivateKey, private_key_jwt).
+// (Config.ClientSecret) or key (Config.PrivateKey, private_key_jwt) at
+// the authorization server Config.ClientIssuer names.
 type ClientCredentials struct{}
 
 func (ClientCredentials) refreshable() bool { return false }
