@@ -214,16 +214,18 @@ func TestGoClientOAuthWithTSServer(t *testing.T) {
 	connect := func() *client.Client {
 		t.Helper()
 		flow, err := oauth.New(oauth.Config{
-			HTTPClient:  hc,
-			Interaction: agent,
-			Store:       store,
-			ClientID:    clientID,
-			ClientName:  "tidings-interop",
-			Logger:      quietLogger(t),
+			HTTPClient:   hc,
+			Interaction:  agent,
+			Store:        store,
+			ClientID:     clientID,
+			ClientIssuer: as.Issuer(),
+			ClientName:   "tidings-interop",
+			Logger:       quietLogger(t),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = flow.Close() })
 		c := client.NewHTTP(resource,
 			client.WithClientInfo(mcp.Implementation{Name: "tidings-interop", Version: "1.0.0"}),
 			client.WithLogger(quietLogger(t)),

@@ -7,11 +7,11 @@ import (
 	"strings"
 )
 
-// Challenge is one authentication challenge of a WWW-Authenticate field
+// AuthChallenge is one authentication challenge of a WWW-Authenticate field
 // (RFC 9110 §11.6.1): a scheme and either a token68 or auth-params.
-type Challenge struct {
+type AuthChallenge struct {
 	// Scheme is the auth-scheme as sent; compare it case-insensitively
-	// (see [Challenge.Is]).
+	// (see [AuthChallenge.Is]).
 	Scheme string
 	// Token68 is the challenge's token68, if it has one instead of
 	// parameters.
@@ -23,10 +23,10 @@ type Challenge struct {
 }
 
 // Is reports whether the challenge's scheme is scheme, ignoring case.
-func (c Challenge) Is(scheme string) bool { return strings.EqualFold(c.Scheme, scheme) }
+func (c AuthChallenge) Is(scheme string) bool { return strings.EqualFold(c.Scheme, scheme) }
 
 // Param returns the value of the auth-param name (case-insensitive).
-func (c Challenge) Param(name string) string { return c.Params[strings.ToLower(name)] }
+func (c AuthChallenge) Param(name string) string { return c.Params[strings.ToLower(name)] }
 
 // Limits of the parser: a WWW-Authenticate longer than this, or with
 // more challenges or parameters, is refused or cut, so a hostile server
@@ -47,7 +47,7 @@ var ErrMalformedChallenge = errors.New("oauth: malformed WWW-Authenticate")
 // [ErrMalformedChallenge], tells that something was skipped: a
 // malformed challenge, an unterminated quoted string, more than 16
 // challenges or 32 parameters to one, or more than 16 KiB in all.
-func ParseChallenges(values ...string) ([]Challenge, error) {
+func ParseChallenges(values ...string) ([]AuthChallenge, error) {
 	total := 0
 	for _, v := range values {
 		total += len(v)
@@ -56,7 +56,7 @@ func ParseChallenges(values ...string) ([]Challenge, error) {
 		return nil, fmt.Errorf("%w: field longer than %d bytes", ErrMalformedChallenge, maxChallengeBytes)
 	}
 	var (
-		out  []Challenge
+		out  []AuthChallenge
 		fail string // the first problem met
 	)
 	note := func(err error) {
@@ -89,13 +89,13 @@ func ParseChallenges(values ...string) ([]Challenge, error) {
 
 // challengesOf parses a response's WWW-Authenticate fields, keeping
 // whatever parsed.
-func challengesOf(h http.Header) []Challenge {
+func challengesOf(h http.Header) []AuthChallenge {
 	cs, _ := ParseChallenges(h.Values("WWW-Authenticate")...)
 	return cs
 }
 
 // findChallenge returns the first challenge of one of the schemes.
-func findChallenge(cs []Challenge, schemes ...string) (Challenge, bool) {
+func findChallenge(cs []AuthChallenge, schemes ...string) (AuthChallenge, bool) {
 	for _, c := range cs {
 		for _, s := range schemes {
 			if c.Is(s) {
@@ -103,7 +103,7 @@ func findChallenge(cs []Challenge, schemes ...string) (Challenge, bool) {
 			}
 		}
 	}
-	return Challenge{}, false
+	return AuthChallenge{}, false
 }
 
 type chParser struct {
@@ -194,7 +194,7 @@ func (p *chParser) paramAhead() bool {
 }
 
 // next parses one challenge. ok=false means the field is exhausted.
-func (p *chParser) next() (c *Challenge, ok bool, err error) {
+func (p *chParser) next() (c *AuthChallenge, ok bool, err error) {
 	p.skipListSep()
 	if p.i >= len(p.s) {
 		return nil, false, nil
@@ -204,7 +204,7 @@ func (p *chParser) next() (c *Challenge, ok bool, err error) {
 		p.skipElement()
 		return nil, true, errors.New("challenge without a scheme")
 	}
-	c = &Challenge{Scheme: scheme}
+	c = &AuthChallenge{Scheme: scheme}
 	if p.i < len(p.s) && p.s[p.i] != ' ' && p.s[p.i] != '\t' && p.s[p.i] != ',' {
 		p.skipElement()
 		return nil, true, errors.New("bad character after scheme")

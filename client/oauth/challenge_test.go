@@ -8,7 +8,7 @@ import (
 )
 
 func TestParseChallenges(t *testing.T) {
-	type ch = Challenge
+	type ch = AuthChallenge
 	p := func(kv ...string) map[string]string {
 		m := map[string]string{}
 		for i := 0; i < len(kv); i += 2 {
@@ -19,7 +19,7 @@ func TestParseChallenges(t *testing.T) {
 	tests := []struct {
 		name   string
 		in     []string
-		want   []Challenge
+		want   []AuthChallenge
 		broken bool
 	}{
 		{"bearer with params", []string{`Bearer resource_metadata="https://x/.well-known/oauth-protected-resource", scope="files:read"`},

@@ -15,9 +15,9 @@ import (
 	"github.com/go-json-experiment/json"
 )
 
-// ResourceMetadata is an OAuth 2.0 Protected Resource Metadata document
+// resourceMetadata is an OAuth 2.0 Protected Resource Metadata document
 // (RFC 9728 §2), as far as a client uses it.
-type ResourceMetadata struct {
+type resourceMetadata struct {
 	Resource                      string   `json:"resource"`
 	AuthorizationServers          []string `json:"authorization_servers,omitempty"`
 	ScopesSupported               []string `json:"scopes_supported,omitempty"`
@@ -27,9 +27,9 @@ type ResourceMetadata struct {
 	DPoPBoundAccessTokensRequired bool     `json:"dpop_bound_access_tokens_required,omitempty"`
 }
 
-// ServerMetadata is an authorization server's metadata (RFC 8414 §2, or
+// serverMetadata is an authorization server's metadata (RFC 8414 §2, or
 // an OpenID Provider configuration), as far as a client uses it.
-type ServerMetadata struct {
+type serverMetadata struct {
 	Issuer                                string   `json:"issuer"`
 	AuthorizationEndpoint                 string   `json:"authorization_endpoint,omitempty"`
 	TokenEndpoint                         string   `json:"token_endpoint,omitempty"`
@@ -59,9 +59,11 @@ var (
 	// ErrNoServerMetadata: no well-known location of the authorization
 	// server gave a usable document.
 	ErrNoServerMetadata = errors.New("oauth: no authorization server metadata")
-	// ErrIssuerMismatch: a metadata document's issuer differs from the
-	// issuer it was fetched for (RFC 8414 §3.3).
-	ErrIssuerMismatch = errors.New("oauth: authorization server metadata issuer mismatch")
+	// ErrMetadataIssuer: an authorization server metadata document's
+	// issuer differs from the issuer it was fetched for (RFC 8414 §3.3),
+	// so the document is not used. It is about the metadata;
+	// [ErrResponseIssuer] is about the authorization response.
+	ErrMetadataIssuer = errors.New("oauth: authorization server metadata issuer mismatch")
 	// ErrNoPKCE: the authorization server does not advertise the S256
 	// code challenge method, so the authorization code grant is refused.
 	ErrNoPKCE = errors.New("oauth: authorization server does not support PKCE with S256")
@@ -117,12 +119,15 @@ func decodeJSON(resp *http.Response, v any) error {
 // resourceMetadataURLs returns where to look for the protected resource
 // metadata of the server at u, in order: the challenge's
 // resource_metadata, the path-inserted well-known URI, the root one.
+//
+// The challenge's URL is taken only over HTTPS, unless the server itself
+// is reached over plain HTTP or on loopback: the document names the
+// authorization servers the flow trusts with the user's login, so it must
+// not travel less protected than the server's own answers.
 func resourceMetadataURLs(u *url.URL, fromChallenge string) []string {
 	var out []string
-	if fromChallenge != "" {
-		if ru, err := u.Parse(fromChallenge); err == nil && (ru.Scheme == "https" || ru.Scheme == "http") {
-			out = append(out, ru.String())
-		}
+	if ru, ok := challengeMetadataURL(u, fromChallenge); ok {
+		out = append(out, ru)
 	}
 	const wk = "/.well-known/oauth-protected-resource"
 	base := url.URL{Scheme: u.Scheme, Host: u.Host}
@@ -133,12 +138,35 @@ func resourceMetadataURLs(u *url.URL, fromChallenge string) []string {
 	return dedupe(out)
 }
 
+// challengeMetadataURL resolves a challenge's resource_metadata against
+// the server's URL u; ok is false when it is absent or not to be fetched
+// (see resourceMetadataURLs).
+func challengeMetadataURL(u *url.URL, fromChallenge string) (string, bool) {
+	if fromChallenge == "" {
+		return "", false
+	}
+	ru, err := u.Parse(fromChallenge)
+	if err != nil || ru.Host == "" {
+		return "", false
+	}
+	switch {
+	case ru.Scheme == "https":
+	case ru.Scheme == "http" && (u.Scheme == "http" || isLoopback(u.Hostname())):
+	default:
+		return "", false
+	}
+	return ru.String(), true
+}
+
 // discoverResource fetches and validates the protected resource metadata
 // of the server at u.
-func (f *Flow) discoverResource(ctx context.Context, u *url.URL, fromChallenge string) (*ResourceMetadata, error) {
+func (f *Flow) discoverResource(ctx context.Context, u *url.URL, fromChallenge string) (*resourceMetadata, error) {
+	if _, ok := challengeMetadataURL(u, fromChallenge); fromChallenge != "" && !ok {
+		f.log.Warn("oauth: the server's resource_metadata is not an HTTPS URL; not used", "server", u.Redacted(), "resource_metadata", clip(fromChallenge, 200))
+	}
 	var errs []error
 	for _, mu := range resourceMetadataURLs(u, fromChallenge) {
-		var md ResourceMetadata
+		var md resourceMetadata
 		if _, err := f.getJSON(ctx, mu, &md); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -224,7 +252,7 @@ func serverMetadataURLs(issuer string) ([]string, error) {
 // well-known location that has it, and checks its issuer. A document
 // whose issuer differs is never used; the next location is tried (an
 // honest server may publish it at another one).
-func (f *Flow) discoverServer(ctx context.Context, issuer string) (*ServerMetadata, error) {
+func (f *Flow) discoverServer(ctx context.Context, issuer string) (*serverMetadata, error) {
 	if md, ok := f.cachedServer(issuer); ok {
 		return md, nil
 	}
@@ -232,9 +260,15 @@ func (f *Flow) discoverServer(ctx context.Context, issuer string) (*ServerMetada
 	if err != nil {
 		return nil, err
 	}
+	// Before any request: a plain HTTP issuer would be refused once its
+	// metadata came back, and fetching it would already tell a network
+	// attacker whom the client is about to trust.
+	if err := checkSecureURL(issuer, f.cfg.AllowHTTP); err != nil {
+		return nil, err
+	}
 	var errs []error
 	for _, mu := range urls {
-		var md ServerMetadata
+		var md serverMetadata
 		if _, err := f.getJSON(ctx, mu, &md); err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -245,7 +279,7 @@ func (f *Flow) discoverServer(ctx context.Context, issuer string) (*ServerMetada
 		}
 		if md.Issuer != issuer {
 			f.log.Warn("oauth: authorization server metadata names another issuer; not used", "url", mu, "issuer", issuer, "metadata_issuer", md.Issuer)
-			errs = append(errs, fmt.Errorf("%w: %s has issuer %q, want %q", ErrIssuerMismatch, mu, md.Issuer, issuer))
+			errs = append(errs, fmt.Errorf("%w: %s has issuer %q, want %q", ErrMetadataIssuer, mu, md.Issuer, issuer))
 			continue
 		}
 		if err := f.checkEndpoints(&md); err != nil {
@@ -255,7 +289,7 @@ func (f *Flow) discoverServer(ctx context.Context, issuer string) (*ServerMetada
 		f.cacheServer(issuer, &md)
 		return &md, nil
 	}
-	if e := firstIs(errs, ErrIssuerMismatch); e != nil {
+	if e := firstIs(errs, ErrMetadataIssuer); e != nil {
 		return nil, e
 	}
 	return nil, fmt.Errorf("%w for %s: %w", ErrNoServerMetadata, issuer, errors.Join(errs...))
@@ -267,21 +301,32 @@ var ErrInsecureEndpoint = errors.New("oauth: authorization server endpoint is no
 
 // checkEndpoints refuses endpoints that are not absolute HTTPS URLs
 // (HTTP only on loopback, unless Config.AllowHTTP).
-func (f *Flow) checkEndpoints(md *ServerMetadata) error {
+func (f *Flow) checkEndpoints(md *serverMetadata) error {
 	for _, e := range []string{md.Issuer, md.AuthorizationEndpoint, md.TokenEndpoint, md.RegistrationEndpoint} {
 		if e == "" {
 			continue
 		}
-		u, err := url.Parse(e)
-		if err != nil || u.Host == "" {
-			return fmt.Errorf("oauth: authorization server endpoint %q is not an absolute URL", e)
+		if err := checkSecureURL(e, f.cfg.AllowHTTP); err != nil {
+			return err
 		}
-		switch {
-		case u.Scheme == "https":
-		case u.Scheme == "http" && (f.cfg.AllowHTTP || isLoopback(u.Hostname())):
-		default:
-			return fmt.Errorf("%w: %s", ErrInsecureEndpoint, e)
-		}
+	}
+	return nil
+}
+
+// checkSecureURL is the rule for every URL the flow sends credentials,
+// codes or the user to (OAuth 2.1 §1.5): an absolute HTTPS URL, or HTTP
+// on a loopback address, or HTTP anywhere when allowHTTP
+// (Config.AllowHTTP).
+func checkSecureURL(raw string, allowHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("oauth: authorization server endpoint %q is not an absolute URL", clip(raw, 200))
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && (allowHTTP || isLoopback(u.Hostname())):
+	default:
+		return fmt.Errorf("%w: %s", ErrInsecureEndpoint, u.Redacted())
 	}
 	return nil
 }
@@ -305,7 +350,7 @@ func firstIs(errs []error, target error) error {
 }
 
 // supportsPKCE reports whether the metadata advertises S256.
-func (m *ServerMetadata) supportsPKCE() bool {
+func (m *serverMetadata) supportsPKCE() bool {
 	return slices.Contains(m.CodeChallengeMethodsSupported, "S256")
 }
 

@@ -1,9 +1,10 @@
 // Package oauth is the client side of MCP authorization (revision
 // 2026-07-28): OAuth 2.1 for HTTP MCP servers that answer 401.
 //
-// A [Flow] is an Authorizer for package client: [Flow.Authorize] puts a
-// token on each request and [Flow.Challenge] answers the server's
-// challenges. The first 401 starts the flow:
+// A [Flow] is a [tidings/client.Authorizer]: given to a client with
+// client.WithAuthorizer, [Flow.Authorize] puts a token on each request
+// and [Flow.Challenge] answers the server's challenges. The first 401
+// starts the flow:
 //
 //   - Protected Resource Metadata (RFC 9728) from the challenge's
 //     resource_metadata, else the path-inserted well-known URI, else the
@@ -13,7 +14,9 @@
 //     orders them); a document whose issuer is not the one it was
 //     fetched for is never used.
 //   - A client identity per authorization server: pre-registered
-//     credentials, else a Client ID Metadata Document URL where the
+//     credentials, which belong to the one authorization server
+//     Config.ClientIssuer names and go to no other, else a Client ID
+//     Metadata Document URL where the
 //     server accepts them, else dynamic registration (RFC 7591), kept in
 //     the [Store] per issuer. When a server's metadata moves it to
 //     another authorization server, the flow identifies itself there
@@ -27,10 +30,17 @@
 //     else none; offline_access when the authorization server lists it.
 //
 // After that it refreshes tokens when they expire or the server answers
-// 401, falling back to a new authorization; on 403 insufficient_scope it
-// re-authorizes with the union of the scopes it asked for and the
-// challenge's, once per scope set and a few times per server. Other
-// grants replace the authorization code grant through Config.Grant:
+// 401, falling back to a new authorization when the authorization server
+// refuses the refresh token (invalid_grant, invalid_client,
+// unauthorized_client); a refresh that fails otherwise, on a network
+// error say, is returned as an error and the session kept for the next
+// try. On insufficient_scope it re-authorizes with the union of the
+// scopes it asked for and the challenge's, once per scope set and a few
+// times per operation (Config.MaxStepUps). An authorization runs in a
+// goroutine of the Flow's, detached from the request that started it and
+// bounded by Config.AuthorizeTimeout; [Flow.Close] ends it.
+//
+// Other grants replace the authorization code grant through Config.Grant:
 // [ClientCredentials] (client_secret_basic or private_key_jwt),
 // [JWTBearer] (workload identity federation) and [IdentityAssertion]
 // (enterprise-managed authorization: token exchange at the identity

@@ -24,10 +24,14 @@ type dpopKey struct {
 	alg    jose.SignatureAlgorithm
 	signer jose.Signer
 	jkt    string // base64url SHA-256 JWK thumbprint (RFC 7638)
+	// now is the flow's clock: a proof's iat is checked against the
+	// server's clock, so it must come from the same clock as the rest
+	// of the flow (Config.Now), which a host may correct.
+	now func() time.Time
 }
 
 // newDPoPKey wraps signer, or a fresh P-256 key when signer is nil.
-func newDPoPKey(signer crypto.Signer) (*dpopKey, error) {
+func newDPoPKey(signer crypto.Signer, now func() time.Time) (*dpopKey, error) {
 	if signer == nil {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -49,7 +53,7 @@ func newDPoPKey(signer crypto.Signer) (*dpopKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oauth: DPoP key: %w", err)
 	}
-	return &dpopKey{alg: alg, signer: s, jkt: base64.RawURLEncoding.EncodeToString(tp)}, nil
+	return &dpopKey{alg: alg, signer: s, jkt: base64.RawURLEncoding.EncodeToString(tp), now: now}, nil
 }
 
 // signingAlg is the JWS algorithm a key signs with: ES256/384/512 by
@@ -94,7 +98,7 @@ func (k *dpopKey) proof(method, target, accessToken, nonce string) (string, erro
 		"jti": randomString(16),
 		"htm": strings.ToUpper(method),
 		"htu": u.String(),
-		"iat": time.Now().Unix(),
+		"iat": k.now().Unix(),
 	}
 	if accessToken != "" {
 		h := sha256.Sum256([]byte(accessToken))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"tidings/client"
 	"tidings/client/oauth"
 )
 
@@ -36,10 +37,8 @@ func (paste) Authorize(ctx context.Context, authURL string) (url.Values, error) 
 // A Flow handles everything from the first 401 on: it finds the MCP
 // server's authorization server, identifies the client to it (here by a
 // client ID metadata document where accepted, else by registering), sends
-// the user through the Interaction, and keeps the token. A host gives the
-// Flow to package client as its Authorizer; this example shows the same
-// contract by hand: Authorize, send, and on a 401 or 403 ask Challenge
-// whether to send again.
+// the user through the Interaction, and keeps the token. A host gives it
+// to package client as the client's Authorizer, and closes it when done.
 func Example() {
 	flow, err := oauth.New(oauth.Config{
 		Interaction:       paste{},
@@ -49,6 +48,27 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer flow.Close()
+	c := client.NewHTTP("https://mcp.example.com/mcp", client.WithAuthorizer(flow))
+	defer c.Close()
+	tools, err := c.Tools(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, t := range tools {
+		fmt.Println(t.Name)
+	}
+}
+
+// The Authorizer contract by hand, for a host with an HTTP stack of its
+// own: Authorize, send, and on a 401 or 403 ask Challenge whether to
+// send again.
+func Example_byHand() {
+	flow, err := oauth.New(oauth.Config{Interaction: paste{}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer flow.Close()
 	ctx := context.Background()
 	body := `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
 	for attempt := 0; attempt < 4; attempt++ {

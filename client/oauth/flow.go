@@ -51,16 +51,36 @@ type Config struct {
 	// before any other way of identifying the client.
 	ClientID     string
 	ClientSecret string
-	// ClientIssuer is the issuer of the authorization server ClientID
-	// belongs to. When empty, the credentials belong to the first
-	// authorization server the flow uses them with (remembered in the
-	// Store); with another one the flow registers anew.
+	// ClientIssuer is the issuer identifier of the authorization server
+	// ClientID was registered with. It is required with ClientID (New
+	// fails without it, unless TrustFirstIssuer): a client ID, and above
+	// all a secret or key, belongs to one authorization server, and the
+	// MCP servers the flow meets name their own, any of which may be an
+	// attacker's. The credentials go to no other server: when an MCP
+	// server names another one, the request fails with ErrClientIssuer
+	// rather than identifying the client some other way, as the MCP
+	// specification advises. A public client ID (no secret, no key) is
+	// held to the same rule, so that the first MCP server cannot claim it
+	// for an authorization server of its choice either.
 	ClientIssuer string
+	// TrustFirstIssuer, when ClientIssuer is empty, binds the
+	// pre-registered credentials to the first authorization server an
+	// MCP server names, remembered in the Store per ClientID.
+	//
+	// It is dangerous: whichever MCP server the flow meets first chooses
+	// where the client secret or client assertions are sent. It exists
+	// for test harnesses that learn the authorization server only at run
+	// time, and talk to nothing else.
+	TrustFirstIssuer bool
 	// ClientAuthMethod is how the pre-registered client authenticates at
 	// the token endpoint (AuthClientSecretBasic, AuthClientSecretPost,
-	// AuthPrivateKeyJWT, AuthNone). Default: private_key_jwt with a
-	// PrivateKey, none without a secret, else client_secret_basic or
-	// client_secret_post as the server supports.
+	// AuthPrivateKeyJWT, AuthNone). Default, from what the client has
+	// and the server's token_endpoint_auth_methods_supported:
+	// private_key_jwt with a PrivateKey when the server lists it, or
+	// lists nothing and there is no secret to use instead; else, with a
+	// ClientSecret, client_secret_basic or client_secret_post as the
+	// server supports (basic when it lists nothing, as RFC 8414 says);
+	// else none.
 	ClientAuthMethod string
 	// PrivateKey signs private_key_jwt client assertions (RFC 7523 §2.2).
 	PrivateKey crypto.Signer
@@ -83,9 +103,14 @@ type Config struct {
 	Grant Grant
 
 	// DPoP, when true, asks for DPoP-bound tokens (RFC 9449) from
-	// authorization servers that support them, proving possession of
-	// DPoPKey, or of a key made for the Flow when DPoPKey is nil.
-	DPoP    bool
+	// authorization servers that support them: a token bound to a key
+	// is worthless to whoever steals it without the key.
+	DPoP bool
+	// DPoPKey is the key DPoP proofs are signed with (ECDSA P-256,
+	// P-384 or P-521, Ed25519, or RSA), implying DPoP. A host that keeps
+	// tokens across runs in its Store needs the same key on the next run:
+	// a saved token bound to another key is not used. Default, with DPoP:
+	// a P-256 key made for the Flow, for its life only.
 	DPoPKey crypto.Signer
 
 	// AllowHTTP lets authorization servers be reached over plain HTTP
@@ -93,8 +118,26 @@ type Config struct {
 	// is accepted (OAuth 2.1 §1.5).
 	AllowHTTP bool
 
+	// AuthorizeTimeout bounds an authorization: the user's login at the
+	// authorization server (Interaction.Authorize) and the token
+	// requests that follow. It runs detached from the request whose
+	// challenge started it, which may be cancelled, or have a short
+	// timeout of its own, while other requests wait for the same login;
+	// each of them still stops waiting when its own context ends, and
+	// the login goes on for the rest. Close ends it too. Default 5
+	// minutes.
+	AuthorizeTimeout time.Duration
+
 	// MaxStepUps bounds the re-authorizations for more scope
-	// (403 insufficient_scope) the flow makes for one server. Default 3.
+	// (insufficient_scope, on a 403 or a 401) the flow makes for one
+	// operation of one server, as the MCP specification has clients
+	// track them "for the same resource and operation". An operation is
+	// what the request's Mcp-Method and Mcp-Name header fields name (a
+	// tools/call of one tool, say); a request without them, such as a
+	// 2025-11-25 session's, counts as its HTTP method, so that all of a
+	// server's such requests share one budget. Each step-up asks for the
+	// union of the scopes asked for before and the challenge's, and no
+	// scope set is asked for twice. Default 3.
 	MaxStepUps int
 
 	// Now is the clock. Default: time.Now.
@@ -106,9 +149,13 @@ type Config struct {
 // discovering their authorization servers, identifying itself, and
 // obtaining, refreshing or stepping up tokens. One Flow may serve
 // clients of several servers: it keeps a token per server and a client
-// identity per authorization server. It is safe for concurrent use;
+// identity per authorization server (pre-registered credentials,
+// though, serve the one authorization server Config.ClientIssuer names).
+// It is safe for concurrent use;
 // while it obtains a token for a server (the user may take minutes),
-// other requests to that server wait for it, or for their context.
+// other requests to that server wait for it, or for their context (see
+// Config.AuthorizeTimeout). A Flow runs each authorization in a
+// goroutine of its own; [Flow.Close] ends them.
 type Flow struct {
 	cfg     Config
 	hc      *http.Client // metadata
@@ -124,6 +171,15 @@ type Flow struct {
 	clients   map[string]*clientInfo
 	asNonces  map[string]*nonceBox
 	preIssuer string
+	// issuerLocks serialise client registration per issuer (lockIssuer).
+	issuerLocks map[string]chan struct{}
+	closed      bool
+
+	// life ends at Close; logins counts the authorizations running in
+	// the Flow's goroutines (see login).
+	life    context.Context
+	endLife context.CancelFunc
+	logins  sync.WaitGroup
 }
 
 // serverState is what a flow knows of one MCP server.
@@ -136,34 +192,36 @@ type serverState struct {
 	sess    *session // the current token, or nil
 	rsNonce nonceBox // the server's latest DPoP nonce
 
-	streak  int            // fresh tokens refused at first use, in a row
-	stepUps map[string]int // re-authorizations per scope set
+	streak  int             // fresh tokens refused at first use, in a row
+	stepUps map[string]int  // re-authorizations per operation (see operationOf)
+	tried   map[string]bool // scope sets re-authorized for, sorted and joined
 }
 
 type cachedMeta struct {
-	md  *ServerMetadata
+	md  *serverMetadata
 	exp time.Time
 }
 
 // Store keys.
 const (
-	keyClient        = "oauth/client/"  // + issuer
-	keySession       = "oauth/session/" // + server URL
-	keyPreregistered = "oauth/preregistered-issuer"
+	keyClient        = "oauth/client/"               // + issuer
+	keySession       = "oauth/session/"              // + server URL
+	keyPreregistered = "oauth/preregistered-issuer/" // + client ID
 )
 
 // New returns a Flow configured by cfg.
 func New(cfg Config) (*Flow, error) {
 	f := &Flow{
-		cfg:      cfg,
-		hc:       cfg.HTTPClient,
-		log:      cfg.Logger,
-		store:    cfg.Store,
-		now:      cfg.Now,
-		servers:  map[string]*serverState{},
-		meta:     map[string]cachedMeta{},
-		clients:  map[string]*clientInfo{},
-		asNonces: map[string]*nonceBox{},
+		cfg:         cfg,
+		hc:          cfg.HTTPClient,
+		log:         cfg.Logger,
+		store:       cfg.Store,
+		now:         cfg.Now,
+		servers:     map[string]*serverState{},
+		meta:        map[string]cachedMeta{},
+		clients:     map[string]*clientInfo{},
+		asNonces:    map[string]*nonceBox{},
+		issuerLocks: map[string]chan struct{}{},
 	}
 	if f.hc == nil {
 		f.hc = &http.Client{Timeout: 30 * time.Second}
@@ -189,6 +247,19 @@ func New(cfg Config) (*Flow, error) {
 	if f.cfg.MaxStepUps <= 0 {
 		f.cfg.MaxStepUps = 3
 	}
+	if f.cfg.AuthorizeTimeout <= 0 {
+		f.cfg.AuthorizeTimeout = 5 * time.Minute
+	}
+	if cfg.ClientID != "" {
+		switch {
+		case cfg.ClientIssuer != "":
+			if err := checkSecureURL(cfg.ClientIssuer, cfg.AllowHTTP); err != nil {
+				return nil, fmt.Errorf("oauth: Config.ClientIssuer: %w", err)
+			}
+		case !cfg.TrustFirstIssuer:
+			return nil, errors.New("oauth: Config.ClientID needs Config.ClientIssuer, the authorization server it was registered with")
+		}
+	}
 	if cfg.Grant == nil && cfg.Interaction == nil {
 		return nil, errors.New("oauth: the authorization code grant needs an Interaction")
 	}
@@ -204,12 +275,13 @@ func New(cfg Config) (*Flow, error) {
 		}
 	}
 	if cfg.DPoP || cfg.DPoPKey != nil {
-		k, err := newDPoPKey(cfg.DPoPKey)
+		k, err := newDPoPKey(cfg.DPoPKey, f.now)
 		if err != nil {
 			return nil, err
 		}
 		f.dpop = k
 	}
+	f.life, f.endLife = context.WithCancel(context.Background())
 	return f, nil
 }
 
@@ -226,7 +298,7 @@ func (f *Flow) server(u *url.URL) *serverState {
 	defer f.mu.Unlock()
 	st, ok := f.servers[k]
 	if !ok {
-		st = &serverState{key: k, url: cu, lock: make(chan struct{}, 1), stepUps: map[string]int{}}
+		st = &serverState{key: k, url: cu, lock: make(chan struct{}, 1), stepUps: map[string]int{}, tried: map[string]bool{}}
 		f.servers[k] = st
 	}
 	return st
@@ -245,8 +317,11 @@ func (st *serverState) release() { <-st.lock }
 
 // Authorize puts the flow's credentials for req's server on req: the
 // Authorization header, and a DPoP proof for a DPoP-bound token. It
-// refreshes an expired token first. With no token it sets nothing: the
-// server's 401 then starts the flow, through [Flow.Challenge].
+// refreshes an expired token first. With no token, or an expired one the
+// authorization server will not refresh, it sets nothing: the server's
+// 401 then starts the flow, through [Flow.Challenge]. When the refresh
+// fails otherwise (the authorization server unreachable, say) it returns
+// the error and keeps the token for the next try.
 func (f *Flow) Authorize(ctx context.Context, req *http.Request) error {
 	st := f.server(req.URL)
 	if err := st.acquire(ctx); err != nil {
@@ -259,10 +334,8 @@ func (f *Flow) Authorize(ctx context.Context, req *http.Request) error {
 		return nil
 	}
 	if s.expired(f.now()) {
-		if s.RefreshToken == "" || f.refresh(ctx, st) != nil {
-			f.log.Debug("oauth: token expired", "server", st.key)
-			f.drop(ctx, st)
-			return nil
+		if err := f.renew(ctx, st); err != nil || st.sess == nil {
+			return err
 		}
 	}
 	return f.present(req, st)
@@ -302,9 +375,10 @@ func presentedToken(req *http.Request) string {
 // prepared. On a 401 it refreshes the token, or authorizes anew
 // (discovering the server's authorization server, which may have
 // changed); on a 401 naming use_dpop_nonce it takes the server's nonce;
-// on a 403 insufficient_scope it re-authorizes with the union of the
-// scopes it asked for and the ones the challenge names, once per scope
-// set and at most MaxStepUps times per server. It reports retry=true
+// on insufficient_scope (a 403, or a 401) it re-authorizes with the
+// union of the scopes it asked for and the ones the challenge names,
+// once per scope set and at most MaxStepUps times per operation. It
+// reports retry=true
 // when a new try is worth it; false with a nil error when the refusal
 // is not one it can answer.
 func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Response) (retry bool, err error) {
@@ -315,7 +389,8 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	if err := st.acquire(ctx); err != nil {
 		return false, err
 	}
-	defer st.release()
+	lk := &heldLock{st: st}
+	defer lk.release()
 	f.load(ctx, st)
 
 	ch, _ := findChallenge(challengesOf(resp.Header), "DPoP", "Bearer")
@@ -337,11 +412,13 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 		return true, nil
 	}
 
+	// insufficient_scope is a step-up whatever the status: a server that
+	// sends it with a 401 is held to the same limits.
+	if strings.EqualFold(ch.Param("error"), "insufficient_scope") {
+		return f.stepUp(ctx, lk, operationOf(req), ch)
+	}
 	if resp.StatusCode == http.StatusForbidden {
-		if ch.Param("error") != "insufficient_scope" {
-			return false, nil
-		}
-		return f.stepUp(ctx, st, ch)
+		return false, nil
 	}
 
 	// 401.
@@ -360,10 +437,14 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	if err != nil {
 		return false, err
 	}
-	issuer := f.chooseIssuer(prm, s)
-	if s != nil && s.RefreshToken != "" && issuer == s.Issuer && !strings.EqualFold(ch.Param("error"), "insufficient_scope") {
-		if err := f.refresh(ctx, st); err == nil {
+	issuer := f.chooseIssuer(ctx, prm, s)
+	if s != nil && s.RefreshToken != "" && issuer == s.Issuer {
+		err := f.refresh(ctx, st)
+		if err == nil {
 			return true, nil
+		}
+		if !refreshRefused(err) {
+			return false, err
 		}
 	}
 	scopes := scopeList(ch.Param("scope"))
@@ -375,14 +456,25 @@ func (f *Flow) Challenge(ctx context.Context, req *http.Request, resp *http.Resp
 	case s != nil:
 		scopes = union(s.Requested, scopes)
 	}
-	if err := f.obtain(ctx, st, prm, issuer, scopes); err != nil {
+	if err := f.login(ctx, lk, prm, issuer, scopes); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
-// stepUp answers 403 insufficient_scope.
-func (f *Flow) stepUp(ctx context.Context, st *serverState, ch Challenge) (bool, error) {
+// operationOf names the operation req performs, for the step-up budget
+// (Config.MaxStepUps): the MCP method and name of the Mcp-Method and
+// Mcp-Name header fields, else the HTTP method.
+func operationOf(req *http.Request) string {
+	if m := req.Header.Get("Mcp-Method"); m != "" {
+		return m + " " + req.Header.Get("Mcp-Name")
+	}
+	return req.Method
+}
+
+// stepUp answers insufficient_scope to a request performing op.
+func (f *Flow) stepUp(ctx context.Context, lk *heldLock, op string, ch AuthChallenge) (bool, error) {
+	st := lk.st
 	s := st.sess
 	need := scopeList(ch.Param("scope"))
 	var held []string
@@ -396,20 +488,17 @@ func (f *Flow) stepUp(ctx context.Context, st *serverState, ch Challenge) (bool,
 		return false, &ScopeError{Server: st.key, Scopes: need}
 	}
 	k := strings.Join(sortedCopy(want), " ")
-	total := 0
-	for _, n := range st.stepUps {
-		total += n
-	}
-	if st.stepUps[k] > 0 || total >= f.cfg.MaxStepUps {
+	if st.tried[k] || st.stepUps[op] >= f.cfg.MaxStepUps {
 		return false, &ScopeError{Server: st.key, Scopes: need}
 	}
-	st.stepUps[k]++
+	st.tried[k] = true
+	st.stepUps[op]++
 	prm, err := f.discoverResource(ctx, st.url, ch.Param("resource_metadata"))
 	if err != nil {
 		return false, err
 	}
 	f.log.Info("oauth: stepping up authorization", "server", st.key, "scopes", want)
-	if err := f.obtain(ctx, st, prm, f.chooseIssuer(prm, s), want); err != nil {
+	if err := f.login(ctx, lk, prm, f.chooseIssuer(ctx, prm, s), want); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -429,24 +518,103 @@ func (e *ScopeError) Error() string {
 // chooseIssuer picks the authorization server of the ones the metadata
 // lists: the current token's, if still listed; else the pre-registered
 // client's, if listed; else the first.
-func (f *Flow) chooseIssuer(prm *ResourceMetadata, s *session) string {
+func (f *Flow) chooseIssuer(ctx context.Context, prm *resourceMetadata, s *session) string {
 	if s != nil && slices.Contains(prm.AuthorizationServers, s.Issuer) {
 		return s.Issuer
 	}
-	f.mu.Lock()
-	bound := f.cfg.ClientIssuer
-	if bound == "" {
-		bound = f.preIssuer
-	}
-	f.mu.Unlock()
-	if f.cfg.ClientID != "" && bound != "" && slices.Contains(prm.AuthorizationServers, bound) {
-		return bound
+	if f.cfg.ClientID != "" {
+		if bound := f.boundIssuer(ctx, ""); bound != "" && slices.Contains(prm.AuthorizationServers, bound) {
+			return bound
+		}
 	}
 	return prm.AuthorizationServers[0]
 }
 
+// heldLock is a server's lock as its holder sees it: released once,
+// either by the holder or by the login it is handed to.
+type heldLock struct {
+	st   *serverState
+	gone bool
+}
+
+func (h *heldLock) release() {
+	if !h.gone {
+		h.gone = true
+		h.st.release()
+	}
+}
+
+// handOff gives the lock to another goroutine, which must call the
+// function it returns.
+func (h *heldLock) handOff() func() {
+	h.gone = true
+	return h.st.release
+}
+
+// ErrClosed is returned for an authorization asked of a Flow after
+// [Flow.Close].
+var ErrClosed = errors.New("oauth: the flow is closed")
+
+// login obtains a new token for lk's server and waits for it, or for
+// ctx. The authorization runs in a goroutine of the Flow's, which takes
+// over the server's lock, under a context that keeps ctx's values but
+// not its cancellation or deadline: it is bounded by
+// Config.AuthorizeTimeout and by [Flow.Close] instead. So a request that
+// gives up (its caller cancels it, or its own timeout is short) leaves
+// the user's login going for the requests that wait for the same
+// server, and for the next ones.
+func (f *Flow) login(ctx context.Context, lk *heldLock, prm *resourceMetadata, issuer string, scopes []string) error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return ErrClosed
+	}
+	f.logins.Add(1)
+	f.mu.Unlock()
+	st := lk.st
+	release := lk.handOff()
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.AuthorizeTimeout)
+	stop := context.AfterFunc(f.life, cancel)
+	done := make(chan error, 1)
+	go func() {
+		defer f.logins.Done()
+		defer release()
+		defer cancel()
+		defer stop()
+		err := f.obtain(lctx, st, prm, issuer, scopes)
+		if err != nil && lctx.Err() != nil && f.life.Err() != nil {
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		f.log.Debug("oauth: a request stopped waiting for the authorization; it goes on", "server", st.key)
+		return ctx.Err()
+	}
+}
+
+// Close ends the authorizations in progress, cancelling their
+// Interaction's context, and waits for their goroutines to return;
+// requests waiting for one get an error wrapping ErrClosed. Afterwards
+// the Flow starts no authorization (Challenge reports ErrClosed), though
+// it still presents and refreshes the tokens it holds. A host closes
+// the Flow when it is done with the clients that use it: package
+// client's Client.Close does not, as one Flow may serve several
+// clients. Close is safe to call more than once; it returns nil.
+func (f *Flow) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.endLife()
+	f.logins.Wait()
+	return nil
+}
+
 // obtain gets a new token for st from issuer, by the configured grant.
-func (f *Flow) obtain(ctx context.Context, st *serverState, prm *ResourceMetadata, issuer string, scopes []string) error {
+func (f *Flow) obtain(ctx context.Context, st *serverState, prm *resourceMetadata, issuer string, scopes []string) error {
 	as, err := f.discoverServer(ctx, issuer)
 	if err != nil {
 		return err
@@ -494,36 +662,38 @@ func (f *Flow) obtain(ctx context.Context, st *serverState, prm *ResourceMetadat
 	return nil
 }
 
-// refresh replaces st's token by the refresh_token grant. On failure
-// the refresh token is dropped (the caller then authorizes anew).
+// refresh replaces st's token by the refresh_token grant. When the
+// refresh token is refused for good (see refreshRefused) it is dropped
+// and the caller authorizes anew; on any other failure (the network, a
+// server error, the caller's context) the session is kept as it is, for
+// a later try, and the error is returned.
 func (f *Flow) refresh(ctx context.Context, st *serverState) error {
 	s := st.sess
 	as, err := f.discoverServer(ctx, s.Issuer)
 	if err != nil {
-		return err
+		return fmt.Errorf("oauth: refreshing the token for %s: %w", st.key, err)
 	}
 	c, err := f.clientFor(ctx, s.Issuer, as, f.cfg.Interaction != nil && (f.cfg.Grant == nil || f.cfg.Grant.refreshable()))
-	if err != nil {
-		return err
+	if err != nil && !errors.Is(err, ErrClientIssuer) {
+		return fmt.Errorf("oauth: refreshing the token for %s: %w", st.key, err)
 	}
-	if c.ClientID != s.ClientID {
+	if err != nil || c.ClientID != s.ClientID {
 		// The token came to another client (a registration since lost):
 		// its refresh token is of no use to this one.
-		ns := *s
-		ns.RefreshToken = ""
-		f.set(ctx, st, &ns)
-		return errors.New("oauth: the client that obtained the token is gone")
+		f.dropRefreshToken(ctx, st)
+		return errClientGone
 	}
 	tok, err := f.refreshToken(ctx, st, as, c, s)
 	if err != nil {
 		f.log.Info("oauth: refresh failed", "server", st.key, "issuer", s.Issuer, "err", err)
+		if !refreshRefused(err) {
+			return fmt.Errorf("oauth: refreshing the token for %s: %w", st.key, err)
+		}
 		var te *TokenError
 		if errors.As(err, &te) && te.Code == "invalid_client" && c.Kind == "registered" {
 			f.forgetClient(ctx, s.Issuer)
 		}
-		ns := *s
-		ns.RefreshToken = ""
-		f.set(ctx, st, &ns)
+		f.dropRefreshToken(ctx, st)
 		return err
 	}
 	ns := &session{
@@ -548,6 +718,54 @@ func (f *Flow) refresh(ctx context.Context, st *serverState) error {
 	}
 	f.set(ctx, st, ns)
 	f.log.Info("oauth: refreshed", "server", st.key, "issuer", s.Issuer, "expires", ns.Expiry)
+	return nil
+}
+
+// errClientGone: the session's token was issued to a client the flow no
+// longer has, so its refresh token cannot be used.
+var errClientGone = errors.New("oauth: the client that obtained the token is gone")
+
+// refreshRefused reports whether err, from refresh, means the refresh
+// token will never work: the authorization server refused the grant or
+// the client (RFC 6749 §5.2), or the client is gone. Other failures pass
+// (a network error, a server error, a timeout), and dropping the session
+// for one of them would send the user back through the browser, or lose
+// a token the next try would have refreshed.
+func refreshRefused(err error) bool {
+	var te *TokenError
+	if errors.As(err, &te) {
+		switch te.Code {
+		case "invalid_grant", "invalid_client", "unauthorized_client":
+			return true
+		}
+	}
+	return errors.Is(err, errClientGone)
+}
+
+// dropRefreshToken keeps st's access token and forgets its refresh token.
+func (f *Flow) dropRefreshToken(ctx context.Context, st *serverState) {
+	ns := *st.sess
+	ns.RefreshToken = ""
+	f.set(ctx, st, &ns)
+}
+
+// renew refreshes st's expired token. It drops the session when the
+// token cannot be refreshed (none, or refused), reporting nil, so that
+// the request goes without and the server's 401 starts a new
+// authorization; on another failure it keeps the session and returns
+// the error.
+func (f *Flow) renew(ctx context.Context, st *serverState) error {
+	if st.sess.RefreshToken != "" {
+		err := f.refresh(ctx, st)
+		if err == nil {
+			return nil
+		}
+		if !refreshRefused(err) {
+			return err
+		}
+	}
+	f.log.Debug("oauth: token expired", "server", st.key)
+	f.drop(ctx, st)
 	return nil
 }
 
@@ -611,7 +829,9 @@ func (f *Flow) Forget(ctx context.Context, serverURL string) error {
 
 // Token returns the access token the flow holds for the MCP server at
 // serverURL, refreshing it if it has expired; ok is false when it holds
-// none (the first request's challenge will get one).
+// none (the first request's challenge will get one). As with
+// [Flow.Authorize], a refresh that fails other than by the authorization
+// server's refusal is an error, and the token is kept.
 func (f *Flow) Token(ctx context.Context, serverURL string) (token *oauth2.Token, ok bool, err error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
@@ -623,8 +843,10 @@ func (f *Flow) Token(ctx context.Context, serverURL string) (token *oauth2.Token
 	}
 	defer st.release()
 	f.load(ctx, st)
-	if st.sess != nil && st.sess.expired(f.now()) && (st.sess.RefreshToken == "" || f.refresh(ctx, st) != nil) {
-		f.drop(ctx, st)
+	if st.sess != nil && st.sess.expired(f.now()) {
+		if err := f.renew(ctx, st); err != nil {
+			return nil, false, err
+		}
 	}
 	if st.sess == nil {
 		return nil, false, nil
@@ -633,7 +855,7 @@ func (f *Flow) Token(ctx context.Context, serverURL string) (token *oauth2.Token
 	return &oauth2.Token{AccessToken: s.AccessToken, TokenType: s.TokenType, Expiry: s.Expiry}, true, nil
 }
 
-func (f *Flow) cachedServer(issuer string) (*ServerMetadata, bool) {
+func (f *Flow) cachedServer(issuer string) (*serverMetadata, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.meta[issuer]
@@ -643,7 +865,7 @@ func (f *Flow) cachedServer(issuer string) (*ServerMetadata, bool) {
 	return c.md, true
 }
 
-func (f *Flow) cacheServer(issuer string, md *ServerMetadata) {
+func (f *Flow) cacheServer(issuer string, md *serverMetadata) {
 	f.mu.Lock()
 	f.meta[issuer] = cachedMeta{md: md, exp: f.now().Add(time.Hour)}
 	f.mu.Unlock()

@@ -1,6 +1,10 @@
 package oauth
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -114,7 +118,7 @@ func TestResourceMetadataDiscovery(t *testing.T) {
 			}
 			want := rs.url()
 			if rs.prmAt == "root" {
-				want = rs.srv.URL // the resource exactly as the metadata gives it
+				want = rs.base // the resource exactly as the metadata gives it
 			}
 			if got := as.authReqs[0].Get("resource"); got != want {
 				t.Errorf("resource %q, want %q", got, want)
@@ -127,7 +131,7 @@ func TestResourceMismatch(t *testing.T) {
 	for _, res := range []string{"https://evil.example/mcp", "", "SERVER/other", "SERVER/mcpx"} {
 		as := newAS(t, nil)
 		rs := newRS(t, as, nil)
-		rs.resource = strings.Replace(res, "SERVER", rs.srv.URL, 1)
+		rs.resource = strings.Replace(res, "SERVER", rs.base, 1)
 		if res == "" {
 			rs.resource = "relative"
 		}
@@ -179,8 +183,8 @@ func TestServerMetadataIssuerMismatch(t *testing.T) {
 	ui := &consent{}
 	f := mustFlow(t, Config{Interaction: ui})
 	_, err := do(testCtx(t), f, http.MethodGet, rs.url())
-	if !errors.Is(err, ErrIssuerMismatch) {
-		t.Fatalf("err = %v, want ErrIssuerMismatch", err)
+	if !errors.Is(err, ErrMetadataIssuer) {
+		t.Fatalf("err = %v, want ErrMetadataIssuer", err)
 	}
 	// Both root locations were tried, neither document used.
 	if len(as.gets) != 2 || ui.count() != 0 || len(as.regs) != 0 {
@@ -199,15 +203,23 @@ func TestIssuerIdentification(t *testing.T) {
 		{"advertised and right", nil, nil, nil},
 		{"not advertised, absent", func(a *testAS) { a.issAdvert, a.issMode = &no, "omit" }, nil, nil},
 		{"not advertised, right", func(a *testAS) { a.issAdvert = &no }, nil, nil},
-		{"advertised, absent", func(a *testAS) { a.issMode = "omit" }, nil, ErrIssuerMissing},
-		{"advertised, wrong", func(a *testAS) { a.issMode = "wrong" }, nil, ErrIssuerDiffers},
-		{"not advertised, wrong", func(a *testAS) { a.issAdvert, a.issMode = &no, "wrong" }, nil, ErrIssuerDiffers},
-		{"trailing slash is another issuer", func(a *testAS) { a.issMode = "normalized" }, nil, ErrIssuerDiffers},
-		{"two iss", nil, func(v url.Values) { v.Add("iss", v.Get("iss")) }, ErrIssuerDiffers},
+		{"advertised, absent", func(a *testAS) { a.issMode = "omit" }, nil, ErrResponseIssuerMissing},
+		{"advertised, wrong", func(a *testAS) { a.issMode = "wrong" }, nil, ErrResponseIssuer},
+		{"not advertised, wrong", func(a *testAS) { a.issAdvert, a.issMode = &no, "wrong" }, nil, ErrResponseIssuer},
+		{"trailing slash is another issuer", func(a *testAS) { a.issMode = "normalized" }, nil, ErrResponseIssuer},
+		{"two iss", nil, func(v url.Values) { v.Add("iss", v.Get("iss")) }, ErrResponseIssuer},
 		{"error response from a mixed-up server is not shown", func(a *testAS) { a.issMode = "wrong" },
-			func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, ErrIssuerDiffers},
+			func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, ErrResponseIssuer},
 		{"error response", nil, func(v url.Values) { v.Del("code"); v.Set("error", "access_denied") }, &AuthorizationError{}},
 		{"state mismatch", nil, func(v url.Values) { v.Set("state", "forged") }, ErrStateMismatch},
+		{"two states", nil, func(v url.Values) { v.Add("state", "forged") }, ErrStateMismatch},
+		{"error response with a wrong state is not shown", nil, func(v url.Values) {
+			v.Del("code")
+			v.Set("state", "forged")
+			v.Set("error", "access_denied")
+			v.Set("error_description", "forged-description")
+		}, ErrStateMismatch},
+		{"wrong state before wrong iss", func(a *testAS) { a.issMode = "wrong" }, func(v url.Values) { v.Set("state", "forged") }, ErrStateMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,8 +241,15 @@ func TestIssuerIdentification(t *testing.T) {
 			} else if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
-			if errors.As(err, &ae) && tt.wantErr != error(nil) && errors.Is(tt.wantErr, ErrIssuerDiffers) {
-				t.Error("acted on an error response with a wrong iss")
+			if errors.As(err, &ae) && (errors.Is(tt.wantErr, ErrResponseIssuer) || errors.Is(tt.wantErr, ErrStateMismatch)) {
+				t.Error("acted on an error response that failed a check")
+			}
+			if errors.Is(tt.wantErr, ErrStateMismatch) {
+				for _, s := range []string{"forged", "access_denied", "evil"} {
+					if strings.Contains(err.Error(), s) {
+						t.Errorf("the error %q shows %q from the refused redirect", err, s)
+					}
+				}
 			}
 			if len(as.tokenReqs) != 0 {
 				t.Error("the code went to the token endpoint")
@@ -322,6 +341,55 @@ func TestStepUpLimits(t *testing.T) {
 	})
 }
 
+// A 401 naming insufficient_scope is a step-up, held to the same
+// limits as a 403's.
+func TestStepUpOn401(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, func(r *testRS) { r.forbid, r.scope401 = true, true })
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui, MaxStepUps: 1})
+	for _, need := range []string{"a", "b", "c", "d"} {
+		_, _ = do(testCtx(t), f, http.MethodGet, rs.url()+"?need="+need)
+	}
+	// The first authorization (the 401 without a token), then the one
+	// step-up the limit allows.
+	if ui.count() != 2 {
+		t.Errorf("%d authorizations, want 2", ui.count())
+	}
+	st, err := do(testCtx(t), f, http.MethodGet, rs.url()+"?need=e")
+	var se *ScopeError
+	if st != 401 || !errors.As(err, &se) {
+		t.Errorf("status %d, err %v; want 401 and a ScopeError", st, err)
+	}
+}
+
+// The step-up budget is per operation, as the MCP specification counts
+// it: a step-up that got one tool its scope does not spend another's.
+func TestStepUpBudgetPerOperation(t *testing.T) {
+	as := newAS(t, nil)
+	rs := newRS(t, as, nil)
+	ui := &consent{}
+	f := mustFlow(t, Config{Interaction: ui, MaxStepUps: 1})
+	call := func(tool, need string) (int, error) {
+		h := http.Header{"Mcp-Method": {"tools/call"}, "Mcp-Name": {tool}}
+		return doWith(testCtx(t), f, http.MethodPost, rs.url()+"?need="+need, h)
+	}
+	for _, c := range []struct{ tool, need string }{{"read", ""}, {"read", "files:read"}, {"write", "files:write"}, {"read", "files:read"}, {"write", "files:write"}} {
+		if st, err := call(c.tool, c.need); st != 200 || err != nil {
+			t.Fatalf("%s needing %q: status %d, err %v", c.tool, c.need, st, err)
+		}
+	}
+	if ui.count() != 3 {
+		t.Errorf("%d authorizations, want 3", ui.count())
+	}
+	// An operation's own budget still holds.
+	st, err := call("write", "files:admin")
+	var se *ScopeError
+	if st != 403 || !errors.As(err, &se) {
+		t.Errorf("a second step-up for one operation: status %d, err %v; want 403 and a ScopeError", st, err)
+	}
+}
+
 func TestRefresh(t *testing.T) {
 	now := time.Now()
 	var mu sync.Mutex
@@ -360,6 +428,100 @@ func TestRefresh(t *testing.T) {
 	expectOK(t, f, rs.url())
 	if ui.count() != 2 {
 		t.Errorf("%d authorizations, want 2", ui.count())
+	}
+}
+
+// flaky is a RoundTripper that fails the requests to one path while
+// down is set.
+type flaky struct {
+	path string
+	mu   sync.Mutex
+	down bool
+}
+
+func (f *flaky) set(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
+
+func (f *flaky) RoundTrip(req *http.Request) (*http.Response, error) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down && req.URL.Path == f.path {
+		return nil, errors.New("connection refused (test)")
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// A refresh that fails for want of the network, or by a server error,
+// keeps the session: the error is the caller's, and once the server is
+// back the token is refreshed, without the user.
+func TestTransientRefreshFailureKeepsTheSession(t *testing.T) {
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+
+	as := newAS(t, func(a *testAS) { a.refresh, a.expiresIn = true, 60 })
+	rs := newRS(t, as, nil)
+	net := &flaky{path: "/token"}
+	ui := &consent{}
+	store := newMemStore()
+	f := mustFlow(t, Config{Interaction: ui, Now: clock, Store: store, HTTPClient: &http.Client{Transport: net}})
+	expectOK(t, f, rs.url())
+
+	refreshable := func(when string) {
+		t.Helper()
+		raw, err := store.Load(testCtx(t), keySession+rs.url())
+		if err != nil || !strings.Contains(string(raw), `"refresh_token":"rt-`) {
+			t.Fatalf("%s: the saved session lost its refresh token: %s %v", when, raw, err)
+		}
+	}
+
+	// Expired, the token endpoint unreachable: Authorize fails, and Token.
+	advance(2 * time.Minute)
+	net.set(true)
+	if _, err := do(testCtx(t), f, http.MethodGet, rs.url()); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("err = %v, want the network error", err)
+	}
+	if _, ok, err := f.Token(testCtx(t), rs.url()); ok || err == nil {
+		t.Errorf("Token: ok %v, err %v; want the network error", ok, err)
+	}
+	refreshable("expired")
+
+	// Revoked, the 401 answered by a refresh that cannot get through.
+	net.set(false)
+	expectOK(t, f, rs.url())
+	as.revokeAll()
+	net.set(true)
+	if _, err := do(testCtx(t), f, http.MethodGet, rs.url()); err == nil {
+		t.Fatal("no error with the token endpoint unreachable")
+	}
+	refreshable("revoked")
+
+	// A server error is no refusal either.
+	net.set(false)
+	as.mu.Lock()
+	as.grant = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.PostForm.Get("grant_type") != "refresh_token" {
+			return false
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return true
+	}
+	as.mu.Unlock()
+	if _, err := do(testCtx(t), f, http.MethodGet, rs.url()); err == nil {
+		t.Fatal("no error from a failing token endpoint")
+	}
+	refreshable("server error")
+	as.mu.Lock()
+	as.grant = nil
+	as.mu.Unlock()
+
+	expectOK(t, f, rs.url())
+	if ui.count() != 1 {
+		t.Errorf("%d authorizations, want 1", ui.count())
+	}
+	if n := countGrants(as, "refresh_token"); n < 2 {
+		t.Errorf("%d refreshes reached the server", n)
 	}
 }
 
@@ -402,8 +564,8 @@ func TestPerIssuerAndMigration(t *testing.T) {
 	expectOK(t, f, rs1.url())
 	expectOK(t, f, rs2.url())
 	expectOK(t, f, rs1.url())
-	if len(as1.regs) != 1 || len(as2.regs) != 1 || ui.count() != 2 {
-		t.Fatalf("registrations %d/%d, authorizations %d", len(as1.regs), len(as2.regs), ui.count())
+	if n1, n2 := len(as1.registrations()), len(as2.registrations()); n1 != 1 || n2 != 1 || ui.count() != 2 {
+		t.Fatalf("registrations %d/%d, authorizations %d", n1, n2, ui.count())
 	}
 	for _, k := range []string{keyClient + as1.issuer(), keyClient + as2.issuer(), keySession + rs1.url(), keySession + rs2.url()} {
 		if !slices.Contains(store.keys(), k) {
@@ -416,16 +578,16 @@ func TestPerIssuerAndMigration(t *testing.T) {
 	as3 := newAS(t, nil)
 	rs1.setAS(as3)
 	expectOK(t, f, rs1.url())
-	if len(as3.regs) != 1 {
-		t.Errorf("%d registrations at the new server", len(as3.regs))
+	if n := len(as3.registrations()); n != 1 {
+		t.Errorf("%d registrations at the new server", n)
 	}
-	as1ID := as1.authReqs[0].Get("client_id")
-	for _, q := range as3.authReqs {
+	as1ID := as1.authRequests()[0].Get("client_id")
+	for _, q := range as3.authRequests() {
 		if q.Get("client_id") == as1ID {
 			t.Error("the old server's client_id went to the new one")
 		}
 	}
-	for _, tr := range as3.tokenReqs {
+	for _, tr := range as3.tokenRequests() {
 		if tr.form.Get("client_id") == as1ID {
 			t.Error("the old server's client_id went to the new token endpoint")
 		}
@@ -445,23 +607,133 @@ func TestPreRegisteredClient(t *testing.T) {
 	as := newAS(t, func(a *testAS) { a.noDCR, a.methods = true, []string{AuthClientSecretBasic} })
 	as.clients["pre"] = regClient{secret: "pre-secret", method: AuthClientSecretBasic}
 	rs := newRS(t, as, nil)
-	f := mustFlow(t, Config{Interaction: &consent{}, ClientID: "pre", ClientSecret: "pre-secret"})
+	f := mustFlow(t, Config{Interaction: &consent{}, ClientID: "pre", ClientSecret: "pre-secret", ClientIssuer: as.issuer()})
 	expectOK(t, f, rs.url())
 	if got := as.tokenReqs[0].auth; got == "" || !strings.HasPrefix(got, "Basic ") {
 		t.Errorf("token request authorization %q", got)
 	}
 
-	// Bound to the first server: another one gets a registration.
+	// Another authorization server gets neither the credentials nor a
+	// registration: the mismatch is an error.
 	other := newAS(t, nil)
 	rs2 := newRS(t, other, nil)
-	expectOK(t, f, rs2.url())
-	if len(other.regs) != 1 {
-		t.Errorf("the pre-registered client went to another server")
+	if _, err := do(testCtx(t), f, http.MethodGet, rs2.url()); !errors.Is(err, ErrClientIssuer) {
+		t.Fatalf("err = %v, want ErrClientIssuer", err)
 	}
-	for _, q := range other.authReqs {
-		if q.Get("client_id") == "pre" {
-			t.Error("pre-registered client_id shown to another server")
+	if _, auths, tokens, regs := other.counts(); auths+tokens+regs != 0 {
+		t.Errorf("the other server got %d authorization, %d token and %d registration requests", auths, tokens, regs)
+	}
+}
+
+// Pre-registered credentials name their authorization server, or the
+// config says, in so many words, that the first one named gets them.
+func TestPreRegisteredNeedsIssuer(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"secret", Config{ClientID: "pre", ClientSecret: "s"}, false},
+		{"key", Config{ClientID: "pre", PrivateKey: key}, false},
+		{"public", Config{ClientID: "pre"}, false},
+		{"client credentials", Config{ClientID: "pre", ClientSecret: "s", Grant: ClientCredentials{}}, false},
+		{"secret and issuer", Config{ClientID: "pre", ClientSecret: "s", ClientIssuer: "https://as.example"}, true},
+		{"plain HTTP issuer", Config{ClientID: "pre", ClientSecret: "s", ClientIssuer: "http://as.example"}, false},
+		{"secret, trusting the first", Config{ClientID: "pre", ClientSecret: "s", TrustFirstIssuer: true}, true},
+		{"no client", Config{}, true},
+	} {
+		if tt.cfg.Grant == nil {
+			tt.cfg.Interaction = &consent{}
 		}
+		_, err := New(tt.cfg)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: err %v", tt.name, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s\"") {
+			t.Errorf("%s: the error shows the secret: %v", tt.name, err)
+		}
+	}
+}
+
+// With TrustFirstIssuer the first authorization server named gets the
+// credentials, and keeps them: the binding is saved per client ID, and
+// another server is refused.
+func TestTrustFirstIssuer(t *testing.T) {
+	as := newAS(t, func(a *testAS) { a.noDCR, a.methods = true, []string{AuthClientSecretPost} })
+	as.clients["pre"] = regClient{secret: "pre-secret", method: AuthClientSecretPost}
+	other := newAS(t, func(a *testAS) { a.noDCR, a.methods = true, []string{AuthClientSecretPost} })
+	other.clients["other-pre"] = regClient{secret: "other-secret", method: AuthClientSecretPost}
+	rs := newRS(t, as, nil)
+	rs2 := newRS(t, other, nil)
+	store := newMemStore()
+	f := mustFlow(t, Config{Interaction: &consent{}, Store: store, ClientID: "pre", ClientSecret: "pre-secret", TrustFirstIssuer: true})
+	expectOK(t, f, rs.url())
+	if _, err := do(testCtx(t), f, http.MethodGet, rs2.url()); !errors.Is(err, ErrClientIssuer) {
+		t.Fatalf("second server: err = %v, want ErrClientIssuer", err)
+	}
+	if _, _, tokens, _ := other.counts(); tokens != 0 {
+		t.Errorf("the other server got %d token requests", tokens)
+	}
+	raw, err := store.Load(testCtx(t), keyPreregistered+"pre")
+	if err != nil || string(raw) != as.issuer() {
+		t.Fatalf("binding %q, %v; want %q", raw, err, as.issuer())
+	}
+	// A restarted flow keeps the binding.
+	f2 := mustFlow(t, Config{Interaction: &consent{}, Store: store, ClientID: "pre", ClientSecret: "pre-secret", TrustFirstIssuer: true})
+	if _, err := do(testCtx(t), f2, http.MethodGet, rs2.url()); !errors.Is(err, ErrClientIssuer) {
+		t.Fatalf("restarted flow, second server: err = %v, want ErrClientIssuer", err)
+	}
+	// Another client ID over the same Store has a binding of its own.
+	f3 := mustFlow(t, Config{Interaction: &consent{}, Store: store, ClientID: "other-pre", ClientSecret: "other-secret", TrustFirstIssuer: true})
+	expectOK(t, f3, rs2.url())
+}
+
+// blockingStore is a memStore whose Loads of one key wait for release.
+type blockingStore struct {
+	*memStore
+	key     string
+	once    sync.Once
+	entered chan struct{} // closed at the first such Load
+	release chan struct{}
+}
+
+func (s *blockingStore) Load(ctx context.Context, key string) ([]byte, error) {
+	if key == s.key {
+		s.once.Do(func() { close(s.entered) })
+		<-s.release
+	}
+	return s.memStore.Load(ctx, key)
+}
+
+// The flow's own lock is not held while the Store works: a slow Store
+// delays the request that waits for it, not the flow's other servers.
+func TestStoreLoadOutsideTheFlowLock(t *testing.T) {
+	as := newAS(t, func(a *testAS) { a.noDCR = true })
+	as.clients["pre"] = regClient{method: AuthNone}
+	rs := newRS(t, as, nil)
+	store := &blockingStore{memStore: newMemStore(), key: keyPreregistered + "pre", entered: make(chan struct{}), release: make(chan struct{})}
+	f := mustFlow(t, Config{Interaction: &consent{}, Store: store, ClientID: "pre", TrustFirstIssuer: true})
+	first := make(chan error, 1)
+	go func() {
+		_, err := do(testCtx(t), f, http.MethodGet, rs.url())
+		first <- err
+	}()
+	<-store.entered
+	other := make(chan struct{})
+	go func() {
+		_, _, _ = f.Token(testCtx(t), "https://other.example/mcp")
+		close(other)
+	}()
+	select {
+	case <-other:
+	case <-time.After(10 * time.Second):
+		t.Error("the flow's lock is held while the Store loads")
+	}
+	close(store.release)
+	<-other
+	if err := <-first; err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -572,21 +844,21 @@ func TestForgetAndToken(t *testing.T) {
 func TestInsecureEndpointsRefused(t *testing.T) {
 	f := mustFlow(t, Config{Interaction: &consent{}})
 	for _, tt := range []struct {
-		md ServerMetadata
+		md serverMetadata
 		ok bool
 	}{
-		{ServerMetadata{Issuer: "https://as.example", TokenEndpoint: "https://as.example/token"}, true},
-		{ServerMetadata{Issuer: "http://127.0.0.1:8080", TokenEndpoint: "http://localhost:8080/token"}, true},
-		{ServerMetadata{Issuer: "https://as.example", TokenEndpoint: "http://as.example/token"}, false},
-		{ServerMetadata{Issuer: "https://as.example", AuthorizationEndpoint: "javascript:alert(1)"}, false},
-		{ServerMetadata{Issuer: "https://as.example", RegistrationEndpoint: "/register"}, false},
+		{serverMetadata{Issuer: "https://as.example", TokenEndpoint: "https://as.example/token"}, true},
+		{serverMetadata{Issuer: "http://127.0.0.1:8080", TokenEndpoint: "http://localhost:8080/token"}, true},
+		{serverMetadata{Issuer: "https://as.example", TokenEndpoint: "http://as.example/token"}, false},
+		{serverMetadata{Issuer: "https://as.example", AuthorizationEndpoint: "javascript:alert(1)"}, false},
+		{serverMetadata{Issuer: "https://as.example", RegistrationEndpoint: "/register"}, false},
 	} {
 		if err := f.checkEndpoints(&tt.md); (err == nil) != tt.ok {
 			t.Errorf("%+v: err %v", tt.md, err)
 		}
 	}
 	lax := mustFlow(t, Config{Interaction: &consent{}, AllowHTTP: true})
-	if err := lax.checkEndpoints(&ServerMetadata{Issuer: "http://as.example"}); err != nil {
+	if err := lax.checkEndpoints(&serverMetadata{Issuer: "http://as.example"}); err != nil {
 		t.Errorf("AllowHTTP: %v", err)
 	}
 }

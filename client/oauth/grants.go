@@ -2,6 +2,7 @@ package oauth
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/url"
@@ -27,8 +28,8 @@ type Grant interface {
 // grantRequest is one token acquisition.
 type grantRequest struct {
 	st       *serverState
-	prm      *ResourceMetadata
-	as       *ServerMetadata
+	prm      *resourceMetadata
+	as       *serverMetadata
 	issuer   string
 	resource string
 	scopes   []string
@@ -36,18 +37,24 @@ type grantRequest struct {
 
 // Errors of the authorization response.
 var (
-	// ErrIssuerMissing: the authorization server advertises RFC 9207
-	// but its response carries no iss.
-	ErrIssuerMissing = errors.New("oauth: authorization response lacks the iss parameter its server advertises")
-	// ErrIssuerDiffers: the response's iss is not the issuer the request
-	// was sent to (a mix-up attack, RFC 9207).
-	ErrIssuerDiffers = errors.New("oauth: authorization response comes from another issuer")
-	// ErrStateMismatch: the response's state is not the request's.
+	// ErrResponseIssuerMissing: the authorization server advertises the
+	// RFC 9207 iss parameter but its authorization response carries
+	// none, so the response cannot be tied to the server the request
+	// went to.
+	ErrResponseIssuerMissing = errors.New("oauth: authorization response lacks the iss parameter its server advertises")
+	// ErrResponseIssuer: the authorization response's iss is not the
+	// issuer the request was sent to (a mix-up attack, RFC 9207). It is
+	// about the redirect; [ErrMetadataIssuer] is about the metadata.
+	ErrResponseIssuer = errors.New("oauth: authorization response comes from another issuer")
+	// ErrStateMismatch: the authorization response's state is not the
+	// request's: the redirect answers another request, or none. It is
+	// checked first, so this error says nothing else of the redirect.
 	ErrStateMismatch = errors.New("oauth: authorization response state does not match the request")
 )
 
 // AuthorizationError is an error response of the authorization endpoint
-// (RFC 6749 §4.1.2.1), reported only after its iss was checked.
+// (RFC 6749 §4.1.2.1), reported only after its state and iss were
+// checked: what it says comes from the server the request went to.
 type AuthorizationError struct {
 	Code        string
 	Description string
@@ -64,16 +71,16 @@ func (e *AuthorizationError) Error() string {
 
 // checkIss applies RFC 9207 §2.4 as MCP tightens it: a present iss must
 // equal the issuer exactly, and an advertised one must be present.
-func checkIss(params url.Values, as *ServerMetadata, issuer string) error {
+func checkIss(params url.Values, as *serverMetadata, issuer string) error {
 	iss, present := params["iss"]
 	if !present {
 		if as.AuthorizationResponseIssParameter {
-			return ErrIssuerMissing
+			return ErrResponseIssuerMissing
 		}
 		return nil
 	}
 	if len(iss) != 1 || iss[0] != issuer {
-		return fmt.Errorf("%w: got %q, want %q", ErrIssuerDiffers, clip(strings.Join(iss, ","), 200), issuer)
+		return fmt.Errorf("%w: got %q, want %q", ErrResponseIssuer, clip(strings.Join(iss, ","), 200), issuer)
 	}
 	return nil
 }
@@ -118,16 +125,18 @@ func (authorizationCode) obtain(ctx context.Context, f *Flow, r *grantRequest) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("oauth: authorization: %w", err)
 	}
-	// The issuer first: an error response from a mixed-up server is not
-	// to be acted on or shown either.
+	// The state, then the issuer, before anything else is read: a
+	// redirect that does not answer this request (forged, or replayed
+	// from another) or that a mixed-up server sent is not acted on, and
+	// nothing in it, not even an error description, is shown.
+	if got := params["state"]; len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), []byte(state)) != 1 {
+		return nil, nil, ErrStateMismatch
+	}
 	if err := checkIss(params, as, r.issuer); err != nil {
 		return nil, nil, err
 	}
 	if code := params.Get("error"); code != "" {
 		return nil, nil, &AuthorizationError{Code: code, Description: params.Get("error_description"), URI: params.Get("error_uri")}
-	}
-	if params.Get("state") != state {
-		return nil, nil, ErrStateMismatch
 	}
 	code := params.Get("code")
 	if code == "" {
@@ -147,7 +156,8 @@ func (authorizationCode) obtain(ctx context.Context, f *Flow, r *grantRequest) (
 // ClientCredentials is the client credentials grant (OAuth 2.1 §4.2,
 // the MCP client credentials extension): the client acts on its own
 // behalf, authenticating with its pre-registered secret
-// (Config.ClientSecret) or key (Config.PrivateKey, private_key_jwt).
+// (Config.ClientSecret) or key (Config.PrivateKey, private_key_jwt) at
+// the authorization server Config.ClientIssuer names.
 type ClientCredentials struct{}
 
 func (ClientCredentials) refreshable() bool { return false }
@@ -225,6 +235,10 @@ func (f *Flow) jwtBearer(ctx context.Context, r *grantRequest, assertion string)
 	return tok, c, err
 }
 
+// tokenTypeIDJAG is the token type of an Identity Assertion JWT
+// Authorization Grant.
+const tokenTypeIDJAG = "urn:ietf:params:oauth:token-type:id-jag"
+
 // IdentityAssertion is enterprise-managed authorization (the MCP
 // extension on the Identity Assertion JWT Authorization Grant): the
 // user's ID token from the enterprise identity provider is exchanged
@@ -232,7 +246,9 @@ func (f *Flow) jwtBearer(ctx context.Context, r *grantRequest, assertion string)
 // server and resource, which is then redeemed by the JWT bearer grant,
 // the client authenticating with its pre-registered credentials.
 type IdentityAssertion struct {
-	// IdPTokenEndpoint is the identity provider's token endpoint.
+	// IdPTokenEndpoint is the identity provider's token endpoint: HTTPS,
+	// or HTTP on loopback or with Config.AllowHTTP, as for authorization
+	// servers (New refuses it otherwise).
 	IdPTokenEndpoint string
 	// IdPClientID and IdPClientSecret are the client's credentials at
 	// the identity provider (the secret may be empty).
@@ -248,6 +264,11 @@ func (g IdentityAssertion) check(cfg *Config) error {
 	if g.IdPTokenEndpoint == "" || g.IDToken == nil {
 		return errors.New("oauth: IdentityAssertion needs IdPTokenEndpoint and IDToken")
 	}
+	// The user's ID token and the client's secret go there: the same
+	// rule as for the authorization server's endpoints.
+	if err := checkSecureURL(g.IdPTokenEndpoint, cfg.AllowHTTP); err != nil {
+		return fmt.Errorf("oauth: IdentityAssertion.IdPTokenEndpoint: %w", err)
+	}
 	if cfg.ClientID == "" {
 		return errors.New("oauth: IdentityAssertion needs Config.ClientID")
 	}
@@ -261,7 +282,7 @@ func (g IdentityAssertion) obtain(ctx context.Context, f *Flow, r *grantRequest)
 	}
 	form := url.Values{
 		"grant_type":           {grantTokenExchange},
-		"requested_token_type": {"urn:ietf:params:oauth:token-type:id-jag"},
+		"requested_token_type": {tokenTypeIDJAG},
 		"subject_token":        {idToken},
 		"subject_token_type":   {"urn:ietf:params:oauth:token-type:id_token"},
 		"audience":             {r.issuer},
@@ -281,8 +302,12 @@ func (g IdentityAssertion) obtain(ctx context.Context, f *Flow, r *grantRequest)
 	if err != nil {
 		return nil, nil, fmt.Errorf("oauth: token exchange at the identity provider: %w", err)
 	}
-	if jag.IssuedTokenType != "" && jag.IssuedTokenType != "urn:ietf:params:oauth:token-type:id-jag" {
-		return nil, nil, fmt.Errorf("oauth: the identity provider issued a %q, not an ID-JAG", jag.IssuedTokenType)
+	// RFC 8693 §2.2.1 makes issued_token_type required: without it
+	// nothing says the token is an ID-JAG rather than, say, an access
+	// token for the identity provider, which must not go on to the
+	// authorization server.
+	if jag.IssuedTokenType != tokenTypeIDJAG {
+		return nil, nil, fmt.Errorf("oauth: the identity provider issued a %q, not an ID-JAG", clip(jag.IssuedTokenType, 100))
 	}
 	return f.jwtBearer(ctx, r, jag.AccessToken)
 }

@@ -51,7 +51,7 @@ func TestClientCredentialsSecret(t *testing.T) {
 		}
 	})
 	rs := newRS(t, as, func(r *testRS) { r.scope = "mcp:read" })
-	f := mustFlow(t, Config{Grant: ClientCredentials{}, ClientID: "svc", ClientSecret: "svc-secret"})
+	f := mustFlow(t, Config{Grant: ClientCredentials{}, ClientID: "svc", ClientSecret: "svc-secret", ClientIssuer: as.issuer()})
 	expectOK(t, f, rs.url())
 	form := as.tokenReqs[0].form
 	if form.Get("resource") != rs.url() || form.Get("scope") != "mcp:read" || len(as.authReqs) != 0 || len(as.regs) != 0 {
@@ -92,7 +92,7 @@ func TestClientCredentialsPrivateKeyJWT(t *testing.T) {
 		}
 	})
 	rs := newRS(t, as, nil)
-	f := mustFlow(t, Config{Grant: ClientCredentials{}, ClientID: "svc", PrivateKey: key})
+	f := mustFlow(t, Config{Grant: ClientCredentials{}, ClientID: "svc", PrivateKey: key, ClientIssuer: as.issuer()})
 	expectOK(t, f, rs.url())
 	if got := as.tokenReqs[0].form.Get("client_id"); got != "svc" {
 		t.Errorf("client_id %q", got)
@@ -117,7 +117,7 @@ func TestJWTBearer(t *testing.T) {
 	})
 	rs := newRS(t, as, nil)
 	var aud string
-	f := mustFlow(t, Config{ClientID: "wl", Grant: JWTBearer{Assertion: func(_ context.Context, audience string) (string, error) {
+	f := mustFlow(t, Config{ClientID: "wl", ClientIssuer: as.issuer(), Grant: JWTBearer{Assertion: func(_ context.Context, audience string) (string, error) {
 		aud = audience
 		return "workload-jwt", nil
 	}}})
@@ -160,7 +160,7 @@ func TestIdentityAssertion(t *testing.T) {
 		}
 	})
 	rs := newRS(t, as, nil)
-	f := mustFlow(t, Config{ClientID: "app", ClientSecret: "app-secret", Grant: IdentityAssertion{
+	f := mustFlow(t, Config{ClientID: "app", ClientSecret: "app-secret", ClientIssuer: as.issuer(), Grant: IdentityAssertion{
 		IdPTokenEndpoint: idp.URL + "/token",
 		IdPClientID:      "app-at-idp",
 		IDToken:          func(context.Context) (string, error) { return "the-id-token", nil },
@@ -308,5 +308,110 @@ func TestNoDPoPUnlessAsked(t *testing.T) {
 	expectOK(t, f, rs.url())
 	if as.tokenReqs[0].dpop != "" {
 		t.Error("a DPoP proof was sent")
+	}
+}
+
+// Proofs are dated by the flow's clock, like everything else it dates.
+func TestDPoPProofClock(t *testing.T) {
+	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	f := mustFlow(t, Config{Interaction: &consent{}, DPoP: true, Now: func() time.Time { return at }})
+	p, err := f.dpop.proof(http.MethodPost, "https://as.example/token", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := dpopClaims(t, p)
+	if iat, _ := c["iat"].(float64); int64(iat) != at.Unix() {
+		t.Errorf("iat %v, want %d", c["iat"], at.Unix())
+	}
+}
+
+// The identity provider's token endpoint gets the user's ID token and
+// the client's secret: New holds it to the rule of the authorization
+// server's endpoints.
+func TestIdentityAssertionEndpointScheme(t *testing.T) {
+	for _, tt := range []struct {
+		endpoint  string
+		allowHTTP bool
+		ok        bool
+	}{
+		{"https://idp.example/token", false, true},
+		{"http://127.0.0.1:8080/token", false, true},
+		{"http://localhost:8080/token", false, true},
+		{"http://idp.example/token", false, false},
+		{"http://idp.example/token", true, true},
+		{"/token", false, false},
+		{"javascript:alert(1)", false, false},
+	} {
+		_, err := New(Config{ClientID: "app", ClientIssuer: "https://as.example", Grant: IdentityAssertion{
+			IdPTokenEndpoint: tt.endpoint,
+			IDToken:          func(context.Context) (string, error) { return "id-token", nil },
+		}, AllowHTTP: tt.allowHTTP})
+		if (err == nil) != tt.ok {
+			t.Errorf("%s (AllowHTTP %v): err %v", tt.endpoint, tt.allowHTTP, err)
+		}
+	}
+}
+
+// The pre-registered client's token endpoint authentication, when the
+// config does not say: a configured key is used where the server lists
+// private_key_jwt, or lists nothing and there is no secret.
+func TestPreregisteredMethod(t *testing.T) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	for _, tt := range []struct {
+		name      string
+		key       bool
+		secret    string
+		supported []string
+		want      string
+	}{
+		{"key, no list", true, "", nil, AuthPrivateKeyJWT},
+		{"key, listed", true, "", []string{AuthClientSecretBasic, AuthPrivateKeyJWT}, AuthPrivateKeyJWT},
+		{"key and secret, no list", true, "s", nil, AuthClientSecretBasic},
+		{"key, not listed", true, "", []string{AuthNone}, AuthNone},
+		{"secret, no list", false, "s", nil, AuthClientSecretBasic},
+		{"secret, post only", false, "s", []string{AuthClientSecretPost}, AuthClientSecretPost},
+		{"public", false, "", nil, AuthNone},
+	} {
+		cfg := Config{Interaction: &consent{}, ClientID: "pre", ClientSecret: tt.secret, ClientIssuer: "https://as.example"}
+		if tt.key {
+			cfg.PrivateKey = key
+		}
+		f := mustFlow(t, cfg)
+		if got := f.preregisteredMethod(&serverMetadata{TokenEndpointAuthMethodsSupported: tt.supported}); got != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A token exchange response that does not say it issued an ID-JAG is
+// not taken for one (RFC 8693 makes issued_token_type required).
+func TestIdentityAssertionNeedsIssuedTokenType(t *testing.T) {
+	for _, typ := range []string{"", "urn:ietf:params:oauth:token-type:access_token"} {
+		idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body := map[string]string{"access_token": "idp-access-token", "token_type": "Bearer"}
+			if typ != "" {
+				body["issued_token_type"] = typ
+			}
+			writeJSON(w, 200, body)
+		}))
+		as := newAS(t, func(a *testAS) {
+			a.grant = func(w http.ResponseWriter, r *http.Request) bool {
+				a.issue(w, tokInfo{resource: r.PostForm.Get("resource")})
+				return true
+			}
+		})
+		rs := newRS(t, as, nil)
+		f := mustFlow(t, Config{ClientID: "app", ClientIssuer: as.issuer(), Grant: IdentityAssertion{
+			IdPTokenEndpoint: idp.URL + "/token",
+			IDToken:          func(context.Context) (string, error) { return "the-id-token", nil },
+		}})
+		_, err := do(testCtx(t), f, http.MethodGet, rs.url())
+		idp.Close()
+		if err == nil || !strings.Contains(err.Error(), "not an ID-JAG") {
+			t.Errorf("issued_token_type %q: err %v", typ, err)
+		}
+		if _, _, tokens, _ := as.counts(); tokens != 0 {
+			t.Errorf("issued_token_type %q: the token went on to the authorization server", typ)
+		}
 	}
 }

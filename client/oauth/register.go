@@ -18,6 +18,13 @@ import (
 // metadata document it accepts, and no dynamic registration.
 var ErrNoClient = errors.New("oauth: no client identity for this authorization server")
 
+// ErrClientIssuer means an MCP server names an authorization server
+// other than the one the pre-registered client belongs to
+// (Config.ClientIssuer, or the one TrustFirstIssuer bound it to). The
+// flow neither sends the credentials there nor identifies itself another
+// way: the MCP specification has a client surface the mismatch.
+var ErrClientIssuer = errors.New("oauth: the pre-registered client belongs to another authorization server")
+
 // RegistrationError is a refused dynamic client registration (RFC 7591
 // §3.2.2).
 type RegistrationError struct {
@@ -41,9 +48,9 @@ func (e *RegistrationError) Error() string {
 // server issuer, in the MCP order: pre-registered credentials, a client
 // ID metadata document when the server accepts them, a client this flow
 // registered before, a new dynamic registration.
-func (f *Flow) clientFor(ctx context.Context, issuer string, as *ServerMetadata, interactive bool) (*clientInfo, error) {
-	if c := f.preregistered(ctx, issuer, as); c != nil {
-		return c, nil
+func (f *Flow) clientFor(ctx context.Context, issuer string, as *serverMetadata, interactive bool) (*clientInfo, error) {
+	if c, err := f.preregistered(ctx, issuer, as); c != nil || err != nil {
+		return c, err
 	}
 	if !interactive {
 		return nil, fmt.Errorf("%w %s: this grant needs pre-registered credentials", ErrNoClient, issuer)
@@ -56,6 +63,17 @@ func (f *Flow) clientFor(ctx context.Context, issuer string, as *ServerMetadata,
 		}
 		return &clientInfo{ClientID: f.cfg.ClientMetadataURL, AuthMethod: method, Kind: "metadata-document"}, nil
 	}
+	// One registration per authorization server at a time: MCP servers
+	// that share it and answer 401 together would otherwise each
+	// register, and the client saved last would leave the others'
+	// tokens with a client the flow no longer has, whose refresh tokens
+	// are then lost. Held for the Store and the registration request
+	// only, never while the user is asked.
+	unlock, err := f.lockIssuer(ctx, issuer)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if c := f.storedClient(ctx, issuer); c != nil && c.RedirectURI == redirect &&
 		(c.SecretExpiresAt == 0 || f.now().Unix() < c.SecretExpiresAt) {
 		return c, nil
@@ -71,57 +89,86 @@ func (f *Flow) clientFor(ctx context.Context, issuer string, as *ServerMetadata,
 	return c, nil
 }
 
-// preregistered returns the configured client when it belongs to issuer.
-// Config.ClientIssuer names the server it was registered with; without
-// it, the credentials belong to the first authorization server the flow
-// uses them with, and are not carried to another one (a client ID is
-// unique to the server that issued it).
-func (f *Flow) preregistered(ctx context.Context, issuer string, as *ServerMetadata) *clientInfo {
+// preregistered returns the configured client, nil when there is none,
+// or an error wrapping ErrClientIssuer when it belongs to another
+// authorization server than issuer (a client ID is unique to the server
+// that issued it, and its secret is for no one else).
+func (f *Flow) preregistered(ctx context.Context, issuer string, as *serverMetadata) (*clientInfo, error) {
 	if f.cfg.ClientID == "" {
-		return nil
+		return nil, nil
 	}
-	f.mu.Lock()
-	bound := f.cfg.ClientIssuer
-	if bound == "" {
-		bound = f.preIssuer
-	}
-	if bound == "" {
-		if raw, err := f.store.Load(ctx, keyPreregistered); err == nil {
-			bound = string(raw)
-		}
-	}
-	if bound == "" {
-		bound = issuer
-		f.preIssuer = issuer
-		f.mu.Unlock()
-		if f.cfg.ClientIssuer == "" {
-			_ = f.store.Save(ctx, keyPreregistered, []byte(issuer))
-		}
-	} else {
-		f.preIssuer = bound
-		f.mu.Unlock()
-	}
-	if bound != issuer {
+	if bound := f.boundIssuer(ctx, issuer); bound != issuer {
 		f.log.Warn("oauth: the pre-registered client belongs to another authorization server; not used", "issuer", issuer, "registered_with", bound)
-		return nil
+		return nil, fmt.Errorf("%w: the MCP server names %s, the client is registered with %s", ErrClientIssuer, issuer, bound)
 	}
 	return &clientInfo{
 		ClientID:     f.cfg.ClientID,
 		ClientSecret: f.cfg.ClientSecret,
 		AuthMethod:   f.preregisteredMethod(as),
 		Kind:         "preregistered",
+	}, nil
+}
+
+// boundIssuer returns the issuer the pre-registered client belongs to:
+// Config.ClientIssuer, else (TrustFirstIssuer) the one it was bound to
+// before, in this run or, through the Store, an earlier one. When it is
+// bound to none yet, a non-empty first binds it to first, and "" only
+// looks. The Store is read and written without f.mu held; when two
+// callers bind at once, the first to take f.mu wins and the other sees
+// its binding.
+func (f *Flow) boundIssuer(ctx context.Context, first string) string {
+	if f.cfg.ClientIssuer != "" {
+		return f.cfg.ClientIssuer
 	}
+	f.mu.Lock()
+	bound := f.preIssuer
+	f.mu.Unlock()
+	if bound != "" {
+		return bound
+	}
+	key := keyPreregistered + f.cfg.ClientID
+	stored := ""
+	raw, err := f.store.Load(ctx, key)
+	switch {
+	case err == nil:
+		stored = string(raw)
+	case !errors.Is(err, ErrNotStored):
+		f.log.Warn("oauth: could not load the pre-registered client's issuer", "err", err)
+	}
+	bind := false
+	f.mu.Lock()
+	switch {
+	case f.preIssuer != "":
+	case stored != "":
+		f.preIssuer = stored
+	case first != "":
+		f.preIssuer, bind = first, true
+	}
+	bound = f.preIssuer
+	f.mu.Unlock()
+	if bind {
+		f.log.Warn("oauth: the pre-registered client is bound to the first authorization server named (TrustFirstIssuer)", "issuer", bound)
+		if err := f.store.Save(ctx, key, []byte(bound)); err != nil {
+			f.log.Warn("oauth: could not save the pre-registered client's issuer", "err", err)
+		}
+	}
+	return bound
 }
 
 // preregisteredMethod chooses how the pre-registered client
 // authenticates: as configured, else by what it has and the server
-// supports (RFC 8414: client_secret_basic when the list is absent).
-func (f *Flow) preregisteredMethod(as *ServerMetadata) string {
+// supports. A server that lists no methods supports client_secret_basic
+// (RFC 8414 §2); a client that has a key and no secret could not use
+// that, and the key was configured to be used, so it signs assertions.
+func (f *Flow) preregisteredMethod(as *serverMetadata) string {
 	if f.cfg.ClientAuthMethod != "" {
 		return f.cfg.ClientAuthMethod
 	}
 	supported := as.TokenEndpointAuthMethodsSupported
 	if len(supported) == 0 {
+		if f.cfg.PrivateKey != nil && f.cfg.ClientSecret == "" {
+			return AuthPrivateKeyJWT
+		}
 		supported = []string{AuthClientSecretBasic}
 	}
 	switch {
@@ -140,7 +187,7 @@ func (f *Flow) preregisteredMethod(as *ServerMetadata) string {
 // registrationMethod chooses the token_endpoint_auth_method to register
 // with: none (a native client has no secret to keep) when the server
 // takes it, else a client secret by whichever means it supports.
-func registrationMethod(as *ServerMetadata) string {
+func registrationMethod(as *serverMetadata) string {
 	supported := as.TokenEndpointAuthMethodsSupported
 	if len(supported) == 0 {
 		supported = []string{AuthClientSecretBasic}
@@ -170,7 +217,7 @@ func applicationType(redirect string) string {
 }
 
 // register performs dynamic client registration (RFC 7591).
-func (f *Flow) register(ctx context.Context, as *ServerMetadata, redirect string) (*clientInfo, error) {
+func (f *Flow) register(ctx context.Context, as *serverMetadata, redirect string) (*clientInfo, error) {
 	method := registrationMethod(as)
 	appType := f.cfg.ApplicationType
 	if appType == "" {
@@ -251,6 +298,24 @@ func (f *Flow) register(ctx context.Context, as *ServerMetadata, redirect string
 	}
 	f.log.Info("oauth: registered client", "issuer", as.Issuer, "client_id", c.ClientID, "token_endpoint_auth_method", c.AuthMethod)
 	return c, nil
+}
+
+// lockIssuer takes the lock that serialises obtaining a client identity
+// at issuer, waiting no longer than ctx; unlock gives it back.
+func (f *Flow) lockIssuer(ctx context.Context, issuer string) (unlock func(), err error) {
+	f.mu.Lock()
+	l, ok := f.issuerLocks[issuer]
+	if !ok {
+		l = make(chan struct{}, 1)
+		f.issuerLocks[issuer] = l
+	}
+	f.mu.Unlock()
+	select {
+	case l <- struct{}{}:
+		return func() { <-l }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (f *Flow) storedClient(ctx context.Context, issuer string) *clientInfo {

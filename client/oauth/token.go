@@ -268,7 +268,7 @@ type clientInfo struct {
 }
 
 // oauth2Config is an x/oauth2 configuration for client at as.
-func (f *Flow) oauth2Config(as *ServerMetadata, c *clientInfo, scopes []string, redirect string) *oauth2.Config {
+func (f *Flow) oauth2Config(as *serverMetadata, c *clientInfo, scopes []string, redirect string) *oauth2.Config {
 	oc := &oauth2.Config{
 		ClientID:    c.ClientID,
 		RedirectURL: redirect,
@@ -293,7 +293,7 @@ func (f *Flow) oauth2Config(as *ServerMetadata, c *clientInfo, scopes []string, 
 
 // newCall prepares the token transport's additions for a request to as
 // by client c.
-func (f *Flow) newCall(as *ServerMetadata, c *clientInfo, extra url.Values, st *serverState) *tokenCall {
+func (f *Flow) newCall(as *serverMetadata, c *clientInfo, extra url.Values, st *serverState) *tokenCall {
 	call := &tokenCall{extra: extra}
 	if c != nil && c.AuthMethod == AuthPrivateKeyJWT {
 		call.assertion = func() (string, error) { return f.clientAssertion(c.ClientID, as.Issuer) }
@@ -351,7 +351,7 @@ func (f *Flow) clientAssertion(clientID, issuer string) (string, error) {
 
 // exchangeCode redeems an authorization code (x/oauth2 with the PKCE
 // verifier and the resource indicator).
-func (f *Flow) exchangeCode(ctx context.Context, st *serverState, as *ServerMetadata, c *clientInfo, redirect, code, verifier, resource string) (*tokenResult, error) {
+func (f *Flow) exchangeCode(ctx context.Context, st *serverState, as *serverMetadata, c *clientInfo, redirect, code, verifier, resource string) (*tokenResult, error) {
 	oc := f.oauth2Config(as, c, nil, redirect)
 	call := f.newCall(as, c, url.Values{"resource": {resource}}, st)
 	tok, err := oc.Exchange(f.tokenContext(ctx, call), code, oauth2.VerifierOption(verifier))
@@ -363,7 +363,7 @@ func (f *Flow) exchangeCode(ctx context.Context, st *serverState, as *ServerMeta
 
 // refreshToken uses the refresh_token grant (x/oauth2; the resource
 // indicator is added by the token transport).
-func (f *Flow) refreshToken(ctx context.Context, st *serverState, as *ServerMetadata, c *clientInfo, s *session) (*tokenResult, error) {
+func (f *Flow) refreshToken(ctx context.Context, st *serverState, as *serverMetadata, c *clientInfo, s *session) (*tokenResult, error) {
 	oc := f.oauth2Config(as, c, nil, "")
 	call := f.newCall(as, c, url.Values{"resource": {s.Resource}}, st)
 	ts := oc.TokenSource(f.tokenContext(ctx, call), &oauth2.Token{RefreshToken: s.RefreshToken})
@@ -375,7 +375,7 @@ func (f *Flow) refreshToken(ctx context.Context, st *serverState, as *ServerMeta
 }
 
 // clientCredentialsToken uses the client_credentials grant (x/oauth2).
-func (f *Flow) clientCredentialsToken(ctx context.Context, st *serverState, as *ServerMetadata, c *clientInfo, scopes []string, resource string) (*tokenResult, error) {
+func (f *Flow) clientCredentialsToken(ctx context.Context, st *serverState, as *serverMetadata, c *clientInfo, scopes []string, resource string) (*tokenResult, error) {
 	cc := &clientcredentials.Config{
 		ClientID:       c.ClientID,
 		TokenURL:       as.TokenEndpoint,

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -45,8 +46,8 @@ type tokInfo struct {
 
 // testAS is an authorization server.
 type testAS struct {
-	t   *testing.T
-	srv *httptest.Server
+	t    *testing.T
+	base string // scheme://host of the server
 
 	// Configuration, set before use.
 	prefix      string   // the issuer's path, e.g. "/tenant1"
@@ -63,7 +64,13 @@ type testAS struct {
 	expiresIn   int  // default 3600
 	refreshFail bool
 	dpopAlgs    []string
+	tokenType   string                                            // token_type of the tokens it issues (default Bearer)
+	dpopNonce   string                                            // when set, token requests need a DPoP proof with this nonce
 	grant       func(w http.ResponseWriter, r *http.Request) bool // handles other grants
+	// regGate, when set, holds every registration request until it is
+	// closed, before the server's lock; regAttempts counts them.
+	regGate     chan struct{}
+	regAttempts atomic.Int32
 
 	mu         sync.Mutex
 	gets       []string
@@ -79,16 +86,30 @@ type testAS struct {
 }
 
 func newAS(t *testing.T, configure func(*testAS)) *testAS {
+	a := makeAS(t, configure)
+	srv := httptest.NewServer(http.HandlerFunc(a.serve))
+	t.Cleanup(srv.Close)
+	a.base = srv.URL
+	return a
+}
+
+// newMemAS is newAS on n, at http://host.
+func newMemAS(t *testing.T, n memNet, host string, configure func(*testAS)) *testAS {
+	a := makeAS(t, configure)
+	a.base = "http://" + host
+	n[host] = http.HandlerFunc(a.serve)
+	return a
+}
+
+func makeAS(t *testing.T, configure func(*testAS)) *testAS {
 	a := &testAS{t: t, clients: map[string]regClient{}, codes: map[string]codeInfo{}, tokens: map[string]tokInfo{}, refreshTok: map[string]tokInfo{}}
 	if configure != nil {
 		configure(a)
 	}
-	a.srv = httptest.NewServer(http.HandlerFunc(a.serve))
-	t.Cleanup(a.srv.Close)
 	return a
 }
 
-func (a *testAS) issuer() string { return a.srv.URL + a.prefix }
+func (a *testAS) issuer() string { return a.base + a.prefix }
 
 // metaPath is the path the metadata is served at.
 func (a *testAS) metaPath() string {
@@ -108,7 +129,7 @@ func (a *testAS) metaPath() string {
 }
 
 func (a *testAS) metadata() map[string]any {
-	base := a.srv.URL + a.prefix
+	base := a.base + a.prefix
 	md := map[string]any{
 		"issuer":                                         a.issuer(),
 		"authorization_endpoint":                         base + "/authorize",
@@ -157,6 +178,12 @@ func oauthErr(w http.ResponseWriter, status int, code string) {
 }
 
 func (a *testAS) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == a.prefix+"/register" {
+		a.regAttempts.Add(1)
+		if a.regGate != nil {
+			<-a.regGate
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := r.URL.Path
@@ -241,6 +268,11 @@ func (a *testAS) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.tokenReqs = append(a.tokenReqs, tokenReq{form: r.PostForm, auth: r.Header.Get("Authorization"), dpop: r.Header.Get("DPoP")})
+	if a.dpopNonce != "" && proofNonce(r.Header.Get("DPoP")) != a.dpopNonce {
+		w.Header().Set("DPoP-Nonce", a.dpopNonce)
+		oauthErr(w, 400, "use_dpop_nonce")
+		return
+	}
 	if a.grant != nil && a.grant(w, r) {
 		return
 	}
@@ -291,6 +323,9 @@ func (a *testAS) issue(w http.ResponseWriter, info tokInfo) {
 	at := fmt.Sprintf("at-%d-%s", a.n, randomString(12))
 	if info.typ == "" {
 		info.typ = "Bearer"
+		if a.tokenType != "" {
+			info.typ = a.tokenType
+		}
 	}
 	a.tokens[at] = info
 	a.secrets = append(a.secrets, at)
@@ -350,6 +385,27 @@ func (a *testAS) revokeAll() {
 	a.mu.Unlock()
 }
 
+// registrations, authRequests and tokenRequests copy what the server
+// recorded, under its lock: a test reads them while the flows it runs
+// may still be talking to the server.
+func (a *testAS) registrations() []map[string]any {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.regs)
+}
+
+func (a *testAS) authRequests() []url.Values {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.authReqs)
+}
+
+func (a *testAS) tokenRequests() []tokenReq {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.tokenReqs)
+}
+
 func (a *testAS) counts() (gets, auths, tokens, regs int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -358,7 +414,7 @@ func (a *testAS) counts() (gets, auths, tokens, regs int) {
 
 // testRS is an MCP server protected by the current testAS.
 type testRS struct {
-	srv *httptest.Server
+	base string // scheme://host of the server
 
 	prmAt     string // "" (path-inserted), "root", "custom"
 	noHeader  bool   // no resource_metadata in the challenge
@@ -367,11 +423,13 @@ type testRS struct {
 	resource  string // PRM resource override
 	forbid    bool   // 403 insufficient_scope to every token
 	rejectAll bool   // 401 invalid_token to every token
+	scope401  bool   // insufficient_scope with a 401, not a 403
 
-	mu   sync.Mutex
-	as   *testAS
-	prms []string
-	seen []string // Authorization headers of /mcp requests
+	mu     sync.Mutex
+	as     *testAS
+	prms   []string
+	seen   []string // Authorization headers of /mcp requests
+	proofs []string // DPoP headers of /mcp requests
 }
 
 func newRS(t *testing.T, as *testAS, configure func(*testRS)) *testRS {
@@ -379,12 +437,23 @@ func newRS(t *testing.T, as *testAS, configure func(*testRS)) *testRS {
 	if configure != nil {
 		configure(s)
 	}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
+	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(srv.Close)
+	s.base = srv.URL
 	return s
 }
 
-func (s *testRS) url() string { return s.srv.URL + "/mcp" }
+// newMemRS is newRS on n, at http://host.
+func newMemRS(n memNet, host string, as *testAS, configure func(*testRS)) *testRS {
+	s := &testRS{as: as, base: "http://" + host}
+	if configure != nil {
+		configure(s)
+	}
+	n[host] = http.HandlerFunc(s.serve)
+	return s
+}
+
+func (s *testRS) url() string { return s.base + "/mcp" }
 
 func (s *testRS) setAS(a *testAS) {
 	s.mu.Lock()
@@ -416,7 +485,7 @@ func (s *testRS) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		res := s.url()
 		if s.prmAt == "root" {
-			res = s.srv.URL
+			res = s.base
 		}
 		if s.resource != "" {
 			res = s.resource
@@ -437,13 +506,18 @@ func (s *testRS) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	challenge := func(status int, params ...string) {
 		if !s.noHeader {
-			params = append(params, fmt.Sprintf("resource_metadata=%q", s.srv.URL+s.prmPath()))
+			params = append(params, fmt.Sprintf("resource_metadata=%q", s.base+s.prmPath()))
 		}
 		w.Header().Set("WWW-Authenticate", "Bearer "+strings.Join(params, ", "))
 		w.WriteHeader(status)
 	}
-	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if tok == "" || tok == r.Header.Get("Authorization") {
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if p := r.Header.Get("DPoP"); p != "" {
+		s.mu.Lock()
+		s.proofs = append(s.proofs, p)
+		s.mu.Unlock()
+	}
+	if tok == "" || (scheme != "Bearer" && scheme != "DPoP") {
 		if s.scope != "" {
 			challenge(401, fmt.Sprintf("scope=%q", s.scope))
 		} else {
@@ -458,7 +532,11 @@ func (s *testRS) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	need := strings.Fields(r.URL.Query().Get("need"))
 	if s.forbid || !subset(need, ti.scopes) {
-		challenge(403, `error="insufficient_scope"`, fmt.Sprintf("scope=%q", strings.Join(need, " ")))
+		status := 403
+		if s.scope401 {
+			status = 401
+		}
+		challenge(status, `error="insufficient_scope"`, fmt.Sprintf("scope=%q", strings.Join(need, " ")))
 		return
 	}
 	w.WriteHeader(200)
@@ -471,6 +549,7 @@ func (s *testRS) serve(w http.ResponseWriter, r *http.Request) {
 type consent struct {
 	redirect string
 	tamper   func(url.Values)
+	net      http.RoundTripper // default: the real network
 	mu       sync.Mutex
 	urls     []string
 }
@@ -486,7 +565,7 @@ func (c *consent) Authorize(ctx context.Context, authURL string) (url.Values, er
 	c.mu.Lock()
 	c.urls = append(c.urls, authURL)
 	c.mu.Unlock()
-	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	hc := &http.Client{Transport: c.net, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, authURL, nil)
 	if err != nil {
 		return nil, err
@@ -511,6 +590,24 @@ func (c *consent) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.urls)
+}
+
+// memNet is an HTTP network in memory: a request goes straight to the
+// handler of its host, in the caller's goroutine. A flow on it can run
+// in a synctest bubble, where a goroutine waiting for a channel counts as
+// blocked and a test can wait until every goroutine is.
+type memNet map[string]http.Handler
+
+func (n memNet) RoundTrip(req *http.Request) (*http.Response, error) {
+	h, ok := n[req.URL.Host]
+	if !ok {
+		return nil, fmt.Errorf("no host %s on this network", req.URL.Host)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	resp := rec.Result()
+	resp.Request = req
+	return resp, nil
 }
 
 // memStore is an in-memory Store that counts what it holds.
@@ -560,15 +657,28 @@ func (s *memStore) keys() []string {
 // Authorize, send, on 401/403 Challenge and resend, at most 3 retries.
 // It returns the final status.
 func do(ctx context.Context, f *Flow, method, target string) (int, error) {
+	return doWith(ctx, f, method, target, nil)
+}
+
+// doWith is do with header fields on every try.
+func doWith(ctx context.Context, f *Flow, method, target string, hdr http.Header) (int, error) {
+	return doOn(ctx, http.DefaultClient, f, method, target, hdr)
+}
+
+// doOn is doWith sending through hc.
+func doOn(ctx context.Context, hc *http.Client, f *Flow, method, target string, hdr http.Header) (int, error) {
 	for attempt := 0; ; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, method, target, nil)
 		if err != nil {
 			return 0, err
 		}
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
 		if err := f.Authorize(ctx, req); err != nil {
 			return 0, err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			return 0, err
 		}
@@ -593,6 +703,7 @@ func mustFlow(t *testing.T, cfg Config) *Flow {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = f.Close() })
 	return f
 }
 

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -29,6 +28,7 @@ const cimdURL = "https://conformance-test.local/client-metadata.json"
 type authContext struct {
 	ClientID         string `json:"client_id"`
 	ClientSecret     string `json:"client_secret"`
+	Issuer           string `json:"issuer"` // of the authorization server the client is registered with
 	PrivateKeyPEM    string `json:"private_key_pem"`
 	SigningAlgorithm string `json:"signing_algorithm"`
 	IdPClientID      string `json:"idp_client_id"`
@@ -57,7 +57,14 @@ func authScenario(scenario string) scenarioFunc {
 			ClientMetadataURL: cimdURL,
 			ClientID:          ac.ClientID,
 			ClientSecret:      ac.ClientSecret,
+			ClientIssuer:      ac.Issuer,
 		}
+		// Pre-registered credentials are bound to their authorization
+		// server. The pre-registration scenario's context names it; the
+		// client credentials, enterprise and workload identity scenarios'
+		// do not, and their authorization server is known only from the
+		// suite's own MCP server, the one server this process talks to.
+		cfg.TrustFirstIssuer = ac.ClientID != "" && ac.Issuer == ""
 		switch scenario {
 		case "auth/client-credentials-basic":
 			cfg.Grant = oauth.ClientCredentials{}
@@ -87,6 +94,7 @@ func authScenario(scenario string) scenarioFunc {
 		if err != nil {
 			return err
 		}
+		defer flow.Close()
 		c := newClient(log, serverURL, client.WithAuthorizer(flow))
 		defer c.Close()
 		tools, err := c.Tools(ctx)
@@ -128,7 +136,10 @@ func parseKey(p string) (crypto.Signer, error) {
 // the authorization URL and reads where it redirects, without following.
 type redirectReader struct{}
 
-func (redirectReader) RedirectURI() string { return "http://localhost:3000/callback" }
+// redirectURI is the redirect URI the suite's scenarios register.
+const redirectURI = "http://localhost:3000/callback"
+
+func (redirectReader) RedirectURI() string { return redirectURI }
 
 func (redirectReader) Authorize(ctx context.Context, authURL string) (url.Values, error) {
 	hc := &http.Client{
@@ -153,8 +164,19 @@ func (redirectReader) Authorize(ctx context.Context, authURL string) (url.Values
 	if err != nil {
 		return nil, fmt.Errorf("authorization redirect: %w", err)
 	}
-	if !strings.HasPrefix(loc, "http://localhost:3000/callback") {
+	if !sameEndpoint(u, redirectURI) {
 		return nil, errors.New("authorization redirect to another URI")
 	}
 	return u.Query(), nil
+}
+
+// sameEndpoint reports whether u is the redirect URI want, query aside:
+// same scheme, host (with port) and path. A string prefix would also
+// take a longer path, such as want's path followed by "evil".
+func sameEndpoint(u *url.URL, want string) bool {
+	w, err := url.Parse(want)
+	if err != nil {
+		return false
+	}
+	return u.Scheme == w.Scheme && u.Host == w.Host && u.EscapedPath() == w.EscapedPath() && u.User == nil && u.Fragment == ""
 }
