@@ -14,8 +14,7 @@ import (
 
 	"tidings/bus"
 	"tidings/bus/bustest"
-	"tidings/hub"
-	"tidings/internal/engine"
+	"tidings/internal/clustertest"
 	"tidings/internal/sse"
 	"tidings/mcp"
 	"tidings/server"
@@ -85,44 +84,14 @@ func newCluster(t testing.TB, br broker, n int, opts clusterOpts) *cluster {
 }
 
 // settle waits until what the replicas published while starting has
-// reached every other: each sends a change nobody else publishes, and a
-// replica that has received every other's has received all they sent
-// before (a bus keeps each sender's order, and a loss is re-notified to
-// listeners not yet open). Tests then start from quiet.
+// reached every other, so that tests start from quiet.
 func (c *cluster) settle() {
 	c.t.Helper()
-	subs := make([]*hub.Subscription, len(c.reps))
+	srvs := make([]*server.Server, len(c.reps))
 	for i, r := range c.reps {
-		var uris []string
-		for _, o := range c.reps {
-			if o != r {
-				uris = append(uris, "sync://"+o.name)
-			}
-		}
-		s, err := engine.Of(r.srv).Hub().Subscribe(hub.Filter{URIs: uris})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		defer s.Close()
-		subs[i] = s
+		srvs[i] = r.srv
 	}
-	for _, r := range c.reps {
-		r.srv.ResourceUpdated("sync://" + r.name)
-	}
-	for i, s := range subs {
-		heard := map[string]bool{}
-		for len(heard) < len(c.reps)-1 {
-			select {
-			case <-s.Wake():
-			case <-timeout():
-				c.t.Fatalf("replica %s heard only %v of its peers' changes", c.reps[i].name, heard)
-			}
-			_, uris := s.Take(nil)
-			for _, u := range uris {
-				heard[u] = true
-			}
-		}
-	}
+	clustertest.Settle(c.t, srvs...)
 }
 
 // waitPeers waits until every replica has heard from every other.
