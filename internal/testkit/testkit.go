@@ -82,6 +82,15 @@ const benchSchema = `{"type":"object","properties":{` +
 func ToolsServer(tb testing.TB, opts ...server.Option) *server.Server {
 	tb.Helper()
 	srv := server.New(mcp.Implementation{Name: "bench", Version: "1.0.0"}, opts...)
+	if err := AddBenchTools(srv); err != nil {
+		tb.Fatal(err)
+	}
+	return srv
+}
+
+// AddBenchTools registers ToolsServer's 50 tools on srv, for benchmarks
+// that make their servers themselves (replicas of a cluster).
+func AddBenchTools(srv *server.Server) error {
 	yes := true
 	for i := range 50 {
 		err := srv.AddTool(mcp.Tool{
@@ -94,8 +103,8 @@ func ToolsServer(tb testing.TB, opts ...server.Option) *server.Server {
 			return &mcp.CallToolResult{}, nil
 		})
 		if err != nil {
-			tb.Fatal(err)
+			return fmt.Errorf("bench tool %d: %w", i, err)
 		}
 	}
-	return srv
+	return nil
 }
