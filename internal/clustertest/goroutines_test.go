@@ -26,12 +26,12 @@ func TestBusAddsNoGoroutinePerListen(t *testing.T) {
 	cost := func(t *testing.T, url string) int {
 		t.Helper()
 		watchers := func(from int) {
-			ws := make([]*watch, n)
+			ws := make([]*clustertest.Watch, n)
 			for i := range ws {
-				ws[i] = newWatch(t, fmt.Sprintf("watcher %d", from+i), url, "", client.WatchOptions{URIs: []string{"res://doc"}})
+				ws[i] = clustertest.NewWatch(t, fmt.Sprintf("watcher %d", from+i), url, "", client.WatchOptions{URIs: []string{"res://doc"}})
 			}
 			for _, w := range ws {
-				w.ready(t, 1)
+				w.Ready(t, 1)
 			}
 		}
 		watchers(0)
