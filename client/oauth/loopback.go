@@ -240,7 +240,6 @@ func writePage(w http.ResponseWriter, status int, title, text string) {
 `, html.EscapeString(title), html.EscapeString(text))
 }
 
-
 // checkAuthURL refuses an authorization URL that is not an absolute
 // http(s) URL in printable ASCII. The URL is built from what an
 // authorization server published, and it is printed to a terminal: an
