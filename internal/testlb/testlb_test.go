@@ -16,13 +16,15 @@ import (
 	"tidings/internal/testlb"
 )
 
-// balancers are the two kinds of LB under test.
-var balancers = []struct {
+// balancer is one kind of LB under test.
+type balancer struct {
 	name  string
 	start func(testing.TB, ...string) *testlb.LB
-}{
-	{"nginx", testlb.StartNginx},
-	{"goproxy", testlb.StartReverseProxy},
+}
+
+// balancers are the two kinds of LB.
+func balancers() []balancer {
+	return []balancer{{"nginx", testlb.StartNginx}, {"goproxy", testlb.StartReverseProxy}}
 }
 
 // replica is an upstream that answers with its own name: POST /name
@@ -124,7 +126,7 @@ func wantCounts(t *testing.T, got map[string]int, want map[string]int) {
 
 // TestRoundRobin: requests one after another go to each replica in turn.
 func TestRoundRobin(t *testing.T) {
-	for _, b := range balancers {
+	for _, b := range balancers() {
 		t.Run(b.name, func(t *testing.T) {
 			rs := startReplicas(t, nil, "a", "b", "c")
 			lb := b.start(t, urls(rs)...)
@@ -136,7 +138,7 @@ func TestRoundRobin(t *testing.T) {
 // TestStreamUnbuffered: an event reaches the client while the replica's
 // handler is still running, held until the client has it.
 func TestStreamUnbuffered(t *testing.T) {
-	for _, b := range balancers {
+	for _, b := range balancers() {
 		t.Run(b.name, func(t *testing.T) {
 			release := make(chan struct{})
 			rs := startReplicas(t, release, "a", "b", "c")
@@ -179,7 +181,7 @@ func TestStreamUnbuffered(t *testing.T) {
 // TestKilledReplica: once a replica is gone, every request reaches one of
 // the others.
 func TestKilledReplica(t *testing.T) {
-	for _, b := range balancers {
+	for _, b := range balancers() {
 		t.Run(b.name, func(t *testing.T) {
 			rs := startReplicas(t, nil, "a", "b", "c")
 			lb := b.start(t, urls(rs)...)
@@ -197,7 +199,7 @@ func TestKilledReplica(t *testing.T) {
 // TestSetUpstreams: a replica taken out of the set gets no requests; put
 // back, it gets its share again.
 func TestSetUpstreams(t *testing.T) {
-	for _, b := range balancers {
+	for _, b := range balancers() {
 		t.Run(b.name, func(t *testing.T) {
 			rs := startReplicas(t, nil, "a", "b", "c")
 			lb := b.start(t, urls(rs)...)
@@ -219,7 +221,7 @@ func TestSetUpstreams(t *testing.T) {
 
 // TestKill: a killed balancer cuts its streams and refuses connections.
 func TestKill(t *testing.T) {
-	for _, b := range balancers {
+	for _, b := range balancers() {
 		t.Run(b.name, func(t *testing.T) {
 			release := make(chan struct{})
 			defer close(release)
