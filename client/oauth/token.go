@@ -60,7 +60,8 @@ func (e *TokenError) Error() string {
 	return b.String()
 }
 
-// clip shortens a server-supplied string for an error message.
+// clip makes a server-supplied string fit for a message: control
+// characters become spaces and it is cut to at most n runes.
 func clip(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {
@@ -68,8 +69,11 @@ func clip(s string, n int) string {
 		}
 		return r
 	}, s)
-	if len(s) > n {
-		return s[:n] + "…"
+	for i := range s {
+		if n == 0 {
+			return s[:i] + "…"
+		}
+		n--
 	}
 	return s
 }

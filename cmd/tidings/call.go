@@ -45,7 +45,11 @@ REQUEST is one of:
 
 Exit status: 0 for an answer; 2 for a tool result with isError set (the
 result is still printed); 1 for a failure. A JSON-RPC error response is
-printed to stderr as its JSON error object.`,
+printed to stderr as its JSON error object.
+
+With --oauth, a server that asks for OAuth is signed in to through the
+browser (the URL to open is printed to stderr), and the tokens are kept
+in --oauth-store, so the next call needs no browser.`,
 		Example: `  tidings call http://127.0.0.1:8080/mcp call search_files '{"query":"TODO"}'
   tidings call read file:///tmp/notes.txt -- tidings serve --dir /tmp --stdio`,
 		// Everything after -- belongs to the spawned server.
@@ -55,17 +59,20 @@ printed to stderr as its JSON error object.`,
 			if err != nil {
 				return err
 			}
+			if err := flags.check(cmd, t); err != nil {
+				return err
+			}
 			req, err := parseRequest(rest)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			c, err := dial(ctx, t, flags, cmd.ErrOrStderr())
+			c, closeClient, err := dial(ctx, t, flags, dialOut{log: cmd.ErrOrStderr(), prompt: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer closeClient()
 			err = runCall(ctx, c, req, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if fatal := notMCPError(t, err); fatal != nil {
 				return fatal

@@ -65,39 +65,77 @@ func isHTTPURL(s string) bool {
 type clientFlags struct {
 	headers []string
 	timeout time.Duration
+	// oauth signs in with OAuth when the server asks; the redirect is
+	// received on oauthRedirect (redirectGiven: set by the user, so no
+	// other port will do) and tokens kept in oauthStore ("": the
+	// default file).
+	oauth         bool
+	oauthRedirect string
+	redirectGiven bool
+	oauthStore    string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringArrayVarP(&f.headers, "header", "H", nil, `send this HTTP header on every request, as "Name: value" (repeatable)`)
 	fl.DurationVar(&f.timeout, "timeout", 60*time.Second, "how long one request may take")
+	fl.BoolVar(&f.oauth, "oauth", false, "sign in with OAuth when the server asks for it: once in the browser, then with the tokens kept in --oauth-store")
+	fl.StringVar(&f.oauthRedirect, "oauth-redirect", defaultRedirect, "with --oauth, the loopback address that receives the browser's redirect (the default gives way to a free port when taken)")
+	fl.StringVar(&f.oauthStore, "oauth-store", "", "with --oauth, the file that keeps registered clients and tokens, private to you (default tidings/oauth.json in the user config directory)")
 }
 
-// dial connects to the target. A spawned server's stderr goes to stderr,
-// and it is stopped by the client's Close.
-func dial(ctx context.Context, t target, f clientFlags, stderr io.Writer) (*client.Client, error) {
+// dialOut says where what dial sets up writes.
+type dialOut struct {
+	// log takes a spawned server's stderr and the client's warnings.
+	log io.Writer
+	// prompt takes what the user must see and act on, the URL to open
+	// for --oauth: stderr, even when log goes to a file or a pane.
+	prompt io.Writer
+	// share, when set, is the live view that gives up the terminal
+	// while the prompt waits.
+	share *termShare
+}
+
+// dial connects to the target. A spawned server's stderr goes to
+// out.log, and it is stopped by the client's Close. With --oauth the
+// client signs in when the server asks (see newAuthorizer). stop closes
+// the client and whatever dial started for it.
+func dial(ctx context.Context, t target, f clientFlags, out dialOut) (c *client.Client, stop func(), err error) {
+	logger := slog.New(slog.NewTextHandler(out.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := []client.Option{
 		client.WithClientInfo(mcp.Implementation{Name: "tidings", Version: version()}),
 		client.WithTimeout(f.timeout),
-		client.WithLogger(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		client.WithLogger(logger),
 	}
 	for _, h := range f.headers {
 		name, value, ok := strings.Cut(h, ":")
 		name = strings.TrimSpace(name)
 		if !ok || name == "" {
-			return nil, fmt.Errorf("--header %q: want \"Name: value\"", h)
+			return nil, nil, fmt.Errorf("--header %q: want \"Name: value\"", h)
 		}
 		opts = append(opts, client.WithHeader(name, strings.TrimSpace(value)))
 	}
 	if t.url != "" {
-		return client.NewHTTP(t.url, opts...), nil
+		if !f.oauth {
+			c := client.NewHTTP(t.url, opts...)
+			return c, func() { c.Close() }, nil
+		}
+		a, err := newAuthorizer(f, out.prompt, logger, out.share)
+		if err != nil {
+			return nil, nil, err
+		}
+		c := client.NewHTTP(t.url, append(opts, a.opt)...)
+		return c, func() {
+			c.Close()
+			a.loopback.Close()
+		}, nil
 	}
-	opts = append(opts, client.WithStderr(stderr))
-	c, err := client.NewCommand(ctx, t.command[0], t.command[1:], opts...)
+	opts = append(opts, client.WithStderr(out.log))
+	c, err = client.NewCommand(ctx, t.command[0], t.command[1:], opts...)
 	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", t.command[0], err)
+		return nil, nil, fmt.Errorf("starting %s: %w", t.command[0], err)
 	}
-	return c, nil
+	return c, func() { c.Close() }, nil
 }
 
 // exitError ends the process with a given status once its message (if
@@ -113,7 +151,8 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.code
 //   - 404, 405 or 410 to server/discover and to initialize alike (the
 //     client tries both eras): no MCP endpoint at this URL;
 //   - 401 or 403 without a JSON-RPC body: the headers given (-H) are not
-//     accepted, and they stay the same on every retry;
+//     accepted, and they stay the same on every retry (with --oauth, the
+//     sign-in failed or its token does not do);
 //   - any other 4xx without a JSON-RPC body, except 408, 425 and 429,
 //     which ask for a retry;
 //   - a success or redirect whose body is not JSON or an event stream
@@ -129,7 +168,7 @@ func notMCP(err error) (string, bool) {
 		case s == http.StatusNotFound || s == http.StatusMethodNotAllowed || s == http.StatusGone:
 			return fmt.Sprintf("nothing answers MCP at this URL (HTTP %d %s)", s, http.StatusText(s)), true
 		case s == http.StatusUnauthorized || s == http.StatusForbidden:
-			return fmt.Sprintf("the server refuses the request (HTTP %d %s); pass credentials with -H", s, http.StatusText(s)), true
+			return fmt.Sprintf("the server refuses the request (HTTP %d %s); pass credentials with -H, or sign in with --oauth", s, http.StatusText(s)), true
 		case s == http.StatusRequestTimeout || s == http.StatusTooEarly || s == http.StatusTooManyRequests || s >= 500:
 			return "", false
 		case s >= 400:

@@ -72,7 +72,12 @@ status 1 and says why: a 404, 405 or 410, a 401 or 403 (the -H headers are
 not accepted), another 4xx without a JSON-RPC body, a web page or other
 non-JSON body, or JSON that is not JSON-RPC. This holds until the endpoint
 has answered once as MCP; failures that may pass (a refused connection, a
-timeout, a 5xx, 408, 429) are retried with backoff.`,
+timeout, a 5xx, 408, 429) are retried with backoff.
+
+With --oauth, a server that asks for OAuth is signed in to through the
+browser: the URL to open is printed to stderr (the live view starts once
+the first request is answered, and steps aside for a later sign-in), and
+the tokens are kept in --oauth-store for the next run.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, rest, err := splitTarget(cmd, args)
@@ -82,11 +87,14 @@ timeout, a 5xx, 408, 429) are retried with backoff.`,
 			if len(rest) > 0 {
 				return fmt.Errorf("unexpected arguments %q: watch takes a URL, or a command after --", rest)
 			}
+			if err := flags.check(cmd, t); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			out := cmd.OutOrStdout()
+			stdout := cmd.OutOrStdout()
 			var view *liveView
-			if f, ok := out.(*os.File); ok && !cfg.json && !cfg.plain {
+			if f, ok := stdout.(*os.File); ok && !cfg.json && !cfg.plain {
 				if _, _, ok := terminalSize(f); ok {
 					view = &liveView{term: f}
 				}
@@ -110,18 +118,26 @@ timeout, a 5xx, 408, 429) are retried with backoff.`,
 				view.log = &logPane{}
 				logTo = view.log
 			}
-			c, err := dial(ctx, t, flags, logTo)
+			out := dialOut{log: logTo, prompt: cmd.ErrOrStderr()}
+			if view != nil && flags.oauth {
+				// The sign-in URL is printed on a normal screen: the view
+				// starts after the first request (and so the first sign-in)
+				// is done, and steps aside for any later one.
+				view.share = &termShare{}
+				out.share = view.share
+			}
+			c, closeClient, err := dial(ctx, t, flags, out)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer closeClient()
 			if view != nil {
 				if keys, stopKeys, err := openKeys(); err == nil {
 					view.keys = keys
 					defer stopKeys()
 				}
 			}
-			err = runWatch(ctx, c, t, cfg, out, view)
+			err = runWatch(ctx, c, t, cfg, stdout, view)
 			if err != nil && view != nil && view.log != nil {
 				// The view is gone: what the server said last may tell why
 				// it ended.
@@ -164,6 +180,8 @@ type liveView struct {
 	// goes elsewhere (logFile, when that is set).
 	log     *logPane
 	logFile string
+	// share, set with --oauth, lends the terminal to the sign-in prompt.
+	share *termShare
 }
 
 // runWatch follows the server until ctx ends, a spawned server exits, the
@@ -346,9 +364,19 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		_, err := io.WriteString(view.term, b.String())
 		return err
 	}
+	var loans <-chan termLoan // nil without --oauth: none come
+	if view.share != nil {
+		var stopDrawing func()
+		var err error
+		if loans, stopDrawing, err = view.share.draw(ctx); err != nil {
+			return nil // ended while a sign-in had the terminal
+		}
+		defer stopDrawing()
+	}
 	// Hide the cursor while drawing and clear the screen once; restore
 	// the cursor below the last frame when done.
-	if _, err := io.WriteString(view.term, "\x1b[?25l\x1b[H\x1b[2J"); err != nil {
+	const enter = "\x1b[?25l\x1b[H\x1b[2J"
+	if _, err := io.WriteString(view.term, enter); err != nil {
 		return err
 	}
 	defer func() { _, _ = io.WriteString(view.term, "\x1b[?25h\r\n") }()
@@ -377,6 +405,21 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 					ws.restart()
 					st.restarted()
 				}
+			}
+		case l := <-loans:
+			// A sign-in prompt needs a normal screen for its URL: leave
+			// it, and come back once the prompt is done.
+			if _, err := io.WriteString(view.term, "\x1b[?25h\x1b[H\x1b[2J"); err != nil {
+				return fmt.Errorf("drawing: %w", err)
+			}
+			close(l.given)
+			select {
+			case <-l.back:
+			case <-ctx.Done():
+				return nil
+			}
+			if _, err := io.WriteString(view.term, enter); err != nil {
+				return fmt.Errorf("drawing: %w", err)
 			}
 		case <-redraw:
 		case <-tick.C:

@@ -40,12 +40,15 @@ func fixed(res *mcp.CallToolResult) server.ToolHandler {
 	return func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) { return res, nil }
 }
 
-func newServer(log *slog.Logger) (*server.Server, error) {
-	srv := server.New(mcp.Implementation{Name: "tidings-conformance-everything", Version: "0.1.0"},
+// newServer builds the target's server; extra options (from the flags)
+// come after its own.
+func newServer(log *slog.Logger, extra ...server.Option) (*server.Server, error) {
+	opts := append([]server.Option{
 		server.WithLogger(log),
 		server.WithInstructions("Conformance target for the official MCP suite."),
 		server.WithCachePolicy(server.ReadResource, server.CachePolicy{TTL: 5 * time.Minute, Scope: mcp.ScopePrivate}),
-	)
+	}, extra...)
+	srv := server.New(mcp.Implementation{Name: "tidings-conformance-everything", Version: "0.1.0"}, opts...)
 	add := func(name, desc, schema string, h server.ToolHandler) error {
 		if schema == "" {
 			schema = `{"type":"object"}`

@@ -4,10 +4,20 @@
 // the tidings binary.
 //
 //	go run ./conformance/everything -addr 127.0.0.1:3001
+//
+// Several copies can run as replicas behind a load balancer
+// (scripts/conformance-cluster does): copies started with the same
+// -secret accept each other's cursors and request state, so a list can be
+// paged, and a multi round-trip request answered, through any of them.
+// The key is the SHA-256 of the -secret string, so any string will do
+// and the same string always gives the same key; the key is only as hard
+// to guess as the string. Without -secret every copy draws a random key
+// of its own.
 package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,25 +29,51 @@ import (
 	"syscall"
 	"time"
 
+	"tidings/server"
 	"tidings/streamhttp"
 )
 
+// options are the command's flags.
+type options struct {
+	addr   string
+	secret string
+}
+
+// serverOptions turns the flags into options of the server: what makes
+// one copy a replica among others.
+func (o options) serverOptions() []server.Option {
+	var opts []server.Option
+	if o.secret != "" {
+		opts = append(opts, server.WithSecret(secretKey(o.secret)))
+	}
+	return opts
+}
+
+// secretKey derives the key of -secret: its SHA-256, 32 bytes whatever
+// the string's length, and the same for every copy given the string.
+func secretKey(s string) []byte {
+	sum := sha256.Sum256([]byte(s))
+	return sum[:]
+}
+
 func main() {
-	addr := flag.String("addr", "127.0.0.1:3001", "address to listen on (host:port)")
+	var o options
+	flag.StringVar(&o.addr, "addr", "127.0.0.1:3001", "address to listen on (host:port)")
+	flag.StringVar(&o.secret, "secret", "", "shared secret of replicas: copies given the same one accept each other's cursors and request state (default: a random key per copy)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*addr, log); err != nil {
+	if err := run(o, log); err != nil {
 		log.Error("everything", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, log *slog.Logger) error {
-	srv, err := newServer(log)
+func run(o options, log *slog.Logger) error {
+	srv, err := newServer(log, o.serverOptions()...)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
