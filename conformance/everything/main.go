@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"tidings/bus"
 	"tidings/server"
 	"tidings/streamhttp"
 )
@@ -37,16 +38,31 @@ import (
 type options struct {
 	addr   string
 	secret string
+	bus    string
 }
 
+// busDialTimeout bounds how long a copy waits for its broker at start.
+const busDialTimeout = 10 * time.Second
+
 // serverOptions turns the flags into options of the server: what makes
-// one copy a replica among others.
-func (o options) serverOptions() []server.Option {
-	var opts []server.Option
+// one copy a replica among others. The bus it opens is the server's to
+// close (Shutdown does); close returns it when no server takes it.
+func (o options) serverOptions(ctx context.Context, log *slog.Logger) (opts []server.Option, closeBus func(), err error) {
+	closeBus = func() {}
 	if o.secret != "" {
 		opts = append(opts, server.WithSecret(secretKey(o.secret)))
 	}
-	return opts
+	if o.bus != "" {
+		ctx, cancel := context.WithTimeout(ctx, busDialTimeout)
+		defer cancel()
+		b, err := bus.Open(ctx, o.bus, bus.WithLogger(log))
+		if err != nil {
+			return nil, nil, fmt.Errorf("join the other copies: %w", err)
+		}
+		opts = append(opts, server.WithBus(b))
+		closeBus = func() { _ = b.Close() }
+	}
+	return opts, closeBus, nil
 }
 
 // secretKey derives the key of -secret: its SHA-256, 32 bytes whatever
@@ -60,6 +76,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:3001", "address to listen on (host:port)")
 	flag.StringVar(&o.secret, "secret", "", "shared secret of replicas: copies given the same one accept each other's cursors and request state (default: a random key per copy)")
+	flag.StringVar(&o.bus, "bus", "", "bus URL (nats://... or redis://...): copies on the same one hear of each other's changes (default: none)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(o, log); err != nil {
@@ -69,12 +86,18 @@ func main() {
 }
 
 func run(o options, log *slog.Logger) error {
-	srv, err := newServer(log, o.serverOptions()...)
+	opts, closeBus, err := o.serverOptions(context.Background(), log)
 	if err != nil {
+		return err
+	}
+	srv, err := newServer(log, opts...)
+	if err != nil {
+		closeBus()
 		return err
 	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
+		_ = srv.Shutdown(context.Background())
 		return fmt.Errorf("listen: %w", err)
 	}
 	mux := http.NewServeMux()

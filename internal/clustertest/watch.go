@@ -56,6 +56,10 @@ func NewWatch(t testing.TB, name, url, user string, opts client.WatchOptions) *W
 	return w
 }
 
+// Stats returns the Watcher's counters: how many notifications it heard
+// tells of announcements that changed nothing it reports.
+func (w *Watch) Stats() client.WatchStats { return w.w.Stats() }
+
 // Next returns the Watcher's next event.
 func (w *Watch) Next(t testing.TB) client.Event {
 	t.Helper()
