@@ -28,7 +28,7 @@ type kind struct {
 
 // kinds are the buses every cross-replica test runs over.
 var kinds = []kind{
-	{"local", func(testing.TB) broker { return localBroker{bus.NewLocal()} }},
+	{"local", func(testing.TB) broker { return localBroker{bus.NewLocal(), bus.NewLocalState()} }},
 	{"nats", func(t testing.TB) broker { return realBroker{testbroker.StartNATS(t)} }},
 	{"redis", func(t testing.TB) broker { return realBroker{testbroker.StartRedis(t)} }},
 }
@@ -40,8 +40,12 @@ func forEachBus(t *testing.T, fn func(t *testing.T, br broker)) {
 	}
 }
 
-// localBroker is an in-process group.
-type localBroker struct{ l *bus.Local }
+// localBroker is an in-process group, with the in-process state its
+// replicas share.
+type localBroker struct {
+	l  *bus.Local
+	st *bus.LocalState
+}
 
 func (b localBroker) conn(testing.TB, ...bus.Option) bus.Conn { return b.l.Conn() }
 func (localBroker) down()                                     {}

@@ -23,6 +23,7 @@ type config struct {
 	middleware   []Middleware
 	observer     StreamObserver
 	bus          bus.Bus
+	state        bus.State
 }
 
 type capsOverride struct {
