@@ -69,9 +69,14 @@ func (*LocalState) Close() error { return nil }
 // bus and to the state:
 //
 //	redis://host:port[/db][?channel=name]  the hash "<channel>:state" (default "tidings:state") in db
+//	nats://host:port[/subject]             the JetStream key-value bucket named after the subject, dots
+//	                                       made underscores (default "tidings"); the server needs JetStream
 //
 // Unlike pub/sub channels, Redis hashes live in one database, so replicas
-// must name the same db. OpenState fails once ctx ends if the store cannot be reached; later
+// must name the same db. A NATS bucket that does not exist is created with
+// the server's defaults (file storage, one replica, one value kept per
+// key); create it beforehand to choose otherwise — it is used as found.
+// OpenState fails once ctx ends if the store cannot be reached; later
 // losses are reported by the methods' errors, and the connection is
 // regained on its own. Of the options, WithLogger and WithBackoff apply.
 func OpenState(ctx context.Context, rawURL string, opts ...Option) (State, error) {
@@ -79,12 +84,14 @@ func OpenState(ctx context.Context, rawURL string, opts ...Option) (State, error
 	if err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
-	_ = newConfig(opts)
+	cfg := newConfig(opts)
 	switch u.Scheme {
+	case "nats":
+		return openNATSState(ctx, u, cfg)
 	case "redis", "rediss":
 		return openRedisState(ctx, u)
 	}
-	return nil, fmt.Errorf("bus: %s: no shared state for scheme %q (want redis or rediss)", u.Redacted(), u.Scheme)
+	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, redis or rediss)", u.Redacted(), u.Scheme)
 }
 
 // stateValue is how a value is stored: one byte, readable in the broker's

@@ -61,11 +61,6 @@ type stateCluster struct {
 
 func newStateCluster(t *testing.T, br broker, n int) *stateCluster {
 	t.Helper()
-	if rb, ok := br.(realBroker); ok {
-		if _, ok := rb.Broker.(*testbroker.NATS); ok {
-			t.Skip("no shared state on NATS yet")
-		}
-	}
 	c := &stateCluster{t: t, br: br}
 	for i := range n {
 		c.reps = append(c.reps, c.start(string(rune('A'+i)), true))
