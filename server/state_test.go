@@ -141,9 +141,18 @@ func TestSharedStateWriteFailure(t *testing.T) {
 		t.Errorf("stats %+v, want one unwritten change and a failure", st)
 	}
 	// Another replica writes tool:a on meanwhile; this one's change is
-	// still to be written and wins.
+	// still to be written and wins: a load while the store refuses writes
+	// does not undo it.
 	if err := local.Set(ctx, "tool:a", true); err != nil {
 		t.Fatal(err)
+	}
+	fs.Restore()
+	fs.ReadOnly()
+	if err := h.srv.SyncState(ctx); !errors.Is(err, bustest.ErrCut) {
+		t.Fatalf("SyncState with the store refusing writes: %v, want ErrCut", err)
+	}
+	if got := h.tools(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("tools after a load = %v, want [b]: the unwritten change stays", got)
 	}
 	fs.Restore()
 	waitUntil(t, "the retried write", func() bool { return h.srv.StateStats().Unwritten == 0 })

@@ -201,6 +201,7 @@ type FaultyState struct {
 
 	mu         sync.Mutex
 	cut        bool
+	readOnly   bool
 	beforeLoad func()
 	loads      int
 	sets       int
@@ -216,10 +217,19 @@ func (f *FaultyState) Cut() {
 	f.mu.Unlock()
 }
 
-// Restore ends a Cut.
+// ReadOnly makes every Set fail with ErrCut, and loads go on, as with a
+// store that refuses writes (a read-only replica, a full bucket), until
+// Restore.
+func (f *FaultyState) ReadOnly() {
+	f.mu.Lock()
+	f.readOnly = true
+	f.mu.Unlock()
+}
+
+// Restore ends a Cut or ReadOnly.
 func (f *FaultyState) Restore() {
 	f.mu.Lock()
-	f.cut = false
+	f.cut, f.readOnly = false, false
 	f.mu.Unlock()
 }
 
@@ -268,7 +278,7 @@ func (f *FaultyState) Load(ctx context.Context) (map[string]bool, error) {
 func (f *FaultyState) Set(ctx context.Context, key string, on bool) error {
 	f.mu.Lock()
 	f.sets++
-	cut := f.cut
+	cut := f.cut || f.readOnly
 	f.mu.Unlock()
 	if cut {
 		return ErrCut
