@@ -15,6 +15,15 @@ import (
 // changes, every listener here is told everything it follows. Local
 // listeners never wait on b. The server owns b from then on: Shutdown
 // closes it. One bus serves one server.
+//
+// A deployment of several replicas needs three things besides the bus:
+// the same items registered in code on every replica (the bus says what
+// changed, each replica answers from its own registries); the same
+// WithSecret key on every replica, or a cursor or requestState issued by
+// one is refused by the others; and, for what is switched on and off at
+// run time (DisableTool and the like), WithSharedState on the same
+// broker, or a switch reaches only the replica it was made on while the
+// others are told a list changed that, for them, did not.
 func WithBus(b bus.Bus) Option { return func(c *config) { c.bus = b } }
 
 // joinBus forwards the hub's local events to b and hands b's to the hub.
