@@ -14,7 +14,6 @@ import (
 
 	"tidings/bus"
 	"tidings/hub"
-	"tidings/mcp"
 )
 
 // WithSharedState makes what is switched on and off at run time —
@@ -173,21 +172,24 @@ func (s *Server) switchable(l List) switchable {
 	return nil
 }
 
-// switchLists are the lists whose items shared state switches, with the
-// prefix of their keys there.
-var switchLists = [...]struct {
-	list   List
-	prefix string
-}{{ListTools, "tool:"}, {ListPrompts, "prompt:"}, {ListResources, "resource:"}}
+// switchedLists are the lists whose items can be switched on and off.
+func switchedLists() [3]List { return [3]List{ListTools, ListPrompts, ListResources} }
 
+// kindName names the kind of item of l, as the shared state's keys do.
 func kindName(l List) string {
-	for _, k := range switchLists {
-		if k.list == l {
-			return strings.TrimSuffix(k.prefix, ":")
-		}
+	switch l {
+	case ListTools:
+		return "tool"
+	case ListPrompts:
+		return "prompt"
+	case ListResources:
+		return "resource"
 	}
 	return fmt.Sprintf("list %d", l)
 }
+
+// stateKey is the shared state's key of the item keyed key in l.
+func stateKey(l List, key string) string { return kindName(l) + ":" + key }
 
 // sharedKinds are the lists a load of the shared state may change.
 const sharedKinds = hub.ToolsList | hub.PromptsList | hub.ResourcesList
@@ -265,19 +267,10 @@ func (sh *sharedState) poke() {
 	}
 }
 
-func stateKey(l List, key string) string {
-	for _, k := range switchLists {
-		if k.list == l {
-			return k.prefix + key
-		}
-	}
-	return ""
-}
-
 func (sh *sharedState) listOf(sw switchable) List {
-	for _, k := range switchLists {
-		if sh.srv.switchable(k.list) == sw {
-			return k.list
+	for _, l := range switchedLists() {
+		if sh.srv.switchable(l) == sw {
+			return l
 		}
 	}
 	return -1
@@ -563,14 +556,15 @@ func (sh *sharedState) load(ctx context.Context, covered hub.Kind) error {
 		sh.loadFails.Add(1)
 		return fmt.Errorf("server: load shared state: %w", err)
 	}
-	per := make(map[List]map[string]bool, len(switchLists))
-	for _, k := range switchLists {
-		per[k.list] = make(map[string]bool)
+	per := make(map[List]map[string]bool, 3)
+	for _, l := range switchedLists() {
+		per[l] = make(map[string]bool)
 	}
 	put := func(key string, on bool) {
-		for _, k := range switchLists {
-			if name, ok := strings.CutPrefix(key, k.prefix); ok {
-				per[k.list][name] = on
+		kind, name, ok := strings.Cut(key, ":")
+		for _, l := range switchedLists() {
+			if ok && kind == kindName(l) {
+				per[l][name] = on
 				return
 			}
 		}
@@ -583,30 +577,18 @@ func (sh *sharedState) load(ctx context.Context, covered hub.Kind) error {
 	for key, in := range sh.unwritten {
 		put(key, in.on)
 	}
-	for _, k := range switchLists {
-		if keys := sh.srv.switchable(k.list).applyState(per[k.list]); len(keys) > 0 {
-			changed[k.list] = keys
+	for _, l := range switchedLists() {
+		if keys := sh.srv.switchable(l).applyState(per[l]); len(keys) > 0 {
+			changed[l] = keys
 		}
 	}
 	sh.mu.Unlock()
 	sh.loaded.Store(true)
 	sh.lastLoad.Store(time.Now().UnixNano())
-	for _, k := range switchLists {
-		keys := changed[k.list]
-		if len(keys) == 0 {
-			continue
-		}
-		var kind hub.Kind
-		switch k.list {
-		case ListTools:
-			kind = hub.Of(mcp.ToolsList)
-		case ListPrompts:
-			kind = hub.Of(mcp.PromptsList)
-		case ListResources:
-			kind = hub.Of(mcp.ResourcesList)
-		}
-		if covered&kind == 0 {
-			sh.srv.switchable(k.list).notifyLocal(keys)
+	for l, keys := range changed {
+		sw := sh.srv.switchable(l)
+		if covered&sw.event(nil).Kinds == 0 {
+			sw.notifyLocal(keys)
 		}
 	}
 	return nil
