@@ -20,7 +20,7 @@ import (
 //	go test -run '^$' -bench Delivery ./bus/
 func BenchmarkDelivery(b *testing.B) {
 	b.Run("same-replica", func(b *testing.B) {
-		c := newCluster(b, localBroker{bus.NewLocal()}, 1, clusterOpts{})
+		c := newCluster(b, localBroker{bus.NewLocal(), bus.NewLocalState()}, 1, clusterOpts{})
 		measure(b, c.reps[0], c.reps[0])
 	})
 	for _, k := range kinds {
