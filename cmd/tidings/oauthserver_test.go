@@ -69,6 +69,14 @@ func startOAuthServer(t *testing.T, opts ...testas.Option) *oauthServer {
 	return s
 }
 
+// authorizations returns the Authorization header of every request the
+// MCP endpoint received.
+func (s *oauthServer) authorizations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.auth...)
+}
+
 // freeLoopback returns a loopback address with a port nothing listens
 // on right now, for the browser's redirect.
 func freeLoopback(t *testing.T) string {
