@@ -103,7 +103,8 @@ func grantTypes(as *testas.Server) []string {
 // behind a real authorization server, with a client registered
 // beforehand, the test playing the browser. The first run signs in;
 // the second uses the token it kept; the third, once that token has
-// expired, refreshes it. None prints a token.
+// expired, refreshes it. A confidential client signs in with the
+// secret from its file. None prints a token or the secret.
 func TestCallOAuth(t *testing.T) {
 	bin := buildBinary(t)
 	// Tokens live a little longer than the flow's skew: the second run
@@ -196,10 +197,31 @@ func TestCallOAuth(t *testing.T) {
 			secrets = append(secrets, tok)
 		}
 	}
+
+	// A confidential client signs in with the secret from its file.
+	id, clientSecret := s.as.RegisterConfidentialClient(redirect)
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte(clientSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p = start(t, "call --oauth (confidential client)", bin, true, "call", "--oauth", "--oauth-redirect", addr,
+		"--oauth-store", filepath.Join(t.TempDir(), "oauth.json"), "--oauth-client-id", id, "--oauth-client-issuer", s.as.Issuer(),
+		"--oauth-client-secret-file", secretFile, s.url, "call", "whoami")
+	signIn(t, p, redirect)
+	if code := p.wait(); code != 0 {
+		t.Fatalf("confidential client: exit status %d", code)
+	}
+	checkResult(t, p.stderr.String())
+	outputs = append(outputs, p.stderr.String(), strings.Join(p.seen, "\n"))
+	if g := s.as.Grants(); g[len(g)-1].Type != "authorization_code" || g[len(g)-1].ClientID != id {
+		t.Errorf("the last token request %+v, want the confidential client's code exchange", g[len(g)-1])
+	}
+	secrets = append(secrets, clientSecret)
+
 	for _, secret := range secrets {
 		for _, out := range outputs {
 			if strings.Contains(out, secret) {
-				t.Errorf("a token is in the output: %q", out)
+				t.Errorf("a token or secret is in the output: %q", out)
 			}
 		}
 	}
