@@ -23,7 +23,7 @@ import (
 //	go test -run '^$' -bench Delivery -count 3 ./bus/
 func BenchmarkDelivery(b *testing.B) {
 	b.Run("same-replica", func(b *testing.B) {
-		c := newCluster(b, localBroker{bus.NewLocal()}, 1, clusterOpts{})
+		c := newCluster(b, localBroker{bus.NewLocal(), bus.NewLocalState()}, 1, clusterOpts{})
 		measure(b, c.reps[0], nil)
 	})
 	for _, k := range kinds {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"tidings/bus"
-	"tidings/internal/brokertest"
+	"tidings/internal/testbroker"
 )
 
 // broker is a message broker a test can take down and bring back.
@@ -28,9 +28,9 @@ type kind struct {
 
 // kinds are the buses every cross-replica test runs over.
 var kinds = []kind{
-	{"local", func(testing.TB) broker { return localBroker{bus.NewLocal()} }},
-	{"nats", func(t testing.TB) broker { return startNATS(t) }},
-	{"redis", func(t testing.TB) broker { return startRedis(t) }},
+	{"local", func(testing.TB) broker { return localBroker{bus.NewLocal(), bus.NewLocalState()} }},
+	{"nats", func(t testing.TB) broker { return realBroker{testbroker.StartNATS(t)} }},
+	{"redis", func(t testing.TB) broker { return realBroker{testbroker.StartRedis(t)} }},
 }
 
 // forEachBus runs fn once per bus kind, each with a broker of its own.
@@ -40,35 +40,28 @@ func forEachBus(t *testing.T, fn func(t *testing.T, br broker)) {
 	}
 }
 
-type localBroker struct{ l *bus.Local }
+// localBroker is an in-process group, with the in-process state its
+// replicas share.
+type localBroker struct {
+	l  *bus.Local
+	st *bus.LocalState
+}
 
 func (b localBroker) conn(testing.TB, ...bus.Option) bus.Conn { return b.l.Conn() }
 func (localBroker) down()                                     {}
 func (localBroker) up()                                       {}
 func (localBroker) real() bool                                { return false }
 
-// natsBroker is a NATS server run in the test process on a loopback port.
-type natsBroker struct{ *brokertest.NATS }
+// realBroker is a NATS or Redis server.
+type realBroker struct{ testbroker.Broker }
 
-func startNATS(t testing.TB) natsBroker { return natsBroker{brokertest.StartNATS(t)} }
-
-func (b natsBroker) url() string                                    { return b.URL() }
-func (b natsBroker) down()                                          { b.Down() }
-func (b natsBroker) up()                                            { b.Up() }
-func (b natsBroker) conn(t testing.TB, opts ...bus.Option) bus.Conn { return dial(t, b.url(), opts) }
-func (natsBroker) real() bool                                       { return true }
-
-// redisBroker is a redis-server process on a loopback port, persisting
-// nothing; the tests skip without one unless TIDINGS_REDIS=1.
-type redisBroker struct{ *brokertest.Redis }
-
-func startRedis(t testing.TB) redisBroker { return redisBroker{brokertest.StartRedis(t)} }
-
-func (b redisBroker) url() string                                    { return b.URL() }
-func (b redisBroker) down()                                          { b.Down() }
-func (b redisBroker) up()                                            { b.Up() }
-func (b redisBroker) conn(t testing.TB, opts ...bus.Option) bus.Conn { return dial(t, b.url(), opts) }
-func (redisBroker) real() bool                                       { return true }
+func (b realBroker) url() string { return b.URL() }
+func (b realBroker) conn(t testing.TB, opts ...bus.Option) bus.Conn {
+	return dial(t, b.URL(), opts)
+}
+func (b realBroker) down()    { b.Down() }
+func (b realBroker) up()      { b.Up() }
+func (realBroker) real() bool { return true }
 
 func dial(t testing.TB, url string, opts []bus.Option) bus.Conn {
 	t.Helper()

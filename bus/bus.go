@@ -34,6 +34,14 @@
 // at all: a replica announces itself when it starts, and the others
 // answer with their latest numbers, which keeps that window to the first
 // moments of each.
+//
+// Shared state. News is not state: a replica told that the tool list
+// changed answers tools/list from its own registries, which is right for
+// what every replica registers in code and wrong for what one replica
+// switched off at run time. State (OpenState, NewLocalState) keeps such
+// switches in the same broker — a Redis hash, a NATS JetStream key-value
+// bucket — and server.WithSharedState has each replica load it before it
+// tells its listeners of a list change.
 package bus
 
 import (

@@ -16,6 +16,7 @@ import (
 	"tidings/bus/bustest"
 	"tidings/internal/clustertest"
 	"tidings/internal/sse"
+	"tidings/internal/testbroker"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -23,7 +24,7 @@ import (
 
 // wait bounds every wait of these tests; nothing takes this long unless
 // something is broken.
-const wait = 15 * time.Second
+const wait = testbroker.Wait
 
 // replica is one server with its bus, behind a real loopback HTTP server.
 type replica struct {
@@ -98,7 +99,7 @@ func (c *cluster) settle() {
 func (c *cluster) waitPeers() {
 	c.t.Helper()
 	for _, r := range c.reps {
-		waitFor(c.t, "replica "+r.name+" to hear its peers", func() bool { return r.bus.Stats().Peers == len(c.reps)-1 })
+		testbroker.WaitFor(c.t, "replica "+r.name+" to hear its peers", func() bool { return r.bus.Stats().Peers == len(c.reps)-1 })
 	}
 }
 
@@ -155,7 +156,7 @@ func (c *cluster) outage() (restore func()) {
 		}
 	}
 	for _, r := range c.reps {
-		waitFor(c.t, "replica "+r.name+" to see the bus down", func() bool { return !r.bus.Stats().Connected })
+		testbroker.WaitFor(c.t, "replica "+r.name+" to see the bus down", func() bool { return !r.bus.Stats().Connected })
 	}
 	return func() {
 		c.t.Helper()
@@ -302,19 +303,3 @@ func (l *listener) expect(t *testing.T, method, uri string) {
 
 // timeout fires when a wait has lasted too long.
 func timeout() <-chan time.Time { return time.After(wait) }
-
-// waitFor polls cond until it holds, or fails the test at the deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %v waiting for %s", wait, what)
-		case <-tick.C:
-		}
-	}
-}

@@ -6,6 +6,7 @@ import (
 
 	"tidings/bus"
 	"tidings/bus/bustest"
+	"tidings/internal/testbroker"
 	"tidings/mcp"
 )
 
@@ -36,7 +37,7 @@ func TestLostMessagesAreRenotified(t *testing.T) {
 			c.addTool(a, "first")                // held back...
 			a.srv.ResourceUpdated("res://other") // ...until this one is sent
 			lb.expect(t, mcp.NotifyToolsListChanged, "")
-			waitFor(t, "B to see the late event", func() bool { return b.bus.Stats().Stale == 1 })
+			testbroker.WaitFor(t, "B to see the late event", func() bool { return b.bus.Stats().Stale == 1 })
 			if st := b.bus.Stats(); st.Gaps != 1 || st.Resyncs != 1 {
 				t.Errorf("B: %+v, want one gap and one re-notification", st)
 			}
@@ -49,7 +50,7 @@ func TestLostMessagesAreRenotified(t *testing.T) {
 			a.faults.Duplicate(1, bustest.IsChange)
 			c.addTool(a, "twice")
 			lb.expect(t, mcp.NotifyToolsListChanged, "")
-			waitFor(t, "B to see the repeat", func() bool { return b.bus.Stats().Stale == 1 })
+			testbroker.WaitFor(t, "B to see the repeat", func() bool { return b.bus.Stats().Stale == 1 })
 			a.srv.ResourceUpdated("res://other")
 			lb.expect(t, mcp.NotifyResourceUpdated, "res://other")
 			if st := b.bus.Stats(); st.Gaps != 0 || st.Resyncs != 0 || st.Received != before+2 {

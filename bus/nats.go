@@ -36,27 +36,17 @@ type natsConn struct {
 
 // dialNATS connects to nats://host:port/subject.
 func dialNATS(ctx context.Context, u *url.URL, cfg config) (*natsConn, error) {
-	subject := strings.TrimPrefix(u.Path, "/")
-	if subject == "" {
-		subject = "tidings"
-	}
-	if !validSubject(subject) {
-		return nil, fmt.Errorf("bus: %q is not a NATS subject without wildcards", subject)
-	}
-	if len(u.Query()) > 0 {
-		return nil, fmt.Errorf("bus: a NATS URL takes no parameters, got %q", u.RawQuery)
+	subject, err := natsSubject(u)
+	if err != nil {
+		return nil, err
 	}
 	// The client takes a timeout, not a context; without a deadline,
 	// dialling is bounded anyway.
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	dl, _ := ctx.Deadline()
-	timeout := time.Until(dl)
-	if timeout <= 0 || ctx.Err() != nil {
-		return nil, fmt.Errorf("bus: dial %s: %w", u.Redacted(), context.DeadlineExceeded)
+	ctx, cancel := boundDial(ctx)
+	defer cancel()
+	timeout, err := dialTimeout(ctx, u)
+	if err != nil {
+		return nil, err
 	}
 	c := &natsConn{subject: subject, msgs: make(chan *nats.Msg, natsInbox),
 		changed: make(chan struct{}, 1), closed: make(chan struct{})}
@@ -99,6 +89,41 @@ func dialNATS(ctx context.Context, u *url.URL, cfg config) (*natsConn, error) {
 		return nil, fmt.Errorf("bus: subscribe to %q: %w", subject, err)
 	}
 	return c, nil
+}
+
+// natsSubject returns the subject of nats://host:port/subject (default
+// "tidings").
+func natsSubject(u *url.URL) (string, error) {
+	subject := strings.TrimPrefix(u.Path, "/")
+	if subject == "" {
+		subject = "tidings"
+	}
+	if !validSubject(subject) {
+		return "", fmt.Errorf("bus: %q is not a NATS subject without wildcards", subject)
+	}
+	if len(u.Query()) > 0 {
+		return "", fmt.Errorf("bus: a NATS URL takes no parameters, got %q", u.RawQuery)
+	}
+	return subject, nil
+}
+
+// boundDial gives ctx a deadline of 5s if it has none: the NATS client
+// dials with a timeout, not a context, and dialling must end.
+func boundDial(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, 5*time.Second)
+}
+
+// dialTimeout is what is left of ctx's deadline, or an error once none is.
+func dialTimeout(ctx context.Context, u *url.URL) (time.Duration, error) {
+	dl, _ := ctx.Deadline()
+	timeout := time.Until(dl)
+	if timeout <= 0 || ctx.Err() != nil {
+		return 0, fmt.Errorf("bus: dial %s: %w", u.Redacted(), context.DeadlineExceeded)
+	}
+	return timeout, nil
 }
 
 // validSubject reports whether s is a NATS subject one may publish to:

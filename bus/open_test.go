@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,73 @@ func TestOpen(t *testing.T) {
 		if b, err := bus.Open(ctx, nb.url()); err == nil {
 			b.Close()
 			t.Error("opened a bus on a broker that is down")
+		}
+	})
+}
+
+// TestOpenState: OpenState reaches the state in the broker a bus URL
+// names; what one connection sets, another loads, keys of any spelling
+// included; a URL of no store, a subject no bucket can be named after,
+// and a broker that is down are errors.
+func TestOpenState(t *testing.T) {
+	for url, want := range map[string]string{
+		"kafka://127.0.0.1:9092":           "unknown scheme",
+		"nats://127.0.0.1:1/a-ü":           "bucket",
+		"nats://user:secret@127.0.0.1:1/a": "127.0.0.1:1",
+		"redis://127.0.0.1:1/0?chanel=x":   "chanel",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := bus.OpenState(ctx, url)
+		cancel()
+		if err == nil {
+			st.Close()
+			t.Errorf("%s: opened", url)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: %v, want it to mention %q and no password", url, err, want)
+		}
+	}
+	forEachBus(t, func(t *testing.T, br broker) {
+		if !br.real() {
+			t.Skip("the local state has no URL")
+		}
+		keys := map[string]bool{"tool:a": false, "resource:file:///a b/ü?x=1#y": false, "prompt:": true}
+		a, b := state(t, br), state(t, br)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		for k, on := range keys {
+			if err := a.Set(ctx, k, !on); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Set(ctx, k, on); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := b.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(got, keys) {
+			t.Errorf("loaded %v, want %v", got, keys)
+		}
+		br.down()
+		if err := a.Set(ctx, "tool:a", true); err == nil {
+			t.Error("Set with the broker down succeeded")
+		}
+		if _, err := b.Load(ctx); err == nil {
+			t.Error("Load with the broker down succeeded")
+		}
+		for _, st := range []bus.State{a, b} {
+			if err := st.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+		short, cancel2 := context.WithTimeout(context.Background(), time.Second)
+		defer cancel2()
+		if st, err := bus.OpenState(short, br.(realBroker).URL()); err == nil {
+			st.Close()
+			t.Error("opened the state of a broker that is down")
 		}
 	})
 }

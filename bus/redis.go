@@ -31,23 +31,10 @@ type redisConn struct {
 // dialRedis connects to redis://[user:password@]host:port[/db][?channel=name]
 // (rediss:// for TLS); other parameters are go-redis's own.
 func dialRedis(ctx context.Context, u *url.URL, cfg config) (*redisConn, error) {
-	q := u.Query()
-	channel := q.Get("channel")
-	if channel == "" {
-		channel = "tidings"
-	}
-	q.Del("channel")
-	rest := *u
-	rest.RawQuery = q.Encode()
-	opt, err := redis.ParseURL(rest.String())
+	opt, channel, err := redisOptions(u)
 	if err != nil {
-		return nil, fmt.Errorf("bus: %s: %w", u.Redacted(), err)
+		return nil, err
 	}
-	opt.ContextTimeoutEnabled = true
-	opt.DisableIdentity = true
-	opt.MaxRetries = 1    // once, past a pooled connection the server closed; then the event is dropped
-	opt.DialerRetries = 1 // the receiving loop paces reconnects with the bus's own backoff
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := &redisConn{client: redis.NewClient(opt), channel: channel, cfg: cfg, done: make(chan struct{})}
 	wait := 5 * time.Second // for the subscription's confirmation
 	if dl, ok := ctx.Deadline(); ok {
@@ -65,6 +52,30 @@ func dialRedis(ctx context.Context, u *url.URL, cfg config) (*redisConn, error) 
 		return nil, fmt.Errorf("bus: subscribe to %q at %s: %w", channel, u.Redacted(), err)
 	}
 	return c, nil
+}
+
+// redisOptions reads redis://[user:password@]host:port[/db][?channel=name]
+// into go-redis options and the channel name (default "tidings"); other
+// parameters are go-redis's own.
+func redisOptions(u *url.URL) (*redis.Options, string, error) {
+	q := u.Query()
+	channel := q.Get("channel")
+	if channel == "" {
+		channel = "tidings"
+	}
+	q.Del("channel")
+	rest := *u
+	rest.RawQuery = q.Encode()
+	opt, err := redis.ParseURL(rest.String())
+	if err != nil {
+		return nil, "", fmt.Errorf("bus: %s: %w", u.Redacted(), err)
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DisableIdentity = true
+	opt.MaxRetries = 1    // once, past a pooled connection the server closed; then the event is dropped
+	opt.DialerRetries = 1 // the receiving loop paces reconnects with the bus's own backoff
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return opt, channel, nil
 }
 
 func (c *redisConn) Send(ctx context.Context, msg []byte) error {

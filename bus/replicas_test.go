@@ -7,6 +7,7 @@ import (
 	"tidings/client"
 	"tidings/hub"
 	"tidings/internal/engine"
+	"tidings/internal/testbroker"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -163,10 +164,10 @@ func TestBusOutage(t *testing.T) {
 		v2 := "v2"
 		c.shared.Store(&v2)
 		a.srv.ResourceUpdated("res://shared")
-		waitFor(t, "A to drop the two events it could not send", func() bool { return a.bus.Stats().Dropped == 2 })
+		testbroker.WaitFor(t, "A to drop the two events it could not send", func() bool { return a.bus.Stats().Dropped == 2 })
 		restore()
 		for _, r := range c.reps {
-			waitFor(t, "replica "+r.name+" to reconnect", func() bool {
+			testbroker.WaitFor(t, "replica "+r.name+" to reconnect", func() bool {
 				st := r.bus.Stats()
 				return st.Connected && st.Reconnects == 1
 			})
@@ -178,7 +179,7 @@ func TestBusOutage(t *testing.T) {
 		// And the bus carries changes again.
 		before := b.bus.Stats().Received
 		c.addTool(a, "after")
-		waitFor(t, "B to receive A's next change", func() bool { return b.bus.Stats().Received > before })
+		testbroker.WaitFor(t, "B to receive A's next change", func() bool { return b.bus.Stats().Received > before })
 	})
 }
 

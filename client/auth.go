@@ -27,6 +27,11 @@ import (
 // private answers are its own (see Client.As). Authorize must therefore
 // be cheap and free of visible effects while it holds a usable token.
 //
+// The request timeout (WithTimeout) does not count the time spent in
+// Authorize and Challenge, which may wait for the user: an Authorizer
+// bounds such waits itself (the Flow's AuthorizeTimeout does), and the
+// request's context is passed on to it.
+//
 // Only HTTP requests carry credentials: clients made by NewCommand or New
 // do not use an Authorizer. An Authorizer is called concurrently.
 type Authorizer interface {

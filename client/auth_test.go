@@ -539,7 +539,7 @@ func TestWhatNetHTTPTellsOfTheSentRequest(t *testing.T) {
 // it fetches its own.
 func TestFlightAnsweredUnderOtherCredentials(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCache(0, time.Now, false, time.Minute)
+		c := newCache(0, time.Now, false)
 		alice := contextOf([]string{"Bearer alice-token"})
 		get := func(out chan<- any, res fetched, release <-chan struct{}) {
 			v, err := c.get(t.Context(), "k", topicResource+"r", anonymousAuth, func(context.Context) (fetched, error) {

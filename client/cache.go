@@ -97,6 +97,11 @@ type flight struct {
 	// the flight was shared in: only the caller whose fetch it was may
 	// have it.
 	foreign bool
+	// waiters counts the callers waiting for the flight, and cancel ends
+	// its fetch, once the last of them has given up (both under the
+	// cache's lock).
+	waiters int
+	cancel  context.CancelFunc
 }
 
 // fetched is what a fetch function learns from the server.
@@ -136,25 +141,24 @@ type fetched struct {
 // filed under credentials that were seen on the wire, and a caller that
 // joined a fetch answered under other credentials fetches its own.
 type cache struct {
-	mu        sync.Mutex
-	entries   map[string]*cached
-	lru       *list.List
-	max       int
-	gens      map[string]uint64
-	flights   map[string]*flight
-	now       func() time.Time
-	stale     bool // serve stale entries when a refresh fails
-	fetchWait time.Duration
+	mu      sync.Mutex
+	entries map[string]*cached
+	lru     *list.List
+	max     int
+	gens    map[string]uint64
+	flights map[string]*flight
+	now     func() time.Time
+	stale   bool // serve stale entries when a refresh fails
 }
 
-func newCache(max int, now func() time.Time, serveStale bool, timeout time.Duration) *cache {
+func newCache(max int, now func() time.Time, serveStale bool) *cache {
 	if max <= 0 {
 		max = 1024
 	}
 	return &cache{
 		entries: map[string]*cached{}, lru: list.New(), max: max,
 		gens: map[string]uint64{}, flights: map[string]*flight{},
-		now: now, stale: serveStale, fetchWait: timeout,
+		now: now, stale: serveStale,
 	}
 }
 
@@ -193,13 +197,16 @@ func (c *cache) get(ctx context.Context, key, topic string, authCtx authContext,
 		f := c.flights[fkey]
 		mine := false
 		if gen := c.gens[topic]; f == nil || f.gen != gen || authCtx == unknownAuth {
-			f, mine = &flight{done: make(chan struct{}), gen: gen}, true
+			fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			f, mine = &flight{done: make(chan struct{}), gen: gen, cancel: cancel}, true
 			if authCtx != unknownAuth {
 				c.flights[fkey] = f
 			}
+			f.waiters++
 			c.mu.Unlock()
-			go c.run(ctx, key, fkey, topic, authCtx, gen, f, fn)
+			go c.run(fctx, key, fkey, topic, authCtx, gen, f, fn)
 		} else {
+			f.waiters++
 			c.mu.Unlock()
 		}
 		select {
@@ -212,9 +219,26 @@ func (c *cache) get(ctx context.Context, key, topic string, authCtx authContext,
 			}
 			return f.value, f.err
 		case <-ctx.Done():
+			c.leave(fkey, f)
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// leave is a caller giving up on flight f. The last one to leave ends
+// its fetch, which nobody waits for any more, and takes it out of the
+// flights so that no later caller joins it.
+func (c *cache) leave(fkey string, f *flight) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f.waiters--
+	if f.waiters > 0 {
+		return
+	}
+	if c.flights[fkey] == f {
+		delete(c.flights, fkey)
+	}
+	f.cancel()
 }
 
 // cachedAs is get for answers of type T: the one place where a stored
@@ -248,15 +272,14 @@ func as[T any](key string, v any) (T, error) {
 	return t, nil
 }
 
-// run performs one shared fetch. It is detached from the first caller's
-// cancellation so that one impatient caller does not fail the others, but
-// bounded by the request timeout.
-func (c *cache) run(ctx context.Context, key, fkey, topic string, authCtx authContext, gen uint64, f *flight, fn func(context.Context) (fetched, error)) {
-	fctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
-	if c.fetchWait > 0 { // WithTimeout(0) means no timeout, as for requests
-		fctx, cancel = context.WithTimeout(fctx, c.fetchWait)
-	}
-	defer cancel()
+// run performs one shared fetch. Its context keeps the first caller's
+// values, not its cancellation, so that one impatient caller does not
+// fail the others: the fetch ends when the last of its callers gives up
+// (see leave), and each of its requests is bounded by the request
+// timeout. No fixed deadline bounds it as a whole: the time an
+// Authorizer waits for a sign-in is not the server's to account for.
+func (c *cache) run(fctx context.Context, key, fkey, topic string, authCtx authContext, gen uint64, f *flight, fn func(context.Context) (fetched, error)) {
+	defer f.cancel()
 	res, err := fn(fctx)
 	received := c.now() // the answer's receipt time, not whenever the lock is free
 	c.mu.Lock()

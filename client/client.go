@@ -94,7 +94,11 @@ func WithRoots(h RootsHandler) Option { return func(c *config) { c.roots = h } }
 func WithMaxRounds(n int) Option { return func(c *config) { c.maxRounds = n } }
 
 // WithTimeout sets the per-request timeout (default 60s). Listens are
-// exempt; they are bounded by keep-alives instead.
+// exempt; they are bounded by keep-alives instead. Over HTTP it bounds
+// each exchange with the server, and the time an Authorizer takes to
+// set credentials or answer a refusal (a sign-in in the browser) is not
+// counted: the Authorizer bounds its own waits, and the caller's context
+// bounds everything.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // WithCacheSize bounds the number of cached answers (default 1024).
@@ -198,7 +202,7 @@ func newConfig(opts []Option) config {
 func newClient(t transport, cfg config, life *lifetime) *Client {
 	return &Client{
 		t: t, cfg: cfg, version: mcp.Version, ids: new(atomic.Int64), era: &eraState{}, life: life,
-		cache: newCache(cfg.cacheSize, cfg.now, cfg.serveStale, cfg.timeout),
+		cache: newCache(cfg.cacheSize, cfg.now, cfg.serveStale),
 	}
 }
 
@@ -431,11 +435,8 @@ func (c *Client) doEra(ctx context.Context, method string, params map[string]any
 
 // doModern sends one 2026-07-28 request.
 func (c *Client) doModern(ctx context.Context, method string, params map[string]any, o callOpts) (jsontext.Value, error) {
-	if !o.noLimit && c.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
-		defer cancel()
-	}
+	ctx, perExchange, cancel := c.limit(ctx, o.noLimit)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		id := c.nextID()
 		token := ""
@@ -446,7 +447,7 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		if err != nil {
 			return nil, err
 		}
-		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), token: token}
+		req := &outbound{id: id, method: method, body: body, version: c.currentVersion(), token: token, timeout: perExchange}
 		if _, overHTTP := c.t.(*httpTransport); overHTTP {
 			req.header = modernHeader(method, o)
 		}
@@ -492,6 +493,23 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		}
 		return resp.Result, nil
 	}
+}
+
+// limit applies the request timeout to one request (none to a listen,
+// noLimit, or with WithTimeout(0)). Over HTTP the transport applies it,
+// to each exchange once the Authorizer has set its credentials, so that
+// the time an Authorizer waits (for a sign-in in the browser) is not
+// counted: it is returned as perExchange, for the request's outbound.
+// Other transports carry no credentials, and the deadline goes on ctx.
+func (c *Client) limit(ctx context.Context, noLimit bool) (_ context.Context, perExchange time.Duration, cancel context.CancelFunc) {
+	if noLimit || c.cfg.timeout <= 0 {
+		return ctx, 0, func() {}
+	}
+	if _, overHTTP := c.t.(*httpTransport); overHTTP {
+		return ctx, c.cfg.timeout, func() {}
+	}
+	ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
+	return ctx, 0, cancel
 }
 
 // modernHeader lists the header fields a 2026-07-28 request carries over

@@ -175,11 +175,8 @@ func isRefusal(status int) bool {
 
 // initialize performs the 2025-11-25 handshake.
 func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
-	if c.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
-		defer cancel()
-	}
+	ctx, perExchange, cancel := c.limit(ctx, false)
+	defer cancel()
 	params, err := json.Marshal(map[string]any{
 		"protocolVersion": mcp.LegacyVersion,
 		"capabilities":    c.Capabilities(),
@@ -189,7 +186,7 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 		return nil, err
 	}
 	id := c.nextID()
-	req := &outbound{id: id, method: mcp.MethodInitialize, body: jsonrpc.AppendRequest(nil, id, mcp.MethodInitialize, params)}
+	req := &outbound{id: id, method: mcp.MethodInitialize, body: jsonrpc.AppendRequest(nil, id, mcp.MethodInitialize, params), timeout: perExchange}
 	resp, err := c.t.roundTrip(ctx, req, nil)
 	if err != nil {
 		return nil, err
@@ -211,7 +208,7 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 	if ls.version == "" {
 		ls.version = mcp.LegacyVersion
 	}
-	note := &outbound{method: mcp.NotifyInitialized, body: jsonrpc.AppendNotification(nil, mcp.NotifyInitialized, nil)}
+	note := &outbound{method: mcp.NotifyInitialized, body: jsonrpc.AppendNotification(nil, mcp.NotifyInitialized, nil), timeout: perExchange}
 	if err := ls.over(c).send(ctx, note); err != nil {
 		return nil, fmt.Errorf("notifications/initialized: %w", err)
 	}
@@ -265,11 +262,8 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 	if method == mcp.MethodListen || method == mcp.MethodDiscover {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: method + " does not exist in " + mcp.LegacyVersion}
 	}
-	if !o.noLimit && c.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
-		defer cancel()
-	}
+	ctx, perExchange, cancel := c.limit(ctx, o.noLimit)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		id := c.nextID()
 		p := make(map[string]any, len(params)+1)
@@ -285,7 +279,7 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 		if err != nil {
 			return nil, fmt.Errorf("client: %s params: %w", method, err)
 		}
-		req := &outbound{id: id, method: method, body: jsonrpc.AppendRequest(nil, id, method, pb), token: token}
+		req := &outbound{id: id, method: method, body: jsonrpc.AppendRequest(nil, id, method, pb), token: token, timeout: perExchange}
 		onMsg := func(m *jsonrpc.Message) {
 			switch {
 			case m.IsRequest():

@@ -67,7 +67,7 @@ func TestCacheHintsDefaultPrivate(t *testing.T) {
 // yet) in flight when the listen drops lands unknown, never fresh.
 func TestMarkUnknownCoversFirstFetch(t *testing.T) {
 	clock := newFakeClock()
-	c := newCache(0, clock.Now, false, 0)
+	c := newCache(0, clock.Now, false)
 	started, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {

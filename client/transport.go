@@ -60,6 +60,10 @@ type outbound struct {
 	// idle, for long-lived streams, cuts the stream when nothing at all
 	// (not even a keep-alive) arrives for that long.
 	idle time.Duration
+	// timeout, when set, bounds each HTTP exchange of the request, from
+	// the moment its credentials are ready until its response is read:
+	// the client's request timeout over HTTP (see Client.limit).
+	timeout time.Duration
 }
 
 // headerField is one HTTP header field of a request.
@@ -109,11 +113,19 @@ type exchange struct {
 	body   []byte // nil for none
 	// header sets the request's own header fields, over the client's.
 	header func(http.Header)
+	// timeout, when set, bounds each try from the moment the Authorizer
+	// has set its credentials until its response body is closed; the
+	// time the Authorizer takes is not counted.
+	timeout time.Duration
 }
 
 // reply is the answer to an exchange. Its body is the caller's to close.
 type reply struct {
 	*http.Response
+	// ctx is the context the request went out under: the caller's, or
+	// one bounded by the exchange's timeout, which ends when the body is
+	// closed.
+	ctx context.Context
 	// as is whose credentials the request that got the answer carried.
 	as authContext
 	// creds are the Authorization values the client sent, kept out of
@@ -133,22 +145,34 @@ func (r *reply) httpError(body []byte) *HTTPError {
 // when it has new credentials the request is built afresh and sent
 // again, at most maxAuthRetries times; a refusal that stands is returned
 // as an *HTTPError.
+//
+// The exchange's timeout starts anew on each try once the Authorizer
+// has set the credentials, so a sign-in that keeps the user at the
+// browser for minutes does not use up a request timeout meant for the
+// server; ctx, the caller's, bounds everything.
 func (t *httpTransport) do(ctx context.Context, x exchange) (*reply, error) {
 	for retry := 0; ; retry++ {
 		req, creds, err := t.prepare(ctx, x)
 		if err != nil {
 			return nil, err
 		}
-		resp, err := t.hc.Do(req)
+		sctx, cancel := ctx, context.CancelFunc(func() {})
+		if x.timeout > 0 {
+			sctx, cancel = context.WithTimeout(ctx, x.timeout)
+		}
+		sent := req.WithContext(sctx)
+		resp, err := t.hc.Do(sent)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+			cancel()
+			if sctx.Err() != nil {
+				return nil, sctx.Err()
 			}
 			return nil, fmt.Errorf("client: %s: %w", x.what, err)
 		}
-		r := &reply{Response: resp, creds: creds}
+		resp.Body = cancelBody{ReadCloser: resp.Body, cancel: cancel}
+		r := &reply{Response: resp, ctx: sctx, creds: creds}
 		if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
-			r.as = t.answeredAs(req, resp, creds)
+			r.as = t.answeredAs(sent, resp, creds)
 			return r, nil
 		}
 		// Free the connection before the Authorizer, which may take long;
@@ -176,6 +200,19 @@ func (t *httpTransport) do(ctx context.Context, x exchange) (*reply, error) {
 		}
 		t.logger.Debug("mcp: the server refused the request; sending it again with new credentials", "request", x.what, "status", resp.StatusCode, "retry", retry+1)
 	}
+}
+
+// cancelBody is a response body that ends its exchange's context when
+// it is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // prepare builds one try of an exchange and returns it with the
@@ -327,7 +364,7 @@ type readFunc func([]byte) (int, error)
 func (f readFunc) Read(p []byte) (int, error) { return f(p) }
 
 func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
-	rep, err := t.do(ctx, exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }})
+	rep, err := t.do(ctx, exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }, timeout: r.timeout})
 	if err != nil {
 		if he, ok := errors.AsType[*HTTPError](err); ok {
 			r.statusOut = he.Status
@@ -344,8 +381,8 @@ func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonr
 		for {
 			ev, err := rd.Next()
 			if err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
+				if rep.ctx.Err() != nil {
+					return nil, rep.ctx.Err()
 				}
 				return nil, fmt.Errorf("%w (%s: %v)", ErrDropped, r.method, err)
 			}
@@ -363,6 +400,9 @@ func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonr
 	case "application/json":
 		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(t.maxMsg)+1))
 		if err != nil {
+			if rep.ctx.Err() != nil {
+				return nil, rep.ctx.Err()
+			}
 			return nil, fmt.Errorf("%w (%s: %v)", ErrDropped, r.method, err)
 		}
 		if len(body) > t.maxMsg {
@@ -398,7 +438,7 @@ func setHeaders(h http.Header, r *outbound) {
 }
 
 func (t *httpTransport) send(ctx context.Context, r *outbound) error {
-	rep, err := t.do(ctx, exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }})
+	rep, err := t.do(ctx, exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }, timeout: r.timeout})
 	if err != nil {
 		return err
 	}

@@ -15,14 +15,26 @@ import (
 // changes, every listener here is told everything it follows. Local
 // listeners never wait on b. The server owns b from then on: Shutdown
 // closes it. One bus serves one server.
+//
+// A deployment of several replicas needs three things besides the bus:
+// the same items registered in code on every replica (the bus says what
+// changed, each replica answers from its own registries); the same
+// WithSecret key on every replica, or a cursor or requestState issued by
+// one is refused by the others; and, for what is switched on and off at
+// run time (DisableTool and the like), WithSharedState on the same
+// broker, or a switch reaches only the replica it was made on while the
+// others are told a list changed that, for them, did not.
 func WithBus(b bus.Bus) Option { return func(c *config) { c.bus = b } }
 
 // joinBus forwards the hub's local events to b and hands b's to the hub.
 func (s *Server) joinBus(b bus.Bus) {
-	s.hub.SetObserver(func(e hub.Event) {
-		b.Publish(bus.Event{Kinds: e.Kinds, URI: e.URI, Audience: e.Audience, Keys: e.Keys, Space: e.Space})
-	})
+	s.hub.SetObserver(func(e hub.Event) { b.Publish(toBusEvent(e)) })
 	b.Handle((*busHandler)(s))
+}
+
+// toBusEvent is e as it travels to the other replicas.
+func toBusEvent(e hub.Event) bus.Event {
+	return bus.Event{Kinds: e.Kinds, URI: e.URI, Audience: e.Audience, Keys: e.Keys, Space: e.Space}
 }
 
 // busHandler is the Server as its bus sees it.
@@ -37,7 +49,7 @@ func (h *busHandler) Deliver(e bus.Event) {
 		if l < 0 || l >= numLists {
 			// A kind of item this server does not know: it cannot tell
 			// who may see the change, so it tells everyone everything.
-			s.hub.MarkAllDirty()
+			h.Resync()
 			return
 		}
 		keys := e.Keys
@@ -50,9 +62,21 @@ func (h *busHandler) Deliver(e bus.Event) {
 			return false
 		}
 	}
+	if s.shared != nil {
+		s.shared.remote(he) // told once the shared state is loaded
+		return
+	}
 	s.hub.PublishRemote(he)
 }
 
 // Resync tells every listener here that everything it follows may have
-// changed: the bus may have lost events.
-func (h *busHandler) Resync() { (*Server)(h).hub.MarkAllDirty() }
+// changed: the bus may have lost events. With shared state, the state is
+// loaded first.
+func (h *busHandler) Resync() {
+	s := (*Server)(h)
+	if s.shared != nil {
+		s.shared.resyncAll()
+		return
+	}
+	s.hub.MarkAllDirty()
+}

@@ -21,6 +21,14 @@ func (s *Server) Shutdown(ctx context.Context) (err error) {
 			}
 		}()
 	}
+	if sh := s.shared; sh != nil {
+		// Before the bus closes: the last writes publish on it.
+		defer func() {
+			if cerr := sh.close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
 	s.hub.Shutdown()
 	idle := s.writers.close()
 	for _, ch := range []<-chan struct{}{s.hub.Drained(), idle} {

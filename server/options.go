@@ -23,6 +23,7 @@ type config struct {
 	middleware   []Middleware
 	observer     StreamObserver
 	bus          bus.Bus
+	state        bus.State
 }
 
 type capsOverride struct {
@@ -47,11 +48,21 @@ func WithPageSize(n int) Option {
 // minSecretLen is the shortest secret New accepts without a warning.
 const minSecretLen = 32
 
-// WithSecret sets the key that protects cursors and request state. Give
-// every replica behind a balancer the same key (at least 32 random bytes)
-// so that tokens issued by one are accepted by the others. Without it a
-// random key is drawn at start. New logs a warning for a key shorter
-// than 32 bytes, which would make the tokens easier to forge.
+// WithSecret sets the key that seals what the server hands clients to
+// bring back: list cursors (signed) and MRTR requestState (encrypted and
+// signed), each bound to its list or call and to the principal.
+//
+// Replicas. A client behind a balancer brings a token back to whichever
+// replica the balancer picks, so every replica must be given the same key
+// (at least 32 random bytes, from a secret store; rotate it by restarting
+// every replica with the new one, which invalidates outstanding tokens).
+// Without WithSecret each replica draws a random key when it starts, and
+// a token issued by another replica — or by this one before a restart —
+// is refused as invalid (-32602): a client walking a list starts over,
+// and a multi-round call fails. That is right for a single replica and
+// wrong for several; the bus does not carry keys. New logs a warning for
+// a key shorter than 32 bytes, which would make the tokens easier to
+// forge.
 func WithSecret(key []byte) Option {
 	return func(c *config) { c.secret = append([]byte(nil), key...) }
 }

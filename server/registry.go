@@ -47,10 +47,22 @@ type registry[T any] struct {
 	// space is the List whose visibility sees asks about; it travels
 	// with the keys of a change so that another replica can ask its own.
 	space List
+	// state, with shared state (WithSharedState), is whether each key the
+	// shared state names is on: an entry put under a key it turns off
+	// starts disabled. Keys it does not name are on. Guarded by mu.
+	state map[string]bool
 }
 
-// changed tells the hub that the items keyed keys changed.
-func (r *registry[T]) changed(keys []string) {
+// changed tells the hub, and through it the other replicas, that the
+// items keyed keys changed.
+func (r *registry[T]) changed(keys []string) { r.hub.Publish(r.event(keys)) }
+
+// notifyLocal tells this replica's listeners only that the items keyed
+// keys changed: the other replicas hear of it otherwise, or already have.
+func (r *registry[T]) notifyLocal(keys []string) { r.hub.PublishRemote(r.event(keys)) }
+
+// event is the change of the items keyed keys (nil for unknown keys).
+func (r *registry[T]) event(keys []string) hub.Event {
 	e := hub.Event{Kinds: hub.Of(r.list)}
 	if r.sees != nil {
 		if keys == nil {
@@ -66,7 +78,7 @@ func (r *registry[T]) changed(keys []string) {
 			return false
 		}
 	}
-	r.hub.Publish(e)
+	return e
 }
 
 func newRegistry[T any](h *hub.Hub, list mcp.List) *registry[T] {
@@ -74,6 +86,10 @@ func newRegistry[T any](h *hub.Hub, list mcp.List) *registry[T] {
 	r.snap.Store(&snapshot[T]{})
 	return r
 }
+
+// initState makes the registry follow shared state; New calls it before
+// anything is registered.
+func (r *registry[T]) initState() { r.state = make(map[string]bool) }
 
 func (r *registry[T]) load() *snapshot[T] { return r.snap.Load() }
 
@@ -95,7 +111,24 @@ func (r *registry[T]) put(es ...*entry[T]) {
 	}
 	slices.SortFunc(added, byKey[T])
 	added = slices.CompactFunc(added, func(a, b *entry[T]) bool { return a.key == b.key })
-	r.replaceLocked(added, nil)
+	shown, hidden := added, map[string]bool(nil)
+	if r.state != nil {
+		// What the shared state switched off stays off, however often the
+		// item is registered again.
+		shown = make([]*entry[T], 0, len(added))
+		for _, e := range added {
+			if on, ok := r.state[e.key]; ok && !on {
+				e.disabled = true
+				if hidden == nil {
+					hidden = make(map[string]bool)
+				}
+				hidden[e.key] = true
+				continue
+			}
+			shown = append(shown, e)
+		}
+	}
+	r.replaceLocked(shown, hidden)
 	r.mu.Unlock()
 	r.used.Store(true)
 	if r.sees == nil {
@@ -130,26 +163,99 @@ func (r *registry[T]) remove(keys ...string) int {
 	return n
 }
 
-// setEnabled shows or hides an entry without forgetting it.
+// setEnabled shows or hides an entry without forgetting it, and tells
+// the hub (and through it the other replicas) if that changed anything.
 func (r *registry[T]) setEnabled(key string, on bool) bool {
-	r.mu.Lock()
-	e, ok := r.all[key]
-	changed := ok && e.disabled == on
-	if changed {
-		cp := *e
-		cp.disabled = !on
-		r.all[key] = &cp
-		if on {
-			r.replaceLocked([]*entry[T]{&cp}, nil)
-		} else {
-			r.replaceLocked(nil, map[string]bool{key: true})
-		}
-	}
-	r.mu.Unlock()
+	ok, changed := r.switchLocal(key, on)
 	if changed {
 		r.changed([]string{key})
 	}
 	return ok
+}
+
+// switchLocal shows or hides an entry, telling no one: it reports whether
+// the key is registered and whether its entry changed. With shared state
+// it also notes on as the key's state.
+func (r *registry[T]) switchLocal(key string, on bool) (registered, changed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.all[key]
+	if !ok {
+		return false, false
+	}
+	if r.state != nil {
+		r.state[key] = on
+	}
+	if e.disabled != on {
+		return true, false
+	}
+	cp := r.flipLocked(e)
+	if on {
+		r.replaceLocked([]*entry[T]{cp}, nil)
+	} else {
+		r.replaceLocked(nil, map[string]bool{key: true})
+	}
+	return true, true
+}
+
+// flipLocked replaces e with a copy whose disabled flag is turned over
+// (snapshots share entries, so an entry is never changed in place).
+func (r *registry[T]) flipLocked(e *entry[T]) *entry[T] {
+	cp := *e
+	cp.disabled = !cp.disabled
+	r.all[e.key] = &cp
+	return &cp
+}
+
+// applyState makes state (key → on, for keys of this registry) the
+// shared state and shows or hides the entries it changes, in one new
+// snapshot, telling no one: it returns the keys of the entries that
+// changed. A key state does not name is on, including one it named
+// before; a key no entry has is kept for an entry put later.
+func (r *registry[T]) applyState(state map[string]bool) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.state
+	r.state = state
+	var shown []*entry[T]
+	var hidden map[string]bool
+	var keys []string
+	check := func(key string) {
+		e, ok := r.all[key]
+		if !ok {
+			return
+		}
+		on, named := state[key]
+		if !named {
+			on = true
+		}
+		if e.disabled != on {
+			return
+		}
+		keys = append(keys, key)
+		cp := r.flipLocked(e)
+		if on {
+			shown = append(shown, cp)
+			return
+		}
+		if hidden == nil {
+			hidden = make(map[string]bool)
+		}
+		hidden[key] = true
+	}
+	for key := range state {
+		check(key)
+	}
+	for key := range old {
+		if _, named := state[key]; !named {
+			check(key)
+		}
+	}
+	if len(keys) > 0 {
+		slices.SortFunc(shown, byKey[T])
+		r.replaceLocked(shown, hidden)
+	}
+	return keys
 }
 
 func byKey[T any](a, b *entry[T]) int { return strings.Compare(a.key, b.key) }

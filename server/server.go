@@ -99,6 +99,9 @@ type Server struct {
 	resources *registry[*resource]
 	templates *registry[*template]
 
+	// shared runs the shared state (WithSharedState); nil without.
+	shared *sharedState
+
 	completeMu sync.RWMutex
 	complete   CompleteHandler
 
@@ -160,6 +163,12 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		s.templates.sees = func(p, k string) bool { return v(p, ListTemplates, k) }
 	}
 	s.tools.space, s.prompts.space, s.resources.space, s.templates.space = ListTools, ListPrompts, ListResources, ListTemplates
+	if cfg.state != nil {
+		for _, r := range []interface{ initState() }{s.tools, s.prompts, s.resources} {
+			r.initState()
+		}
+		s.shared = newSharedState(s, cfg.state)
+	}
 	if cfg.bus != nil {
 		s.joinBus(cfg.bus)
 	}
@@ -237,13 +246,15 @@ func (s *Server) AddTool(t mcp.Tool, h ToolHandler, opts ...ItemOption) error {
 func (s *Server) RemoveTools(names ...string) int { return s.tools.remove(names...) }
 
 // EnableTool shows a tool hidden by DisableTool again. It reports whether
-// the tool is registered.
-func (s *Server) EnableTool(name string) bool { return s.tools.setEnabled(name, true) }
+// the tool is registered. With shared state it switches the tool on every
+// replica (see WithSharedState; SetEnabled waits for the store).
+func (s *Server) EnableTool(name string) bool { return s.switchItem(ListTools, name, true) }
 
 // DisableTool hides a registered tool without forgetting it: a disabled
 // tool is neither listed nor callable, and listeners are told the list
-// changed. It reports whether the tool is registered.
-func (s *Server) DisableTool(name string) bool { return s.tools.setEnabled(name, false) }
+// changed. It reports whether the tool is registered. With shared state
+// it hides the tool on every replica.
+func (s *Server) DisableTool(name string) bool { return s.switchItem(ListTools, name, false) }
 
 // ---- prompts ----
 
@@ -279,11 +290,11 @@ func (s *Server) RemovePrompts(names ...string) int { return s.prompts.remove(na
 
 // EnablePrompt shows a prompt hidden by DisablePrompt again. It reports
 // whether the prompt is registered.
-func (s *Server) EnablePrompt(name string) bool { return s.prompts.setEnabled(name, true) }
+func (s *Server) EnablePrompt(name string) bool { return s.switchItem(ListPrompts, name, true) }
 
 // DisablePrompt hides a registered prompt without forgetting it, as
 // DisableTool does for tools.
-func (s *Server) DisablePrompt(name string) bool { return s.prompts.setEnabled(name, false) }
+func (s *Server) DisablePrompt(name string) bool { return s.switchItem(ListPrompts, name, false) }
 
 // ---- resources ----
 

@@ -1,7 +1,8 @@
 // Package bustest breaks a bus on purpose, for tests that it still loses
 // nothing in the end: Faulty wraps a bus.Conn and drops, repeats or
 // reorders the messages sent through it, or cuts it off as a broker
-// outage would.
+// outage would; FaultyState wraps a bus.State and cuts it off or holds
+// its loads up.
 package bustest
 
 import (
@@ -191,3 +192,99 @@ func IsChange(msg []byte) bool {
 	}
 	return json.Unmarshal(msg, &m) == nil && m.Type == "change"
 }
+
+// FaultyState is a bus.State that a test can cut off from its store, as
+// a broker outage would, and whose loads a test can hold up, as a slow
+// store would.
+type FaultyState struct {
+	inner bus.State
+
+	mu         sync.Mutex
+	cut        bool
+	readOnly   bool
+	beforeLoad func()
+	loads      int
+	sets       int
+}
+
+// WrapState returns st with no faults arranged.
+func WrapState(st bus.State) *FaultyState { return &FaultyState{inner: st} }
+
+// Cut makes every Load and Set fail with ErrCut until Restore.
+func (f *FaultyState) Cut() {
+	f.mu.Lock()
+	f.cut = true
+	f.mu.Unlock()
+}
+
+// ReadOnly makes every Set fail with ErrCut, and loads go on, as with a
+// store that refuses writes (a read-only replica, a full bucket), until
+// Restore.
+func (f *FaultyState) ReadOnly() {
+	f.mu.Lock()
+	f.readOnly = true
+	f.mu.Unlock()
+}
+
+// Restore ends a Cut or ReadOnly.
+func (f *FaultyState) Restore() {
+	f.mu.Lock()
+	f.cut, f.readOnly = false, false
+	f.mu.Unlock()
+}
+
+// BeforeLoad sets a function each Load calls before it reads the store
+// (nil for none): a test holds a load up there, to see what happens
+// meanwhile.
+func (f *FaultyState) BeforeLoad(fn func()) {
+	f.mu.Lock()
+	f.beforeLoad = fn
+	f.mu.Unlock()
+}
+
+// Loads and Sets count the calls made so far, failed ones included.
+func (f *FaultyState) Loads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.loads
+}
+
+// Sets counts the Set calls made so far.
+func (f *FaultyState) Sets() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sets
+}
+
+// Load calls the BeforeLoad function, then loads unless cut off.
+func (f *FaultyState) Load(ctx context.Context) (map[string]bool, error) {
+	f.mu.Lock()
+	f.loads++
+	fn := f.beforeLoad
+	f.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	f.mu.Lock()
+	cut := f.cut
+	f.mu.Unlock()
+	if cut {
+		return nil, ErrCut
+	}
+	return f.inner.Load(ctx)
+}
+
+// Set sets unless cut off.
+func (f *FaultyState) Set(ctx context.Context, key string, on bool) error {
+	f.mu.Lock()
+	f.sets++
+	cut := f.cut || f.readOnly
+	f.mu.Unlock()
+	if cut {
+		return ErrCut
+	}
+	return f.inner.Set(ctx, key, on)
+}
+
+// Close closes the wrapped state.
+func (f *FaultyState) Close() error { return f.inner.Close() }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 
@@ -27,7 +28,7 @@ const defaultRedirect = "127.0.0.1:33418"
 func (f *clientFlags) check(cmd *cobra.Command, t target) error {
 	f.redirectGiven = cmd.Flags().Changed("oauth-redirect")
 	if !f.oauth {
-		for _, name := range []string{"oauth-redirect", "oauth-store"} {
+		for _, name := range []string{"oauth-redirect", "oauth-store", "oauth-client-id", "oauth-client-issuer", "oauth-client-secret-file"} {
 			if cmd.Flags().Changed(name) {
 				return fmt.Errorf("--%s is for --oauth, which is not given", name)
 			}
@@ -42,14 +43,45 @@ func (f *clientFlags) check(cmd *cobra.Command, t target) error {
 			return errors.New("--oauth and an Authorization header (-H) both authorize the requests; pass one of them")
 		}
 	}
+	switch {
+	case f.clientID == "" && f.clientIssuer != "":
+		return errors.New("--oauth-client-issuer names the authorization server of --oauth-client-id, which is not given")
+	case f.clientID == "" && f.clientSecretFile != "":
+		return errors.New("--oauth-client-secret-file is the secret of --oauth-client-id, which is not given")
+	case f.clientID != "" && f.clientIssuer == "":
+		return errors.New("--oauth-client-id needs --oauth-client-issuer, the authorization server the client is registered with: its credentials go to no other")
+	}
 	return nil
 }
 
+// readSecret reads a client secret from path: the file's content
+// without surrounding white space. The secret itself is never part of
+// an error.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--oauth-client-secret-file: %w", err)
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("--oauth-client-secret-file: %s is empty", path)
+	}
+	return secret, nil
+}
+
 // authorizer is what --oauth adds to a client: the option that makes it
-// authorize its requests, and the loopback listener to close with it.
+// authorize its requests, and the flow and loopback listener to close
+// with it.
 type authorizer struct {
 	opt      client.Option
+	flow     *oauth.Flow
 	loopback *oauth.Loopback
+}
+
+// close ends a sign-in still in progress and frees the redirect's port.
+func (a *authorizer) close() {
+	a.flow.Close()
+	a.loopback.Close()
 }
 
 // newAuthorizer sets up --oauth: the browser's redirect is received on
@@ -66,6 +98,14 @@ func newAuthorizer(f clientFlags, prompt io.Writer, logger *slog.Logger, share *
 		}
 		storePath = p
 	}
+	var secret string
+	if f.clientSecretFile != "" {
+		s, err := readSecret(f.clientSecretFile)
+		if err != nil {
+			return nil, err
+		}
+		secret = s
+	}
 	lb, err := listenRedirect(f.oauthRedirect, f.redirectGiven, prompt)
 	if err != nil {
 		return nil, err
@@ -74,18 +114,24 @@ func newAuthorizer(f clientFlags, prompt io.Writer, logger *slog.Logger, share *
 	if share != nil {
 		ia = sharedTerm{Interaction: lb, share: share}
 	}
+	// The HTTP client's timeout bounds each of the flow's own requests
+	// (metadata, registration, tokens), not the sign-in: the wait for the
+	// browser is bounded by the flow's AuthorizeTimeout.
 	flow, err := oauth.New(oauth.Config{
-		HTTPClient:  &http.Client{Timeout: f.timeout},
-		Interaction: ia,
-		Store:       oauth.NewFileStore(storePath),
-		ClientName:  "tidings",
-		Logger:      logger,
+		HTTPClient:   &http.Client{Timeout: f.timeout},
+		Interaction:  ia,
+		Store:        oauth.NewFileStore(storePath),
+		ClientName:   "tidings",
+		ClientID:     f.clientID,
+		ClientSecret: secret,
+		ClientIssuer: f.clientIssuer,
+		Logger:       logger,
 	})
 	if err != nil {
 		lb.Close()
 		return nil, fmt.Errorf("--oauth: %w", err)
 	}
-	return &authorizer{opt: client.WithAuthorizer(flow), loopback: lb}, nil
+	return &authorizer{opt: client.WithAuthorizer(flow), flow: flow, loopback: lb}, nil
 }
 
 // listenRedirect binds the loopback listener for the browser's redirect
@@ -183,6 +229,11 @@ func (s *termShare) borrow(ctx context.Context) (giveBack func(), err error) {
 			select {
 			case <-l.given:
 			case <-done: // the view ended instead: the terminal is free
+			case <-ctx.Done():
+				// The sign-in ended (the command stops) while the view
+				// left the screen: it gets the screen straight back.
+				close(l.back)
+				return nil, ctx.Err()
 			}
 			return func() { close(l.back) }, nil
 		case <-done:

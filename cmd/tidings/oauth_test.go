@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,6 +41,16 @@ func TestOAuthFlagsRefused(t *testing.T) {
 		{[]string{"call", "--oauth", "-H", "authorization: Bearer x", "http://127.0.0.1:1/mcp", "tools"}, "Authorization header"},
 		{[]string{"call", "--oauth", "--oauth-store", store, "--oauth-redirect", "0.0.0.0:0", "http://127.0.0.1:1/mcp", "tools"}, "--oauth-redirect"},
 		{[]string{"call", "--oauth", "--oauth-store", store, "--oauth-redirect", "localhost:0", "http://127.0.0.1:1/mcp", "tools"}, "loopback IP"},
+		{[]string{"call", "--oauth-client-id", "app", "http://127.0.0.1:1/mcp", "tools"}, "--oauth-client-id is for --oauth"},
+		{[]string{"watch", "--oauth-client-issuer", "http://127.0.0.1:2", "http://127.0.0.1:1/mcp"}, "--oauth-client-issuer is for --oauth"},
+		{[]string{"call", "--oauth-client-secret-file", store, "http://127.0.0.1:1/mcp", "tools"}, "--oauth-client-secret-file is for --oauth"},
+		{[]string{"call", "--oauth", "--oauth-client-id", "app", "http://127.0.0.1:1/mcp", "tools"}, "needs --oauth-client-issuer"},
+		{[]string{"call", "--oauth", "--oauth-client-issuer", "http://127.0.0.1:2", "http://127.0.0.1:1/mcp", "tools"}, "--oauth-client-id, which is not given"},
+		{[]string{"watch", "--oauth", "--oauth-client-secret-file", store, "http://127.0.0.1:1/mcp"}, "--oauth-client-id, which is not given"},
+		{[]string{"call", "--oauth", "--oauth-store", store, "--oauth-redirect", "127.0.0.1:0", "--oauth-client-id", "app", "--oauth-client-issuer", "https://as.example",
+			"--oauth-client-secret-file", filepath.Join(t.TempDir(), "missing"), "http://127.0.0.1:1/mcp", "tools"}, "--oauth-client-secret-file"},
+		{[]string{"call", "--oauth", "--oauth-store", store, "--oauth-redirect", "127.0.0.1:0", "--oauth-client-id", "app", "--oauth-client-issuer", "http://as.example",
+			"http://127.0.0.1:1/mcp", "tools"}, "ClientIssuer"},
 	} {
 		_, err := runCmd(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -53,7 +64,7 @@ func TestOAuthFlagDefaults(t *testing.T) {
 	if f := cmd.Flags().Lookup("oauth-redirect"); f == nil || f.DefValue != defaultRedirect {
 		t.Fatalf("--oauth-redirect default: %+v", f)
 	}
-	for _, name := range []string{"oauth", "oauth-store"} {
+	for _, name := range []string{"oauth", "oauth-store", "oauth-client-id", "oauth-client-issuer", "oauth-client-secret-file"} {
 		if newWatchCmd().Flags().Lookup(name) == nil || cmd.Flags().Lookup(name) == nil {
 			t.Errorf("--%s missing from watch or call", name)
 		}
@@ -205,4 +216,73 @@ func TestTermShareLendsTheView(t *testing.T) {
 	<-loans // asked, and never answered: the view ends instead
 	stopDrawing()
 	(<-borrowed)()
+}
+
+// A client secret is read from its file without the white space around
+// it; an empty file is refused, and no error holds the secret.
+func TestOAuthClientSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	good, empty := filepath.Join(dir, "secret"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(good, []byte("  s3cret-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := readSecret(good); err != nil || s != "s3cret-value" {
+		t.Errorf("readSecret = %q, %v", s, err)
+	}
+	if _, err := readSecret(empty); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Errorf("an empty secret file: %v", err)
+	}
+}
+
+// dial's stop ends a sign-in in progress, and returns once it has
+// ended: here one that waits for the live view to leave the screen,
+// which closing the redirect listener alone does not end.
+func TestOAuthDialStopEndsTheSignIn(t *testing.T) {
+	s := startOAuthServer(t)
+	addr := freeLoopback(t)
+	f := clientFlags{
+		timeout: wait, oauth: true,
+		oauthRedirect: addr, redirectGiven: true,
+		oauthStore:   filepath.Join(t.TempDir(), "oauth.json"),
+		clientID:     s.as.RegisterClient("http://" + addr + "/callback"),
+		clientIssuer: s.as.Issuer(),
+	}
+	var share termShare
+	loans, stopDrawing, err := share.draw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopDrawing()
+	var prompt testkit.SyncBuffer
+	c, stop, err := dial(t.Context(), target{url: s.url}, f, dialOut{log: io.Discard, prompt: &prompt, share: &share})
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan error, 1)
+	go func() {
+		_, err := c.CallTool(t.Context(), "whoami", nil)
+		called <- err
+	}()
+	var l termLoan
+	select {
+	case l = <-loans: // the sign-in waits for the terminal
+	case <-time.After(wait):
+		t.Fatal("the sign-in never asked for the terminal")
+	}
+	// Before the view has left the screen, the command stops.
+	stop()
+	select {
+	case <-l.back:
+	default:
+		t.Fatal("stop returned while the sign-in still waited for the terminal")
+	}
+	if strings.Contains(prompt.String(), "Open this address") {
+		t.Errorf("the URL was printed before the view left the screen: %q", prompt.String())
+	}
+	if err := <-called; err == nil {
+		t.Error("the call succeeded without a sign-in")
+	}
 }

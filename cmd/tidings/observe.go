@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tidings/bus"
 	"tidings/metrics"
 	"tidings/server"
 )
@@ -42,6 +43,14 @@ type observability struct {
 	ready    atomic.Bool // the directory is scanned
 	stopping atomic.Bool // shutting down: take no new traffic
 	late     lateMiddleware
+	// bus, with --bus, reports the bus's health to /readyz and /metrics.
+	bus func() bus.Stats
+}
+
+// watchBus reports b's health in /metrics and /readyz.
+func (o *observability) watchBus(b bus.Bus) error {
+	o.bus = b.Stats
+	return metrics.RegisterBus(o.registry, b.Stats)
 }
 
 // lateMiddleware is a place in the server's middleware chain for one that
@@ -68,6 +77,17 @@ func (l *lateMiddleware) set(mw server.Middleware) {
 	l.h.Store(&h)
 }
 
+// busLine is /readyz's word on the bus ("" without one).
+func (o *observability) busLine() string {
+	if o.bus == nil {
+		return ""
+	}
+	if o.bus().Connected {
+		return "bus: connected\n"
+	}
+	return "bus: disconnected\n"
+}
+
 func newObservability() (*observability, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -88,6 +108,15 @@ func (o *observability) serverOptions(log *slog.Logger) []server.Option {
 // while the process serves at all; /readyz answers 200 once the directory
 // is scanned and until shutdown begins, and 503 otherwise, so that a
 // balancer sends traffic only where lists are complete.
+//
+// With a bus, /readyz also says "bus: connected" or "bus: disconnected",
+// but the bus does not change its status: a replica whose bus is down
+// still answers correctly from its own directory and only hears of the
+// others' changes late (re-notifying its listeners once the bus is back),
+// and every replica loses the bus at once when the broker goes down, so
+// failing readiness then would empty the balancer's pool for the sake of
+// notifications. Operators who want such a replica out of rotation alert
+// on tidings_bus_connected.
 func (o *observability) mount(mux *http.ServeMux) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(o.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -100,7 +129,7 @@ func (o *observability) mount(mux *http.ServeMux) {
 		case !o.ready.Load():
 			http.Error(w, "scanning the directory", http.StatusServiceUnavailable)
 		default:
-			_, _ = io.WriteString(w, "ready\n")
+			_, _ = io.WriteString(w, "ready\n"+o.busLine())
 		}
 	})
 }

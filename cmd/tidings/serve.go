@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tidings/auth"
+	"tidings/bus"
 	"tidings/dirsource"
 	"tidings/mcp"
 	"tidings/server"
@@ -42,6 +44,11 @@ type serveConfig struct {
 	authIssuer      string
 	authAudience    string
 	authScopes      []string
+	// bus joins the serve to its other replicas (--bus, TIDINGS_BUS).
+	bus string
+	// secret seals cursors and request state (--secret-file,
+	// TIDINGS_SECRET); nil draws a random key.
+	secret []byte
 }
 
 // byteSize is a flag value in bytes, written as a number with an
@@ -104,7 +111,7 @@ func serveDir(flagDir string, flagSet bool, args []string) (string, error) {
 
 func newServeCmd() *cobra.Command {
 	var cfg serveConfig
-	var level, logFormat string
+	var level, logFormat, secretFile string
 	cmd := &cobra.Command{
 		Use:   "serve (DIR | --dir DIR) [--addr HOST:PORT | --stdio]",
 		Short: "Serve a directory as live MCP resources",
@@ -132,7 +139,25 @@ Prometheus metrics at /metrics, /healthz (200 while the process serves)
 and /readyz (200 once DIR is scanned, 503 while shutting down); with
 --stdio it speaks newline-delimited JSON-RPC on stdin and stdout, and logs
 only to stderr. SIGINT or SIGTERM end every listen with its complete
-result before the process exits.`,
+result before the process exits.
+
+Several replicas behind a load balancer form one server with --bus URL
+(nats://host:port[/subject] or redis://host:port[/db][?channel=name]; or
+TIDINGS_BUS, which keeps a password in the URL out of the process list):
+a listener on any replica hears of changes seen by any. Every replica
+must serve the same DIR (one shared volume, or identical copies): each
+watches it itself, so all list the same files, and the bus only carries
+the news. serve switches nothing on or off at run time, so it keeps no
+shared state beyond the files. Give every replica the same key for the
+cursors and request state it hands out, in a file (--secret-file) or in
+TIDINGS_SECRET, at least 32 bytes (surrounding white space is trimmed);
+without one each replica draws its own and refuses the others' cursors.
+There is deliberately no flag that takes the key itself, which anyone
+could read in the process list. While the bus is down a replica keeps
+serving correct answers and hears of other replicas' changes once it is
+back: /readyz stays 200 and says "bus: disconnected" (the broker is
+shared, so failing readiness would take every replica out of rotation
+at once); alert on tidings_bus_connected in /metrics instead.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := serveDir(cfg.dir, cmd.Flags().Changed("dir"), args)
@@ -143,6 +168,12 @@ result before the process exits.`,
 			log, err := newLogger(cmd.ErrOrStderr(), logFormat, level)
 			if err != nil {
 				return err
+			}
+			if cfg.secret, err = serveSecret(secretFile, os.Getenv("TIDINGS_SECRET")); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("bus") {
+				cfg.bus = os.Getenv("TIDINGS_BUS")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -167,11 +198,54 @@ result before the process exits.`,
 	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
 	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
 	f.StringArrayVar(&cfg.authScopes, "auth-scope", nil, "scope every request's token must grant (repeatable)")
+	f.StringVar(&cfg.bus, "bus", "", "join the other replicas on this bus: nats://HOST:PORT[/SUBJECT] or redis://HOST:PORT[/DB][?channel=NAME] (default $TIDINGS_BUS)")
+	f.StringVar(&secretFile, "secret-file", "", "file holding the key that seals cursors, the same on every replica (or set TIDINGS_SECRET); at least 32 bytes")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "auth-issuer")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-host")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-origin")
 	return cmd
+}
+
+// minSecret is the shortest key serve accepts: a key chosen for a
+// cluster should be a real one.
+const minSecret = 32
+
+// serveSecret reads the key from the --secret-file file or from the
+// TIDINGS_SECRET value, not both; neither is nil, a key of this process.
+func serveSecret(file, env string) ([]byte, error) {
+	var key []byte
+	switch {
+	case file != "" && env != "":
+		return nil, errors.New("give the key either with --secret-file or in TIDINGS_SECRET, not both")
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--secret-file: %w", err)
+		}
+		key = bytes.TrimSpace(b)
+	case env != "":
+		key = []byte(strings.TrimSpace(env))
+	default:
+		return nil, nil
+	}
+	if len(key) < minSecret {
+		return nil, fmt.Errorf("the key has %d bytes; give at least %d (for example: head -c 32 /dev/urandom | base64)", len(key), minSecret)
+	}
+	return key, nil
+}
+
+// openBus dials the bus of --bus, bounded in time: a replica that cannot
+// reach its broker at start is better restarted than serving alone
+// unnoticed.
+func openBus(ctx context.Context, rawURL string, log *slog.Logger) (bus.Bus, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, rawURL, bus.WithLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("--bus: %w", err)
+	}
+	return b, nil
 }
 
 // runServe serves until ctx ends (a signal), the transport ends (stdin
@@ -193,13 +267,34 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	if err != nil {
 		return err
 	}
+	opts := append(obs.serverOptions(log),
+		server.WithLogger(log),
+		server.WithInstructions("Files under "+src.Root()+" are resources named by their file:// URI. "+
+			"Subscribe to a file's URI with subscriptions/listen to learn when it changes."),
+	)
+	if cfg.secret != nil {
+		opts = append(opts, server.WithSecret(cfg.secret))
+	}
+	if cfg.bus != "" {
+		b, err := openBus(ctx, cfg.bus, log)
+		if err != nil {
+			return err
+		}
+		// The server closes the bus at shutdown; this covers the ways out
+		// before it (closing twice is harmless).
+		defer b.Close()
+		if err := obs.watchBus(b); err != nil {
+			return err
+		}
+		opts = append(opts, server.WithBus(b))
+		if cfg.secret == nil {
+			log.Warn("joined a bus without a shared key: cursors from one replica are refused by the others; set --secret-file or TIDINGS_SECRET")
+		}
+		log.Info("joined the bus", "origin", b.Stats().Origin)
+	}
 	srv := server.New(
 		mcp.Implementation{Name: "tidings", Title: "tidings directory server", Version: version()},
-		append(obs.serverOptions(log),
-			server.WithLogger(log),
-			server.WithInstructions("Files under "+src.Root()+" are resources named by their file:// URI. "+
-				"Subscribe to a file's URI with subscriptions/listen to learn when it changes."),
-		)...,
+		opts...,
 	)
 	if err := src.Register(srv); err != nil {
 		return err

@@ -73,6 +73,12 @@ type clientFlags struct {
 	oauthRedirect string
 	redirectGiven bool
 	oauthStore    string
+	// clientID, clientIssuer and clientSecretFile name a client
+	// registered beforehand with the authorization server clientIssuer,
+	// for servers whose authorization server registers none on request.
+	clientID         string
+	clientIssuer     string
+	clientSecretFile string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
@@ -82,6 +88,9 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.oauth, "oauth", false, "sign in with OAuth when the server asks for it: once in the browser, then with the tokens kept in --oauth-store")
 	fl.StringVar(&f.oauthRedirect, "oauth-redirect", defaultRedirect, "with --oauth, the loopback address that receives the browser's redirect (the default gives way to a free port when taken)")
 	fl.StringVar(&f.oauthStore, "oauth-store", "", "with --oauth, the file that keeps registered clients and tokens, private to you (default tidings/oauth.json in the user config directory)")
+	fl.StringVar(&f.clientID, "oauth-client-id", "", "with --oauth, the client ID registered beforehand with the authorization server --oauth-client-issuer (its redirect URI: http://<--oauth-redirect>/callback)")
+	fl.StringVar(&f.clientIssuer, "oauth-client-issuer", "", "with --oauth-client-id, the issuer URL of the authorization server the client is registered with; the client ID and secret go to no other")
+	fl.StringVar(&f.clientSecretFile, "oauth-client-secret-file", "", "with --oauth-client-id, the file holding the client's secret, for a confidential client")
 }
 
 // dialOut says where what dial sets up writes.
@@ -127,7 +136,7 @@ func dial(ctx context.Context, t target, f clientFlags, out dialOut) (c *client.
 		c := client.NewHTTP(t.url, append(opts, a.opt)...)
 		return c, func() {
 			c.Close()
-			a.loopback.Close()
+			a.close()
 		}, nil
 	}
 	opts = append(opts, client.WithStderr(out.log))

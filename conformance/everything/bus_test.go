@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"tidings/client"
-	"tidings/internal/brokertest"
+	"tidings/internal/testbroker"
 	"tidings/internal/clustertest"
 	"tidings/streamhttp"
 )
@@ -21,8 +21,8 @@ func TestCopiesOnOneBus(t *testing.T) {
 		name string
 		url  func(t *testing.T) string
 	}{
-		{"nats", func(t *testing.T) string { return brokertest.StartNATS(t).URL() }},
-		{"redis", func(t *testing.T) string { return brokertest.StartRedis(t).URL() }},
+		{"nats", func(t *testing.T) string { return testbroker.StartNATS(t).URL() }},
+		{"redis", func(t *testing.T) string { return testbroker.StartRedis(t).URL() }},
 	} {
 		t.Run(b.name, func(t *testing.T) {
 			o := options{secret: "one secret for both", bus: b.url(t)}

@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 
 	"tidings/client"
-	"tidings/internal/brokertest"
+	"tidings/internal/testbroker"
 	"tidings/internal/clustertest"
 	"tidings/internal/testlb"
 	"tidings/mcp"
@@ -52,8 +53,12 @@ func replicas(t *testing.T, n int, redisURL string) []string {
 // tool list; a task completed through the balancer reaches all three, and
 // so does the sprint report that enable_reports turns on.
 func TestBoardOnThreeReplicas(t *testing.T) {
-	rd := brokertest.StartRedis(t)
-	ups := replicas(t, 3, "redis://"+rd.Addr()+"/0")
+	rd, err := url.Parse(testbroker.StartRedis(t).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd.RawQuery = "" // the board names its own channel
+	ups := replicas(t, 3, rd.String())
 	lb := testlb.StartNginx(t, ups...)
 	var ws []*clustertest.Watch
 	for i, u := range ups {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"tidings/client"
-	"tidings/internal/brokertest"
+	"tidings/internal/testbroker"
 	"tidings/internal/clustertest"
 	"tidings/mcp"
 	"tidings/server"
@@ -120,7 +120,7 @@ type busKind struct {
 
 func buses() []busKind {
 	return []busKind{
-		{"nats", func(t testing.TB) interface{ URL() string } { return brokertest.StartNATS(t) }},
-		{"redis", func(t testing.TB) interface{ URL() string } { return brokertest.StartRedis(t) }},
+		{"nats", func(t testing.TB) interface{ URL() string } { return testbroker.StartNATS(t) }},
+		{"redis", func(t testing.TB) interface{ URL() string } { return testbroker.StartRedis(t) }},
 	}
 }

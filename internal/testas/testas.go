@@ -18,7 +18,8 @@
 // Their access tokens are JWTs for the resource the authorization
 // request names (RFC 8707), or for the server's audience when it names
 // none, carrying the scopes granted; asking for offline_access also
-// brings a refresh token, which rotates on every use.
+// brings a refresh token, which rotates on every use. Access tokens last
+// five minutes, or what [WithTokenLifetime] says.
 package testas
 
 import (
@@ -66,8 +67,9 @@ const (
 // every authorization request.
 const UserID = "id1"
 
-// tokenLifetime is how long access tokens are valid.
-const tokenLifetime = 5 * time.Minute
+// defaultTokenLifetime is how long access tokens are valid unless
+// WithTokenLifetime says otherwise.
+const defaultTokenLifetime = 5 * time.Minute
 
 // refreshLifetime is how long refresh tokens are valid.
 const refreshLifetime = time.Hour
@@ -109,10 +111,20 @@ type Server struct {
 	authorizations []Authorization
 }
 
+// An Option tunes the server Start runs.
+type Option func(*asStorage)
+
+// WithTokenLifetime makes access tokens valid for d (default 5
+// minutes), so that a test can see a client's token expire and be
+// refreshed. Refresh tokens stay valid for an hour.
+func WithTokenLifetime(d time.Duration) Option {
+	return func(s *asStorage) { s.lifetime = d }
+}
+
 // Start runs an authorization server whose JWT access tokens are for
 // audience unless the request names a resource, and closes it when the
 // test ends. With audience "", every request must name its resource.
-func Start(t testing.TB, audience string) *Server {
+func Start(t testing.TB, audience string, opts ...Option) *Server {
 	t.Helper()
 	ts := httptest.NewUnstartedServer(nil)
 	issuer := "http://" + ts.Listener.Addr().String()
@@ -126,6 +138,10 @@ func Start(t testing.TB, audience string) *Server {
 		clients:   map[string]*codeClient{},
 		resources: map[string]string{},
 		refresh:   map[string]*refreshGrant{},
+		lifetime:  defaultTokenLifetime,
+	}
+	for _, o := range opts {
+		o(st)
 	}
 	s := &Server{ts: ts, issuer: issuer, st: st}
 	s.Rotate(t)
@@ -351,6 +367,7 @@ type asStorage struct {
 	*storage.Storage
 	issuer   string
 	audience string
+	lifetime time.Duration // of access tokens
 
 	mu             sync.Mutex
 	keys           []*asKey // the newest signs; all are published
@@ -426,15 +443,17 @@ func (s *asStorage) CreateAccessToken(ctx context.Context, req op.TokenRequest) 
 	if a, ok := req.(*authRequest); ok {
 		inner = a.AuthRequest // the example storage knows its own type only
 	}
-	id, exp, err := s.Storage.CreateAccessToken(ctx, inner)
+	id, _, err := s.Storage.CreateAccessToken(ctx, inner)
 	if err != nil {
 		return "", time.Time{}, err
 	}
+	now := time.Now()
+	exp := now.Add(s.lifetime)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.opaque[id] = &opaqueToken{
 		subject: req.GetSubject(), audience: req.GetAudience(), scopes: req.GetScopes(),
-		issued: time.Now(), expiry: exp,
+		issued: now, expiry: exp,
 	}
 	return id, exp, nil
 }
@@ -654,7 +673,7 @@ func (s *asStorage) CreateAccessAndRefreshTokens(ctx context.Context, req op.Tok
 
 func (s *asStorage) issue(g *refreshGrant, scopes []string) (access, refresh string, exp time.Time, _ error) {
 	now := time.Now()
-	access, refresh, exp = rand.Text(), rand.Text(), now.Add(tokenLifetime)
+	access, refresh, exp = rand.Text(), rand.Text(), now.Add(s.lifetime)
 	next := *g
 	next.expiry = now.Add(refreshLifetime)
 	s.mu.Lock()

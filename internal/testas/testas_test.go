@@ -260,3 +260,41 @@ func TestClientCredentialsResource(t *testing.T) {
 		t.Errorf("token aud %v, want the named resource", c.Audience)
 	}
 }
+
+// TestTokenLifetime: WithTokenLifetime sets how long access tokens of
+// the authorization code grant, and of its refreshes, are valid, in the
+// token response and in the JWT's exp alike.
+func TestTokenLifetime(t *testing.T) {
+	const lifetime = 42 * time.Second
+	s := Start(t, "", WithTokenLifetime(lifetime))
+	m := discover(t, s)
+	id := s.RegisterClient(testRedirect)
+	cfg := oauth2.Config{
+		ClientID:    id,
+		Endpoint:    oauth2.Endpoint{AuthURL: m.AuthorizationEndpoint, TokenURL: m.TokenEndpoint, AuthStyle: oauth2.AuthStyleInParams},
+		RedirectURL: testRedirect,
+		Scopes:      []string{"mcp:tools", "offline_access"},
+	}
+	resource := oauth2.SetAuthURLParam("resource", testResource)
+	verifier := oauth2.GenerateVerifier()
+	q := follow(t, cfg.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier), resource), testRedirect)
+	before := time.Now()
+	tok, err := cfg.Exchange(t.Context(), q.Get("code"), oauth2.VerifierOption(verifier), resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refreshed, err := cfg.TokenSource(t.Context(), &oauth2.Token{RefreshToken: tok.RefreshToken}).Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	for name, tk := range map[string]*oauth2.Token{"issued": tok, "refreshed": refreshed} {
+		if in := time.Duration(tk.ExpiresIn) * time.Second; in > lifetime || in < lifetime-2*time.Second {
+			t.Errorf("%s token: expires_in %s, want %s", name, in, lifetime)
+		}
+		exp := verify(t, s, tk.AccessToken).Expiry.Time()
+		if exp.Before(before.Add(lifetime-time.Second)) || exp.After(after.Add(lifetime+time.Second)) {
+			t.Errorf("%s token: exp %s, want %s after it was issued (between %s and %s)", name, exp, lifetime, before, after)
+		}
+	}
+}

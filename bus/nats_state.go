@@ -1,0 +1,134 @@
+package bus
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// natsState is a State in a JetStream key-value bucket: an entry per key,
+// "1" or "0". Keys are stored base64url-encoded, since a bucket's keys
+// allow fewer characters than tool names and resource URIs hold.
+type natsState struct {
+	nc     *nats.Conn
+	kv     jetstream.KeyValue
+	closed chan struct{} // closed by the client's closed callback
+	once   sync.Once
+}
+
+func openNATSState(ctx context.Context, u *url.URL, cfg config) (*natsState, error) {
+	subject, err := natsSubject(u)
+	if err != nil {
+		return nil, err
+	}
+	bucket := strings.ReplaceAll(subject, ".", "_")
+	if strings.ContainsFunc(bucket, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		return nil, fmt.Errorf("bus: subject %q cannot name a key-value bucket (letters, digits, '-', '_' and '.' only)", subject)
+	}
+	ctx, cancel := boundDial(ctx)
+	defer cancel()
+	timeout, err := dialTimeout(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	s := &natsState{closed: make(chan struct{})}
+	server := (&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}).String()
+	s.nc, err = nats.Connect(server,
+		nats.Name("tidings state"),
+		nats.Timeout(timeout),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(cfg.backoff),
+		// A write made while disconnected fails at once instead of waiting
+		// in a buffer, to land later over whatever was written meanwhile:
+		// the server sets it again itself.
+		nats.ReconnectBufSize(-1),
+		nats.ClosedHandler(func(*nats.Conn) { close(s.closed) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			cfg.logger.Debug("bus: NATS reports an error on the state connection", "err", err)
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
+	}
+	if s.kv, err = bucketOf(ctx, s.nc, bucket); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
+	}
+	return s, nil
+}
+
+// bucketOf opens the bucket, creating it if it is not there.
+func bucketOf(ctx context.Context, nc *nats.Conn, bucket string) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket,
+			Description: "tidings: what the replicas of a server have switched on and off"})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket) // another replica made it first
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key-value bucket %q: %w", bucket, err)
+	}
+	return kv, nil
+}
+
+func (s *natsState) Load(ctx context.Context) (map[string]bool, error) {
+	// A watcher of every key delivers the latest value of each, then nil;
+	// it reads the stream as it is when the watcher starts, every
+	// acknowledged Put included.
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("bus: load state from bucket %q: %w", s.kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }()
+	m := make(map[string]bool)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bus: load state from bucket %q: %w", s.kv.Bucket(), ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("bus: load state from bucket %q: the watcher ended", s.kv.Bucket())
+			}
+			if e == nil {
+				return m, nil
+			}
+			key, err := base64.RawURLEncoding.DecodeString(e.Key())
+			if err != nil {
+				continue // not one of ours
+			}
+			if on, ok := parseStateValue(string(e.Value())); ok {
+				m[string(key)] = on
+			}
+		}
+	}
+}
+
+func (s *natsState) Set(ctx context.Context, key string, on bool) error {
+	if _, err := s.kv.Put(ctx, base64.RawURLEncoding.EncodeToString([]byte(key)), []byte(stateValue(on))); err != nil {
+		return fmt.Errorf("bus: set %q in bucket %q: %w", key, s.kv.Bucket(), err)
+	}
+	return nil
+}
+
+func (s *natsState) Close() error {
+	s.once.Do(func() {
+		s.nc.Close()
+		<-s.closed // the client's callbacks have run; its goroutines are ending
+	})
+	return nil
+}
