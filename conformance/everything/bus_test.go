@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"tidings/client"
-	"tidings/internal/testbroker"
 	"tidings/internal/clustertest"
+	"tidings/internal/testbroker"
 	"tidings/streamhttp"
 )
 

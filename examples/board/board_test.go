@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"tidings/client"
-	"tidings/internal/testbroker"
 	"tidings/internal/clustertest"
+	"tidings/internal/testbroker"
 	"tidings/internal/testlb"
 	"tidings/mcp"
 )

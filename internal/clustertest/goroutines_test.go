@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"tidings/client"
-	"tidings/internal/testbroker"
 	"tidings/internal/clustertest"
+	"tidings/internal/testbroker"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
