@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -24,13 +23,15 @@ import (
 	"tidings/streamhttp"
 )
 
-// The Redis keys: one hash per board (task → "open" or "done"), the set
-// of board names, and the reports flag.
+// The Redis keys: one hash per board (task → "open" or "done") and the
+// set of board names. The replicas meet on the pub/sub channel busChannel,
+// and share which tools are on in the hash busChannel+":state" (see
+// bus.OpenState), where the reports flag is the field tool:sprint_report.
 const (
 	boardKeyPrefix = "board:"
 	boardsKey      = "boards"
-	reportsKey     = "reports"
 	busChannel     = "board"
+	reportsTool    = "sprint_report"
 )
 
 // demoBoard is created, with demoTasks open, when it does not exist.
@@ -53,14 +54,12 @@ redis.call('HSET', KEYS[1], ARGV[1], 'done')
 return 1
 `)
 
-// board is one replica: the MCP server, its Redis client and its bus.
+// board is one replica: the MCP server (with its bus and shared state)
+// and its Redis client.
 type board struct {
 	log *slog.Logger
 	rdb *redis.Client
 	srv *server.Server
-	// reports mirrors the Redis flag once this replica has seen it on;
-	// reports are never turned off again.
-	reports atomic.Bool
 }
 
 // run serves one replica until ctx ends. ready, when not nil, is told the
@@ -114,9 +113,10 @@ func shutdown(srv *server.Server, log *slog.Logger) {
 	}
 }
 
-// newBoard connects to Redis, joins the bus on its pub/sub channel,
-// creates the demo board if it is missing and registers what the server
-// offers.
+// newBoard connects to Redis, joins the bus on its pub/sub channel and
+// the shared state in its hash, creates the demo board if it is missing,
+// registers what the server offers and loads the shared state, so that
+// the replica serves what the others do from its first request.
 func newBoard(ctx context.Context, cfg config, log *slog.Logger) (*board, error) {
 	opt, err := redis.ParseURL(cfg.redisURL)
 	if err != nil {
@@ -138,26 +138,53 @@ func newBoard(ctx context.Context, cfg config, log *slog.Logger) (*board, error)
 		rdb.Close()
 		return nil, fmt.Errorf("join the replicas: %w", err)
 	}
-	opts := []server.Option{server.WithBus(bs), server.WithLogger(log)}
+	st, err := bus.OpenState(dctx, busURL, bus.WithLogger(log))
+	if err != nil {
+		bs.Close()
+		rdb.Close()
+		return nil, fmt.Errorf("open the shared state: %w", err)
+	}
+	opts := []server.Option{server.WithBus(bs), server.WithSharedState(offUntilSet{st, "tool:" + reportsTool}), server.WithLogger(log)}
 	if cfg.secret != "" {
 		opts = append(opts, server.WithSecret([]byte(cfg.secret)))
 	} else {
 		log.Warn("board: no -secret: cursors from this replica will not be accepted by others")
 	}
-	b := &board{log: log, rdb: rdb}
-	opts = append(opts, server.WithMiddleware(b.followReports))
-	b.srv = server.New(mcp.Implementation{Name: "board", Version: "1"}, opts...)
-	if err := b.register(); err != nil {
-		shutdown(b.srv, log)
-		rdb.Close()
-		return nil, err
+	b := &board{log: log, rdb: rdb, srv: server.New(mcp.Implementation{Name: "board", Version: "1"}, opts...)}
+	err = b.register()
+	if err == nil {
+		err = b.srv.SyncState(dctx)
 	}
-	if err := b.syncReports(dctx); err != nil {
-		shutdown(b.srv, log)
+	if err != nil {
+		shutdown(b.srv, log) // closes the bus and the state
 		rdb.Close()
 		return nil, err
 	}
 	return b, nil
+}
+
+// offUntilSet is the shared state in which one key nobody has set yet
+// reads as off: the sprint report is hidden on every replica until
+// enable_reports turns it on, and a replica that starts later does not
+// hide it again, since it writes nothing.
+type offUntilSet struct {
+	bus.State
+	key string
+}
+
+// Load returns the shared state, with the key off unless it is set.
+func (s offUntilSet) Load(ctx context.Context) (map[string]bool, error) {
+	m, err := s.State.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, set := m[s.key]; !set {
+		if m == nil {
+			m = map[string]bool{}
+		}
+		m[s.key] = false
+	}
+	return m, nil
 }
 
 // withChannel returns the Redis URL with the bus's channel named in it.
@@ -204,8 +231,8 @@ type taskResult struct {
 
 // reportsResult is what enable_reports did.
 type reportsResult struct {
-	// Changed is false when reports were already on.
-	Changed bool `json:"changed"`
+	// Enabled is true once every replica can be told to show the report.
+	Enabled bool `json:"enabled"`
 }
 
 // progress is one board's line of the sprint report.
@@ -239,12 +266,11 @@ func (b *board) register() error {
 	if err := server.AddTypedTool(b.srv, mcp.Tool{Name: "enable_reports", Description: "Turns the sprint report on, for everyone."}, b.enableReports); err != nil {
 		return fmt.Errorf("enable_reports: %w", err)
 	}
-	// Every replica registers the report and hides it until the flag in
-	// Redis says otherwise.
-	if err := server.AddTypedTool(b.srv, mcp.Tool{Name: "sprint_report", Description: "How far each board is."}, b.sprintReport); err != nil {
-		return fmt.Errorf("sprint_report: %w", err)
+	// Every replica registers the report; the shared state hides it
+	// until enable_reports.
+	if err := server.AddTypedTool(b.srv, mcp.Tool{Name: reportsTool, Description: "How far each board is."}, b.sprintReport); err != nil {
+		return fmt.Errorf("%s: %w", reportsTool, err)
 	}
-	b.srv.DisableTool("sprint_report")
 	if err := b.srv.AddResourceTemplate(mcp.ResourceTemplate{URITemplate: "board://{name}", Name: "board",
 		Description: "A board's tasks and whether each is done.", MimeType: "application/json"}, b.readBoard); err != nil {
 		return fmt.Errorf("board template: %w", err)
@@ -270,48 +296,14 @@ func (b *board) completeTask(ctx context.Context, _ *server.ToolRequest, in task
 	return taskResult{Board: in.Board, Task: in.Task, Changed: n > 0}, nil
 }
 
+// enableReports shows the report here at once, and on every other
+// replica once the shared state has it: they hear of the change over the
+// bus, load the state, and tell their listeners the tool list changed.
 func (b *board) enableReports(ctx context.Context, _ *server.ToolRequest, _ struct{}) (reportsResult, error) {
-	set, err := b.rdb.SetNX(ctx, reportsKey, "on", 0).Result()
-	if err != nil {
+	if err := b.srv.SetEnabled(ctx, server.ListTools, reportsTool, true); err != nil {
 		return reportsResult{}, fmt.Errorf("enable reports: %w", err)
 	}
-	b.showReports()
-	return reportsResult{Changed: set}, nil
-}
-
-// showReports enables sprint_report here; the tool list change reaches
-// the listeners of every replica through the bus.
-func (b *board) showReports() {
-	if b.reports.CompareAndSwap(false, true) {
-		b.srv.EnableTool("sprint_report")
-	}
-}
-
-// syncReports reads the flag from Redis and shows the report if it is on.
-func (b *board) syncReports(ctx context.Context) error {
-	v, err := b.rdb.Get(ctx, reportsKey).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("read the reports flag: %w", err)
-	}
-	if v == "on" {
-		b.showReports()
-	}
-	return nil
-}
-
-// followReports reads the reports flag before a request that may show
-// the report, for as long as this replica has not seen it on: a replica
-// hears through the bus that the tool list changed, and its next tools
-// request learns what changed from Redis.
-func (b *board) followReports(next server.MethodHandler) server.MethodHandler {
-	return func(ctx context.Context, req *server.Request) error {
-		if !b.reports.Load() && (req.Method == mcp.MethodToolsList || req.Method == mcp.MethodToolsCall) {
-			if err := b.syncReports(ctx); err != nil {
-				return err
-			}
-		}
-		return next(ctx, req)
-	}
+	return reportsResult{Enabled: true}, nil
 }
 
 func (b *board) sprintReport(ctx context.Context, _ *server.ToolRequest, _ struct{}) (report, error) {

@@ -108,4 +108,12 @@ func TestBoardOnThreeReplicas(t *testing.T) {
 			t.Errorf("sprint_report = %s", got)
 		}
 	}
+	// A replica that starts later serves the report too: starting writes
+	// nothing to the shared state, so it hides nothing again.
+	late := client.NewHTTP(replicas(t, 1, rd.String())[0] + "/mcp")
+	defer late.Close()
+	tools, err := late.Tools(ctx)
+	if err != nil || !slices.ContainsFunc(tools, func(t mcp.Tool) bool { return t.Name == "sprint_report" }) {
+		t.Fatalf("a replica started after enable_reports lists %+v, %v", tools, err)
+	}
 }

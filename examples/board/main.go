@@ -26,14 +26,17 @@
 //   - complete_task {board, task}: marks a task done in Redis, and every
 //     listener following board://{name} on every replica hears
 //     notifications/resources/updated;
-//   - enable_reports {}: turns reports on for everyone, once; the
-//     sprint_report tool appears on every replica, and every listener of
-//     the tool list hears notifications/tools/list_changed;
+//   - enable_reports {}: turns reports on for everyone, in the state the
+//     replicas share (server.WithSharedState); the sprint_report tool
+//     appears on every replica, and every listener of the tool list hears
+//     notifications/tools/list_changed;
 //   - sprint_report {}: how far each board is.
 //
 // Flags: -addr (where to listen, default 127.0.0.1:8080), -redis (the
 // Redis URL, default redis://127.0.0.1:6379/0; its database holds the
-// boards, and the replicas meet on its pub/sub channel "board") and
+// boards and, in the hash board:state, which tools are on for every
+// replica — the reports flag is its field tool:sprint_report — and the
+// replicas meet on its pub/sub channel "board") and
 // -secret (the key every replica shares, so that cursors one issues are
 // accepted by the others; default $BOARD_SECRET, or a random key, which
 // suits one replica only). A board named sprint-1 is created with a few
