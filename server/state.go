@@ -585,10 +585,20 @@ func (sh *sharedState) load(ctx context.Context, covered hub.Kind) error {
 	sh.mu.Unlock()
 	sh.loaded.Store(true)
 	sh.lastLoad.Store(time.Now().UnixNano())
+	b := sh.srv.cfg.bus
 	for l, keys := range changed {
 		sw := sh.srv.switchable(l)
 		if covered&sw.event(nil).Kinds == 0 {
 			sw.notifyLocal(keys)
+		}
+		// What this replica serves changed, so the others' listeners are
+		// told again: one of them may have re-read this replica's list,
+		// through a balancer, before the change reached it. The replica
+		// that applies a change last tells everyone after every other has
+		// it, so that their next read agrees; a replica whose load changes
+		// nothing tells no one, so the re-telling ends.
+		if b != nil {
+			b.Publish(toBusEvent(sw.event(keys)))
 		}
 	}
 	return nil
