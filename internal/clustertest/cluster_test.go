@@ -51,7 +51,11 @@ type env struct {
 
 // forEachSetUp runs fn over NATS and Redis, behind nginx and behind the
 // Go ReverseProxy, each with a cluster of its own.
-func forEachSetUp(t *testing.T, fn func(t *testing.T, e *env)) {
+func forEachSetUp(t *testing.T, fn func(t *testing.T, e *env)) { forEachSetUpOf(t, false, fn) }
+
+// forEachSetUpOf is forEachSetUp, with shared state among the replicas
+// when shared is true.
+func forEachSetUpOf(t *testing.T, shared bool, fn func(t *testing.T, e *env)) {
 	for _, b := range buses() {
 		for _, lb := range balancers() {
 			t.Run(b.name+"/"+lb.name, func(t *testing.T) {
@@ -60,7 +64,7 @@ func forEachSetUp(t *testing.T, fn func(t *testing.T, e *env)) {
 					Down()
 					Up()
 				}), store: newStore()}
-				e.c = clustertest.Start(t, clustertest.Options{Bus: br.URL(), Setup: func(r *clustertest.Replica) error {
+				e.c = clustertest.Start(t, clustertest.Options{Bus: br.URL(), SharedState: shared, Setup: func(r *clustertest.Replica) error {
 					return e.store.serve(r.Server)
 				}})
 				e.lb = lb.start(t, e.c.Upstreams()...)
@@ -99,8 +103,17 @@ func (s *store) set(uri, v string) {
 	s.m[uri] = v
 }
 
-// serve registers the store's resources on srv.
+// serve registers the store's resources on srv, and two tools, base
+// and toggle, that never change but may be switched off.
 func (s *store) serve(srv *server.Server) error {
+	for _, name := range []string{"base", "toggle"} {
+		err := srv.AddTool(mcp.Tool{Name: name}, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
 	for _, u := range docs {
 		err := srv.AddResource(mcp.Resource{URI: u, Name: u}, func(_ context.Context, req *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
 			return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{mcp.TextContents(req.URI, "text/plain", s.get(req.URI))}}, nil
@@ -131,6 +144,12 @@ type placed struct {
 // listen lands; when one lands on a replica that already has one, a
 // request that goes nowhere shifts the rotation for the next.
 func (e *env) spread(user string, min int, uris ...string) []placed {
+	return e.spreadOf(user, min, client.WatchOptions{URIs: uris})
+}
+
+// spreadOf is spread with watchers of opts; with shared state they follow
+// the tool list too.
+func (e *env) spreadOf(user string, min int, opts client.WatchOptions) []placed {
 	t := e.t
 	t.Helper()
 	var ws []placed
@@ -142,8 +161,12 @@ func (e *env) spread(user string, min int, uris ...string) []placed {
 		}
 		before := e.c.ListenCounts()
 		name := fmt.Sprintf("%s's watcher %d", orAnonymous(user), i)
-		w := clustertest.NewWatch(t, name, e.url, user, client.WatchOptions{URIs: uris})
-		w.Ready(t, len(uris))
+		w := clustertest.NewWatch(t, name, e.url, user, opts)
+		topics := len(opts.URIs)
+		if opts.Tools {
+			topics++
+		}
+		w.Ready(t, topics)
 		at := -1
 		clustertest.WaitFor(t, name+"'s listen to be counted", func() bool {
 			for r, n := range e.c.ListenCounts() {
@@ -370,5 +393,97 @@ func TestLostAndReorderedMessages(t *testing.T) {
 			}
 		}
 		e.sentinel(ws, "res://a")
+	})
+}
+
+// TestListChangesAgree: with shared state, a tool switched off or on
+// through any replica is gone from, or back in, the list of every
+// replica, and every watcher, re-reading through the balancer wherever it
+// sends it, ends up knowing it. A watcher may see a replica that has not
+// applied the change yet after one that has (reads through a balancer go
+// to replicas that apply the change one after another), so it may report
+// the tool back and gone again on the way; what it reported last is the
+// change.
+func TestListChangesAgree(t *testing.T) {
+	forEachSetUpOf(t, true, func(t *testing.T, e *env) {
+		ws := e.spreadOf("", 4, client.WatchOptions{Tools: true, URIs: []string{"res://a"}})
+		ctx := context.Background()
+		direct := make([]*client.Client, len(e.c.Replicas))
+		for i, r := range e.c.Replicas {
+			direct[i] = client.NewHTTP(r.URL() + "/mcp")
+			defer direct[i].Close()
+		}
+		// agree waits until every replica lists toggle, or none does.
+		agree := func(on bool) {
+			t.Helper()
+			for i, r := range e.c.Replicas {
+				clustertest.WaitFor(t, fmt.Sprintf("replica %s to list toggle: %v", r.Name, on), func() bool {
+					raw, err := direct[i].Request(ctx, mcp.MethodToolsList, map[string]any{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return bytes.Contains(raw, []byte(`"name":"toggle"`)) == on
+				})
+			}
+		}
+		// listed is what each watcher last reported of toggle; learned
+		// folds its reports into it until it is on, and then until it has
+		// reported the sentinel change of res://a that follows: by then
+		// every replica agrees, and what it read last must be on.
+		listed := make([]bool, len(ws))
+		for i := range listed {
+			listed[i] = true
+		}
+		fold := func(w placed, i int, ev client.Event) {
+			t.Helper()
+			switch {
+			case ev.Kind == client.ToolsChanged && slices.Equal(ev.Added, []string{"toggle"}) && len(ev.Removed)+len(ev.Changed) == 0:
+				listed[i] = true
+			case ev.Kind == client.ToolsChanged && slices.Equal(ev.Removed, []string{"toggle"}) && len(ev.Added)+len(ev.Changed) == 0:
+				listed[i] = false
+			default:
+				t.Fatalf("%s: %s, want toggle added or removed", w.Name, clustertest.Describe(ev))
+			}
+		}
+		learned := func(on bool, round int) {
+			t.Helper()
+			for i, w := range ws {
+				for told := 0; listed[i] != on; told++ {
+					fold(w, i, w.Change(t))
+					if told > 0 {
+						t.Logf("%s: %d reports on the way", w.Name, told+1)
+					}
+				}
+			}
+			e.change(e.c.Replicas[0], "res://a", fmt.Sprintf("sentinel %d", round))
+			for i, w := range ws {
+				for {
+					ev := w.Change(t)
+					if ev.Kind == client.ResourceUpdated && ev.URI == "res://a" && slices.Equal(ev.Changed, []string{"res://a"}) {
+						break
+					}
+					fold(w, i, ev)
+				}
+				if listed[i] != on {
+					t.Fatalf("%s: toggle listed %v once every replica agreed, want %v", w.Name, listed[i], on)
+				}
+			}
+		}
+		for i, r := range e.c.Replicas {
+			t.Logf("toggle switched off through %s", r.Name)
+			if err := r.Server.SetEnabled(ctx, server.ListTools, "toggle", false); err != nil {
+				t.Fatal(err)
+			}
+			agree(false)
+			learned(false, 2*i)
+			// On again through the next, without waiting for the store.
+			next := e.c.Replicas[(i+1)%len(e.c.Replicas)]
+			t.Logf("toggle switched on through %s", next.Name)
+			if !next.Server.EnableTool("toggle") {
+				t.Fatal("toggle is not registered")
+			}
+			agree(true)
+			learned(true, 2*i+1)
+		}
 	})
 }

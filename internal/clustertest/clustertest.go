@@ -53,6 +53,10 @@ type Options struct {
 	// BusOptions apply to every replica's bus, after the defaults: quick
 	// reconnects, and no log.
 	BusOptions []bus.Option
+	// SharedState gives the replicas one server.WithSharedState: each
+	// opens the state of the Bus URL (bus.OpenState), or all share one
+	// bus.LocalState, so that what is switched on and off agrees.
+	SharedState bool
 	// Secret is the key every replica shares (default a fixed test key).
 	Secret []byte
 	// Server options apply to every replica, after WithBus, WithSecret
@@ -96,8 +100,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 	bopts := append([]bus.Option{bus.WithBackoff(5*time.Millisecond, 100*time.Millisecond),
 		bus.WithLogger(slog.New(slog.DiscardHandler))}, opts.BusOptions...)
 	var local *bus.Local
+	var localState *bus.LocalState
 	if opts.Bus == "" {
-		local = bus.NewLocal()
+		local, localState = bus.NewLocal(), bus.NewLocalState()
 	}
 	c := &Cluster{t: t}
 	for i := range opts.Replicas {
@@ -115,8 +120,16 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 		r := &Replica{Name: string(rune('A' + i)), Faults: bustest.Wrap(conn)}
 		r.Bus = bus.New(r.Faults, bopts...)
-		sopts := append([]server.Option{server.WithBus(r.Bus), server.WithSecret(opts.Secret),
-			server.WithLogger(slog.New(slog.DiscardHandler))}, opts.Server...)
+		sopts := []server.Option{server.WithBus(r.Bus), server.WithSecret(opts.Secret), server.WithLogger(slog.New(slog.DiscardHandler))}
+		if opts.SharedState {
+			st, err := openState(opts.Bus, localState)
+			if err != nil {
+				_ = r.Bus.Close()
+				t.Fatalf("clustertest: replica %s: %v", r.Name, err)
+			}
+			sopts = append(sopts, server.WithSharedState(st))
+		}
+		sopts = append(sopts, opts.Server...)
 		r.Server = server.New(mcp.Implementation{Name: "replica-" + r.Name, Version: "1"}, sopts...)
 		t.Cleanup(func() {
 			if err := r.Kill(); err != nil {
@@ -128,6 +141,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 				t.Fatalf("clustertest: replica %s: setup: %v", r.Name, err)
 			}
 		}
+		if opts.SharedState {
+			ctx, cancel := context.WithTimeout(context.Background(), Wait)
+			err := r.Server.SyncState(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("clustertest: replica %s: %v", r.Name, err)
+			}
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", streamhttp.New(r.Server, streamhttp.WithLogger(slog.New(slog.DiscardHandler)),
 			streamhttp.WithPrincipal(func(req *http.Request) string { return req.Header.Get(PrincipalHeader) })))
@@ -137,6 +158,21 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c.WaitPeers()
 	Settle(t, c.servers()...)
 	return c
+}
+
+// openState opens the shared state of the broker at url, or returns
+// local when url is empty.
+func openState(url string, local *bus.LocalState) (bus.State, error) {
+	if url == "" {
+		return local, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	st, err := bus.OpenState(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, fmt.Errorf("shared state: %w", err)
+	}
+	return st, nil
 }
 
 func (c *Cluster) servers() []*server.Server {
