@@ -33,8 +33,13 @@ import (
 // resources from the bus loads st before it tells its listeners, so
 // that a listener told of a change re-reads a list that already shows
 // it: tools/list on any replica agrees with the others within one bus
-// delivery. Every such change costs the receiver one load of st,
-// whatever it was. When the bus may have lost events (a gap, a
+// delivery. A replica whose load changes what it serves publishes that
+// change again, since a listener told of it may have re-read, through a
+// balancer, a replica that had not applied it yet: the last replica to
+// apply a change tells everyone once all the others have it, so every
+// listener ends up reading the change (a watcher may report it undone
+// and done again on the way). Every such change costs the receiver one
+// load of st, whatever it was. When the bus may have lost events (a gap, a
 // reconnect), and when the server starts, the replica loads everything
 // and tells its listeners what changed. Two replicas that switch one item
 // at the same moment end with the value written last, everywhere.
