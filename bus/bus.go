@@ -180,6 +180,10 @@ const maxOrigins = 4096
 // flushTimeout bounds how long Close spends sending what is queued.
 const flushTimeout = 2 * time.Second
 
+// lastBeatTimeout bounds the goodbye heartbeat Close sends after the
+// flush, whether or not the flush finished.
+const lastBeatTimeout = time.Second
+
 // New starts a Bus over c. The bus owns c from then on: Close closes it.
 // Its sequence numbers start at the first event, under a fresh origin id;
 // it announces itself to the peers at once.
@@ -330,7 +334,7 @@ func (n *node) sendLoop() {
 			n.beat()
 		case <-n.stopSend:
 			n.drain()
-			n.beat() // the last word: our latest number, so peers can tell what they missed
+			n.lastBeat()
 			return
 		}
 	}
@@ -379,17 +383,36 @@ func (n *node) beat() {
 	if n.sendCtx.Err() != nil {
 		return
 	}
+	n.sendBeat(n.sendCtx, seq)
+}
+
+// lastBeat is the goodbye, sent once the queue is drained or given up on.
+// Events that Close's flush timeout cut off still took their numbers, so
+// this heartbeat is how the peers learn that they missed them: it goes
+// out on a short context of its own, not on the one the timeout ended.
+func (n *node) lastBeat() {
+	n.mu.Lock()
+	seq := n.seq
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), lastBeatTimeout)
+	defer cancel()
+	n.sendBeat(ctx, seq)
+}
+
+func (n *node) sendBeat(ctx context.Context, seq uint64) {
 	msg, err := encode(n.id, seq, time.Now(), true, Event{})
 	if err == nil {
-		err = n.send(msg)
+		err = n.sendOn(ctx, msg)
 	}
 	if err != nil {
 		n.warn("bus: a heartbeat could not be sent", "err", err)
 	}
 }
 
-func (n *node) send(msg []byte) error {
-	ctx, cancel := context.WithTimeout(n.sendCtx, n.cfg.sendTimeout)
+func (n *node) send(msg []byte) error { return n.sendOn(n.sendCtx, msg) }
+
+func (n *node) sendOn(parent context.Context, msg []byte) error {
+	ctx, cancel := context.WithTimeout(parent, n.cfg.sendTimeout)
 	defer cancel()
 	if err := n.conn.Send(ctx, msg); err != nil {
 		return fmt.Errorf("bus: send: %w", err)

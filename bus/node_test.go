@@ -190,6 +190,37 @@ func TestCloseSaysGoodbye(t *testing.T) {
 		t.Errorf("A after Close: %+v, want both events sent and nothing more", st)
 	}
 	waitUntil(t, "B to receive both", func() bool { n, _ := rec.counts(); return n == 2 })
+
+	// A replica whose events are stuck when it closes drops them after
+	// the flush timeout, and its goodbye still tells the peers they
+	// missed them.
+	s := &stalling{Conn: l.Conn()}
+	c := New(s, quiet()...)
+	waitUntil(t, "B to hear C's hello", func() bool { return b.Stats().Peers == 2 })
+	c.Publish(toolsChanged)
+	c.Publish(toolsChanged)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Dropped != 2 {
+		t.Errorf("C after Close: %+v, want both events dropped", st)
+	}
+	waitUntil(t, "B to see the gap C's goodbye reveals", func() bool { return b.Stats().Gaps == 1 })
+	if _, resyncs := rec.counts(); resyncs != 1 {
+		t.Errorf("B re-notified %d times, want once", resyncs)
+	}
+}
+
+// stalling is a connection on which changes never get through (each Send
+// waits for its context to end) while heartbeats do.
+type stalling struct{ Conn }
+
+func (s *stalling) Send(ctx context.Context, msg []byte) error {
+	if m, err := decode(msg); err == nil && !m.beat {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Conn.Send(ctx, msg)
 }
 
 // TestBackoff: reconnect delays double up to the cap, each drawn from
