@@ -25,7 +25,10 @@
 // the replicas to agree on: the bus carries news, not state). So every
 // change reaches every listener it concerns, at once in the usual case,
 // and at the latest one heartbeat interval (or one reconnect) after the
-// loss. An
+// loss. A peer that falls silent for three intervals — it crashed with
+// events queued, or its messages stopped arriving without the broker
+// saying so — is re-notified for and no longer counted, and if it speaks
+// again, re-notified for once more. An
 // event the bus could not send — its queue full, the broker down, the
 // event too large — still takes its number, so the others see the gap
 // and re-notify too. Local listeners never wait on the bus: local
@@ -85,8 +88,8 @@ type Event struct {
 }
 
 // Handler hears what the other replicas publish. Its methods are called
-// from the bus's one receiving goroutine and must be quick and must not
-// block: the server's hands each event straight to its hub.
+// one at a time, from the bus's goroutines, and must be quick and must
+// not block: the server's hands each event straight to its hub.
 type Handler interface {
 	// Deliver hands over an event another replica published.
 	Deliver(e Event)
@@ -121,8 +124,8 @@ type Stats struct {
 	Connected bool
 	// Reconnects counts connections regained after a loss.
 	Reconnects int64
-	// Peers is how many other replicas have been heard from (those that
-	// have since restarted too, up to 4096).
+	// Peers is how many other replicas are live: heard from within the
+	// last three heartbeat intervals.
 	Peers int
 	// Published counts events handed to the broker; Dropped counts those
 	// that were not (queue full, broker down, too large).
@@ -192,16 +195,18 @@ func New(c Conn, opts ...Option) Bus {
 	var id [16]byte
 	_, _ = rand.Read(id[:])
 	n := &node{
-		conn:     c,
-		cfg:      cfg,
-		log:      cfg.logger,
-		id:       hex.EncodeToString(id[:]),
-		queue:    make(chan queued, cfg.queue),
-		kick:     make(chan struct{}, 1),
-		stopSend: make(chan struct{}),
-		sendDone: make(chan struct{}),
-		recvDone: make(chan struct{}),
-		origins:  make(map[string]*origin),
+		conn:      c,
+		cfg:       cfg,
+		log:       cfg.logger,
+		id:        hex.EncodeToString(id[:]),
+		queue:     make(chan queued, cfg.queue),
+		kick:      make(chan struct{}, 1),
+		stopSend:  make(chan struct{}),
+		sendDone:  make(chan struct{}),
+		recvDone:  make(chan struct{}),
+		stopWatch: make(chan struct{}),
+		watchDone: make(chan struct{}),
+		origins:   make(map[string]*origin),
 	}
 	n.connected.Store(true)
 	n.sendCtx, n.cancelSend = context.WithCancel(context.Background())
@@ -209,6 +214,7 @@ func New(c Conn, opts ...Option) Bus {
 	recvCtx, n.cancelRecv = context.WithCancel(context.Background())
 	go n.sendLoop()
 	go n.recvLoop(recvCtx)
+	go n.watchLoop()
 	return n
 }
 
@@ -236,8 +242,14 @@ type node struct {
 	cancelRecv context.CancelFunc
 	sendDone   chan struct{}
 	recvDone   chan struct{}
+	stopWatch  chan struct{} // closed by Close: stop watching for silent peers
+	watchDone  chan struct{}
 	closeOnce  sync.Once
 	closeErr   error
+
+	// hmu makes the handler's calls one at a time: the receiving
+	// goroutine and the watch for silent peers both make them.
+	hmu sync.Mutex
 
 	// rmu guards the receiving side's memory of its peers.
 	rmu     sync.Mutex
@@ -262,7 +274,17 @@ type queued struct {
 type origin struct {
 	last  uint64 // the highest sequence number heard of
 	heard time.Time
+	// silent marks a peer not heard from in silentAfter heartbeats: it
+	// crashed, or the connection between us stopped delivering. It was
+	// re-notified for, and is no longer counted among the peers; it is
+	// kept so that, if it speaks again, what it said meanwhile is
+	// re-notified too rather than taken for a newcomer's first words.
+	silent bool
 }
+
+// silentAfter is how many heartbeat intervals of silence make a peer
+// silent. Every replica of a bus is meant to share one interval.
+const silentAfter = 3
 
 func (n *node) Handle(h Handler) {
 	if h == nil {
@@ -441,6 +463,8 @@ func (n *node) Close() error {
 		stop.Stop()
 		n.cancelSend()
 		n.cancelRecv()
+		close(n.stopWatch)
+		<-n.watchDone
 		if err := n.conn.Close(); err != nil {
 			n.closeErr = fmt.Errorf("bus: close: %w", err)
 		}
@@ -452,7 +476,12 @@ func (n *node) Close() error {
 
 func (n *node) Stats() Stats {
 	n.rmu.Lock()
-	peers := len(n.origins)
+	peers := 0
+	for _, o := range n.origins {
+		if !o.silent {
+			peers++
+		}
+	}
 	n.rmu.Unlock()
 	return Stats{
 		Origin:     n.id,
@@ -475,7 +504,9 @@ func (n *node) Stats() Stats {
 func (n *node) resync() {
 	n.st.resyncs.Add(1)
 	if r := n.handler.Load(); r != nil {
+		n.hmu.Lock()
 		r.h.Resync()
+		n.hmu.Unlock()
 	}
 }
 
@@ -516,7 +547,9 @@ func (r *receiver) Message(msg []byte) {
 	}
 	n.st.received.Add(1)
 	if h := n.handler.Load(); h != nil {
+		n.hmu.Lock()
 		h.h.Deliver(m.e)
+		n.hmu.Unlock()
 	}
 }
 
@@ -529,12 +562,19 @@ func (n *node) track(m message, now time.Time) (deliver, gap, first bool) {
 	o, known := n.origins[m.e.Origin]
 	if !known {
 		// A peer heard of for the first time, mid-stream or new: track
-		// it from here.
-		n.forgetOldest()
+		// it from here. Making room for it may forget a live peer, whose
+		// next words would then look like a newcomer's: re-notify.
+		gap = n.forgetOldest()
 		n.origins[m.e.Origin] = &origin{last: m.e.Seq, heard: now}
-		return !m.beat, false, true
+		return !m.beat, gap, true
 	}
 	o.heard = now
+	if o.silent {
+		// Back from a silence that was re-notified for: what it sent
+		// since cannot be known.
+		o.silent, o.last = false, m.e.Seq
+		return !m.beat, true, true
+	}
 	switch {
 	case m.beat:
 		if m.e.Seq > o.last {
@@ -555,10 +595,11 @@ func (n *node) track(m message, now time.Time) (deliver, gap, first bool) {
 	return false, false, false
 }
 
-// forgetOldest makes room for one more peer. Called with rmu held.
-func (n *node) forgetOldest() {
+// forgetOldest makes room for one more peer, and reports whether the one
+// it forgot was still live (not silent). Called with rmu held.
+func (n *node) forgetOldest() bool {
 	if len(n.origins) < maxOrigins {
-		return
+		return false
 	}
 	var oldest string
 	var at time.Time
@@ -567,7 +608,48 @@ func (n *node) forgetOldest() {
 			oldest, at = id, o.heard
 		}
 	}
+	live := !n.origins[oldest].silent
 	delete(n.origins, oldest)
+	return live
+}
+
+// watchLoop looks for peers gone silent once every heartbeat interval.
+// A peer that crashed with events queued, or whose messages stop reaching
+// this replica (a subscription that stopped delivering, a partition the
+// broker does not report), sends no heartbeat that could show the gap:
+// its silence is the only sign.
+func (n *node) watchLoop() {
+	defer close(n.watchDone)
+	tick := time.NewTicker(n.cfg.heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stopWatch:
+			return
+		case now := <-tick.C:
+			if k := n.silence(now); k > 0 {
+				n.log.Warn("bus: peers went silent; re-notifying local listeners", "peers", k,
+					"silence", silentAfter*n.cfg.heartbeat)
+				n.resync()
+			}
+		}
+	}
+}
+
+// silence marks the peers not heard from in silentAfter intervals as
+// silent and returns how many it marked.
+func (n *node) silence(now time.Time) int {
+	limit := silentAfter * n.cfg.heartbeat
+	n.rmu.Lock()
+	defer n.rmu.Unlock()
+	k := 0
+	for _, o := range n.origins {
+		if !o.silent && now.Sub(o.heard) > limit {
+			o.silent = true
+			k++
+		}
+	}
+	return k
 }
 
 func (r *receiver) Down(err error) {

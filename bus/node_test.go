@@ -236,3 +236,51 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// silentConn is a connection a test can make deaf and mute at once
+// without it noticing: nothing it sends arrives, nothing arrives to it,
+// and it reports no loss, as a subscription that stopped delivering.
+type silentConn struct {
+	Conn
+	mu   sync.Mutex
+	mute bool
+}
+
+func (c *silentConn) setMute(m bool) { c.mu.Lock(); c.mute = m; c.mu.Unlock() }
+
+func (c *silentConn) Send(ctx context.Context, msg []byte) error {
+	c.mu.Lock()
+	mute := c.mute
+	c.mu.Unlock()
+	if mute {
+		return nil
+	}
+	return c.Conn.Send(ctx, msg)
+}
+
+// TestSilentPeer: a peer that stops being heard without a word is
+// noticed after three heartbeat intervals: re-notified for and no longer
+// counted; when it is heard again, re-notified for once more.
+func TestSilentPeer(t *testing.T) {
+	l := NewLocal()
+	opts := append(quiet(), WithHeartbeat(50*time.Millisecond))
+	b := New(l.Conn(), opts...)
+	rec := &recorder{}
+	b.Handle(rec)
+	sc := &silentConn{Conn: l.Conn()}
+	a := New(sc, opts...)
+	closeAll(t, a, b)
+	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 })
+	_, before := rec.counts()
+	sc.setMute(true)
+	waitUntil(t, "B to notice A's silence", func() bool { return b.Stats().Peers == 0 })
+	_, silent := rec.counts()
+	if silent == before {
+		t.Error("B did not re-notify for A's silence")
+	}
+	sc.setMute(false)
+	waitUntil(t, "B to hear A again", func() bool { return b.Stats().Peers == 1 })
+	if _, back := rec.counts(); back == silent {
+		t.Error("B did not re-notify when A was heard again")
+	}
+}
