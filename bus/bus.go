@@ -589,11 +589,25 @@ func (n *node) track(m message, now time.Time) (deliver, gap, first bool) {
 		o.last = m.e.Seq
 		return true, true, false
 	}
+	if o.last-m.e.Seq > maxBehind {
+		// Too far back to be late: the numbering started again, or the
+		// number heard before was not the peer's (a message forged or
+		// garbled with its origin id, which would otherwise make all its
+		// real events look stale for good). Either way, follow the new
+		// number and re-notify.
+		o.last = m.e.Seq
+		return !m.beat, true, false
+	}
 	// A repeat, or one that arrives after a later one: the gap its
 	// lateness opened was re-notified already.
 	n.st.stale.Add(1)
 	return false, false, false
 }
+
+// maxBehind is how far behind the latest number heard an event may be and
+// still be taken as late: far more than a broker reorders, which is by the
+// messages in flight at once.
+const maxBehind = 1 << 16
 
 // forgetOldest makes room for one more peer, and reports whether the one
 // it forgot was still live (not silent). Called with rmu held.

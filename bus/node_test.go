@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -282,5 +283,33 @@ func TestSilentPeer(t *testing.T) {
 	waitUntil(t, "B to hear A again", func() bool { return b.Stats().Peers == 1 })
 	if _, back := rec.counts(); back == silent {
 		t.Error("B did not re-notify when A was heard again")
+	}
+}
+
+// TestSequencePoisoning: a message with a peer's origin and a number far
+// ahead of its real ones (forged or garbled) does not make the peer's
+// later events stale: the jump back is taken as a restart.
+func TestSequencePoisoning(t *testing.T) {
+	l := NewLocal()
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	a := New(l.Conn(), quiet()...)
+	closeAll(t, a, b)
+	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 })
+	raw := l.Conn()
+	defer raw.Close()
+	msg, err := encode(a.Stats().Origin, math.MaxUint64-1, time.Now(), true, Event{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Send(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "B to take the forged number", func() bool { return b.Stats().Gaps == 1 })
+	a.Publish(toolsChanged)
+	waitUntil(t, "B to receive A's event", func() bool { n, _ := rec.counts(); return n == 1 })
+	if st := b.Stats(); st.Stale != 0 || st.Gaps != 2 {
+		t.Errorf("B: %+v, want A's event taken as a restart", st)
 	}
 }
