@@ -157,8 +157,10 @@ type Conn interface {
 	Send(ctx context.Context, msg []byte) error
 	// Run receives until ctx ends or Close is called, reporting to r from
 	// one goroutine: each message (its own included, or not), and each
-	// loss and regain of the connection, reconnecting meanwhile. It is
-	// called once.
+	// loss and regain of the connection, reconnecting meanwhile — however
+	// long that takes, with a new client if the old one gave up. It is
+	// called once. A Run that returns on its own leaves the bus deaf: it
+	// logs an error and reports itself disconnected from then on.
 	Run(ctx context.Context, r Receiver) error
 	// Close closes the connection and makes Run return.
 	Close() error
