@@ -38,6 +38,17 @@
 // answer with their latest numbers, which keeps that window to the first
 // moments of each.
 //
+// Trust. Messages are neither signed nor encrypted by the bus: the
+// principals of an audience, the keys of changed items and resource URIs
+// travel as they are, and anyone who can publish on the subject or
+// channel can make every replica re-notify (at most one re-notification
+// every 250ms comes of it) or tell listeners of changes that did not
+// happen (they re-read and find none). So the broker must be private to
+// the deployment and its credentials kept so. Its transport security and
+// credentials come from the URL: user and password in it, rediss:// for
+// Redis over TLS, tls:// for NATS over TLS (both with the system's root
+// certificates).
+//
 // Shared state. News is not state: a replica told that the tool list
 // changed answers tools/list from its own registries, which is right for
 // what every replica registers in code and wrong for what one replica
@@ -139,7 +150,8 @@ type Stats struct {
 	// or a heartbeat ahead of the events received.
 	Gaps int64
 	// Resyncs counts re-notifications asked of the handler (after gaps,
-	// reconnects and unreadable messages).
+	// reconnects, silent peers and unreadable messages); those asked for
+	// within 250ms of the last are merged into one at its end.
 	Resyncs int64
 	// Lag is how long the last event received took from its sender's
 	// clock to this replica's, and MaxLag the longest so far.
@@ -250,8 +262,19 @@ type node struct {
 	closeErr   error
 
 	// hmu makes the handler's calls one at a time: the receiving
-	// goroutine and the watch for silent peers both make them.
+	// goroutine, the watch for silent peers and the trailing
+	// re-notification all make them.
 	hmu sync.Mutex
+
+	// rs merges re-notifications (see resync).
+	rs struct {
+		sync.Mutex
+		last    time.Time   // when the handler was last asked
+		pending bool        // asked for since, and not yet done
+		timer   *time.Timer // the trailing one, when armed
+		closed  bool
+		running sync.WaitGroup // the trailing one, armed or running
+	}
 
 	// rmu guards the receiving side's memory of its peers.
 	rmu     sync.Mutex
@@ -467,6 +490,7 @@ func (n *node) Close() error {
 		n.cancelRecv()
 		close(n.stopWatch)
 		<-n.watchDone
+		n.stopResyncs()
 		if err := n.conn.Close(); err != nil {
 			n.closeErr = fmt.Errorf("bus: close: %w", err)
 		}
@@ -502,8 +526,64 @@ func (n *node) Stats() Stats {
 	}
 }
 
-// resync asks the handler to re-notify everything.
+// resyncEvery is the shortest time between two re-notifications. Each
+// costs every listener of the replica a re-read, and a flood of what
+// causes them — unreadable or forged messages, a flapping peer — must not
+// keep every replica re-notifying without pause.
+const resyncEvery = 250 * time.Millisecond
+
+// resync asks the handler to re-notify everything: at once if it has not
+// in the last resyncEvery, else once at the end of that time, however
+// often it was asked meanwhile.
 func (n *node) resync() {
+	n.rs.Lock()
+	if n.rs.closed {
+		n.rs.Unlock()
+		return
+	}
+	now := time.Now()
+	if n.rs.timer == nil && now.Sub(n.rs.last) >= resyncEvery {
+		n.rs.last = now
+		n.rs.Unlock()
+		n.callResync()
+		return
+	}
+	n.rs.pending = true
+	if n.rs.timer == nil {
+		n.rs.running.Add(1)
+		n.rs.timer = time.AfterFunc(n.rs.last.Add(resyncEvery).Sub(now), n.trailingResync)
+	}
+	n.rs.Unlock()
+}
+
+// trailingResync is the re-notification asked for during the last one's
+// resyncEvery.
+func (n *node) trailingResync() {
+	defer n.rs.running.Done()
+	n.rs.Lock()
+	n.rs.timer = nil
+	if n.rs.closed || !n.rs.pending {
+		n.rs.Unlock()
+		return
+	}
+	n.rs.pending, n.rs.last = false, time.Now()
+	n.rs.Unlock()
+	n.callResync()
+}
+
+// stopResyncs cancels a trailing re-notification, or waits for it to end.
+func (n *node) stopResyncs() {
+	n.rs.Lock()
+	n.rs.closed = true
+	if n.rs.timer != nil && n.rs.timer.Stop() {
+		n.rs.running.Done()
+	}
+	n.rs.timer = nil
+	n.rs.Unlock()
+	n.rs.running.Wait()
+}
+
+func (n *node) callResync() {
 	n.st.resyncs.Add(1)
 	if r := n.handler.Load(); r != nil {
 		n.hmu.Lock()

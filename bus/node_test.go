@@ -281,9 +281,7 @@ func TestSilentPeer(t *testing.T) {
 	}
 	sc.setMute(false)
 	waitUntil(t, "B to hear A again", func() bool { return b.Stats().Peers == 1 })
-	if _, back := rec.counts(); back == silent {
-		t.Error("B did not re-notify when A was heard again")
-	}
+	waitUntil(t, "B to re-notify for what A said while unheard", func() bool { _, r := rec.counts(); return r > silent })
 }
 
 // TestSequencePoisoning: a message with a peer's origin and a number far
@@ -311,5 +309,27 @@ func TestSequencePoisoning(t *testing.T) {
 	waitUntil(t, "B to receive A's event", func() bool { n, _ := rec.counts(); return n == 1 })
 	if st := b.Stats(); st.Stale != 0 || st.Gaps != 2 {
 		t.Errorf("B: %+v, want A's event taken as a restart", st)
+	}
+}
+
+// TestResyncsMerged: a flood of unreadable messages makes one
+// re-notification at once and one trailing, not one each.
+func TestResyncsMerged(t *testing.T) {
+	l := NewLocal()
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	closeAll(t, b)
+	raw := l.Conn()
+	defer raw.Close()
+	for range 20 {
+		if err := raw.Send(context.Background(), []byte(`not json`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "B to read all", func() bool { return b.Stats().Invalid == 20 })
+	waitUntil(t, "the trailing re-notification", func() bool { _, r := rec.counts(); return r >= 2 })
+	if _, r := rec.counts(); r > 3 {
+		t.Errorf("B re-notified %d times for 20 unreadable messages, want them merged", r)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // Dial connects to the broker rawURL names, subscribed and ready when it
 // returns, or fails once ctx ends. Two kinds of URL are understood:
 //
-//	nats://[user:password@]host:port[/subject]           (default subject "tidings")
+//	nats://[user:password@]host:port[/subject]           (tls:// for TLS; default subject "tidings")
 //	redis://[user:password@]host:port[/db][?channel=name] (rediss:// for TLS; default channel "tidings")
 //
 // Replicas that share a subject or channel on one broker form one bus.
@@ -25,12 +25,12 @@ func Dial(ctx context.Context, rawURL string, opts ...Option) (Conn, error) {
 	}
 	cfg := newConfig(opts)
 	switch u.Scheme {
-	case "nats":
+	case "nats", "tls":
 		return dialNATS(ctx, u, cfg)
 	case "redis", "rediss":
 		return dialRedis(ctx, u, cfg)
 	}
-	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, redis or rediss)", u.Redacted(), u.Scheme)
+	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, tls, redis or rediss)", u.Redacted(), u.Scheme)
 }
 
 // Open dials rawURL (see Dial) and starts a Bus over the connection.

@@ -85,12 +85,12 @@ func OpenState(ctx context.Context, rawURL string, opts ...Option) (State, error
 	}
 	cfg := newConfig(opts)
 	switch u.Scheme {
-	case "nats":
+	case "nats", "tls":
 		return openNATSState(ctx, u, cfg)
 	case "redis", "rediss":
 		return openRedisState(ctx, u)
 	}
-	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, redis or rediss)", u.Redacted(), u.Scheme)
+	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, tls, redis or rediss)", u.Redacted(), u.Scheme)
 }
 
 // stateValue is how a value is stored: one byte, readable in the broker's
