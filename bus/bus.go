@@ -330,6 +330,7 @@ func (n *node) Publish(e Event) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
+		n.st.dropped.Add(int64(len(parts))) // a change made while shutting down: the peers see none of it
 		return
 	}
 	for _, p := range parts {
