@@ -28,7 +28,10 @@ func TestServeSecret(t *testing.T) {
 	key := strings.Repeat("k", 40)
 	good := filepath.Join(dir, "good")
 	short := filepath.Join(dir, "short")
-	for name, body := range map[string]string{good: key + "\n", short: "tiny\n"} {
+	binary := filepath.Join(dir, "binary")
+	raw := " \t" + strings.Repeat("\x00k", 16) + "\n "
+	crlf := filepath.Join(dir, "crlf")
+	for name, body := range map[string]string{good: key + "\n", short: "tiny\n", binary: raw + "\n", crlf: key + "\r\n"} {
 		if err := os.WriteFile(name, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -39,6 +42,8 @@ func TestServeSecret(t *testing.T) {
 	}{
 		{"", "", ""},
 		{good, "", key},
+		{binary, "", raw},
+		{crlf, "", key},
 		{"", " " + key + "\n", key},
 		{good, key, "error: not both"},
 		{short, "", "error: 4 bytes"},
