@@ -63,7 +63,7 @@ func parseURL(rawURL string) (*url.URL, error) {
 type badURLError struct{ err error }
 
 func (e badURLError) Error() string {
-	const msg = "bus: the URL does not parse (a password holding any of : / ? # [ ] @ %% must be percent-encoded)"
+	const msg = "bus: the URL does not parse (a password holding any of : / ? # [ ] @ % must be percent-encoded)"
 	var esc url.EscapeError
 	var host url.InvalidHostError
 	kind := ""
@@ -78,9 +78,9 @@ func (e badURLError) Error() string {
 		m == "net/url: invalid control character in URL":
 		kind = m // says nothing of the URL
 	default:
-		return fmt.Sprintf(msg)
+		return msg
 	}
-	return fmt.Sprintf(msg+": %s", kind)
+	return msg + ": " + kind
 }
 
 func (e badURLError) Unwrap() error { return e.err }
