@@ -25,7 +25,10 @@
 // the replicas to agree on: the bus carries news, not state). So every
 // change reaches every listener it concerns, at once in the usual case,
 // and at the latest one heartbeat interval (or one reconnect) after the
-// loss. An
+// loss. A peer that falls silent for three intervals — it crashed with
+// events queued, or its messages stopped arriving without the broker
+// saying so — is re-notified for and no longer counted, and if it speaks
+// again, re-notified for once more. An
 // event the bus could not send — its queue full, the broker down, the
 // event too large — still takes its number, so the others see the gap
 // and re-notify too. Local listeners never wait on the bus: local
@@ -34,6 +37,17 @@
 // at all: a replica announces itself when it starts, and the others
 // answer with their latest numbers, which keeps that window to the first
 // moments of each.
+//
+// Trust. Messages are neither signed nor encrypted by the bus: the
+// principals of an audience, the keys of changed items and resource URIs
+// travel as they are, and anyone who can publish on the subject or
+// channel can make every replica re-notify (at most one re-notification
+// every 250ms comes of it) or tell listeners of changes that did not
+// happen (they re-read and find none). So the broker must be private to
+// the deployment and its credentials kept so. Its transport security and
+// credentials come from the URL: user and password in it, rediss:// for
+// Redis over TLS, tls:// for NATS over TLS (both with the system's root
+// certificates).
 //
 // Shared state. News is not state: a replica told that the tool list
 // changed answers tools/list from its own registries, which is right for
@@ -85,8 +99,8 @@ type Event struct {
 }
 
 // Handler hears what the other replicas publish. Its methods are called
-// from the bus's one receiving goroutine and must be quick and must not
-// block: the server's hands each event straight to its hub.
+// one at a time, from the bus's goroutines, and must be quick and must
+// not block: the server's hands each event straight to its hub.
 type Handler interface {
 	// Deliver hands over an event another replica published.
 	Deliver(e Event)
@@ -121,8 +135,8 @@ type Stats struct {
 	Connected bool
 	// Reconnects counts connections regained after a loss.
 	Reconnects int64
-	// Peers is how many other replicas have been heard from (those that
-	// have since restarted too, up to 4096).
+	// Peers is how many other replicas are live: heard from within the
+	// last three heartbeat intervals.
 	Peers int
 	// Published counts events handed to the broker; Dropped counts those
 	// that were not (queue full, broker down, too large).
@@ -136,7 +150,8 @@ type Stats struct {
 	// or a heartbeat ahead of the events received.
 	Gaps int64
 	// Resyncs counts re-notifications asked of the handler (after gaps,
-	// reconnects and unreadable messages).
+	// reconnects, silent peers and unreadable messages); those asked for
+	// within 250ms of the last are merged into one at its end.
 	Resyncs int64
 	// Lag is how long the last event received took from its sender's
 	// clock to this replica's, and MaxLag the longest so far.
@@ -154,8 +169,10 @@ type Conn interface {
 	Send(ctx context.Context, msg []byte) error
 	// Run receives until ctx ends or Close is called, reporting to r from
 	// one goroutine: each message (its own included, or not), and each
-	// loss and regain of the connection, reconnecting meanwhile. It is
-	// called once.
+	// loss and regain of the connection, reconnecting meanwhile — however
+	// long that takes, with a new client if the old one gave up. It is
+	// called once. A Run that returns on its own leaves the bus deaf: it
+	// logs an error and reports itself disconnected from then on.
 	Run(ctx context.Context, r Receiver) error
 	// Close closes the connection and makes Run return.
 	Close() error
@@ -180,6 +197,10 @@ const maxOrigins = 4096
 // flushTimeout bounds how long Close spends sending what is queued.
 const flushTimeout = 2 * time.Second
 
+// lastBeatTimeout bounds the goodbye heartbeat Close sends after the
+// flush, whether or not the flush finished.
+const lastBeatTimeout = time.Second
+
 // New starts a Bus over c. The bus owns c from then on: Close closes it.
 // Its sequence numbers start at the first event, under a fresh origin id;
 // it announces itself to the peers at once.
@@ -188,16 +209,18 @@ func New(c Conn, opts ...Option) Bus {
 	var id [16]byte
 	_, _ = rand.Read(id[:])
 	n := &node{
-		conn:     c,
-		cfg:      cfg,
-		log:      cfg.logger,
-		id:       hex.EncodeToString(id[:]),
-		queue:    make(chan queued, cfg.queue),
-		kick:     make(chan struct{}, 1),
-		stopSend: make(chan struct{}),
-		sendDone: make(chan struct{}),
-		recvDone: make(chan struct{}),
-		origins:  make(map[string]*origin),
+		conn:      c,
+		cfg:       cfg,
+		log:       cfg.logger,
+		id:        hex.EncodeToString(id[:]),
+		queue:     make(chan queued, cfg.queue),
+		kick:      make(chan struct{}, 1),
+		stopSend:  make(chan struct{}),
+		sendDone:  make(chan struct{}),
+		recvDone:  make(chan struct{}),
+		stopWatch: make(chan struct{}),
+		watchDone: make(chan struct{}),
+		origins:   make(map[string]*origin),
 	}
 	n.connected.Store(true)
 	n.sendCtx, n.cancelSend = context.WithCancel(context.Background())
@@ -205,6 +228,7 @@ func New(c Conn, opts ...Option) Bus {
 	recvCtx, n.cancelRecv = context.WithCancel(context.Background())
 	go n.sendLoop()
 	go n.recvLoop(recvCtx)
+	go n.watchLoop()
 	return n
 }
 
@@ -232,8 +256,25 @@ type node struct {
 	cancelRecv context.CancelFunc
 	sendDone   chan struct{}
 	recvDone   chan struct{}
+	stopWatch  chan struct{} // closed by Close: stop watching for silent peers
+	watchDone  chan struct{}
 	closeOnce  sync.Once
 	closeErr   error
+
+	// hmu makes the handler's calls one at a time: the receiving
+	// goroutine, the watch for silent peers and the trailing
+	// re-notification all make them.
+	hmu sync.Mutex
+
+	// rs merges re-notifications (see resync).
+	rs struct {
+		sync.Mutex
+		last    time.Time   // when the handler was last asked
+		pending bool        // asked for since, and not yet done
+		timer   *time.Timer // the trailing one, when armed
+		closed  bool
+		running sync.WaitGroup // the trailing one, armed or running
+	}
 
 	// rmu guards the receiving side's memory of its peers.
 	rmu     sync.Mutex
@@ -258,7 +299,17 @@ type queued struct {
 type origin struct {
 	last  uint64 // the highest sequence number heard of
 	heard time.Time
+	// silent marks a peer not heard from in silentAfter heartbeats: it
+	// crashed, or the connection between us stopped delivering. It was
+	// re-notified for, and is no longer counted among the peers; it is
+	// kept so that, if it speaks again, what it said meanwhile is
+	// re-notified too rather than taken for a newcomer's first words.
+	silent bool
 }
+
+// silentAfter is how many heartbeat intervals of silence make a peer
+// silent. Every replica of a bus is meant to share one interval.
+const silentAfter = 3
 
 func (n *node) Handle(h Handler) {
 	if h == nil {
@@ -279,6 +330,7 @@ func (n *node) Publish(e Event) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
+		n.st.dropped.Add(int64(len(parts))) // a change made while shutting down: the peers see none of it
 		return
 	}
 	for _, p := range parts {
@@ -330,7 +382,7 @@ func (n *node) sendLoop() {
 			n.beat()
 		case <-n.stopSend:
 			n.drain()
-			n.beat() // the last word: our latest number, so peers can tell what they missed
+			n.lastBeat()
 			return
 		}
 	}
@@ -379,17 +431,36 @@ func (n *node) beat() {
 	if n.sendCtx.Err() != nil {
 		return
 	}
+	n.sendBeat(n.sendCtx, seq)
+}
+
+// lastBeat is the goodbye, sent once the queue is drained or given up on.
+// Events that Close's flush timeout cut off still took their numbers, so
+// this heartbeat is how the peers learn that they missed them: it goes
+// out on a short context of its own, not on the one the timeout ended.
+func (n *node) lastBeat() {
+	n.mu.Lock()
+	seq := n.seq
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), lastBeatTimeout)
+	defer cancel()
+	n.sendBeat(ctx, seq)
+}
+
+func (n *node) sendBeat(ctx context.Context, seq uint64) {
 	msg, err := encode(n.id, seq, time.Now(), true, Event{})
 	if err == nil {
-		err = n.send(msg)
+		err = n.sendOn(ctx, msg)
 	}
 	if err != nil {
 		n.warn("bus: a heartbeat could not be sent", "err", err)
 	}
 }
 
-func (n *node) send(msg []byte) error {
-	ctx, cancel := context.WithTimeout(n.sendCtx, n.cfg.sendTimeout)
+func (n *node) send(msg []byte) error { return n.sendOn(n.sendCtx, msg) }
+
+func (n *node) sendOn(parent context.Context, msg []byte) error {
+	ctx, cancel := context.WithTimeout(parent, n.cfg.sendTimeout)
 	defer cancel()
 	if err := n.conn.Send(ctx, msg); err != nil {
 		return fmt.Errorf("bus: send: %w", err)
@@ -418,6 +489,9 @@ func (n *node) Close() error {
 		stop.Stop()
 		n.cancelSend()
 		n.cancelRecv()
+		close(n.stopWatch)
+		<-n.watchDone
+		n.stopResyncs()
 		if err := n.conn.Close(); err != nil {
 			n.closeErr = fmt.Errorf("bus: close: %w", err)
 		}
@@ -429,7 +503,12 @@ func (n *node) Close() error {
 
 func (n *node) Stats() Stats {
 	n.rmu.Lock()
-	peers := len(n.origins)
+	peers := 0
+	for _, o := range n.origins {
+		if !o.silent {
+			peers++
+		}
+	}
 	n.rmu.Unlock()
 	return Stats{
 		Origin:     n.id,
@@ -448,11 +527,69 @@ func (n *node) Stats() Stats {
 	}
 }
 
-// resync asks the handler to re-notify everything.
+// resyncEvery is the shortest time between two re-notifications. Each
+// costs every listener of the replica a re-read, and a flood of what
+// causes them — unreadable or forged messages, a flapping peer — must not
+// keep every replica re-notifying without pause.
+const resyncEvery = 250 * time.Millisecond
+
+// resync asks the handler to re-notify everything: at once if it has not
+// in the last resyncEvery, else once at the end of that time, however
+// often it was asked meanwhile.
 func (n *node) resync() {
+	n.rs.Lock()
+	if n.rs.closed {
+		n.rs.Unlock()
+		return
+	}
+	now := time.Now()
+	if n.rs.timer == nil && now.Sub(n.rs.last) >= resyncEvery {
+		n.rs.last = now
+		n.rs.Unlock()
+		n.callResync()
+		return
+	}
+	n.rs.pending = true
+	if n.rs.timer == nil {
+		n.rs.running.Add(1)
+		n.rs.timer = time.AfterFunc(n.rs.last.Add(resyncEvery).Sub(now), n.trailingResync)
+	}
+	n.rs.Unlock()
+}
+
+// trailingResync is the re-notification asked for during the last one's
+// resyncEvery.
+func (n *node) trailingResync() {
+	defer n.rs.running.Done()
+	n.rs.Lock()
+	n.rs.timer = nil
+	if n.rs.closed || !n.rs.pending {
+		n.rs.Unlock()
+		return
+	}
+	n.rs.pending, n.rs.last = false, time.Now()
+	n.rs.Unlock()
+	n.callResync()
+}
+
+// stopResyncs cancels a trailing re-notification, or waits for it to end.
+func (n *node) stopResyncs() {
+	n.rs.Lock()
+	n.rs.closed = true
+	if n.rs.timer != nil && n.rs.timer.Stop() {
+		n.rs.running.Done()
+	}
+	n.rs.timer = nil
+	n.rs.Unlock()
+	n.rs.running.Wait()
+}
+
+func (n *node) callResync() {
 	n.st.resyncs.Add(1)
 	if r := n.handler.Load(); r != nil {
+		n.hmu.Lock()
 		r.h.Resync()
+		n.hmu.Unlock()
 	}
 }
 
@@ -493,7 +630,9 @@ func (r *receiver) Message(msg []byte) {
 	}
 	n.st.received.Add(1)
 	if h := n.handler.Load(); h != nil {
+		n.hmu.Lock()
 		h.h.Deliver(m.e)
+		n.hmu.Unlock()
 	}
 }
 
@@ -506,12 +645,19 @@ func (n *node) track(m message, now time.Time) (deliver, gap, first bool) {
 	o, known := n.origins[m.e.Origin]
 	if !known {
 		// A peer heard of for the first time, mid-stream or new: track
-		// it from here.
-		n.forgetOldest()
+		// it from here. Making room for it may forget a live peer, whose
+		// next words would then look like a newcomer's: re-notify.
+		gap = n.forgetOldest()
 		n.origins[m.e.Origin] = &origin{last: m.e.Seq, heard: now}
-		return !m.beat, false, true
+		return !m.beat, gap, true
 	}
 	o.heard = now
+	if o.silent {
+		// Back from a silence that was re-notified for: what it sent
+		// since cannot be known.
+		o.silent, o.last = false, m.e.Seq
+		return !m.beat, true, true
+	}
 	switch {
 	case m.beat:
 		if m.e.Seq > o.last {
@@ -526,16 +672,31 @@ func (n *node) track(m message, now time.Time) (deliver, gap, first bool) {
 		o.last = m.e.Seq
 		return true, true, false
 	}
+	if o.last-m.e.Seq > maxBehind {
+		// Too far back to be late: the numbering started again, or the
+		// number heard before was not the peer's (a message forged or
+		// garbled with its origin id, which would otherwise make all its
+		// real events look stale for good). Either way, follow the new
+		// number and re-notify.
+		o.last = m.e.Seq
+		return !m.beat, true, false
+	}
 	// A repeat, or one that arrives after a later one: the gap its
 	// lateness opened was re-notified already.
 	n.st.stale.Add(1)
 	return false, false, false
 }
 
-// forgetOldest makes room for one more peer. Called with rmu held.
-func (n *node) forgetOldest() {
+// maxBehind is how far behind the latest number heard an event may be and
+// still be taken as late: far more than a broker reorders, which is by the
+// messages in flight at once.
+const maxBehind = 1 << 16
+
+// forgetOldest makes room for one more peer, and reports whether the one
+// it forgot was still live (not silent). Called with rmu held.
+func (n *node) forgetOldest() bool {
 	if len(n.origins) < maxOrigins {
-		return
+		return false
 	}
 	var oldest string
 	var at time.Time
@@ -544,7 +705,48 @@ func (n *node) forgetOldest() {
 			oldest, at = id, o.heard
 		}
 	}
+	live := !n.origins[oldest].silent
 	delete(n.origins, oldest)
+	return live
+}
+
+// watchLoop looks for peers gone silent once every heartbeat interval.
+// A peer that crashed with events queued, or whose messages stop reaching
+// this replica (a subscription that stopped delivering, a partition the
+// broker does not report), sends no heartbeat that could show the gap:
+// its silence is the only sign.
+func (n *node) watchLoop() {
+	defer close(n.watchDone)
+	tick := time.NewTicker(n.cfg.heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.stopWatch:
+			return
+		case now := <-tick.C:
+			if k := n.silence(now); k > 0 {
+				n.log.Warn("bus: peers went silent; re-notifying local listeners", "peers", k,
+					"silence", silentAfter*n.cfg.heartbeat)
+				n.resync()
+			}
+		}
+	}
+}
+
+// silence marks the peers not heard from in silentAfter intervals as
+// silent and returns how many it marked.
+func (n *node) silence(now time.Time) int {
+	limit := silentAfter * n.cfg.heartbeat
+	n.rmu.Lock()
+	defer n.rmu.Unlock()
+	k := 0
+	for _, o := range n.origins {
+		if !o.silent && now.Sub(o.heard) > limit {
+			o.silent = true
+			k++
+		}
+	}
+	return k
 }
 
 func (r *receiver) Down(err error) {

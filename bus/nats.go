@@ -17,22 +17,34 @@ import (
 // past it, the client drops them (a slow consumer), which is detected.
 const natsInbox = 4096
 
-// natsConn is a Conn over one NATS connection, publishing and subscribing
+// natsConn is a Conn over a NATS connection, publishing and subscribing
 // on one subject. The client library reconnects on its own, with the
 // bus's backoff, and reports losses and returns through callbacks, which
-// only count them and wake the receiving loop.
+// only count them and wake the receiving loop. The client may also give
+// up for good — it closes itself after repeated authorization failures,
+// say — and then the receiving loop dials a new one, with the same
+// backoff, rather than leave the replica deaf until it restarts.
 type natsConn struct {
-	nc      *nats.Conn
-	sub     *nats.Subscription
+	server  string // the URL without the subject
 	subject string
+	cfg     config
 	msgs    chan *nats.Msg
 	changed chan struct{} // capacity 1: downs or ups moved
 	downs   atomic.Int64
 	ups     atomic.Int64
 	lastErr atomic.Pointer[error]
-	closed  chan struct{} // closed by the client's closed callback
+	stop    chan struct{} // closed by Close
 	once    sync.Once
+
+	mu      sync.Mutex // guards what follows against the receiving loop's redial
+	nc      *nats.Conn
+	ncEnded chan struct{} // closed by nc's closed callback
+	closing bool
 }
+
+// natsRedialTimeout bounds one attempt at dialling a new client after the
+// old one gave up.
+const natsRedialTimeout = 5 * time.Second
 
 // dialNATS connects to nats://host:port/subject.
 func dialNATS(ctx context.Context, u *url.URL, cfg config) (*natsConn, error) {
@@ -48,15 +60,25 @@ func dialNATS(ctx context.Context, u *url.URL, cfg config) (*natsConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &natsConn{subject: subject, msgs: make(chan *nats.Msg, natsInbox),
-		changed: make(chan struct{}, 1), closed: make(chan struct{})}
-	server := (&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}).String()
-	nc, err := nats.Connect(server,
+	c := &natsConn{subject: subject, cfg: cfg, msgs: make(chan *nats.Msg, natsInbox),
+		changed: make(chan struct{}, 1), stop: make(chan struct{}),
+		server: (&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}).String()}
+	if c.nc, c.ncEnded, err = c.connect(timeout); err != nil {
+		return nil, fmt.Errorf("bus: dial %s: %w", u.Redacted(), err)
+	}
+	return c, nil
+}
+
+// connect dials a client, subscribed when it returns, and the channel its
+// closed callback closes.
+func (c *natsConn) connect(timeout time.Duration) (*nats.Conn, chan struct{}, error) {
+	ended := make(chan struct{})
+	nc, err := nats.Connect(c.server,
 		nats.Name("tidings bus"),
 		nats.Timeout(timeout),
 		nats.NoEcho(),
 		nats.MaxReconnects(-1),
-		nats.CustomReconnectDelay(cfg.backoff),
+		nats.CustomReconnectDelay(c.cfg.backoff),
 		// Nothing is buffered while disconnected: events sent then are
 		// dropped and counted, and the peers re-notify, the same on every
 		// broker.
@@ -72,23 +94,30 @@ func dialNATS(ctx context.Context, u *url.URL, cfg config) (*natsConn, error) {
 			c.poke()
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { c.ups.Add(1); c.poke() }),
-		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.ClosedHandler(func(*nats.Conn) { close(ended) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			cfg.logger.Debug("bus: NATS reports an error", "err", err)
+			c.cfg.logger.Debug("bus: NATS reports an error", "err", err)
 		}),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("bus: dial %s: %w", u.Redacted(), err)
+		return nil, nil, err // the callers wrap it, with the URL redacted
 	}
-	c.nc = nc
-	if c.sub, err = nc.ChanSubscribe(subject, c.msgs); err == nil {
-		err = nc.FlushWithContext(ctx) // the subscription is in place when Dial returns
+	if _, err = nc.ChanSubscribe(c.subject, c.msgs); err == nil {
+		err = nc.FlushTimeout(timeout) // the subscription is in place when the client is used
 	}
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("bus: subscribe to %q: %w", subject, err)
+		nc.Close()
+		<-ended
+		return nil, nil, fmt.Errorf("subscribe to %q: %w", c.subject, err)
 	}
-	return c, nil
+	return nc, ended, nil
+}
+
+// current returns the client in use and the channel that says it ended.
+func (c *natsConn) current() (*nats.Conn, chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nc, c.ncEnded
 }
 
 // natsSubject returns the subject of nats://host:port/subject (default
@@ -147,7 +176,8 @@ func (c *natsConn) poke() {
 func (c *natsConn) Send(_ context.Context, msg []byte) error {
 	// Publish only appends to the client's buffer, which its own
 	// goroutine flushes at once; it fails while disconnected.
-	if err := c.nc.Publish(c.subject, msg); err != nil {
+	nc, _ := c.current()
+	if err := nc.Publish(c.subject, msg); err != nil {
 		return fmt.Errorf("nats publish: %w", err)
 	}
 	return nil
@@ -156,11 +186,16 @@ func (c *natsConn) Send(_ context.Context, msg []byte) error {
 func (c *natsConn) Run(ctx context.Context, r Receiver) error {
 	var downs, ups int64
 	for {
+		nc, ended := c.current()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.closed:
+		case <-c.stop:
 			return errClosed
+		case <-ended:
+			if err := c.redial(ctx, r); err != nil {
+				return err
+			}
 		case m := <-c.msgs:
 			r.Message(m.Data)
 		case <-c.changed:
@@ -177,7 +212,7 @@ func (c *natsConn) Run(ctx context.Context, r Receiver) error {
 			if u := c.ups.Load(); u != ups {
 				ups = u
 				r.Up()
-				if !c.nc.IsConnected() {
+				if !nc.IsConnected() {
 					r.Down(errors.New("disconnected again")) // its own callback is still to come
 				}
 			}
@@ -185,13 +220,56 @@ func (c *natsConn) Run(ctx context.Context, r Receiver) error {
 	}
 }
 
+// redial replaces a client that closed without Close being called, trying
+// with the bus's backoff until it succeeds or the connection is closed.
+func (c *natsConn) redial(ctx context.Context, r Receiver) error {
+	var err error = errors.New("the NATS client gave up reconnecting")
+	if p := c.lastErr.Load(); p != nil {
+		err = fmt.Errorf("the NATS client gave up reconnecting: %w", *p)
+	}
+	r.Down(err)
+	for attempt := 1; ; attempt++ {
+		t := time.NewTimer(c.cfg.backoff(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-c.stop:
+			t.Stop()
+			return errClosed
+		case <-t.C:
+		}
+		nc, ended, err := c.connect(natsRedialTimeout)
+		if err != nil {
+			c.cfg.logger.Debug("bus: dialling NATS again failed", "attempt", attempt, "err", err)
+			continue
+		}
+		c.mu.Lock()
+		if c.closing {
+			c.mu.Unlock()
+			nc.Close()
+			<-ended
+			return errClosed
+		}
+		c.nc, c.ncEnded = nc, ended
+		c.mu.Unlock()
+		r.Up()
+		return nil
+	}
+}
+
 func (c *natsConn) Close() error {
 	c.once.Do(func() {
-		if c.nc.IsConnected() {
-			_ = c.nc.FlushTimeout(time.Second)
+		c.mu.Lock()
+		c.closing = true
+		nc, ended := c.nc, c.ncEnded
+		c.mu.Unlock()
+		close(c.stop)
+		if nc.IsConnected() {
+			_ = nc.FlushTimeout(time.Second)
 		}
-		c.nc.Close()
-		<-c.closed // the client's callbacks have run; its goroutines are ending
+		nc.Close()
+		<-ended // the client's callbacks have run; its goroutines are ending
 	})
 	return nil
 }

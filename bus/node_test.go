@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -186,10 +187,41 @@ func TestCloseSaysGoodbye(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	a.Publish(toolsChanged)
-	if st := a.Stats(); st.Published != 2 || st.Dropped != 0 || st.Connected {
-		t.Errorf("A after Close: %+v, want both events sent and nothing more", st)
+	if st := a.Stats(); st.Published != 2 || st.Dropped != 1 || st.Connected {
+		t.Errorf("A after Close: %+v, want both events sent and the later one dropped", st)
 	}
 	waitUntil(t, "B to receive both", func() bool { n, _ := rec.counts(); return n == 2 })
+
+	// A replica whose events are stuck when it closes drops them after
+	// the flush timeout, and its goodbye still tells the peers they
+	// missed them.
+	s := &stalling{Conn: l.Conn()}
+	c := New(s, quiet()...)
+	waitUntil(t, "B to hear C's hello", func() bool { return b.Stats().Peers == 2 })
+	c.Publish(toolsChanged)
+	c.Publish(toolsChanged)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Dropped != 2 {
+		t.Errorf("C after Close: %+v, want both events dropped", st)
+	}
+	waitUntil(t, "B to see the gap C's goodbye reveals", func() bool { return b.Stats().Gaps == 1 })
+	if _, resyncs := rec.counts(); resyncs != 1 {
+		t.Errorf("B re-notified %d times, want once", resyncs)
+	}
+}
+
+// stalling is a connection on which changes never get through (each Send
+// waits for its context to end) while heartbeats do.
+type stalling struct{ Conn }
+
+func (s *stalling) Send(ctx context.Context, msg []byte) error {
+	if m, err := decode(msg); err == nil && !m.beat {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Conn.Send(ctx, msg)
 }
 
 // TestBackoff: reconnect delays double up to the cap, each drawn from
@@ -203,5 +235,101 @@ func TestBackoff(t *testing.T) {
 				t.Fatalf("attempt %d waits %v, want within [%v, %v]", n+1, d, step/2, step)
 			}
 		}
+	}
+}
+
+// silentConn is a connection a test can make deaf and mute at once
+// without it noticing: nothing it sends arrives, nothing arrives to it,
+// and it reports no loss, as a subscription that stopped delivering.
+type silentConn struct {
+	Conn
+	mu   sync.Mutex
+	mute bool
+}
+
+func (c *silentConn) setMute(m bool) { c.mu.Lock(); c.mute = m; c.mu.Unlock() }
+
+func (c *silentConn) Send(ctx context.Context, msg []byte) error {
+	c.mu.Lock()
+	mute := c.mute
+	c.mu.Unlock()
+	if mute {
+		return nil
+	}
+	return c.Conn.Send(ctx, msg)
+}
+
+// TestSilentPeer: a peer that stops being heard without a word is
+// noticed after three heartbeat intervals: re-notified for and no longer
+// counted; when it is heard again, re-notified for once more.
+func TestSilentPeer(t *testing.T) {
+	l := NewLocal()
+	opts := append(quiet(), WithHeartbeat(50*time.Millisecond))
+	b := New(l.Conn(), opts...)
+	rec := &recorder{}
+	b.Handle(rec)
+	sc := &silentConn{Conn: l.Conn()}
+	a := New(sc, opts...)
+	closeAll(t, a, b)
+	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 })
+	_, before := rec.counts()
+	sc.setMute(true)
+	waitUntil(t, "B to notice A's silence", func() bool { return b.Stats().Peers == 0 })
+	_, silent := rec.counts()
+	if silent == before {
+		t.Error("B did not re-notify for A's silence")
+	}
+	sc.setMute(false)
+	waitUntil(t, "B to hear A again", func() bool { return b.Stats().Peers == 1 })
+	waitUntil(t, "B to re-notify for what A said while unheard", func() bool { _, r := rec.counts(); return r > silent })
+}
+
+// TestSequencePoisoning: a message with a peer's origin and a number far
+// ahead of its real ones (forged or garbled) does not make the peer's
+// later events stale: the jump back is taken as a restart.
+func TestSequencePoisoning(t *testing.T) {
+	l := NewLocal()
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	a := New(l.Conn(), quiet()...)
+	closeAll(t, a, b)
+	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 })
+	raw := l.Conn()
+	defer raw.Close()
+	msg, err := encode(a.Stats().Origin, math.MaxUint64-1, time.Now(), true, Event{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Send(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "B to take the forged number", func() bool { return b.Stats().Gaps == 1 })
+	a.Publish(toolsChanged)
+	waitUntil(t, "B to receive A's event", func() bool { n, _ := rec.counts(); return n == 1 })
+	if st := b.Stats(); st.Stale != 0 || st.Gaps != 2 {
+		t.Errorf("B: %+v, want A's event taken as a restart", st)
+	}
+}
+
+// TestResyncsMerged: a flood of unreadable messages makes one
+// re-notification at once and one trailing, not one each.
+func TestResyncsMerged(t *testing.T) {
+	l := NewLocal()
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	closeAll(t, b)
+	raw := l.Conn()
+	defer raw.Close()
+	for range 20 {
+		if err := raw.Send(context.Background(), []byte(`not json`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "B to read all", func() bool { return b.Stats().Invalid == 20 })
+	waitUntil(t, "the trailing re-notification", func() bool { _, r := rec.counts(); return r >= 2 })
+	if _, r := rec.counts(); r > 3 {
+		t.Errorf("B re-notified %d times for 20 unreadable messages, want them merged", r)
 	}
 }

@@ -144,3 +144,58 @@ func TestOpenState(t *testing.T) {
 		}
 	})
 }
+
+// badURLs are broker URLs with the password hunter2 that do not parse,
+// name a bad database, or point at nothing listening.
+var badURLs = []string{
+	"redis://user:hunter2@[::1",
+	"redis://user:hunter2%zz@127.0.0.1:1",
+	"redis://user:hunter2/x@127.0.0.1:1",
+	"nats://user:hunter2/x@127.0.0.1:1",
+	"redis://user:hunter2@127.0.0.1:1/notadb",
+	"redis://user:hunter2@127.0.0.1:1",
+	"rediss://user:hunter2@127.0.0.1:1",
+	"nats://user:hunter2@127.0.0.1:1/a",
+	"tls://user:hunter2@127.0.0.1:1/a",
+}
+
+// TestErrorsHideThePassword: no error of Dial, Open or OpenState shows a
+// password given in the URL, whether the URL does not parse or the broker
+// is not there.
+func TestErrorsHideThePassword(t *testing.T) {
+	for _, u := range badURLs {
+		for name, open := range map[string]func(context.Context) error{
+			"Dial": func(ctx context.Context) error {
+				c, err := bus.Dial(ctx, u)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			},
+			"Open": func(ctx context.Context) error {
+				b, err := bus.Open(ctx, u)
+				if err == nil {
+					b.Close()
+				}
+				return err
+			},
+			"OpenState": func(ctx context.Context) error {
+				s, err := bus.OpenState(ctx, u)
+				if err == nil {
+					s.Close()
+				}
+				return err
+			},
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := open(ctx)
+			cancel()
+			switch {
+			case err == nil:
+				t.Errorf("%s(%s) succeeded", name, u)
+			case strings.Contains(err.Error(), "hunter2"):
+				t.Errorf("%s(%s) shows the password: %v", name, u, err)
+			}
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/url"
 	"sync"
 )
 
@@ -80,18 +79,18 @@ func (*LocalState) Close() error { return nil }
 // losses are reported by the methods' errors, and the connection is
 // regained on its own. Of the options, WithLogger and WithBackoff apply.
 func OpenState(ctx context.Context, rawURL string, opts ...Option) (State, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("bus: %w", err)
+		return nil, err
 	}
 	cfg := newConfig(opts)
 	switch u.Scheme {
-	case "nats":
+	case "nats", "tls":
 		return openNATSState(ctx, u, cfg)
 	case "redis", "rediss":
 		return openRedisState(ctx, u)
 	}
-	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, redis or rediss)", u.Redacted(), u.Scheme)
+	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, tls, redis or rediss)", u.Redacted(), u.Scheme)
 }
 
 // stateValue is how a value is stored: one byte, readable in the broker's

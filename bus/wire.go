@@ -169,12 +169,19 @@ var widestSent = time.Unix(0, math.MinInt64)
 // split cuts e into parts that each fit in one message, halving its keys
 // and then its audience until they do: an event with keys reaches who may
 // see any of them, and one with an audience reaches any of its members,
-// so the parts together reach exactly whom e would.
+// so the parts together reach exactly whom e would. A list over its own
+// limit is halved first: halving the other would multiply the parts
+// without ever bringing it under.
 func split(origin string, e Event, out []part) []part {
 	if _, err := encode(origin, math.MaxUint64, widestSent, false, e); err == nil {
 		return append(out, part{e, true})
 	}
 	switch {
+	case len(e.Audience) > maxAudience && len(e.Keys) <= maxKeys:
+		h := len(e.Audience) / 2
+		a, b := e, e
+		a.Audience, b.Audience = e.Audience[:h:h], e.Audience[h:]
+		return split(origin, b, split(origin, a, out))
 	case len(e.Keys) > 1:
 		h := len(e.Keys) / 2
 		a, b := e, e

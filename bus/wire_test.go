@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -169,4 +170,27 @@ func FuzzDecodeEvent(f *testing.F) {
 			t.Fatalf("%q re-encoded as %q reads %+v, %v; want %+v", msg, again, m2, err, m)
 		}
 	})
+}
+
+// TestSplitHalvesTheListOverItsLimit: an event whose audience alone is
+// over its limit is cut by audience, into a few parts, not into one part
+// per key.
+func TestSplitHalvesTheListOverItsLimit(t *testing.T) {
+	e := Event{Kinds: hub.ToolsList, Space: 1}
+	for i := range 1000 {
+		e.Keys = append(e.Keys, fmt.Sprintf("k%04d", i))
+	}
+	for i := range 2000 {
+		e.Audience = append(e.Audience, fmt.Sprintf("p%04d", i))
+	}
+	parts := split(testOrigin, e, nil)
+	if len(parts) != 2 {
+		t.Fatalf("%d parts, want 2", len(parts))
+	}
+	for _, p := range parts {
+		if !p.ok || len(p.e.Keys) != 1000 || len(p.e.Audience) != 1000 {
+			t.Errorf("part with %d keys and %d principals (ok %v), want all keys and half the audience",
+				len(p.e.Keys), len(p.e.Audience), p.ok)
+		}
+	}
 }

@@ -43,7 +43,9 @@ type busHandler Server
 // Deliver tells this replica's listeners of another replica's change.
 func (h *busHandler) Deliver(e bus.Event) {
 	s := (*Server)(h)
-	he := hub.Event{Kinds: e.Kinds, URI: e.URI, Audience: e.Audience}
+	// Keys and Space stay with the event: the shared state reads them to
+	// tell which changed items an event it holds already covers.
+	he := hub.Event{Kinds: e.Kinds, URI: e.URI, Audience: e.Audience, Keys: e.Keys, Space: e.Space}
 	if v := s.cfg.visible; v != nil && e.Keys != nil {
 		l := List(e.Space)
 		if l < 0 || l >= numLists {

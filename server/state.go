@@ -451,14 +451,7 @@ func (sh *sharedState) round(ctx context.Context) bool {
 	werr := sh.write(ctx)
 	var lerr error
 	if len(events) > 0 || overflow || resync || owed || len(syncs) > 0 {
-		var covered hub.Kind
-		for _, e := range events {
-			covered |= e.Kinds
-		}
-		if overflow || resync {
-			covered = sharedKinds
-		}
-		if lerr = sh.load(ctx, covered); lerr != nil {
+		if lerr = sh.load(ctx, events, overflow || resync); lerr != nil {
 			sh.mu.Lock()
 			sh.owed = true // and what it finds is told to the listeners
 			sh.mu.Unlock()
@@ -550,9 +543,10 @@ func (sh *sharedState) write(ctx context.Context) error {
 }
 
 // load reads the shared state and applies it: this replica's unwritten
-// changes stay as they are. Changes of kinds not in covered — which no
-// event being told covers — are told to the listeners here.
-func (sh *sharedState) load(ctx context.Context, covered hub.Kind) error {
+// changes stay as they are. The changed items that no event in events
+// covers are told to the listeners here; with all, every listener is to be
+// told everything afterwards, and none is told here.
+func (sh *sharedState) load(ctx context.Context, events []hub.Event, all bool) error {
 	octx, cancel := context.WithTimeout(ctx, stateOpTimeout)
 	m, err := sh.st.Load(octx)
 	cancel()
@@ -590,21 +584,47 @@ func (sh *sharedState) load(ctx context.Context, covered hub.Kind) error {
 	sh.mu.Unlock()
 	sh.loaded.Store(true)
 	sh.lastLoad.Store(time.Now().UnixNano())
-	b := sh.srv.cfg.bus
+	// What this replica serves changed, so the others' listeners are told
+	// again: one of them may have re-read this replica's list, through a
+	// balancer, before the change reached it. The replica that applies a
+	// change last tells everyone after every other has it, so that their
+	// next read agrees; a replica whose load changes nothing tells no one,
+	// so the re-telling ends.
+	if b := sh.srv.cfg.bus; b != nil {
+		for l, keys := range changed {
+			b.Publish(toBusEvent(sh.srv.switchable(l).event(keys)))
+		}
+	}
+	if all {
+		return nil
+	}
 	for l, keys := range changed {
 		sw := sh.srv.switchable(l)
-		if covered&sw.event(nil).Kinds == 0 {
+		if keys = uncovered(events, sw.event(nil).Kinds, l, keys); len(keys) > 0 {
 			sw.notifyLocal(keys)
-		}
-		// What this replica serves changed, so the others' listeners are
-		// told again: one of them may have re-read this replica's list,
-		// through a balancer, before the change reached it. The replica
-		// that applies a change last tells everyone after every other has
-		// it, so that their next read agrees; a replica whose load changes
-		// nothing tells no one, so the re-telling ends.
-		if b != nil {
-			b.Publish(toBusEvent(sw.event(keys)))
 		}
 	}
 	return nil
+}
+
+// uncovered returns the keys of items of l (of list kind kind) that no event in events tells
+// every caller who may see them of. An event of l's kind without an
+// audience or visibility limit covers them all; one limited to the
+// callers who may see its keys covers those keys only (a caller who may
+// see another changed item is not among its recipients); one limited to
+// an audience covers none, since who else may see an item is unknown.
+func uncovered(events []hub.Event, kind hub.Kind, l List, keys []string) []string {
+	named := make(map[string]bool)
+	for _, e := range events {
+		switch {
+		case e.Kinds&kind == 0 || e.Audience != nil:
+		case e.Sees == nil:
+			return nil
+		case List(e.Space) == l:
+			for _, k := range e.Keys {
+				named[k] = true
+			}
+		}
+	}
+	return slices.DeleteFunc(keys, func(k string) bool { return named[k] })
 }

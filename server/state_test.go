@@ -3,12 +3,14 @@ package server_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"tidings/bus"
 	"tidings/bus/bustest"
+	"tidings/hub"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -239,4 +241,35 @@ func TestResourceSwitch(t *testing.T) {
 	}
 	r, _ = h.call(3, mcp.MethodResourcesRead, P{"uri": "mem://r"})
 	r.ok(t)
+}
+
+// TestSharedStateLoadTellsUncoveredKeys: when a load finds several items
+// of a kind changed but the event being told names only some of them, a
+// caller who may see only another changed item is told too — by this
+// replica, since no event reaches him.
+func TestSharedStateLoadTellsUncoveredKeys(t *testing.T) {
+	group, st := bus.NewLocal(), bus.NewLocalState()
+	quiet := bus.WithLogger(slog.New(slog.DiscardHandler))
+	b := stateHarness(t, st, server.WithBus(bus.New(group.Conn(), quiet)),
+		server.WithVisibility(func(p string, l server.List, key string) bool {
+			return l != server.ListTools || p == "alice" && key == "a" || p == "bob" && key == "b"
+		}))
+	syncState(t, b.srv)
+	b.principal = "bob"
+	l := b.startListen("L", P{"notifications": P{"toolsListChanged": true}})
+	l.ack(t)
+
+	// Another replica switched a and b off, and only a's event arrives.
+	other := bus.New(group.Conn(), quiet)
+	defer other.Close()
+	ctx := context.Background()
+	for _, k := range []string{"tool:a", "tool:b"} {
+		if err := st.Set(ctx, k, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other.Publish(bus.Event{Kinds: hub.ToolsList, Keys: []string{"a"}, Space: uint8(server.ListTools)})
+	l.rec.waitUntil(t, "bob to be told that b changed", func(ns []notif) bool {
+		return countMethod(ns, mcp.NotifyToolsListChanged) > 0
+	})
 }

@@ -223,7 +223,12 @@ func serveSecret(file, env string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--secret-file: %w", err)
 		}
-		key = bytes.TrimSpace(b)
+		// A key file may hold raw bytes, white space among them: only
+		// the one line ending an editor or echo adds is not the key's.
+		key = b
+		if k, ok := bytes.CutSuffix(key, []byte("\n")); ok {
+			key = bytes.TrimSuffix(k, []byte("\r"))
+		}
 	case env != "":
 		key = []byte(strings.TrimSpace(env))
 	default:

@@ -28,7 +28,10 @@ func TestServeSecret(t *testing.T) {
 	key := strings.Repeat("k", 40)
 	good := filepath.Join(dir, "good")
 	short := filepath.Join(dir, "short")
-	for name, body := range map[string]string{good: key + "\n", short: "tiny\n"} {
+	binary := filepath.Join(dir, "binary")
+	raw := " \t" + strings.Repeat("\x00k", 16) + "\n "
+	crlf := filepath.Join(dir, "crlf")
+	for name, body := range map[string]string{good: key + "\n", short: "tiny\n", binary: raw + "\n", crlf: key + "\r\n"} {
 		if err := os.WriteFile(name, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -39,6 +42,8 @@ func TestServeSecret(t *testing.T) {
 	}{
 		{"", "", ""},
 		{good, "", key},
+		{binary, "", raw},
+		{crlf, "", key},
 		{"", " " + key + "\n", key},
 		{good, key, "error: not both"},
 		{short, "", "error: 4 bytes"},
@@ -250,5 +255,31 @@ func TestServeCluster(t *testing.T) {
 	}
 	for _, r := range reps {
 		r.stop(t)
+	}
+}
+
+// TestServeBusErrorHidesThePassword: serve's startup error for a --bus
+// URL that does not parse, or names a broker that is not there, does not
+// show the password it holds.
+func TestServeBusErrorHidesThePassword(t *testing.T) {
+	for _, u := range []string{
+		"redis://user:hunter2/x@127.0.0.1:1",
+		"redis://user:hunter2@[::1",
+		"nats://user:hunter2@127.0.0.1:1/a",
+		"redis://user:hunter2@127.0.0.1:1",
+	} {
+		cfg := serveConfig{dir: t.TempDir(), addr: "127.0.0.1:0", maxFiles: 1000, maxRead: 1 << 20, maxSearch: 1 << 20,
+			searchBudget: 1 << 20, rootGrace: time.Minute, shutdownTimeout: 5 * time.Second, bus: u}
+		logs := &testkit.SyncBuffer{}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := runServe(ctx, cfg, slog.New(slog.NewTextHandler(logs, nil)), nil, io.Discard)
+		cancel()
+		if err == nil {
+			t.Errorf("%s: serve started", u)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(logs.String(), "hunter2") {
+			t.Errorf("%s: the password shows: %v\n%s", u, err, logs)
+		}
 	}
 }
