@@ -28,11 +28,9 @@ func openNATSState(ctx context.Context, u *url.URL, cfg config) (*natsState, err
 	if err != nil {
 		return nil, err
 	}
-	bucket := strings.ReplaceAll(subject, ".", "_")
-	if strings.ContainsFunc(bucket, func(r rune) bool {
-		return !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-	}) {
-		return nil, fmt.Errorf("bus: subject %q cannot name a key-value bucket (letters, digits, '-', '_' and '.' only)", subject)
+	bucket, err := bucketName(subject)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := boundDial(ctx)
 	defer cancel()
@@ -64,6 +62,19 @@ func openNATSState(ctx context.Context, u *url.URL, cfg config) (*natsState, err
 		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
 	}
 	return s, nil
+}
+
+// bucketName names the key-value bucket of a subject. Bucket names
+// allow no '.', so '.' and '_' are escaped ("_2E", "_5F"): two subjects
+// never share a bucket, as "a.b" and "a_b" would if '.' simply became
+// '_'.
+func bucketName(subject string) (string, error) {
+	if strings.ContainsFunc(subject, func(r rune) bool {
+		return !(r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		return "", fmt.Errorf("bus: subject %q cannot name a key-value bucket (letters, digits, '-', '_' and '.' only)", subject)
+	}
+	return strings.NewReplacer("_", "_5F", ".", "_2E").Replace(subject), nil
 }
 
 // bucketOf opens the bucket, creating it if it is not there.
