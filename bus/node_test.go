@@ -56,6 +56,16 @@ func closeAll(t *testing.T, bs ...Bus) {
 	})
 }
 
+// listening joins a quiet bus to l that records what it is told and is
+// closed when the test ends.
+func listening(t *testing.T, l *Local) (Bus, *recorder) {
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	closeAll(t, b)
+	return b, rec
+}
+
 var toolsChanged = Event{Kinds: hub.ToolsList}
 
 // TestNewPeersAreNoGap: a peer first heard of mid-stream is tracked from
@@ -67,10 +77,7 @@ func TestNewPeersAreNoGap(t *testing.T) {
 		a.Publish(toolsChanged) // to no one yet
 	}
 	waitUntil(t, "A to send", func() bool { return a.Stats().Published == 3 })
-	b := New(l.Conn(), quiet()...)
-	rec := &recorder{}
-	b.Handle(rec)
-	closeAll(t, b)
+	b, rec := listening(t, l)
 	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 }) // A answers B's hello
 	a.Publish(toolsChanged)
 	waitUntil(t, "B to receive A's fourth event", func() bool { n, _ := rec.counts(); return n == 1 })
@@ -151,10 +158,7 @@ func TestQueueOverflow(t *testing.T) {
 // change, so it is re-notified.
 func TestUnreadableMessages(t *testing.T) {
 	l := NewLocal()
-	b := New(l.Conn(), quiet()...)
-	rec := &recorder{}
-	b.Handle(rec)
-	closeAll(t, b)
+	b, rec := listening(t, l)
 	raw := l.Conn()
 	defer raw.Close()
 	if err := raw.Send(context.Background(), []byte(`{"v":1,"type":"change"`)); err != nil {
@@ -171,10 +175,7 @@ func TestUnreadableMessages(t *testing.T) {
 // events after it.
 func TestCloseSaysGoodbye(t *testing.T) {
 	l := NewLocal()
-	b := New(l.Conn(), quiet()...)
-	rec := &recorder{}
-	b.Handle(rec)
-	closeAll(t, b)
+	b, rec := listening(t, l)
 	g := newGated(l.Conn())
 	a := New(g, quiet()...)
 	a.Publish(toolsChanged)
@@ -316,10 +317,7 @@ func TestSequencePoisoning(t *testing.T) {
 // re-notification at once and one trailing, not one each.
 func TestResyncsMerged(t *testing.T) {
 	l := NewLocal()
-	b := New(l.Conn(), quiet()...)
-	rec := &recorder{}
-	b.Handle(rec)
-	closeAll(t, b)
+	b, rec := listening(t, l)
 	raw := l.Conn()
 	defer raw.Close()
 	for range 20 {
