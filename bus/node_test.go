@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tidings/hub"
+	"tidings/internal/testbroker"
 )
 
 // recorder is a Handler that remembers what it was told.
@@ -33,17 +34,7 @@ func quiet() []Option {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
+	testbroker.WaitFor(t, what, cond)
 }
 
 func closeAll(t *testing.T, bs ...Bus) {
