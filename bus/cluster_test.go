@@ -37,6 +37,17 @@ type replica struct {
 
 // cluster is a few replicas of one server on one bus. The replicas share
 // the content of res://shared, as replicas serving one store would.
+// shutdown shuts a replica's server down and closes its listener.
+func shutdown(t testing.TB, name string, srv *server.Server, ts *httptest.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Errorf("replica %s: %v", name, err)
+	}
+	ts.CloseClientConnections()
+	ts.Close()
+}
+
 type cluster struct {
 	t      testing.TB
 	br     broker
@@ -68,15 +79,7 @@ func newCluster(t testing.TB, br broker, n int, opts clusterOpts) *cluster {
 		c.populate(r.srv)
 		r.ts = httptest.NewServer(streamhttp.New(r.srv,
 			streamhttp.WithPrincipal(func(req *http.Request) string { return req.Header.Get("X-User") })))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), wait)
-			defer cancel()
-			if err := r.srv.Shutdown(ctx); err != nil {
-				t.Errorf("replica %s: %v", r.name, err)
-			}
-			r.ts.CloseClientConnections()
-			r.ts.Close()
-		})
+		t.Cleanup(func() { shutdown(t, r.name, r.srv, r.ts) })
 		c.reps = append(c.reps, r)
 	}
 	c.settle()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tidings/hub"
+	"tidings/internal/testbroker"
 )
 
 // recorder is a Handler that remembers what it was told.
@@ -33,17 +34,7 @@ func quiet() []Option {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
+	testbroker.WaitFor(t, what, cond)
 }
 
 func closeAll(t *testing.T, bs ...Bus) {
@@ -54,6 +45,16 @@ func closeAll(t *testing.T, bs ...Bus) {
 			}
 		}
 	})
+}
+
+// listening joins a quiet bus to l that records what it is told and is
+// closed when the test ends.
+func listening(t *testing.T, l *Local) (Bus, *recorder) {
+	b := New(l.Conn(), quiet()...)
+	rec := &recorder{}
+	b.Handle(rec)
+	closeAll(t, b)
+	return b, rec
 }
 
 var toolsChanged = Event{Kinds: hub.ToolsList}
@@ -67,10 +68,7 @@ func TestNewPeersAreNoGap(t *testing.T) {
 		a.Publish(toolsChanged) // to no one yet
 	}
 	waitUntil(t, "A to send", func() bool { return a.Stats().Published == 3 })
-	b := New(l.Conn(), quiet()...)
-	rec := &recorder{}
-	b.Handle(rec)
-	closeAll(t, b)
+	b, rec := listening(t, l)
 	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 }) // A answers B's hello
 	a.Publish(toolsChanged)
 	waitUntil(t, "B to receive A's fourth event", func() bool { n, _ := rec.counts(); return n == 1 })
@@ -151,10 +149,7 @@ func TestQueueOverflow(t *testing.T) {
 // change, so it is re-notified.
 func TestUnreadableMessages(t *testing.T) {
 	l := NewLocal()
-	b := New(l.Conn(), quiet()...)
-	rec := &recorder{}
-	b.Handle(rec)
-	closeAll(t, b)
+	b, rec := listening(t, l)
 	raw := l.Conn()
 	defer raw.Close()
 	if err := raw.Send(context.Background(), []byte(`{"v":1,"type":"change"`)); err != nil {
@@ -171,10 +166,7 @@ func TestUnreadableMessages(t *testing.T) {
 // events after it.
 func TestCloseSaysGoodbye(t *testing.T) {
 	l := NewLocal()
-	b := New(l.Conn(), quiet()...)
-	rec := &recorder{}
-	b.Handle(rec)
-	closeAll(t, b)
+	b, rec := listening(t, l)
 	g := newGated(l.Conn())
 	a := New(g, quiet()...)
 	a.Publish(toolsChanged)
@@ -316,10 +308,7 @@ func TestSequencePoisoning(t *testing.T) {
 // re-notification at once and one trailing, not one each.
 func TestResyncsMerged(t *testing.T) {
 	l := NewLocal()
-	b := New(l.Conn(), quiet()...)
-	rec := &recorder{}
-	b.Handle(rec)
-	closeAll(t, b)
+	b, rec := listening(t, l)
 	raw := l.Conn()
 	defer raw.Close()
 	for range 20 {

@@ -134,13 +134,7 @@ func (r *stateReplica) stop(t *testing.T) {
 		r.w.Close()
 		r.cl.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := r.srv.Shutdown(ctx); err != nil {
-		t.Errorf("replica %s: %v", r.name, err)
-	}
-	r.ts.CloseClientConnections()
-	r.ts.Close()
+	shutdown(t, r.name, r.srv, r.ts)
 }
 
 // settle waits until what the replicas published while starting has been

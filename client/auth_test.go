@@ -139,22 +139,28 @@ func (fx *authFixture) client(t testing.TB, opts ...Option) *Client {
 // testAuthorizer holds one token at a time and hands out the next of
 // its list when challenged, once it has refused hold challenges.
 type testAuthorizer struct {
-	mu    sync.Mutex
-	token string
-	next  []string
-	hold  int
-	err   error // what Challenge fails with, when set
+	bearer
+	next []string
+	hold int
+	err  error // what Challenge fails with, when set
 	// slow is how long Challenge takes, like a user at the browser.
 	slow time.Duration
 
 	challenges atomic.Int32
 }
 
-func (a *testAuthorizer) Authorize(_ context.Context, req *http.Request) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
+// bearer is the token an Authorizer of the tests holds: Authorize sends
+// it, if any, as a bearer token.
+type bearer struct {
+	mu    sync.Mutex
+	token string
+}
+
+func (b *bearer) Authorize(_ context.Context, req *http.Request) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.token != "" {
+		req.Header.Set("Authorization", "Bearer "+b.token)
 	}
 	return nil
 }
@@ -272,7 +278,7 @@ func TestPrivateAnswersWithHeader(t *testing.T) {
 // the server's challenge keys the private answers it gets.
 func TestPrivateAnswersWithAuthorizer(t *testing.T) {
 	fx := newAuthFixture(t, nil)
-	a := &testAuthorizer{token: "stale-token", next: []string{"alice-token"}}
+	a := &testAuthorizer{bearer: bearer{token: "stale-token"}, next: []string{"alice-token"}}
 	base := fx.client(t, WithAuthorizer(a))
 	checkIsolated(t, fx, view{base, "alice"}, view{base.As(""), ""}, view{base.As("Bearer bob-token"), "bob"})
 	if n := a.challenges.Load(); n != 1 {
@@ -287,7 +293,7 @@ func TestPrivateAnswersWithAuthorizer(t *testing.T) {
 // given, not for the client's Authorizer, and keep their answers apart.
 func TestPrivateAnswersWithAs(t *testing.T) {
 	fx := newAuthFixture(t, nil)
-	base := fx.client(t, WithAuthorizer(&testAuthorizer{token: "alice-token"}))
+	base := fx.client(t, WithAuthorizer(&testAuthorizer{bearer: bearer{token: "alice-token"}}))
 	bob := base.As("Bearer bob-token")
 	checkIsolated(t, fx, view{bob, "bob"}, view{base, "alice"}, view{base.As(""), ""})
 	// A view that sends the same credentials as the Authorizer is the same
@@ -685,7 +691,7 @@ func (a *alwaysAgain) Challenge(context.Context, *http.Request, *http.Response) 
 func TestWatcherReauthorizesAfterListenEnds(t *testing.T) {
 	fx := newAuthFixture(t, nil)
 	fx.setTokens(map[string]string{"old-token": "alice"})
-	a := &testAuthorizer{token: "old-token", next: []string{"new-token"}, hold: 2}
+	a := &testAuthorizer{bearer: bearer{token: "old-token"}, next: []string{"new-token"}, hold: 2}
 	c := fx.client(t, WithAuthorizer(a))
 	w, log := watch(t, c, WatchOptions{Tools: true, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
 	log.waitFor(t, "connected", kindIs(Connected))
@@ -737,7 +743,7 @@ func TestWatcherReauthorizesAfterListenEnds(t *testing.T) {
 // opens.
 func TestSlowChallengeDoesNotCutListen(t *testing.T) {
 	fx := newAuthFixture(t, nil)
-	a := &testAuthorizer{token: "alice-token", next: []string{"new-token"}, slow: 300 * time.Millisecond}
+	a := &testAuthorizer{bearer: bearer{token: "alice-token"}, next: []string{"new-token"}, slow: 300 * time.Millisecond}
 	c := fx.client(t, WithAuthorizer(a), WithListenIdleTimeout(100*time.Millisecond))
 	wantOwn(t, view{c, "alice"})
 	fx.setTokens(map[string]string{"new-token": "alice"})
@@ -762,7 +768,7 @@ func TestCredentialsStayOutOfLogsAndErrors(t *testing.T) {
 	secrets := []string{"stale-secret-0", "good-secret-1", "bad-secret-2", "bad-secret-3", "bad-secret-4", "fixed-secret-5", "header-secret-6"}
 	var errs []error
 
-	a := &testAuthorizer{token: "stale-secret-0", next: []string{"good-secret-1"}}
+	a := &testAuthorizer{bearer: bearer{token: "stale-secret-0"}, next: []string{"good-secret-1"}}
 	c := fx.client(t, WithLogger(logger), WithAuthorizer(a))
 	wantOwn(t, view{c, "alice"})
 

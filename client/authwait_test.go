@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -72,22 +71,12 @@ type browserAuthorizer struct {
 	challenged chan struct{} // receives once per challenge
 	signIn     chan struct{} // closed when the user has signed in
 
-	mu    sync.Mutex
-	token string
+	bearer
 	asked int
 }
 
 func newBrowserAuthorizer() *browserAuthorizer {
 	return &browserAuthorizer{challenged: make(chan struct{}, 8), signIn: make(chan struct{})}
-}
-
-func (a *browserAuthorizer) Authorize(_ context.Context, req *http.Request) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.token)
-	}
-	return nil
 }
 
 func (a *browserAuthorizer) Challenge(ctx context.Context, _ *http.Request, _ *http.Response) (bool, error) {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -311,22 +310,6 @@ func subscriptionID(t testing.TB, obj json.RawMessage) string {
 		t.Fatalf("not an object: %s", obj)
 	}
 	return string(v.Meta[mcp.MetaSubscriptionID])
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		case <-tick.C:
-		}
-	}
 }
 
 // quote returns a JSON-quoted string, for building bodies.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"tidings/internal/engine"
+	"tidings/internal/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -192,7 +193,7 @@ func TestSlowReaderIsolation(t *testing.T) {
 	filler := fillers()
 	a := dialListen(t, f, listenBody(1, listenFilter(append(filler, markURI))))
 	b := openB(t, f)
-	waitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return engine.Of(f.srv).Hub().Len() == 2 })
+	testkit.WaitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return engine.Of(f.srv).Hub().Len() == 2 })
 
 	before := heapInUse()
 	// At least 400 rounds (≈800k changes) and at least half a second of
@@ -223,7 +224,7 @@ func TestSlowReaderIsolation(t *testing.T) {
 		t.Fatalf("hub has %d subscriptions, want both listens still open", n)
 	}
 	a.Close()
-	waitFor(t, 10*time.Second, "A's listen to end after its connection closed", func() bool { return engine.Of(f.srv).Hub().Len() == 1 })
+	testkit.WaitFor(t, 10*time.Second, "A's listen to end after its connection closed", func() bool { return engine.Of(f.srv).Hub().Len() == 1 })
 	round(t, f, filler, rounds)
 	b.expect(t, 5*time.Second)
 }
@@ -237,7 +238,7 @@ func TestStuckReaderIsCut(t *testing.T) {
 	filler := fillers()
 	a := dialListen(t, f, listenBody(1, listenFilter(append(filler, markURI))))
 	b := openB(t, f)
-	waitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return engine.Of(f.srv).Hub().Len() == 2 })
+	testkit.WaitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return engine.Of(f.srv).Hub().Len() == 2 })
 
 	deadline := time.Now().Add(60 * time.Second)
 	i := 0

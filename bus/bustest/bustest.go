@@ -76,26 +76,28 @@ func (f *Faulty) arrange(a action, n int, match func([]byte) bool) {
 // hears that it is down, sends fail and nothing is received until
 // Restore.
 func (f *Faulty) Cut() {
-	f.mu.Lock()
-	was := f.cut
-	f.cut = true
-	r := f.recv
-	f.mu.Unlock()
-	if !was && r != nil {
+	if r := f.setCut(true); r != nil {
 		r.Down(ErrCut)
 	}
 }
 
 // Restore ends a Cut: the receiver hears that the connection is back.
 func (f *Faulty) Restore() {
-	f.mu.Lock()
-	was := f.cut
-	f.cut = false
-	r := f.recv
-	f.mu.Unlock()
-	if was && r != nil {
+	if r := f.setCut(false); r != nil {
 		r.Up()
 	}
+}
+
+// setCut sets whether the connection is cut and, if that changed it,
+// returns the receiver to tell (nil if none or unchanged).
+func (f *Faulty) setCut(cut bool) bus.Receiver {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut == cut {
+		return nil
+	}
+	f.cut = cut
+	return f.recv
 }
 
 // Send applies the first pending fault that matches msg, and sends a

@@ -390,11 +390,17 @@ func TestStepUpBudgetPerOperation(t *testing.T) {
 	}
 }
 
-func TestRefresh(t *testing.T) {
+// testClock is a clock for Config.Now that stands still until advanced.
+func testClock() (clock func() time.Time, advance func(time.Duration)) {
 	now := time.Now()
 	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance = func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	return clock, advance
+}
+
+func TestRefresh(t *testing.T) {
+	clock, advance := testClock()
 
 	as := newAS(t, func(a *testAS) { a.refresh, a.expiresIn = true, 60 })
 	rs := newRS(t, as, nil)
@@ -455,10 +461,7 @@ func (f *flaky) RoundTrip(req *http.Request) (*http.Response, error) {
 // keeps the session: the error is the caller's, and once the server is
 // back the token is refreshed, without the user.
 func TestTransientRefreshFailureKeepsTheSession(t *testing.T) {
-	now := time.Now()
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	clock, advance := testClock()
 
 	as := newAS(t, func(a *testAS) { a.refresh, a.expiresIn = true, 60 })
 	rs := newRS(t, as, nil)

@@ -86,6 +86,16 @@ func result(t *testing.T, res <-chan authResult) authResult {
 
 // browse does what a browser does with the redirect: a GET, here with
 // the given Host header ("" for the URL's own).
+// redirectWithCode sends the browser to l's redirect URI with code, and
+// checks that Authorize returns it.
+func redirectWithCode(t *testing.T, l *Loopback, res <-chan authResult, code string) {
+	t.Helper()
+	browse(t, http.MethodGet, l.RedirectURI()+"?code="+code, "")
+	if r := result(t, res); r.err != nil || r.q.Get("code") != code {
+		t.Errorf("Authorize returned %v, %v; want code=%s", r.q, r.err, code)
+	}
+}
+
 func browse(t *testing.T, method, rawURL, host string) (int, http.Header, string) {
 	t.Helper()
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -140,10 +150,7 @@ func TestLoopbackRedirect(t *testing.T) {
 	}
 	// A later Authorize gets its own redirect, not the reload.
 	res = authorize(t, t.Context(), l, out)
-	browse(t, http.MethodGet, l.RedirectURI()+"?code=second", "")
-	if r := result(t, res); r.err != nil || r.q.Get("code") != "second" {
-		t.Errorf("second Authorize returned %v, %v", r.q, r.err)
-	}
+	redirectWithCode(t, l, res, "second")
 }
 
 func TestLoopbackErrorPageIsEscaped(t *testing.T) {
@@ -188,10 +195,7 @@ func TestLoopbackIgnoresOtherRequests(t *testing.T) {
 			t.Errorf("%s: status %d, want %d", c.name, status, c.status)
 		}
 	}
-	browse(t, http.MethodGet, l.RedirectURI()+"?code=good", "")
-	if r := result(t, res); r.err != nil || r.q.Get("code") != "good" {
-		t.Errorf("Authorize returned %v, %v; want code=good", r.q, r.err)
-	}
+	redirectWithCode(t, l, res, "good")
 }
 
 // Of two redirects that arrive together, the first is delivered and the
@@ -232,10 +236,7 @@ func TestLoopbackOneAuthorizeAtATime(t *testing.T) {
 	if _, err := l.Authorize(t.Context(), testAuthURL); err == nil || !strings.Contains(err.Error(), "already waiting") {
 		t.Errorf("second Authorize: %v", err)
 	}
-	browse(t, http.MethodGet, l.RedirectURI()+"?code=first", "")
-	if r := result(t, res); r.err != nil || r.q.Get("code") != "first" {
-		t.Errorf("Authorize returned %v, %v", r.q, r.err)
-	}
+	redirectWithCode(t, l, res, "first")
 }
 
 func TestLoopbackContextCancel(t *testing.T) {
@@ -314,10 +315,7 @@ func TestLoopbackOpenBrowser(t *testing.T) {
 	if line := out.next(t); !strings.Contains(line, "no display") || !strings.Contains(line, "by hand") {
 		t.Errorf("after a failed OpenBrowser printed %q", line)
 	}
-	browse(t, http.MethodGet, l.RedirectURI()+"?code=c", "")
-	if r := result(t, res); r.err != nil || r.q.Get("code") != "c" {
-		t.Errorf("Authorize returned %v, %v", r.q, r.err)
-	}
+	redirectWithCode(t, l, res, "c")
 }
 
 func TestLoopbackRefusesUnprintableURL(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,9 +28,7 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 			errs = append(errs, err.Error())
 		}
 	}
-	now := time.Now()
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clock, advance := testClock()
 
 	as := newAS(t, func(a *testAS) {
 		a.methods = []string{AuthClientSecretBasic}
@@ -42,9 +39,7 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 	f := mustFlow(t, Config{Interaction: ui, Logger: log, Now: clock})
 	ctx := testCtx(t)
 	note(do(ctx, f, http.MethodGet, rs.url()))
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	advance(2 * time.Minute)
 	note(do(ctx, f, http.MethodGet, rs.url())) // refresh
 	as.revokeAll()
 	note(do(ctx, f, http.MethodGet, rs.url())) // 401, refresh
@@ -164,9 +159,7 @@ func (l *secretLog) out() string { return l.buf.String() + strings.Join(l.errs, 
 // with each request, and the refreshes, logged at debug level.
 func TestNoSecretsInLogsOrErrorsDPoP(t *testing.T) {
 	l := newSecretLog()
-	now := time.Now()
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clock, advance := testClock()
 	as := newAS(t, func(a *testAS) {
 		a.dpopAlgs, a.tokenType, a.dpopNonce = []string{"ES256"}, "DPoP", "as-nonce-value"
 		a.refresh, a.expiresIn = true, 60
@@ -175,9 +168,7 @@ func TestNoSecretsInLogsOrErrorsDPoP(t *testing.T) {
 	f := mustFlow(t, Config{Interaction: &consent{}, Logger: l.log, Now: clock, DPoP: true})
 	ctx := testCtx(t)
 	l.note(do(ctx, f, http.MethodGet, rs.url()))
-	mu.Lock()
-	now = now.Add(2 * time.Minute)
-	mu.Unlock()
+	advance(2 * time.Minute)
 	l.note(do(ctx, f, http.MethodGet, rs.url())) // refresh
 	as.revokeAll()
 	as.mu.Lock()

@@ -29,6 +29,7 @@ import (
 	"tidings/bus/bustest"
 	"tidings/hub"
 	"tidings/internal/engine"
+	"tidings/internal/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -284,15 +285,5 @@ func Settle(t testing.TB, srvs ...*server.Server) {
 // WaitFor polls cond until it holds, or fails the test after Wait.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(Wait)
-	defer deadline.Stop()
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %v waiting for %s", Wait, what)
-		case <-tick.C:
-		}
-	}
+	testkit.WaitFor(t, Wait, what, cond)
 }

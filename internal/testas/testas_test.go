@@ -45,6 +45,17 @@ func discover(t *testing.T, s *Server) metadata {
 
 // follow is a user agent: it opens authURL and follows the redirects
 // until the one to redirectURI, whose query it returns.
+// publicClient registers a public client of s, redirected to testRedirect,
+// that asks for mcp:tools and a refresh token.
+func publicClient(s *Server, m metadata) oauth2.Config {
+	return oauth2.Config{
+		ClientID:    s.RegisterClient(testRedirect),
+		Endpoint:    oauth2.Endpoint{AuthURL: m.AuthorizationEndpoint, TokenURL: m.TokenEndpoint, AuthStyle: oauth2.AuthStyleInParams},
+		RedirectURL: testRedirect,
+		Scopes:      []string{"mcp:tools", "offline_access"},
+	}
+}
+
 func follow(t *testing.T, authURL, redirectURI string) url.Values {
 	t.Helper()
 	var final *url.URL
@@ -104,13 +115,7 @@ func TestAuthorizationCode(t *testing.T) {
 		t.Fatalf("metadata advertises code challenge methods %v and grant types %v, want S256 and refresh_token", m.CodeChallengeMethods, m.GrantTypes)
 	}
 	ctx := t.Context()
-	id := s.RegisterClient(testRedirect)
-	cfg := oauth2.Config{
-		ClientID:    id,
-		Endpoint:    oauth2.Endpoint{AuthURL: m.AuthorizationEndpoint, TokenURL: m.TokenEndpoint, AuthStyle: oauth2.AuthStyleInParams},
-		RedirectURL: testRedirect,
-		Scopes:      []string{"mcp:tools", "offline_access"},
-	}
+	cfg := publicClient(s, m)
 	resource := oauth2.SetAuthURLParam("resource", testResource)
 	verifier := oauth2.GenerateVerifier()
 
@@ -127,9 +132,9 @@ func TestAuthorizationCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := verify(t, s, tok.AccessToken)
-	if c.Subject != UserID || c.ClientID != id || !slices.Equal([]string(c.Audience), []string{testResource}) ||
+	if c.Subject != UserID || c.ClientID != cfg.ClientID || !slices.Equal([]string(c.Audience), []string{testResource}) ||
 		!slices.Contains(strings.Fields(c.Scope), "mcp:tools") {
-		t.Errorf("access token claims sub %q client_id %q aud %v scope %q, want %s, %s, [%s], mcp:tools", c.Subject, c.ClientID, c.Audience, c.Scope, UserID, id, testResource)
+		t.Errorf("access token claims sub %q client_id %q aud %v scope %q, want %s, %s, [%s], mcp:tools", c.Subject, c.ClientID, c.Audience, c.Scope, UserID, cfg.ClientID, testResource)
 	}
 	if _, err := cfg.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(verifier), resource); err == nil {
 		t.Error("the code was exchanged twice")
@@ -152,7 +157,7 @@ func TestAuthorizationCode(t *testing.T) {
 		t.Error("a rotated refresh token was accepted again")
 	}
 
-	if got := s.Authorizations(); len(got) != 1 || got[0].ClientID != id || got[0].CodeChallengeMethod != "S256" ||
+	if got := s.Authorizations(); len(got) != 1 || got[0].ClientID != cfg.ClientID || got[0].CodeChallengeMethod != "S256" ||
 		!slices.Equal(got[0].Resources, []string{testResource}) || got[0].RedirectURI != testRedirect {
 		t.Errorf("authorizations %+v", got)
 	}
@@ -268,13 +273,7 @@ func TestTokenLifetime(t *testing.T) {
 	const lifetime = 42 * time.Second
 	s := Start(t, "", WithTokenLifetime(lifetime))
 	m := discover(t, s)
-	id := s.RegisterClient(testRedirect)
-	cfg := oauth2.Config{
-		ClientID:    id,
-		Endpoint:    oauth2.Endpoint{AuthURL: m.AuthorizationEndpoint, TokenURL: m.TokenEndpoint, AuthStyle: oauth2.AuthStyleInParams},
-		RedirectURL: testRedirect,
-		Scopes:      []string{"mcp:tools", "offline_access"},
-	}
+	cfg := publicClient(s, m)
 	resource := oauth2.SetAuthURLParam("resource", testResource)
 	verifier := oauth2.GenerateVerifier()
 	q := follow(t, cfg.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier), resource), testRedirect)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -107,4 +108,21 @@ func AddBenchTools(srv *server.Server) error {
 		}
 	}
 	return nil
+}
+
+// WaitFor polls cond every millisecond until it holds, or fails the test
+// once d has passed.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		case <-tick.C:
+		}
+	}
 }
