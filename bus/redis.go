@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,11 @@ type redisConn struct {
 	client  *redis.Client
 	channel string
 	cfg     config
+
+	// sentAt is when a Send last succeeded (Unix ns). Own messages come
+	// back on the subscription, so silence means a stuck subscription
+	// only while sends have been going out.
+	sentAt atomic.Int64
 
 	mu     sync.Mutex // guards ps against Close
 	ps     *redis.PubSub
@@ -82,6 +88,7 @@ func (c *redisConn) Send(ctx context.Context, msg []byte) error {
 	if err := c.client.Publish(ctx, c.channel, msg).Err(); err != nil {
 		return fmt.Errorf("redis publish: %w", err)
 	}
+	c.sentAt.Store(time.Now().UnixNano())
 	return nil
 }
 
@@ -120,6 +127,7 @@ func (c *redisConn) Run(ctx context.Context, r Receiver) error {
 		if ps == nil {
 			return errClosed
 		}
+		waitFrom := time.Now()
 		msg, err := ps.ReceiveTimeout(ctx, idle)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -130,6 +138,12 @@ func (c *redisConn) Run(ctx context.Context, r Receiver) error {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if c.sentAt.Load() < waitFrom.UnixNano() {
+					// Nothing of ours went out while we waited (the
+					// broker refuses our publishes, say): the silence
+					// says nothing about the subscription.
+					continue
+				}
 				err = fmt.Errorf("nothing received in %v", idle)
 				c.renew(ctx)
 			}
