@@ -324,8 +324,8 @@ func (n *node) Publish(e Event) {
 	if e.Kinds&allKinds == 0 && e.URI == "" {
 		return // nothing anyone could be told
 	}
-	e.Audience = cloneKeepNil(e.Audience)
-	e.Keys = cloneKeepNil(e.Keys)
+	e.Audience = slices.Clone(e.Audience) // keeps nil apart from empty, as the wire does
+	e.Keys = slices.Clone(e.Keys)
 	parts := split(n.id, e, nil)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -347,13 +347,6 @@ func (n *node) Publish(e Event) {
 			n.warn("bus: send queue full, an event was dropped; peers will re-notify", "queue", cap(n.queue))
 		}
 	}
-}
-
-func cloneKeepNil(s []string) []string {
-	if s == nil {
-		return nil
-	}
-	return slices.Clone(s)
 }
 
 // warn logs at most once every ten seconds, so that an outage or a flood
