@@ -230,7 +230,7 @@ func (c *Client) As(authorization string) *Client {
 	v := &Client{cfg: cfg, cache: c.cache, ids: c.ids, era: c.era, life: c.life, version: c.currentVersion(), shared: c}
 	if ht, ok := c.t.(*httpTransport); ok {
 		cp := *ht
-		cp.header = cfg.header
+		cp.setHeader(cfg.header)
 		cp.auth = nil
 		v.t = &cp
 	} else {

@@ -96,10 +96,21 @@ type httpTransport struct {
 	// hide what it sent: from then on no request's context can be
 	// foretold, and private answers are neither cached nor looked up.
 	opaque *atomic.Bool
+	// own is the context of header's Authorization values, which a
+	// request carries when no Authorizer sets others. The header does not
+	// change once the transport is made, so it is hashed once (setHeader).
+	own authContext
 }
 
 func newHTTPTransport(url string, cfg config) *httpTransport {
-	return &httpTransport{url: url, hc: cfg.hc, header: cfg.header, maxMsg: cfg.maxMsg, auth: cfg.authorizer, logger: cfg.logger, opaque: new(atomic.Bool)}
+	t := &httpTransport{url: url, hc: cfg.hc, maxMsg: cfg.maxMsg, auth: cfg.authorizer, logger: cfg.logger, opaque: new(atomic.Bool)}
+	t.setHeader(cfg.header)
+	return t
+}
+
+// setHeader makes h the header fields every request carries.
+func (t *httpTransport) setHeader(h http.Header) {
+	t.header, t.own = h, contextOf(h.Values("Authorization"))
 }
 
 // maxAuthRetries bounds how often one request is sent again because the
@@ -275,7 +286,7 @@ func (t *httpTransport) wouldSend(ctx context.Context) authContext {
 		return unknownAuth
 	}
 	if t.auth == nil {
-		return contextOf(t.header.Values("Authorization"))
+		return t.own
 	}
 	req, err := t.newRequest(ctx, http.MethodPost, nil)
 	if err != nil || t.auth.Authorize(ctx, req) != nil {
