@@ -375,7 +375,7 @@ type readFunc func([]byte) (int, error)
 func (f readFunc) Read(p []byte) (int, error) { return f(p) }
 
 func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
-	rep, err := t.do(ctx, exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }, timeout: r.timeout})
+	rep, err := t.do(ctx, postOf(r))
 	if err != nil {
 		if he, ok := errors.AsType[*HTTPError](err); ok {
 			r.statusOut = he.Status
@@ -436,6 +436,11 @@ func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonr
 	}
 }
 
+// postOf is the exchange that POSTs r.
+func postOf(r *outbound) exchange {
+	return exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }, timeout: r.timeout}
+}
+
 // setHeaders sets the header fields of a POST of r.
 func setHeaders(h http.Header, r *outbound) {
 	h.Set("Content-Type", "application/json")
@@ -449,7 +454,7 @@ func setHeaders(h http.Header, r *outbound) {
 }
 
 func (t *httpTransport) send(ctx context.Context, r *outbound) error {
-	rep, err := t.do(ctx, exchange{method: http.MethodPost, what: r.method, body: r.body, header: func(h http.Header) { setHeaders(h, r) }, timeout: r.timeout})
+	rep, err := t.do(ctx, postOf(r))
 	if err != nil {
 		return err
 	}
