@@ -520,8 +520,8 @@ func (sh *sharedState) write(ctx context.Context) error {
 				sh.writeFails.Add(1)
 				err = fmt.Errorf("server: write shared state: %w", err)
 			} else {
-				l := sh.listOf(j.in.sw)
-				landed[j.in.sw] = append(landed[j.in.sw], strings.TrimPrefix(j.key, stateKey(l, "")))
+				_, name, _ := strings.Cut(j.key, ":") // as load reads a key
+				landed[j.in.sw] = append(landed[j.in.sw], name)
 			}
 		}
 		sh.mu.Lock()
