@@ -79,6 +79,10 @@ type Event struct {
 	Kinds hub.Kind
 	// URI is a resource whose content changed ("" for none).
 	URI string
+	// Task is a task (of the tasks extension) whose state changed ("" for
+	// none). The event says only that; each replica reads the task itself
+	// from the shared TaskStore.
+	Task string
 	// Audience, when not nil, limits the event to these principals, as
 	// hub.Event.Audience does.
 	Audience []string

@@ -32,6 +32,8 @@ const (
 	maxMessage  = 64 << 10
 	maxAudience = 1024
 	maxKeys     = 4096
+	// maxTaskID bounds a task id on the wire; the server's are far shorter.
+	maxTaskID = 256
 )
 
 const (
@@ -50,6 +52,7 @@ type wireMsg struct {
 	Sent     int64    `json:"sent"`
 	Kinds    uint32   `json:"kinds,omitzero"`
 	URI      string   `json:"uri,omitzero"`
+	Task     string   `json:"task,omitzero"`
 	Audience []string `json:"audience,omitzero"`
 	Keys     []string `json:"keys,omitzero"`
 	Space    uint8    `json:"space,omitzero"`
@@ -71,7 +74,7 @@ func encode(origin string, seq uint64, sent time.Time, beat bool, e Event) ([]by
 		if err := checkEvent(e); err != nil {
 			return nil, err
 		}
-		w.Kinds, w.URI, w.Audience, w.Keys, w.Space = uint32(e.Kinds), e.URI, e.Audience, e.Keys, e.Space
+		w.Kinds, w.URI, w.Task, w.Audience, w.Keys, w.Space = uint32(e.Kinds), e.URI, e.Task, e.Audience, e.Keys, e.Space
 	}
 	b, err := json.Marshal(w)
 	if err != nil {
@@ -88,8 +91,10 @@ func checkEvent(e Event) error {
 	switch {
 	case e.Kinds&^allKinds != 0:
 		return fmt.Errorf("bus: unknown list kinds %#x", uint32(e.Kinds&^allKinds))
-	case e.Kinds == 0 && e.URI == "":
-		return errors.New("bus: an event names no list and no resource")
+	case e.Kinds == 0 && e.URI == "" && e.Task == "":
+		return errors.New("bus: an event names no list, no resource and no task")
+	case len(e.Task) > maxTaskID:
+		return fmt.Errorf("bus: a task id of %d bytes is over the limit of %d", len(e.Task), maxTaskID)
 	case len(e.Audience) > maxAudience:
 		return fmt.Errorf("bus: an audience of %d is over the limit of %d", len(e.Audience), maxAudience)
 	case len(e.Keys) > maxKeys:
@@ -118,7 +123,7 @@ func decode(b []byte) (message, error) {
 	m := message{e: Event{Origin: w.Origin, Seq: w.Seq, Sent: time.Unix(0, w.Sent)}}
 	switch w.Type {
 	case typeBeat:
-		if w.Kinds != 0 || w.URI != "" || w.Audience != nil || w.Keys != nil || w.Space != 0 {
+		if w.Kinds != 0 || w.URI != "" || w.Task != "" || w.Audience != nil || w.Keys != nil || w.Space != 0 {
 			return message{}, errors.New("bus: a heartbeat carries a change")
 		}
 		m.beat = true
@@ -133,7 +138,7 @@ func decode(b []byte) (message, error) {
 	if w.Kinds > math.MaxUint8 {
 		return message{}, fmt.Errorf("bus: unknown list kinds %#x", w.Kinds)
 	}
-	m.e.Kinds, m.e.URI, m.e.Audience, m.e.Keys, m.e.Space = hub.Kind(w.Kinds), w.URI, w.Audience, w.Keys, w.Space
+	m.e.Kinds, m.e.URI, m.e.Task, m.e.Audience, m.e.Keys, m.e.Space = hub.Kind(w.Kinds), w.URI, w.Task, w.Audience, w.Keys, w.Space
 	if err := checkEvent(m.e); err != nil {
 		return message{}, err
 	}

@@ -29,6 +29,8 @@ const (
 	ResourcesList Kind = 1 << mcp.ResourcesList
 	// resourceBit marks that at least one URI flag is set.
 	resourceBit Kind = 1 << 3
+	// taskBit marks that at least one task flag is set.
+	taskBit Kind = 1 << 4
 )
 
 // Of returns the set of the given lists.
@@ -52,6 +54,9 @@ type Filter struct {
 	Kinds Kind
 	// URIs are the resources whose updates to follow; duplicates are ignored.
 	URIs []string
+	// Tasks are the tasks (of the tasks extension) whose changes to
+	// follow; duplicates are ignored.
+	Tasks []string
 	// Principal names who is listening; events with an audience reach only
 	// the principals in it. Empty means anonymous.
 	Principal string
@@ -63,6 +68,8 @@ type Event struct {
 	Kinds Kind
 	// URI of a resource whose content changed ("" for none).
 	URI string
+	// Task is a task whose state changed ("" for none).
+	Task string
 	// Audience, when not nil, limits the event to these principals: a change
 	// only some callers can see must not reach the others.
 	Audience []string
@@ -87,6 +94,7 @@ type Hub struct {
 	kinds   [3]map[*Subscription]struct{}
 	all     map[*Subscription]struct{}
 	byURI   map[string][]uriRef
+	byTask  map[string][]uriRef
 	closed  bool
 	done    chan struct{}
 	drained chan struct{}
@@ -103,7 +111,7 @@ type uriRef struct {
 
 // New returns an empty hub.
 func New() *Hub {
-	h := &Hub{byURI: make(map[string][]uriRef), all: make(map[*Subscription]struct{}),
+	h := &Hub{byURI: make(map[string][]uriRef), byTask: make(map[string][]uriRef), all: make(map[*Subscription]struct{}),
 		done: make(chan struct{}), drained: make(chan struct{})}
 	for i := range h.kinds {
 		h.kinds[i] = make(map[*Subscription]struct{})
@@ -121,8 +129,10 @@ type Subscription struct {
 	hub    *Hub
 	filter Filter
 	uris   []string
+	tasks  []string
 	bits   atomic.Uint32
 	flags  []atomic.Bool
+	tflags []atomic.Bool
 	ending atomic.Bool
 	// merged counts changes that found their bit or flag already set:
 	// changes the subscription's next notification stands for as well.
@@ -143,6 +153,15 @@ func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 		s.uris = append(s.uris, u)
 	}
 	s.flags = make([]atomic.Bool, len(s.uris))
+	clear(seen)
+	for _, t := range f.Tasks {
+		if _, dup := seen[t]; dup {
+			continue
+		}
+		seen[t] = struct{}{}
+		s.tasks = append(s.tasks, t)
+	}
+	s.tflags = make([]atomic.Bool, len(s.tasks))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -155,6 +174,9 @@ func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 	}
 	for i, u := range s.uris {
 		h.byURI[u] = append(h.byURI[u], uriRef{s, i})
+	}
+	for i, t := range s.tasks {
+		h.byTask[t] = append(h.byTask[t], uriRef{s, i})
 	}
 	h.all[s] = struct{}{}
 	h.count.Add(1)
@@ -235,6 +257,13 @@ func (h *Hub) MarkAllDirty() {
 			seen[r.sub] = struct{}{}
 		}
 	}
+	for _, refs := range h.byTask {
+		for _, r := range refs {
+			r.sub.tflags[r.idx].Store(true)
+			r.sub.bits.Or(uint32(taskBit))
+			seen[r.sub] = struct{}{}
+		}
+	}
 	for s := range seen {
 		s.poke()
 	}
@@ -289,6 +318,17 @@ func (h *Hub) deliver(e Event) {
 			}
 		}
 	}
+	if e.Task != "" {
+		for _, r := range h.byTask[e.Task] {
+			if admits(r.sub) {
+				if r.sub.tflags[r.idx].Swap(true) {
+					r.sub.merged.Add(1)
+				}
+				r.sub.bits.Or(uint32(taskBit))
+				r.sub.poke()
+			}
+		}
+	}
 }
 
 func (s *Subscription) admits(audience []string) bool {
@@ -323,9 +363,12 @@ func (s *Subscription) Wake() <-chan struct{} { return s.wake }
 
 // Take drains pending state: the list kinds that changed and the URIs that
 // were updated since the last Take. It appends URIs to buf to let the
-// owner reuse one slice.
+// owner reuse one slice. Changed tasks stay pending for TakeTasks.
 func (s *Subscription) Take(buf []string) (Kind, []string) {
 	bits := Kind(s.bits.Swap(0))
+	if bits&taskBit != 0 {
+		s.bits.Or(uint32(taskBit))
+	}
 	if bits&resourceBit != 0 {
 		for i := range s.flags {
 			if s.flags[i].Swap(false) {
@@ -333,7 +376,35 @@ func (s *Subscription) Take(buf []string) (Kind, []string) {
 			}
 		}
 	}
-	return bits &^ resourceBit, buf
+	return bits &^ (resourceBit | taskBit), buf
+}
+
+// TakeTasks drains the tasks that changed since the last TakeTasks,
+// appending their ids to buf.
+func (s *Subscription) TakeTasks(buf []string) []string {
+	if Kind(s.bits.And(^uint32(taskBit)))&taskBit == 0 {
+		return buf
+	}
+	for i := range s.tflags {
+		if s.tflags[i].Swap(false) {
+			buf = append(buf, s.tasks[i])
+		}
+	}
+	return buf
+}
+
+// MarkTasks makes the subscription's tasks pending, as if each had just
+// changed: its owner then sends their state once more (a listen sends the
+// state of every task it follows when it starts).
+func (s *Subscription) MarkTasks() {
+	if len(s.tasks) == 0 {
+		return
+	}
+	for i := range s.tflags {
+		s.tflags[i].Store(true)
+	}
+	s.bits.Or(uint32(taskBit))
+	s.poke()
 }
 
 // TakeMerged returns how many changes were folded into pending state
@@ -366,6 +437,21 @@ func (s *Subscription) Close() {
 			} else {
 				clear(refs[len(out):])
 				h.byURI[u] = out
+			}
+		}
+		for _, t := range s.tasks {
+			refs := h.byTask[t]
+			out := refs[:0]
+			for _, r := range refs {
+				if r.sub != s {
+					out = append(out, r)
+				}
+			}
+			if len(out) == 0 {
+				delete(h.byTask, t)
+			} else {
+				clear(refs[len(out):])
+				h.byTask[t] = out
 			}
 		}
 		if h.count.Add(-1) == 0 && h.closed {

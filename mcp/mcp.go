@@ -78,6 +78,8 @@ const (
 const (
 	ResultComplete      = "complete"
 	ResultInputRequired = "input_required"
+	// ResultTask marks a CreateTaskResult (the tasks extension).
+	ResultTask = "task"
 )
 
 // CacheScope says who may reuse a cached result.

@@ -280,6 +280,9 @@ type SubscriptionFilter struct {
 	PromptsListChanged    bool     `json:"promptsListChanged,omitzero"`
 	ResourcesListChanged  bool     `json:"resourcesListChanged,omitzero"`
 	ResourceSubscriptions []string `json:"resourceSubscriptions,omitempty"`
+	// TaskIDs are the tasks whose status to follow (the tasks extension;
+	// see ExtensionTasks).
+	TaskIDs []string `json:"taskIds,omitempty"`
 }
 
 // InputRequest is one request for client input inside an

@@ -46,6 +46,21 @@ type Notices interface {
 	Updated(uri string) []byte
 }
 
+// TaskSource is a Source that also follows tasks (of the tasks
+// extension): a 2026-07-28 listen whose filter names some.
+type TaskSource interface {
+	// TakeTasks drains the tasks that changed, appending their ids to buf.
+	TakeTasks(buf []string) []string
+}
+
+// TaskNotices are Notices that can tell of a task. Task returns the
+// notification carrying the task's state as it is now, or nil to send
+// nothing (the task is gone). It may read a shared store, so it takes
+// the stream's context.
+type TaskNotices interface {
+	Task(ctx context.Context, id string) []byte
+}
+
 // PumpOptions tunes Pump.
 type PumpOptions struct {
 	// KeepAlive is the keep-alive interval; 0 sends none. A keep-alive
@@ -100,7 +115,9 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 		tick = t.C
 	}
 	wrote := false
-	var uris []string
+	var uris, tasks []string
+	ts, _ := src.(TaskSource)
+	tn, _ := n.(TaskNotices)
 	for {
 		select {
 		case <-ctx.Done():
@@ -126,6 +143,12 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 			var kinds hub.Kind
 			kinds, uris = src.Take(uris[:0])
 			sent, err := flush(out, n, kinds, uris)
+			if ts != nil && err == nil {
+				tasks = ts.TakeTasks(tasks[:0])
+				var more int
+				more, err = flushTasks(ctx, out, tn, tasks)
+				sent += more
+			}
 			if o.Observer != nil {
 				o.Observer.Notified(sent, src.TakeMerged())
 			}
@@ -138,6 +161,22 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 			}
 		}
 	}
+}
+
+// flushTasks sends the state of each task in ids.
+func flushTasks(ctx context.Context, out Stream, n TaskNotices, ids []string) (sent int, err error) {
+	if n == nil {
+		return 0, nil
+	}
+	for _, id := range ids {
+		if msg := n.Task(ctx, id); msg != nil {
+			if err := out.Send(msg); err != nil {
+				return sent, err
+			}
+			sent++
+		}
+	}
+	return sent, nil
 }
 
 // Flush sends the notifications for kinds and uris.
