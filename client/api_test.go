@@ -631,13 +631,26 @@ func TestResultType(t *testing.T) {
 	if err != nil || *res.Content[0].Text != "hi" {
 		t.Fatalf("CallTool without resultType: %v, %v", res, err)
 	}
-	rt = `,"resultType":"task"`
+	rt = `,"resultType":"bogus"`
 	c2 := rawClient(t, ts.URL)
 	if _, err := c2.Tools(ctx); err == nil || !strings.Contains(err.Error(), "unknown resultType") {
-		t.Errorf("Tools with resultType task: err = %v, want unknown resultType", err)
+		t.Errorf("Tools with resultType bogus: err = %v, want unknown resultType", err)
 	}
 	if _, err := c2.Request(ctx, mcp.MethodToolsCall, map[string]any{"name": "a"}); err == nil || !strings.Contains(err.Error(), "unknown resultType") {
-		t.Errorf("Request with resultType task: err = %v, want unknown resultType", err)
+		t.Errorf("Request with resultType bogus: err = %v, want unknown resultType", err)
+	}
+	// A task handle is known, and valid only for a tools/call that
+	// declared the tasks extension; Request hands it over as it is.
+	rt = `,"resultType":"task"`
+	if _, err := c2.Tools(ctx); err == nil || !strings.Contains(err.Error(), "not a valid answer") {
+		t.Errorf("Tools with resultType task: err = %v, want an invalid answer", err)
+	}
+	if raw, err := c2.Request(ctx, mcp.MethodToolsCall, map[string]any{"name": "a"}); err != nil || !strings.Contains(string(raw), `"task"`) {
+		t.Errorf("Request with resultType task: %s, %v, want the handle", raw, err)
+	}
+	c3 := rawClient(t, ts.URL, WithoutTasks())
+	if _, err := c3.Request(ctx, mcp.MethodToolsCall, map[string]any{"name": "a"}); err == nil || !strings.Contains(err.Error(), "not a valid answer") {
+		t.Errorf("WithoutTasks, Request with resultType task: err = %v, want an invalid answer", err)
 	}
 }
 

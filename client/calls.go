@@ -99,6 +99,10 @@ func (c *Client) answer(ctx context.Context, r mcp.InputRequest) (jsontext.Value
 type CallOption func(*callOpts)
 
 // WithProgress asks for progress notifications and hands them to fn.
+// When the server runs a tool call as a task (see WithTaskStatus), each
+// change of the task's status is reported through fn too, with the
+// task's status message and a progress value one above the last, so
+// that a caller showing progress sees the task's as it goes.
 func WithProgress(fn func(progress float64, total *float64, message string)) CallOption {
 	return func(o *callOpts) { o.progress = fn }
 }
@@ -109,6 +113,17 @@ func WithProgress(fn func(progress float64, total *float64, message string)) Cal
 // first if it has not seen the tool, and once more (retrying the call)
 // when the server says the headers do not match. A result with isError
 // set is returned as a result, not an error: it is for the model to read.
+//
+// A server may run the call as a task (the tasks extension, which the
+// client declares unless WithoutTasks is given): CallTool then follows
+// the task until it ends and returns what the call would have returned
+// — the task's result, or its JSON-RPC error as a *RPCError — so that
+// callers need not know. It listens for the task's notifications where
+// the server offers them and polls otherwise, answers the task's input
+// requests with the client's handlers, and cancels the task when ctx
+// ends (returning ctx's error). A task the server cancels ends the call
+// with ErrTaskCancelled. The request timeout bounds each request made
+// for the task, not the task.
 func (c *Client) CallTool(ctx context.Context, name string, args any, opts ...CallOption) (*mcp.CallToolResult, error) {
 	var raw jsontext.Value
 	if args != nil {
@@ -121,6 +136,11 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, opts ...Ca
 	o := callOpts{name: &name}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	var progress *progressFloor
+	if o.progress != nil {
+		progress = &progressFloor{fn: o.progress}
+		o.progress = progress.report
 	}
 	params := map[string]any{"name": name}
 	if raw != nil {
@@ -149,6 +169,12 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, opts ...Ca
 			}
 		}
 		return nil, err
+	}
+	var kind struct {
+		ResultType string `json:"resultType"`
+	}
+	if err := json.Unmarshal(res, &kind); err == nil && kind.ResultType == mcp.ResultTask {
+		return c.followTask(ctx, name, res, o, progress)
 	}
 	var out mcp.CallToolResult
 	if err := json.Unmarshal(res, &out); err != nil {

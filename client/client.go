@@ -70,6 +70,7 @@ type config struct {
 	env        []string
 	onLog      func(level mcp.LogLevel, logger string, data jsontext.Value)
 	logLevel   mcp.LogLevel
+	noTasks    bool
 }
 
 // Option configures a Client.
@@ -325,10 +326,18 @@ func (c *Client) Close() error {
 }
 
 // Capabilities returns the client capabilities declared on each request,
-// derived from the handlers installed.
+// derived from the handlers installed, and the tasks extension unless
+// WithoutTasks turned it off. The extension is declared only where it
+// means something: on tools/call, which a server may then answer with a
+// task, and on the requests that follow a task (tasks/get, tasks/update,
+// tasks/cancel, subscriptions/listen) of the 2026-07-28 era; the
+// 2025-11-25 era has no extensions and never sees it.
 func (c *Client) Capabilities() mcp.ClientCaps {
 	var caps mcp.ClientCaps
 	empty := jsontext.Value("{}")
+	if !c.cfg.noTasks {
+		caps.Extensions = map[string]jsontext.Value{mcp.ExtensionTasks: empty}
+	}
 	if c.cfg.elicit != nil {
 		caps.Elicitation = &mcp.ElicitationCaps{Form: &empty}
 	}
@@ -351,6 +360,9 @@ type callOpts struct {
 	onMsg    func(*jsonrpc.Message)
 	noLimit  bool // listens: no request timeout
 	progress func(progress float64, total *float64, message string)
+	// taskStatus receives the states of the task a tools/call runs as
+	// (see WithTaskStatus).
+	taskStatus func(mcp.Task)
 	// httpStatus, when set, receives the HTTP status of the response (0
 	// on stdio, or when none came): the era probe needs it.
 	httpStatus *int
@@ -384,7 +396,7 @@ func (c *Client) currentVersion() string {
 func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, token string) ([]byte, error) {
 	meta := map[string]any{
 		mcp.MetaProtocolVersion:    c.currentVersion(),
-		mcp.MetaClientCapabilities: c.Capabilities(),
+		mcp.MetaClientCapabilities: c.requestCaps(method),
 		mcp.MetaClientInfo:         c.cfg.info,
 	}
 	if c.cfg.logLevel != "" {
@@ -488,7 +500,7 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 			}
 			return nil, resp.Error
 		}
-		if err := checkResultType(resp.Result); err != nil {
+		if err := checkResultType(resp.Result, method == mcp.MethodToolsCall && c.declaresTasks(method)); err != nil {
 			return nil, fmt.Errorf("client: %s: %w", method, err)
 		}
 		return resp.Result, nil
@@ -550,8 +562,11 @@ func (c *Client) adoptVersion(e *jsonrpc.Error) bool {
 }
 
 // checkResultType enforces that a result's resultType is one we know; an
-// absent one means complete (servers of earlier versions send none).
-func checkResultType(result jsontext.Value) error {
+// absent one means complete (servers of earlier versions send none). A
+// task handle ("task") is a valid answer only where task says so: to a
+// tools/call that declared the tasks extension. Anywhere else the
+// extension makes it an invalid response.
+func checkResultType(result jsontext.Value, task bool) error {
 	var r struct {
 		ResultType *string `json:"resultType"`
 	}
@@ -564,12 +579,19 @@ func checkResultType(result jsontext.Value) error {
 	switch *r.ResultType {
 	case mcp.ResultComplete, mcp.ResultInputRequired:
 		return nil
+	case mcp.ResultTask:
+		if task {
+			return nil
+		}
+		return errors.New(`a task (resultType "task") is not a valid answer to this request`)
 	}
 	return fmt.Errorf("unknown resultType %q", *r.ResultType)
 }
 
-// Request sends any request and returns its raw result. It does not cache
-// and does not answer input requests; use the typed methods for that.
+// Request sends any request and returns its raw result. It does not cache,
+// does not answer input requests and does not follow tasks: a tools/call
+// a server chose to run as a task comes back as the task handle
+// (resultType "task"). Use the typed methods for all that.
 func (c *Client) Request(ctx context.Context, method string, params map[string]any) (jsontext.Value, error) {
 	o := callOpts{}
 	switch method {

@@ -179,7 +179,7 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 	defer cancel()
 	params, err := json.Marshal(map[string]any{
 		"protocolVersion": mcp.LegacyVersion,
-		"capabilities":    c.Capabilities(),
+		"capabilities":    c.requestCaps(mcp.MethodInitialize),
 		"clientInfo":      c.cfg.info,
 	}, json.Deterministic(true))
 	if err != nil {
@@ -314,7 +314,7 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 		if resp.Error != nil {
 			return nil, resp.Error
 		}
-		if err := checkResultType(resp.Result); err != nil {
+		if err := checkResultType(resp.Result, false); err != nil {
 			return nil, fmt.Errorf("client: %s: %w", method, err)
 		}
 		return resp.Result, nil

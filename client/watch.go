@@ -563,7 +563,7 @@ func (w *Watcher) pollLoop(ctx context.Context) {
 			fails = max(fails, w.pollFails[t])
 		}
 		w.mu.Unlock()
-		d := interval - interval/5 + time.Duration(rand.Int64N(int64(interval)*2/5+1))
+		d := jitter(interval)
 		d <<= min(fails, 4)
 		if !sleepCtx(ctx, d) {
 			return

@@ -1,0 +1,282 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/mcp"
+)
+
+// TestTaskPollIntervalBounds: the interval a server suggests is kept
+// within the client's floor and cap, and none means the default.
+func TestTaskPollIntervalBounds(t *testing.T) {
+	for _, c := range []struct {
+		ms   int64
+		want time.Duration
+	}{
+		{0, time.Second},
+		{-5, time.Second},
+		{1, 100 * time.Millisecond},
+		{100, 100 * time.Millisecond},
+		{250, 250 * time.Millisecond},
+		{5000, 5 * time.Second},
+		{30000, 30 * time.Second},
+		{1 << 62, 30 * time.Second},
+	} {
+		if got := taskPollInterval(c.ms); got != c.want {
+			t.Errorf("taskPollInterval(%d) = %v, want %v", c.ms, got, c.want)
+		}
+	}
+}
+
+// TestJitterBounds: jitter stays within ±20% and does spread.
+func TestJitterBounds(t *testing.T) {
+	d := time.Second
+	seen := map[time.Duration]bool{}
+	for range 2000 {
+		j := jitter(d)
+		if j < 800*time.Millisecond || j > 1200*time.Millisecond {
+			t.Fatalf("jitter(%v) = %v, outside ±20%%", d, j)
+		}
+		seen[j] = true
+	}
+	if len(seen) < 100 {
+		t.Errorf("jitter gave only %d distinct values out of 2000", len(seen))
+	}
+	if j := jitter(0); j != 0 {
+		t.Errorf("jitter(0) = %v", j)
+	}
+}
+
+// TestTaskCapabilityDeclared: the tasks extension goes on tools/call and
+// the tasks requests, not on others, and WithoutTasks takes it away.
+func TestTaskCapabilityDeclared(t *testing.T) {
+	c := NewHTTP("http://127.0.0.1:1/mcp")
+	defer c.Close()
+	if _, ok := c.Capabilities().Extensions[mcp.ExtensionTasks]; !ok {
+		t.Errorf("Capabilities() = %+v, want the tasks extension", c.Capabilities())
+	}
+	for _, m := range []string{mcp.MethodToolsCall, mcp.MethodTasksGet, mcp.MethodTasksUpdate, mcp.MethodTasksCancel, mcp.MethodListen} {
+		if _, ok := c.requestCaps(m).Extensions[mcp.ExtensionTasks]; !ok {
+			t.Errorf("%s does not declare the tasks extension", m)
+		}
+	}
+	for _, m := range []string{mcp.MethodToolsList, mcp.MethodPromptsGet, mcp.MethodResourcesRead, mcp.MethodInitialize} {
+		if caps := c.requestCaps(m); caps.Extensions != nil {
+			t.Errorf("%s declares extensions %v", m, caps.Extensions)
+		}
+	}
+	off := NewHTTP("http://127.0.0.1:1/mcp", WithoutTasks())
+	defer off.Close()
+	if caps := off.Capabilities(); caps.Extensions != nil {
+		t.Errorf("WithoutTasks: Capabilities() = %+v", caps)
+	}
+	if caps := off.requestCaps(mcp.MethodToolsCall); caps.Extensions != nil {
+		t.Errorf("WithoutTasks: tools/call declares %v", caps.Extensions)
+	}
+}
+
+// fakeTasks is a hand-made server of one task, for behaviour the test
+// must control request by request: each tasks/get answers the next state
+// from states (the last one repeats).
+type fakeTasks struct {
+	mu      sync.Mutex
+	states  []string // task JSON without taskId and timestamps
+	gets    int
+	updates []map[string]json.RawMessage
+	cancels int
+}
+
+const fakeTaskID = "task-abc"
+
+func (f *fakeTasks) task(body string) string {
+	return fmt.Sprintf(`{"taskId":%q,"createdAt":"2026-07-28T12:00:00Z","lastUpdatedAt":"2026-07-28T12:00:00Z","ttlMs":null,%s}`, fakeTaskID, body)
+}
+
+func (f *fakeTasks) serve(_ int, r rawRequest) (string, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch r.Method {
+	case mcp.MethodToolsList:
+		return `{"tools":[{"name":"slow","inputSchema":{"type":"object"}}],"resultType":"complete"}`, ""
+	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
+		t := f.task(`"status":"working","pollIntervalMs":100`)
+		return strings.Replace(t, "{", `{"resultType":"task",`, 1), ""
+	case mcp.MethodTasksGet:
+		s := f.states[min(f.gets, len(f.states)-1)]
+		f.gets++
+		return strings.Replace(f.task(s), "{", `{"resultType":"complete",`, 1), ""
+	case mcp.MethodTasksUpdate:
+		f.updates = append(f.updates, r.Params)
+		return `{"resultType":"complete"}`, ""
+	case mcp.MethodTasksCancel:
+		f.cancels++
+		return `{"resultType":"complete"}`, ""
+	}
+	return "", `{"code":-32601,"message":"no"}`
+}
+
+// TestTaskPolledInputDeduped: a task polled (the server offers no task
+// notifications) shows the same input request on several polls; the
+// client asks its handler once, sends the answer once with tasks/update,
+// then gets the result. Every tasks request names the task in Mcp-Name
+// and declares the extension.
+func TestTaskPolledInputDeduped(t *testing.T) {
+	elicit := `"inputRequests":{"name":{"method":"elicitation/create","params":{"mode":"form","message":"Name?","requestedSchema":{"type":"object"}}}}`
+	f := &fakeTasks{states: []string{
+		`"status":"working","statusMessage":"warming up","pollIntervalMs":100`,
+		`"status":"input_required","pollIntervalMs":100,` + elicit,
+		`"status":"input_required","pollIntervalMs":100,` + elicit,
+		`"status":"input_required","pollIntervalMs":100,` + elicit,
+		`"status":"working","statusMessage":"thanks","pollIntervalMs":100`,
+		`"status":"completed","pollIntervalMs":100,"result":{"content":[{"type":"text","text":"hello Ada"}]}`,
+	}}
+	ts, rec := rawServer(t, f.serve)
+	var asked atomic.Int32
+	c := rawClient(t, ts.URL+"/mcp", WithElicitation(func(context.Context, jsontext.Value) (*mcp.ElicitResult, error) {
+		asked.Add(1)
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]jsontext.Value{"name": jsontext.Value(`"Ada"`)}}, nil
+	}))
+	var states []string
+	var progress []string
+	res, err := c.CallTool(context.Background(), "slow", nil,
+		WithTaskStatus(func(task mcp.Task) { states = append(states, string(task.Status)+":"+task.StatusMessage) }),
+		WithProgress(func(p float64, _ *float64, msg string) { progress = append(progress, fmt.Sprintf("%g %s", p, msg)) }))
+	must(t, err)
+	if len(res.Content) != 1 || *res.Content[0].Text != "hello Ada" {
+		t.Fatalf("result = %+v", res)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("elicitation handler asked %d times, want 1", n)
+	}
+	f.mu.Lock()
+	updates := f.updates
+	f.mu.Unlock()
+	if len(updates) != 1 || string(updates[0]["taskId"]) != `"`+fakeTaskID+`"` || !strings.Contains(string(updates[0]["inputResponses"]), `"name":{"action":"accept"`) {
+		t.Errorf("tasks/update requests = %s", updates)
+	}
+	want := []string{"working:", "working:warming up", "input_required:", "working:thanks", "completed:"}
+	if fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Errorf("task states = %q, want %q", states, want)
+	}
+	if fmt.Sprint(progress) != "[1  2 warming up 3  4 thanks 5 ]" {
+		t.Errorf("progress = %q", progress)
+	}
+	for _, m := range []string{mcp.MethodToolsCall, mcp.MethodTasksGet, mcp.MethodTasksUpdate} {
+		reqs := rec.requests(m)
+		if len(reqs) == 0 {
+			t.Fatalf("no %s request", m)
+		}
+		for _, s := range reqs {
+			if got := s.Header.Get(mcp.HeaderMethod); got != m {
+				t.Errorf("%s: Mcp-Method = %q", m, got)
+			}
+			if m != mcp.MethodToolsCall {
+				if got := s.Header.Get(mcp.HeaderName); got != fakeTaskID {
+					t.Errorf("%s: Mcp-Name = %q, want the task id", m, got)
+				}
+			}
+			var caps struct {
+				Extensions map[string]json.RawMessage `json:"extensions"`
+			}
+			_ = json.Unmarshal(s.meta(t)["io.modelcontextprotocol/clientCapabilities"], &caps)
+			if _, ok := caps.Extensions[mcp.ExtensionTasks]; !ok {
+				t.Errorf("%s does not declare the tasks extension: %s", m, s.Body)
+			}
+		}
+	}
+}
+
+// TestTaskForOtherMethodInvalid: a task handle is an invalid answer to
+// anything but tools/call, and to a tools/call that did not declare the
+// extension.
+func TestTaskForOtherMethodInvalid(t *testing.T) {
+	f := &fakeTasks{states: []string{`"status":"completed","result":{"content":[]}`}}
+	ts, _ := rawServer(t, f.serve)
+	c := rawClient(t, ts.URL+"/mcp")
+	if _, err := c.GetPrompt(context.Background(), "p", nil); err == nil || !strings.Contains(err.Error(), "not a valid answer") {
+		t.Errorf("prompts/get answered with a task: err = %v", err)
+	}
+	off := rawClient(t, ts.URL+"/mcp", WithoutTasks())
+	if _, err := off.CallTool(context.Background(), "slow", nil); err == nil || !strings.Contains(err.Error(), "not a valid answer") {
+		t.Errorf("WithoutTasks, tools/call answered with a task: err = %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gets != 0 {
+		t.Errorf("%d tasks/get for tasks that were invalid answers", f.gets)
+	}
+}
+
+// TestTaskOutcomes: a failed task is the call's JSON-RPC error, a
+// cancelled one ErrTaskCancelled, and a task asking for input the client
+// has no handler for is cancelled, ending the call as MRTR would.
+func TestTaskOutcomes(t *testing.T) {
+	t.Run("failed", func(t *testing.T) {
+		f := &fakeTasks{states: []string{`"status":"failed","error":{"code":-32603,"message":"rate limited","data":{"retry":5}}`}}
+		ts, _ := rawServer(t, f.serve)
+		_, err := rawClient(t, ts.URL+"/mcp").CallTool(context.Background(), "slow", nil)
+		var rpc *RPCError
+		if !errors.As(err, &rpc) || rpc.Code != -32603 || rpc.Message != "rate limited" || string(rpc.Data) != `{"retry":5}` {
+			t.Errorf("err = %#v, want the task's JSON-RPC error", err)
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		f := &fakeTasks{states: []string{`"status":"cancelled","statusMessage":"operator stopped it"`}}
+		ts, _ := rawServer(t, f.serve)
+		_, err := rawClient(t, ts.URL+"/mcp").CallTool(context.Background(), "slow", nil)
+		if !errors.Is(err, ErrTaskCancelled) || !strings.Contains(err.Error(), "operator stopped it") {
+			t.Errorf("err = %v, want ErrTaskCancelled with the message", err)
+		}
+	})
+	t.Run("no handler", func(t *testing.T) {
+		f := &fakeTasks{states: []string{`"status":"input_required","inputRequests":{"k":{"method":"sampling/createMessage","params":{}}}`}}
+		ts, _ := rawServer(t, f.serve)
+		_, err := rawClient(t, ts.URL+"/mcp").CallTool(context.Background(), "slow", nil)
+		if err == nil || !strings.Contains(err.Error(), `input "k": no sampling handler`) {
+			t.Errorf("err = %v", err)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.cancels != 1 {
+			t.Errorf("tasks/cancel sent %d times, want 1", f.cancels)
+		}
+	})
+}
+
+// TestTaskContextCancel: a call whose context ends while it follows its
+// task cancels the task and returns the context's error.
+func TestTaskContextCancel(t *testing.T) {
+	f := &fakeTasks{states: []string{`"status":"working","pollIntervalMs":100`}}
+	ts, rec := rawServer(t, f.serve)
+	c := rawClient(t, ts.URL+"/mcp")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.CallTool(ctx, "slow", nil, WithTaskStatus(func(mcp.Task) {}))
+		done <- err
+	}()
+	waitUntil(t, "a poll", func() bool { return rec.answered(mcp.MethodTasksGet) > 0 })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("CallTool did not return after its context ended")
+	}
+	reqs := rec.requests(mcp.MethodTasksCancel)
+	if len(reqs) != 1 || string(reqs[0].Params["taskId"]) != `"`+fakeTaskID+`"` || reqs[0].Header.Get(mcp.HeaderName) != fakeTaskID {
+		t.Errorf("tasks/cancel requests = %+v", reqs)
+	}
+}
