@@ -43,6 +43,12 @@ REQUEST is one of:
   read URI              read a resource
   get PROMPT [ARGS]     render a prompt; ARGS is a JSON object of strings
 
+A tool call the server runs as a task is followed to its end: the task id
+and then each change of its status (and status message) are printed to
+stderr as they happen, on one line rewritten in place when stderr is a
+terminal, and the result to stdout as for any call. Ctrl-C cancels the
+task.
+
 Exit status: 0 for an answer; 2 for a tool result with isError set (the
 result is still printed); 1 for a failure. A JSON-RPC error response is
 printed to stderr as its JSON error object.
@@ -180,8 +186,10 @@ func runCall(ctx context.Context, c *client.Client, r callRequest, stdout, stder
 		if r.args != nil {
 			args = r.args
 		}
+		status := newTaskStatus(stderr)
 		var res *mcp.CallToolResult
-		res, err = c.CallTool(ctx, r.name, args)
+		res, err = c.CallTool(ctx, r.name, args, client.WithTaskStatus(status.show))
+		status.end()
 		if err == nil {
 			out, isError = res, res.IsError
 		}
@@ -205,6 +213,59 @@ func runCall(ctx context.Context, c *client.Client, r callRequest, stdout, stder
 		return &exitError{code: 2}
 	}
 	return nil
+}
+
+// taskStatus shows the states of the task a call runs as, on w: the
+// task's id once, then its status and status message at each change. On
+// a terminal the status is one line, rewritten in place and cut to the
+// terminal's width, so that a long task does not fill the screen;
+// elsewhere (a pipe, a file, a log) each change is a line of its own.
+// What the server says passes through printable first.
+type taskStatus struct {
+	w     io.Writer
+	tty   bool
+	cols  int
+	id    string
+	shown bool // a status line is on the terminal, without its newline
+}
+
+func newTaskStatus(w io.Writer) *taskStatus {
+	s := &taskStatus{w: w}
+	if f, ok := w.(*os.File); ok {
+		s.cols, _, s.tty = terminalSize(f)
+	}
+	return s
+}
+
+// show prints one state of the task.
+func (s *taskStatus) show(t mcp.Task) {
+	if s.id == "" {
+		s.id = t.TaskID
+		fmt.Fprintf(s.w, "task %s\n", printable(t.TaskID))
+	}
+	line := string(t.Status)
+	if t.StatusMessage != "" {
+		line += ": " + t.StatusMessage
+	}
+	line = printable(line)
+	if !s.tty {
+		fmt.Fprintln(s.w, line)
+		return
+	}
+	if r := []rune(line); s.cols > 1 && len(r) >= s.cols {
+		line = string(r[:s.cols-2]) + "…"
+	}
+	// Back to the start of the line, and clear what the last one left.
+	fmt.Fprintf(s.w, "\r\x1b[K%s", line)
+	s.shown = true
+}
+
+// end finishes the status line, once the call is over.
+func (s *taskStatus) end() {
+	if s.shown {
+		fmt.Fprintln(s.w)
+		s.shown = false
+	}
 }
 
 // discover returns the server/discover result as the server sent it; a

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"tidings/mcp"
+)
+
+// TestTaskStatusLines: off a terminal, the task id is printed once and
+// then one line per state, with what the server wrote made printable; on
+// a terminal, each state rewrites one line, cut to the width, and the
+// line is finished at the end.
+func TestTaskStatusLines(t *testing.T) {
+	states := []mcp.Task{
+		{TaskID: "t-1", Status: mcp.TaskWorking},
+		{TaskID: "t-1", Status: mcp.TaskWorking, StatusMessage: "step 1 of 2"},
+		{TaskID: "t-1", Status: mcp.TaskWorking, StatusMessage: "step 2\x1b]52;c;evil\a"},
+		{TaskID: "t-1", Status: mcp.TaskCompleted},
+	}
+	var b bytes.Buffer
+	s := newTaskStatus(&b)
+	for _, st := range states {
+		s.show(st)
+	}
+	s.end()
+	want := "task t-1\nworking\nworking: step 1 of 2\nworking: step 2\uFFFD]52;c;evil\uFFFD\ncompleted\n"
+	if b.String() != want {
+		t.Errorf("pipe output = %q, want %q", b.String(), want)
+	}
+
+	b.Reset()
+	s = &taskStatus{w: &b, tty: true, cols: 12}
+	for _, st := range states[:2] {
+		s.show(st)
+	}
+	s.end()
+	want = "task t-1\n\r\x1b[Kworking\r\x1b[Kworking: s…\n"
+	if b.String() != want {
+		t.Errorf("terminal output = %q, want %q", b.String(), want)
+	}
+
+	b.Reset()
+	s = newTaskStatus(&b)
+	s.end()
+	if b.Len() != 0 {
+		t.Errorf("a call without a task printed %q", b.String())
+	}
+}
