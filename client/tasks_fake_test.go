@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -278,5 +282,225 @@ func TestTaskContextCancel(t *testing.T) {
 	reqs := rec.requests(mcp.MethodTasksCancel)
 	if len(reqs) != 1 || string(reqs[0].Params["taskId"]) != `"`+fakeTaskID+`"` || reqs[0].Header.Get(mcp.HeaderName) != fakeTaskID {
 		t.Errorf("tasks/cancel requests = %+v", reqs)
+	}
+}
+
+// fakeListener is fakeTasks with task notifications: it advertises the
+// extension, and each subscriptions/listen is handed to the test, which
+// writes its events and ends it.
+type fakeListener struct {
+	fakeTasks
+	listens chan *fakeListen
+}
+
+// fakeListen is one listen stream of a fakeListener.
+type fakeListen struct {
+	params map[string]json.RawMessage
+	header http.Header
+	events chan string // JSON-RPC messages to write
+	end    chan struct{}
+}
+
+func (l *fakeListen) send(t testing.TB, msg string) {
+	t.Helper()
+	select {
+	case l.events <- msg:
+	case <-time.After(waitTimeout):
+		t.Fatal("timed out writing to a listen")
+	}
+}
+
+func (l *fakeListen) ack(t testing.TB, ids ...string) {
+	t.Helper()
+	b, _ := json.Marshal(ids)
+	l.send(t, `{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":{"taskIds":`+string(b)+`}}}`)
+}
+
+func (l *fakeListen) notify(t testing.TB, f *fakeTasks, body string) {
+	t.Helper()
+	l.send(t, `{"jsonrpc":"2.0","method":"notifications/tasks","params":`+f.task(body)+`}`)
+}
+
+func newFakeListener(t testing.TB, states ...string) (*fakeListener, string, *recorder) {
+	f := &fakeListener{fakeTasks: fakeTasks{states: states}, listens: make(chan *fakeListen, 4)}
+	raw, _ := rawServer(t, f.serve, true)
+	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Header.Get(mcp.HeaderMethod) == mcp.MethodDiscover {
+			body, _ := io.ReadAll(req.Body)
+			var r rawRequest
+			_ = json.Unmarshal(body, &r)
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{},"extensions":{%q:{}}},"resultType":"complete","ttlMs":0,"cacheScope":"public"}}`, r.ID, mcp.ExtensionTasks)
+			return
+		}
+		if req.Header.Get(mcp.HeaderMethod) != mcp.MethodListen {
+			proxyTo(w, req, raw.URL)
+			return
+		}
+		body, _ := io.ReadAll(req.Body)
+		var r rawRequest
+		_ = json.Unmarshal(body, &r)
+		l := &fakeListen{params: r.Params, header: req.Header.Clone(), events: make(chan string), end: make(chan struct{})}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case f.listens <- l:
+		case <-req.Context().Done():
+			return
+		}
+		for {
+			select {
+			case msg := <-l.events:
+				fmt.Fprintf(w, "event: message\ndata: %s\n\n", msg)
+				w.(http.Flusher).Flush()
+			case <-l.end:
+				return
+			case <-req.Context().Done():
+				return
+			}
+		}
+	})
+	rec := &recorder{next: h}
+	ts := httptest.NewServer(rec)
+	t.Cleanup(func() { closeServer(ts) })
+	return f, ts.URL, rec
+}
+
+// proxyTo passes a request on to the raw server at url.
+func proxyTo(w http.ResponseWriter, req *http.Request, url string) {
+	out, _ := http.NewRequestWithContext(req.Context(), req.Method, url+req.URL.Path, req.Body)
+	out.Header = req.Header.Clone()
+	resp, err := http.DefaultClient.Do(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+func (f *fakeListener) next(t testing.TB) *fakeListen {
+	t.Helper()
+	select {
+	case l := <-f.listens:
+		return l
+	case <-time.After(waitTimeout):
+		t.Fatal("timed out waiting for a listen")
+		return nil
+	}
+}
+
+func (f *fakeTasks) getCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gets
+}
+
+func (f *fakeTasks) setStates(states ...string) {
+	f.mu.Lock()
+	f.states, f.gets = states, 0
+	f.mu.Unlock()
+}
+
+// TestTaskListenDropped: with a poll interval too long to matter, every
+// tasks/get is the follower's own doing: one just after a listen is
+// granted, one when a granted listen drops; after the drop the client
+// listens again, and the call ends with the notification of the new
+// listen.
+func TestTaskListenDropped(t *testing.T) {
+	const slow = `"status":"working","pollIntervalMs":30000`
+	f, url, _ := newFakeListener(t, slow)
+	c := rawClient(t, url+"/mcp")
+	var mu sync.Mutex
+	var states []string
+	status := func(task mcp.Task) {
+		mu.Lock()
+		states = append(states, task.StatusMessage)
+		mu.Unlock()
+	}
+	sawState := func(msg string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(states, msg)
+		}
+	}
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.CallTool(context.Background(), "slow", nil, WithTaskStatus(status))
+		done <- outcome{res, err}
+	}()
+
+	l1 := f.next(t)
+	if string(l1.params["notifications"]) != `{"taskIds":["`+fakeTaskID+`"]}` {
+		t.Errorf("listen asks for %s", l1.params["notifications"])
+	}
+	if !strings.Contains(string(l1.params["_meta"]), mcp.ExtensionTasks) {
+		t.Errorf("listen does not declare the tasks extension: %s", l1.params["_meta"])
+	}
+	if n := f.getCount(); n != 0 {
+		t.Errorf("%d tasks/get before the listen was granted", n)
+	}
+	l1.ack(t, fakeTaskID)
+	waitUntil(t, "the poll after the grant", func() bool { return f.getCount() == 1 })
+	l1.notify(t, &f.fakeTasks, `"status":"working","statusMessage":"step 1","pollIntervalMs":30000`)
+	waitUntil(t, "step 1 reported", sawState("step 1"))
+
+	// The stream breaks while the task moves on.
+	f.setStates(`"status":"working","statusMessage":"step 2","pollIntervalMs":30000`)
+	close(l1.end)
+	waitUntil(t, "step 2 polled after the drop", sawState("step 2"))
+	l2 := f.next(t)
+	l2.ack(t, fakeTaskID)
+	waitUntil(t, "the poll after the second grant", func() bool { return f.getCount() == 2 })
+	l2.notify(t, &f.fakeTasks, `"status":"completed","result":{"content":[{"type":"text","text":"done"}]}`)
+	select {
+	case o := <-done:
+		if o.err != nil || *o.res.Content[0].Text != "done" {
+			t.Fatalf("CallTool = %+v, %v", o.res, o.err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("CallTool did not return")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"", "step 1", "step 2", ""}; fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Errorf("states = %q, want %q", states, want)
+	}
+}
+
+// TestTaskListenNotGranted: a listen whose acknowledgement leaves the task
+// out is closed, and the task is polled to its end.
+func TestTaskListenNotGranted(t *testing.T) {
+	f, url, rec := newFakeListener(t, `"status":"working","pollIntervalMs":100`, `"status":"completed","result":{"content":[{"type":"text","text":"polled"}]}`)
+	c := rawClient(t, url+"/mcp")
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.CallTool(context.Background(), "slow", nil)
+		if err == nil && *res.Content[0].Text != "polled" {
+			err = fmt.Errorf("result %+v", res)
+		}
+		done <- err
+	}()
+	l := f.next(t)
+	l.ack(t)
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(waitTimeout):
+		t.Fatal("CallTool did not return")
+	}
+	waitUntil(t, "the listen closed", func() bool { return rec.answered(mcp.MethodListen) == 1 })
+	if n := rec.count(mcp.MethodListen); n != 1 {
+		t.Errorf("%d listens, want 1", n)
 	}
 }
