@@ -479,9 +479,9 @@ func TestTaskListenDropped(t *testing.T) {
 }
 
 // TestTaskListenNotGranted: a listen whose acknowledgement leaves the task
-// out is closed, and the task is polled to its end.
+// out is closed at once, and the task is polled to its end.
 func TestTaskListenNotGranted(t *testing.T) {
-	f, url, rec := newFakeListener(t, `"status":"working","pollIntervalMs":100`, `"status":"completed","result":{"content":[{"type":"text","text":"polled"}]}`)
+	f, url, rec := newFakeListener(t, `"status":"working","pollIntervalMs":100`)
 	c := rawClient(t, url+"/mcp")
 	done := make(chan error, 1)
 	go func() {
@@ -493,13 +493,15 @@ func TestTaskListenNotGranted(t *testing.T) {
 	}()
 	l := f.next(t)
 	l.ack(t)
+	waitUntil(t, "the listen closed", func() bool { return rec.answered(mcp.MethodListen) == 1 })
+	waitUntil(t, "polls", func() bool { return f.getCount() >= 2 })
+	f.setStates(`"status":"completed","result":{"content":[{"type":"text","text":"polled"}]}`)
 	select {
 	case err := <-done:
 		must(t, err)
 	case <-time.After(waitTimeout):
 		t.Fatal("CallTool did not return")
 	}
-	waitUntil(t, "the listen closed", func() bool { return rec.answered(mcp.MethodListen) == 1 })
 	if n := rec.count(mcp.MethodListen); n != 1 {
 		t.Errorf("%d listens, want 1", n)
 	}
