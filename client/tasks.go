@@ -236,11 +236,12 @@ func (f *taskFollower) request(ctx context.Context, method string, params map[st
 // does (then its outcome is nil).
 //
 // Where the server offers task notifications, one listen at a time is
-// open, and polls happen only around it: until the server grants the
+// open, and polls happen mostly around it: until the server grants the
 // listen, once just after the grant (a change made before the listen
 // opened was announced to nobody) unless a notification came first, and
-// after the listen drops, until a new one is granted. Without a listen,
-// tasks/get is polled at the interval the server suggests.
+// after the listen drops, until a new one is granted; while it is
+// granted, only every maxTaskPoll. Without a listen, tasks/get is polled
+// at the interval the server suggests.
 func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 	if end := f.see(ctx, first); end != nil {
 		return end
@@ -353,18 +354,22 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 }
 
 // seeAndArm takes in a state of the task (see see) and arms the next
-// poll when no listen tells of the task, or when answers to its input
-// requests could not be sent and must go out again.
+// poll: at the task's interval when no listen tells of the task, or when
+// answers to its input requests could not be sent and must go out again;
+// at the longest interval otherwise.
 func (f *taskFollower) seeAndArm(ctx context.Context, t mcp.Task, poll *alarm, listening bool) *taskOutcome {
 	end := f.see(ctx, t)
 	if end != nil || ctx.Err() != nil {
 		return end
 	}
-	if f.unsent {
+	switch {
+	case f.unsent || !listening:
 		f.unsent = false
 		poll.ensure(jitter(f.interval))
-	} else if !listening {
-		poll.ensure(jitter(f.interval))
+	default:
+		// A backstop, in case a notification is lost between the
+		// server's replicas: rare polls cost little.
+		poll.ensure(jitter(maxTaskPoll))
 	}
 	return nil
 }
