@@ -603,6 +603,10 @@ func (c *Client) Request(ctx context.Context, method string, params map[string]a
 		if s, ok := params["uri"].(string); ok {
 			o.name = &s
 		}
+	case mcp.MethodTasksGet, mcp.MethodTasksUpdate, mcp.MethodTasksCancel:
+		if s, ok := params["taskId"].(string); ok {
+			o.name = &s
+		}
 	}
 	return c.do(ctx, method, params, o)
 }

@@ -506,3 +506,20 @@ func TestTaskListenNotGranted(t *testing.T) {
 		t.Errorf("%d listens, want 1", n)
 	}
 }
+
+// TestRequestTaskName: Request names the task of a tasks/* request in
+// Mcp-Name, as the typed path does.
+func TestRequestTaskName(t *testing.T) {
+	f := &fakeTasks{states: []string{`"status":"working"`}}
+	ts, rec := rawServer(t, f.serve)
+	c := rawClient(t, ts.URL+"/mcp")
+	for _, m := range []string{mcp.MethodTasksGet, mcp.MethodTasksCancel} {
+		if _, err := c.Request(context.Background(), m, map[string]any{"taskId": fakeTaskID}); err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+		reqs := rec.requests(m)
+		if len(reqs) != 1 || reqs[0].Header.Get(mcp.HeaderName) != fakeTaskID {
+			t.Errorf("%s: requests %+v, want Mcp-Name %q", m, reqs, fakeTaskID)
+		}
+	}
+}
