@@ -155,29 +155,37 @@ func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires t
 	if ttl, ok := natsTTL(exp, time.Now()); ok {
 		opts = append(opts, jetstream.KeyTTL(ttl))
 	}
-	_, err := s.kv.Create(ctx, key, val, opts...)
-	if err == nil {
+	// Twice at most: a task found expired may be dropped before it is read.
+	for range 2 {
+		_, err := s.kv.Create(ctx, key, val, opts...)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return s.fail("create", id, err)
+		}
+		// The key is taken, perhaps by a task that has expired and that
+		// the broker is yet to drop: that one is replaced, in its
+		// revision's place.
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // dropped meanwhile: the id is free
+		}
+		if err != nil {
+			return s.fail("create", id, err)
+		}
+		if old, _, err := decodeTaskValue(e.Value()); err != nil || time.Now().Before(old) {
+			return ErrTaskExists
+		}
+		if _, err := s.put(ctx, key, val, e.Revision(), exp); err != nil {
+			if errors.Is(err, errRevision) {
+				return ErrTaskExists // another replica replaced it first
+			}
+			return s.fail("create", id, err)
+		}
 		return nil
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return s.fail("create", id, err)
-	}
-	// The key is taken, perhaps by a task that has expired and that the
-	// broker is yet to drop: that one is replaced, in its revision's place.
-	e, err := s.kv.Get(ctx, key)
-	if err != nil {
-		return ErrTaskExists // gone meanwhile, or unreadable: taken, as far as anyone knows
-	}
-	if old, _, err := decodeTaskValue(e.Value()); err != nil || time.Now().Before(old) {
-		return ErrTaskExists
-	}
-	if _, err := s.put(ctx, key, val, e.Revision(), exp); err != nil {
-		if errors.Is(err, errRevision) {
-			return ErrTaskExists // another replica replaced it first
-		}
-		return s.fail("create", id, err)
-	}
-	return nil
+	return ErrTaskExists
 }
 
 // errRevision is a write the stream refused because the entry's revision
