@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,30 +39,50 @@ func openNATSState(ctx context.Context, u *url.URL, cfg config) (*natsState, err
 	if err != nil {
 		return nil, err
 	}
-	s := &natsState{closed: make(chan struct{})}
+	s := &natsState{}
+	if s.nc, s.closed, err = dialNATSStore(u, timeout, cfg, "tidings state"); err != nil {
+		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
+	}
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		err = fmt.Errorf("jetstream: %w", err)
+	} else {
+		s.kv, err = bucketOf(ctx, js, jetstream.KeyValueConfig{Bucket: bucket,
+			Description: "tidings: what the replicas of a server have switched on and off"})
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
+	}
+	return s, nil
+}
+
+// dialNATSStore connects a client for a store in JetStream (the state,
+// the tasks), and returns it with the channel its closed callback closes.
+// The client reconnects on its own, for ever, with the bus's backoff. Its
+// error does not show the URL; the callers say what they dialled,
+// redacted.
+func dialNATSStore(u *url.URL, timeout time.Duration, cfg config, name string) (*nats.Conn, chan struct{}, error) {
+	closed := make(chan struct{})
 	server := (&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}).String()
-	s.nc, err = nats.Connect(server,
-		nats.Name("tidings state"),
+	nc, err := nats.Connect(server,
+		nats.Name(name),
 		nats.Timeout(timeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(cfg.backoff),
 		// A write made while disconnected fails at once instead of waiting
 		// in a buffer, to land later over whatever was written meanwhile:
-		// the server sets it again itself.
+		// the caller is told, and writes again if it still means to.
 		nats.ReconnectBufSize(-1),
-		nats.ClosedHandler(func(*nats.Conn) { close(s.closed) }),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			cfg.logger.Debug("bus: NATS reports an error on the state connection", "err", err)
+			cfg.logger.Debug("bus: NATS reports an error on a store connection", "name", name, "err", err)
 		}),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
+		return nil, nil, err
 	}
-	if s.kv, err = bucketOf(ctx, s.nc, bucket); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
-	}
-	return s, nil
+	return nc, closed, nil
 }
 
 // bucketName names the key-value bucket of a subject. Bucket names
@@ -77,22 +98,18 @@ func bucketName(subject string) (string, error) {
 	return strings.NewReplacer("_", "_5F", ".", "_2E").Replace(subject), nil
 }
 
-// bucketOf opens the bucket, creating it if it is not there.
-func bucketOf(ctx context.Context, nc *nats.Conn, bucket string) (jetstream.KeyValue, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
-	kv, err := js.KeyValue(ctx, bucket)
+// bucketOf opens the bucket want names, creating it with want if it is
+// not there; one that is there is used as found.
+func bucketOf(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket,
-			Description: "tidings: what the replicas of a server have switched on and off"})
+		kv, err = js.CreateKeyValue(ctx, want)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, bucket) // another replica made it first
+			kv, err = js.KeyValue(ctx, want.Bucket) // another replica made it first
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("key-value bucket %q: %w", bucket, err)
+		return nil, fmt.Errorf("key-value bucket %q: %w", want.Bucket, err)
 	}
 	return kv, nil
 }

@@ -145,6 +145,32 @@ func TestOpenState(t *testing.T) {
 	})
 }
 
+// TestOpenTasksRefuses: a URL of no store, a subject no bucket can be
+// named after, a bad parameter and a broker that is not there are errors,
+// which say which and show no password.
+func TestOpenTasksRefuses(t *testing.T) {
+	for url, want := range map[string]string{
+		"kafka://127.0.0.1:9092":           "unknown scheme",
+		"nats://127.0.0.1:1/a-ü":           "bucket",
+		"nats://127.0.0.1:1/a.*":           "subject",
+		"nats://user:secret@127.0.0.1:1/a": "127.0.0.1:1",
+		"redis://user:secret@127.0.0.1:1":  "127.0.0.1:1",
+		"redis://127.0.0.1:1/0?chanel=x":   "chanel",
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := bus.OpenTasks(ctx, url)
+		cancel()
+		if err == nil {
+			st.Close()
+			t.Errorf("%s: opened", url)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: %v, want it to mention %q and no password", url, err, want)
+		}
+	}
+}
+
 // badURLs are broker URLs with the password hunter2 that do not parse,
 // name a bad database, or point at nothing listening.
 var badURLs = []string{
@@ -159,7 +185,7 @@ var badURLs = []string{
 	"tls://user:hunter2@127.0.0.1:1/a",
 }
 
-// TestErrorsHideThePassword: no error of Dial, Open or OpenState shows a
+// TestErrorsHideThePassword: no error of Dial, Open, OpenState or OpenTasks shows a
 // password given in the URL, whether the URL does not parse or the broker
 // is not there.
 func TestErrorsHideThePassword(t *testing.T) {
@@ -181,6 +207,13 @@ func TestErrorsHideThePassword(t *testing.T) {
 			},
 			"OpenState": func(ctx context.Context) error {
 				s, err := bus.OpenState(ctx, u)
+				if err == nil {
+					s.Close()
+				}
+				return err
+			},
+			"OpenTasks": func(ctx context.Context) error {
+				s, err := bus.OpenTasks(ctx, u)
 				if err == nil {
 					s.Close()
 				}

@@ -27,7 +27,7 @@ const startWait = 10 * time.Second
 
 // Broker is a broker a test can take down and bring back.
 type Broker interface {
-	// URL is what bus.Open and bus.OpenState dial to reach it.
+	// URL is what bus.Open, bus.OpenState and bus.OpenTasks dial to reach it.
 	URL() string
 	// Down stops it, as a crash would; Up starts it again on the same
 	// address, with what it had stored. Down is also run at the end of

@@ -1,0 +1,316 @@
+package bus
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// natsTasks is a TaskStore in a JetStream key-value bucket: an entry per
+// task, its revision the entry's, which the stream numbers and checks. A
+// value is an envelope (see taskValue) holding the record and its expiry,
+// which Get and Update check by this process's clock; the broker drops
+// the entry a little after, by a TTL set on every write of it.
+type natsTasks struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	stream  string // the bucket's stream, which every write expects
+	subject string // "$KV.<bucket>.", before a key
+	closed  chan struct{}
+	once    sync.Once
+}
+
+// tasksBucket names the bucket of a subject's tasks: the state's bucket
+// name with "_tasks" after it. The state's names hold a '_' only before
+// "5F" or "2E" (see bucketName), so no state bucket is named so, and two
+// subjects never share a tasks bucket.
+func tasksBucket(subject string) (string, error) {
+	b, err := bucketName(subject)
+	if err != nil {
+		return "", err
+	}
+	return b + "_tasks", nil
+}
+
+// natsMarkerTTL is how long the bucket keeps the marker the broker leaves
+// where it dropped an expired entry: the least it allows, since nothing
+// here watches for them. Having markers at all is what lets a bucket's
+// entries carry a TTL of their own.
+const natsMarkerTTL = time.Second
+
+// natsTTLGrace is added to the TTL each write sets: the broker counts
+// whole seconds, by its own clock, and must not drop an entry before the
+// replicas' clocks say it has expired.
+const natsTTLGrace = time.Second
+
+// natsMaxTTL bounds the TTL of an entry. A task set to expire later still
+// expires then, by its envelope, but the broker keeps it until deleted.
+const natsMaxTTL = 100 * 365 * 24 * time.Hour
+
+func openNATSTasks(ctx context.Context, u *url.URL, cfg config) (*natsTasks, error) {
+	subject, err := natsSubject(u)
+	if err != nil {
+		return nil, err
+	}
+	bucket, err := tasksBucket(subject)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := boundDial(ctx)
+	defer cancel()
+	timeout, err := dialTimeout(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + "."}
+	if s.nc, s.closed, err = dialNATSStore(u, timeout, cfg, "tidings tasks"); err != nil {
+		return nil, fmt.Errorf("bus: tasks at %s: %w", u.Redacted(), err)
+	}
+	if err := s.open(ctx, bucket); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bus: tasks at %s: %w", u.Redacted(), err)
+	}
+	return s, nil
+}
+
+// open opens the bucket, creating it if it is not there, and checks that
+// one found there can drop its entries by themselves.
+func (s *natsTasks) open(ctx context.Context, bucket string) error {
+	var err error
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	s.kv, err = bucketOf(ctx, s.js, jetstream.KeyValueConfig{Bucket: bucket,
+		Description:    "tidings: the tasks of a server's replicas",
+		MaxValueSize:   maxTaskRecord + 4<<10, // the record and its framing, see maxTaskRecord
+		LimitMarkerTTL: natsMarkerTTL,
+	})
+	if err != nil {
+		return err
+	}
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("key-value bucket %q: %w", bucket, err)
+	}
+	if st.LimitMarkerTTL() <= 0 {
+		return fmt.Errorf("key-value bucket %q has no per-key TTL, and expired tasks would stay in it for ever: "+
+			"create it with a limit marker TTL (nats kv add --marker-ttl), or remove it and let it be created", bucket)
+	}
+	if st.Config().Mirror != nil {
+		return fmt.Errorf("key-value bucket %q is a mirror, which takes no writes", bucket)
+	}
+	return nil
+}
+
+// natsTaskKey is the key of a task in a bucket. Keys allow '.' only
+// between tokens and no '~', so those two are written "=2E" and "=7E";
+// ids hold no '=', so two ids never share a key.
+func natsTaskKey(id string) string {
+	if !strings.ContainsAny(id, ".~") {
+		return id
+	}
+	return strings.NewReplacer(".", "=2E", "~", "=7E").Replace(id)
+}
+
+// natsTTL is the TTL a write of an entry expiring at exp sets, at now:
+// what is left of it, in whole seconds rounded up, and natsTTLGrace. No
+// TTL (ok false) past natsMaxTTL.
+func natsTTL(exp, now time.Time) (ttl time.Duration, ok bool) {
+	left := exp.Sub(now)
+	if left > natsMaxTTL {
+		return 0, false
+	}
+	left = max(left, 0)
+	if r := left % time.Second; r != 0 {
+		left += time.Second - r
+	}
+	return left + natsTTLGrace, true
+}
+
+// ttlOpts are the publish options of a write of an entry expiring at exp.
+func ttlOpts(exp time.Time) []jetstream.PublishOpt {
+	if ttl, ok := natsTTL(exp, time.Now()); ok {
+		return []jetstream.PublishOpt{jetstream.WithMsgTTL(ttl)}
+	}
+	return nil
+}
+
+func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires time.Time) error {
+	if err := checkTask("create", id, rec); err != nil {
+		return err
+	}
+	key := natsTaskKey(id)
+	exp := time.UnixMilli(ceilMilli(expires))
+	val := encodeTaskValue(exp, rec)
+	var opts []jetstream.KVCreateOpt
+	if ttl, ok := natsTTL(exp, time.Now()); ok {
+		opts = append(opts, jetstream.KeyTTL(ttl))
+	}
+	// Twice at most: a task found expired may be dropped before it is read.
+	for range 2 {
+		_, err := s.kv.Create(ctx, key, val, opts...)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return s.fail("create", id, err)
+		}
+		// The key is taken, perhaps by a task that has expired and that
+		// the broker is yet to drop: that one is replaced, in its
+		// revision's place.
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // dropped meanwhile: the id is free
+		}
+		if err != nil {
+			return s.fail("create", id, err)
+		}
+		if old, _, err := decodeTaskValue(e.Value()); err != nil || time.Now().Before(old) {
+			return ErrTaskExists
+		}
+		if _, err := s.put(ctx, key, val, e.Revision(), exp); err != nil {
+			if errors.Is(err, errRevision) {
+				return ErrTaskExists // another replica replaced it first
+			}
+			return s.fail("create", id, err)
+		}
+		return nil
+	}
+	return ErrTaskExists
+}
+
+// errRevision is a write the stream refused because the entry's revision
+// was not the one expected.
+var errRevision = errors.New("the revision is not the latest")
+
+// put writes val under key if the entry's revision is still rev, with the
+// TTL of an entry expiring at exp, and returns the new revision. It is
+// what KeyValue.Update does, but for the TTL, which Update drops: the
+// stream checks the revision, and the write is refused, as errRevision,
+// if another came first.
+func (s *natsTasks) put(ctx context.Context, key string, val []byte, rev uint64, exp time.Time) (uint64, error) {
+	opts := append(ttlOpts(exp), jetstream.WithExpectStream(s.stream), jetstream.WithExpectLastSequencePerSubject(rev))
+	ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.subject + key, Header: nats.Header{}, Data: val}, opts...)
+	if err != nil {
+		var ae *jetstream.APIError
+		if errors.As(err, &ae) && (ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, errRevision
+		}
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// get reads the live entry under key: its record, revision and expiry.
+func (s *natsTasks) get(ctx context.Context, op, id string) (rec []byte, rev uint64, exp time.Time, err error) {
+	e, err := s.kv.Get(ctx, natsTaskKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, time.Time{}, ErrNoTask
+	}
+	if err != nil {
+		return nil, 0, time.Time{}, s.fail(op, id, err)
+	}
+	exp, rec, err = decodeTaskValue(e.Value())
+	if err != nil {
+		return nil, 0, time.Time{}, fmt.Errorf("bus: %s task %q in bucket %q: %w", op, id, s.kv.Bucket(), err)
+	}
+	if !time.Now().Before(exp) {
+		return nil, 0, time.Time{}, ErrNoTask
+	}
+	return rec, e.Revision(), exp, nil
+}
+
+func (s *natsTasks) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	if err := checkTaskID(id); err != nil {
+		return nil, 0, err
+	}
+	rec, rev, _, err := s.get(ctx, "get", id)
+	return rec, rev, err
+}
+
+// Update reads the entry first: the expiry to keep is in it, and a
+// record that has expired is ErrNoTask, not a conflict. The write then
+// expects the revision read, which is rev, so nothing written between is
+// overwritten.
+func (s *natsTasks) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
+	if err := checkTask("update", id, rec); err != nil {
+		return 0, err
+	}
+	_, cur, exp, err := s.get(ctx, "update", id)
+	if err != nil {
+		return 0, err
+	}
+	if cur != rev {
+		return 0, ErrTaskConflict
+	}
+	next, err := s.put(ctx, natsTaskKey(id), encodeTaskValue(exp, rec), rev, exp)
+	if errors.Is(err, errRevision) {
+		// Changed since read, or dropped as it expired.
+		if _, _, _, err := s.get(ctx, "update", id); errors.Is(err, ErrNoTask) {
+			return 0, ErrNoTask
+		}
+		return 0, ErrTaskConflict
+	}
+	if err != nil {
+		return 0, s.fail("update", id, err)
+	}
+	return next, nil
+}
+
+// fail wraps the error of a call with what it was, and says when the
+// client is not connected, which the client's own errors (a full
+// outbound buffer, a deadline) leave to be guessed.
+func (s *natsTasks) fail(op, id string, err error) error {
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("bus: %s task %q in bucket %q: not connected to NATS (%v): %w", op, id, s.kv.Bucket(), st, err)
+	}
+	return fmt.Errorf("bus: %s task %q in bucket %q: %w", op, id, s.kv.Bucket(), err)
+}
+
+func (s *natsTasks) Close() error {
+	s.once.Do(func() {
+		s.nc.Close()
+		<-s.closed // the client's callbacks have run; its goroutines are ending
+	})
+	return nil
+}
+
+// A task's value in a bucket is an envelope: a version byte (1), the
+// expiry in Unix milliseconds (8 bytes, big-endian), then the record. The
+// expiry travels with the record so that every replica reads the same
+// one, and an Update keeps it.
+const (
+	taskValueVersion = 1
+	taskValueHeader  = 9
+)
+
+// encodeTaskValue wraps rec, expiring at exp, in an envelope.
+func encodeTaskValue(exp time.Time, rec []byte) []byte {
+	b := make([]byte, taskValueHeader, taskValueHeader+len(rec))
+	b[0] = taskValueVersion
+	binary.BigEndian.PutUint64(b[1:], uint64(exp.UnixMilli()))
+	return append(b, rec...)
+}
+
+// decodeTaskValue opens an envelope. The record shares b's memory. A
+// value of another shape is an error, for Get to report rather than guess
+// at: someone else's entry, or one of a later version.
+func decodeTaskValue(b []byte) (exp time.Time, rec []byte, err error) {
+	switch {
+	case len(b) < taskValueHeader:
+		return time.Time{}, nil, fmt.Errorf("the value (%d bytes) is not a task: too short", len(b))
+	case b[0] != taskValueVersion:
+		return time.Time{}, nil, fmt.Errorf("the value is not a task of version %d (it starts with byte %d)", taskValueVersion, b[0])
+	}
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(b[1:]))), b[taskValueHeader:], nil
+}

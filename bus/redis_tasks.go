@@ -1,0 +1,168 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisTasks is a TaskStore in Redis: a hash per task, under
+// "<channel>:task:<id>", with the fields "rev" (the revision, from 1) and
+// "rec" (the record), and Redis's own expiry set on the key at Create.
+// Redis drops a key once its expiry passes and never returns it after,
+// so the expiry is the server's, exact to the millisecond, and what it
+// frees is freed by Redis. Writing a hash's fields leaves the key's
+// expiry as it is, so Update keeps it by not touching it.
+//
+// Create and Update are Lua scripts: each runs whole on the server, with
+// nothing else in between, so the check of the revision and the write are
+// one step, in one round trip. (WATCH/MULTI would take three, hold a
+// connection of the pool for the transaction, and under contention fail
+// the transaction for the client to retry, where the script simply
+// answers ErrTaskConflict to the loser.)
+type redisTasks struct {
+	client *redis.Client
+	prefix string // "<channel>:task:"
+	create *redis.Script
+	update *redis.Script
+}
+
+// redisCreate stores a task unless its key exists: KEYS[1] the key,
+// ARGV[1] the record, ARGV[2] the expiry in Unix milliseconds. It returns
+// 1 when stored, 0 when the key is taken. An expiry already past deletes
+// the key at once, as Redis does.
+const redisCreate = `
+if redis.call('EXISTS', KEYS[1]) == 1 then
+	return 0
+end
+redis.call('HSET', KEYS[1], 'rev', 1, 'rec', ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+return 1
+`
+
+// redisUpdate replaces a task's record if its revision is ARGV[1] (in
+// decimal, as stored): KEYS[1] the key, ARGV[2] the record. It returns the
+// new revision, 0 when there is no such key (or it has expired), -1 when
+// the revision is another.
+const redisUpdate = `
+local rev = redis.call('HGET', KEYS[1], 'rev')
+if not rev then
+	return 0
+end
+if rev ~= ARGV[1] then
+	return -1
+end
+local next = redis.call('HINCRBY', KEYS[1], 'rev', 1)
+redis.call('HSET', KEYS[1], 'rec', ARGV[2])
+return next
+`
+
+func openRedisTasks(ctx context.Context, u *url.URL) (*redisTasks, error) {
+	opt, channel, err := redisOptions(u)
+	if err != nil {
+		return nil, err
+	}
+	// No command is sent twice. go-redis retries a command whose reply it
+	// lost with its connection, after the server may have run it; a create
+	// or an update run twice would answer ErrTaskExists or ErrTaskConflict
+	// for a write that landed, and a caller who then reads, changes and
+	// writes again would apply its change twice. The caller is told of the
+	// lost reply instead.
+	opt.MaxRetries = -1
+	s := &redisTasks{client: redis.NewClient(opt), prefix: channel + ":task:",
+		create: redis.NewScript(redisCreate), update: redis.NewScript(redisUpdate)}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		_ = s.client.Close()
+		return nil, fmt.Errorf("bus: tasks at %s: %w", u.Redacted(), err)
+	}
+	return s, nil
+}
+
+func (s *redisTasks) Create(ctx context.Context, id string, rec []byte, expires time.Time) error {
+	if err := checkTask("create", id, rec); err != nil {
+		return err
+	}
+	n, err := s.create.Run(ctx, s.client, []string{s.prefix + id}, rec, ceilMilli(expires)).Int64()
+	switch {
+	case err != nil:
+		return fmt.Errorf("bus: create task %q in redis: %w", id, err)
+	case n == 0:
+		return ErrTaskExists
+	}
+	return nil
+}
+
+func (s *redisTasks) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	if err := checkTaskID(id); err != nil {
+		return nil, 0, err
+	}
+	v, err := s.client.HMGet(ctx, s.prefix+id, "rev", "rec").Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("bus: get task %q from redis: %w", id, err)
+	}
+	if v[0] == nil {
+		return nil, 0, ErrNoTask
+	}
+	revs, ok1 := v[0].(string)
+	rec, ok2 := v[1].(string)
+	rev, err := strconv.ParseUint(revs, 10, 64)
+	if !ok1 || !ok2 || err != nil || rev == 0 {
+		return nil, 0, fmt.Errorf("bus: get task %q from redis: key %q is not a task (revision %.20q)", id, s.prefix+id, v[0])
+	}
+	return []byte(rec), rev, nil
+}
+
+func (s *redisTasks) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
+	if err := checkTask("update", id, rec); err != nil {
+		return 0, err
+	}
+	n, err := s.update.Run(ctx, s.client, []string{s.prefix + id}, strconv.FormatUint(rev, 10), rec).Int64()
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("bus: update task %q in redis: %w", id, err)
+	case n == 0:
+		return 0, ErrNoTask
+	case n < 0:
+		return 0, ErrTaskConflict
+	}
+	return uint64(n), nil
+}
+
+func (s *redisTasks) Close() error {
+	if err := s.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+		return fmt.Errorf("bus: close redis tasks: %w", err)
+	}
+	return nil
+}
+
+// maxMilli is the last millisecond of year 9999: later expiries are kept
+// to it, within what Redis and time.Time both count.
+const maxMilli = 253402300799999
+
+// ceilMilli is t in Unix milliseconds, rounded up, so that a record
+// stored to the millisecond never ends before the expiry it was given,
+// and kept within 1 (long past: the record is dropped at once) and
+// maxMilli, so that Redis never refuses it.
+func ceilMilli(t time.Time) int64 {
+	if t.Year() < 1970 {
+		return 1
+	}
+	if t.Year() > 9999 {
+		return maxMilli
+	}
+	ms := t.UnixMilli()
+	if t.Nanosecond()%int(time.Millisecond) != 0 {
+		ms++
+	}
+	return max(ms, 1)
+}

@@ -1,0 +1,224 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"tidings/internal/testbroker"
+)
+
+// FuzzTaskValue: any bytes in a bucket, ours or not, decode to a task or
+// to an error, never a panic; what decodes encodes back to the same bytes.
+func FuzzTaskValue(f *testing.F) {
+	f.Add(encodeTaskValue(time.UnixMilli(1700000000123), []byte(`{"status":"working"}`)))
+	f.Add(encodeTaskValue(time.UnixMilli(-1), nil))
+	f.Add([]byte{})
+	f.Add([]byte{taskValueVersion})
+	f.Add([]byte("1"))
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 'x'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		exp, rec, err := decodeTaskValue(b)
+		if err != nil {
+			if !strings.Contains(err.Error(), "not a task") {
+				t.Fatalf("unclear error %v", err)
+			}
+			return
+		}
+		if again := encodeTaskValue(exp, rec); !bytes.Equal(again, b) {
+			t.Fatalf("decoded %x to %v and %q, which encode to %x", b, exp, rec, again)
+		}
+	})
+}
+
+// TestTaskKeysAndBuckets: every id a store accepts is a valid NATS key,
+// no two share one, and a subject's tasks bucket is neither another
+// subject's nor any state bucket.
+func TestTaskKeysAndBuckets(t *testing.T) {
+	valid := regexp.MustCompile(`^[-_=a-zA-Z0-9]+$`) // a key of one token
+	keys := map[string]string{}
+	for _, id := range []string{".", "..", "a.b", "a~b", "~", "a_2Eb", "a_7Eb", "a=2Eb", "a-b", "A-z_0.9~", "abc"} {
+		if badTaskID(id) != "" {
+			continue // "a=2Eb" is refused before it is a key
+		}
+		k := natsTaskKey(id)
+		if !valid.MatchString(k) {
+			t.Errorf("id %q has key %q, which NATS refuses", id, k)
+		}
+		if other, ok := keys[k]; ok {
+			t.Errorf("ids %q and %q share key %q", other, id, k)
+		}
+		keys[k] = id
+	}
+	if natsTaskKey("abc") != "abc" {
+		t.Errorf("a plain id is not its own key")
+	}
+	buckets := map[string]string{}
+	for _, subject := range []string{"a.b", "a_b", "a_tasks", "a", "tidings", "a-b", "a.tasks"} {
+		state, err := bucketName(subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks, err := tasksBucket(subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range []string{state, tasks} {
+			if other, ok := buckets[b]; ok {
+				t.Errorf("%q and %q name bucket %q", other, subject, b)
+			}
+			buckets[b] = subject
+		}
+	}
+}
+
+// TestNATSTTL: the TTL of a write never ends before the expiry, counts
+// whole seconds, and is left out for an expiry beyond any TTL.
+func TestNATSTTL(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		left time.Duration
+		want time.Duration
+	}{
+		{-time.Hour, natsTTLGrace},
+		{0, natsTTLGrace},
+		{time.Millisecond, time.Second + natsTTLGrace},
+		{time.Second, time.Second + natsTTLGrace},
+		{1500 * time.Millisecond, 2*time.Second + natsTTLGrace},
+		{time.Hour, time.Hour + natsTTLGrace},
+	} {
+		if got, ok := natsTTL(now.Add(c.left), now); !ok || got != c.want {
+			t.Errorf("%v left: a TTL of %v (%v), want %v", c.left, got, ok, c.want)
+		}
+	}
+	if got, ok := natsTTL(now.Add(natsMaxTTL+time.Second), now); ok {
+		t.Errorf("an expiry beyond the largest TTL has TTL %v", got)
+	}
+}
+
+// openTasksAt opens the store at url for an internal test.
+func openTasksAt(t *testing.T, url string) TaskStore {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testbroker.Wait)
+	defer cancel()
+	s, err := OpenTasks(ctx, url, quiet()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestNATSTasksDropped: the broker drops an entry by itself once its task
+// has expired, whether or not it was updated since it was created — an
+// update writes the entry anew, and must give it the TTL again.
+func TestNATSTasksDropped(t *testing.T) {
+	t.Parallel()
+	br := testbroker.StartNATS(t)
+	s := openTasksAt(t, br.URL()).(*natsTasks)
+	ctx, cancel := context.WithTimeout(context.Background(), testbroker.Wait)
+	defer cancel()
+	exp := time.Now().Add(time.Second)
+	for _, id := range []string{"created", "updated"} {
+		if err := s.Create(ctx, id, []byte("v1"), exp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, rev, err := s.Get(ctx, "updated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, "updated", []byte("v2"), rev); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"created", "updated"} {
+		testbroker.WaitFor(t, "the broker to drop "+id, func() bool {
+			_, err := s.kv.Get(ctx, natsTaskKey(id))
+			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				t.Fatal(err)
+			}
+			return err != nil
+		})
+	}
+	if time.Now().Before(exp) {
+		t.Fatalf("the broker dropped the tasks before they expired")
+	}
+}
+
+// TestNATSTasksBucketWithoutTTL: a tasks bucket found without per-key
+// TTLs, where expired tasks would stay for ever, is refused.
+func TestNATSTasksBucketWithoutTTL(t *testing.T) {
+	t.Parallel()
+	br := testbroker.StartNATS(t)
+	nc, err := nats.Connect(strings.TrimSuffix(br.URL(), "/tidings.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testbroker.Wait)
+	defer cancel()
+	bucket, err := tasksBucket("tidings.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenTasks(ctx, br.URL(), quiet()...)
+	if err == nil {
+		s.Close()
+		t.Fatal("opened a bucket without per-key TTLs")
+	}
+	if !strings.Contains(err.Error(), "TTL") {
+		t.Errorf("the error does not say what is wrong: %v", err)
+	}
+}
+
+// TestRedisTasksKeepTheirTTL: a task's key has its expiry set at Create,
+// and keeps it through an Update.
+func TestRedisTasksKeepTheirTTL(t *testing.T) {
+	t.Parallel()
+	br := testbroker.StartRedis(t)
+	s := openTasksAt(t, br.URL()).(*redisTasks)
+	ctx, cancel := context.WithTimeout(context.Background(), testbroker.Wait)
+	defer cancel()
+	exp := time.Now().Add(time.Hour)
+	if err := s.Create(ctx, "t1", []byte("v1"), exp); err != nil {
+		t.Fatal(err)
+	}
+	at := func() time.Time {
+		t.Helper()
+		ms, err := s.client.PExpireTime(ctx, s.prefix+"t1").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ms <= 0 {
+			t.Fatalf("the key has no expiry (%v)", ms)
+		}
+		return time.UnixMilli(ms.Milliseconds())
+	}
+	if got := at(); got.Before(exp) || got.Sub(exp) >= time.Millisecond {
+		t.Fatalf("the key expires at %v, want %v", got, exp)
+	}
+	_, rev, err := s.Get(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, "t1", []byte("v2"), rev); err != nil {
+		t.Fatal(err)
+	}
+	if got := at(); got.Before(exp) || got.Sub(exp) >= time.Millisecond {
+		t.Fatalf("after an update the key expires at %v, want %v", got, exp)
+	}
+}
