@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -325,11 +326,10 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 			ls = nil
 			was := listening
 			listening = false
-			var rpc *jsonrpc.Error
 			switch {
 			case errors.Is(err, ErrClosed):
 				return &taskOutcome{err: err}
-			case errors.As(err, &rpc) && !was:
+			case refused(err) && !was:
 				// The server refused the listen: poll from now on.
 				poll.ensure(jitter(f.interval))
 				continue
@@ -408,13 +408,31 @@ func (a *alarm) fired() { a.set = false }
 
 func (a *alarm) stop() { a.t.Stop() }
 
-// failed judges a failed tasks/get or tasks/update: an error response is
-// the server's last word on the task (it does not know it, or no longer);
-// anything else (the server unreachable, restarting) is retried until it
-// has lasted taskUnreachable.
-func (f *taskFollower) failed(err error, since *time.Time) *taskOutcome {
+// refused reports an error that asking again will not change: an error
+// response (the server does not know the task, or not any more), or an
+// HTTP refusal other than "too many requests" or a timeout. Anything else
+// (the server unreachable, restarting, overloaded) may pass.
+func refused(err error) bool {
 	var rpc *jsonrpc.Error
 	if errors.As(err, &rpc) || errors.Is(err, ErrClosed) {
+		return true
+	}
+	var he *HTTPError
+	if errors.As(err, &he) {
+		switch he.Status {
+		case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+			return false
+		}
+		return he.Status >= 400 && he.Status < 500
+	}
+	return false
+}
+
+// failed judges a failed tasks/get or tasks/update: a refusal is the
+// server's last word on the task; anything else is retried until it has
+// lasted taskUnreachable.
+func (f *taskFollower) failed(err error, since *time.Time) *taskOutcome {
+	if refused(err) {
 		return &taskOutcome{err: fmt.Errorf("client: tool %q: task %s: %w", f.name, f.id, err)}
 	}
 	if since.IsZero() {

@@ -98,6 +98,8 @@ type fakeTasks struct {
 	gets    int
 	updates []map[string]json.RawMessage
 	cancels int
+	// getErr, when set, answers every tasks/get with this error object.
+	getErr string
 }
 
 const fakeTaskID = "task-abc"
@@ -116,6 +118,9 @@ func (f *fakeTasks) serve(_ int, r rawRequest) (string, string) {
 		t := f.task(`"status":"working","pollIntervalMs":100`)
 		return strings.Replace(t, "{", `{"resultType":"task",`, 1), ""
 	case mcp.MethodTasksGet:
+		if f.getErr != "" {
+			return "", f.getErr
+		}
 		s := f.states[min(f.gets, len(f.states)-1)]
 		f.gets++
 		return strings.Replace(f.task(s), "{", `{"resultType":"complete",`, 1), ""
@@ -521,5 +526,42 @@ func TestRequestTaskName(t *testing.T) {
 		if len(reqs) != 1 || reqs[0].Header.Get(mcp.HeaderName) != fakeTaskID {
 			t.Errorf("%s: requests %+v, want Mcp-Name %q", m, reqs, fakeTaskID)
 		}
+	}
+}
+
+// TestTaskRefusedErrors: what asking again will not change ends the
+// following; what may pass is retried.
+func TestTaskRefusedErrors(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&RPCError{Code: -32602, Message: "Task not found"}, true},
+		{fmt.Errorf("wrapped: %w", &RPCError{Code: -32603}), true},
+		{ErrClosed, true},
+		{&HTTPError{Status: 403}, true},
+		{&HTTPError{Status: 404}, true},
+		{&HTTPError{Status: 429}, false},
+		{&HTTPError{Status: 408}, false},
+		{&HTTPError{Status: 502}, false},
+		{ErrDropped, false},
+		{context.DeadlineExceeded, false},
+		{errors.New("dial tcp: connection refused"), false},
+	} {
+		if got := refused(c.err); got != c.want {
+			t.Errorf("refused(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// TestTaskGone: a task the server no longer knows ends the call with the
+// server's error.
+func TestTaskGone(t *testing.T) {
+	f := &fakeTasks{states: []string{`"status":"working"`}, getErr: `{"code":-32602,"message":"Failed to retrieve task: Task not found"}`}
+	ts, _ := rawServer(t, f.serve)
+	_, err := rawClient(t, ts.URL+"/mcp").CallTool(context.Background(), "slow", nil)
+	var rpc *RPCError
+	if !errors.As(err, &rpc) || rpc.Code != -32602 || !strings.Contains(err.Error(), fakeTaskID) {
+		t.Errorf("err = %v, want the -32602 naming the task", err)
 	}
 }
