@@ -1,0 +1,75 @@
+//go:build tasksrv
+
+// Built with -tags tasksrv until the server side of tasks is merged.
+
+package inmem_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/client"
+	"tidings/client/inmem"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// TestTaskOverStdio: a call the server runs as a task is followed over
+// stdio framing too, its listen sharing the one connection with the
+// other requests: a status change and the result arrive as
+// notifications, and the call returns the task's result.
+func TestTaskOverStdio(t *testing.T) {
+	srv := server.New(mcp.Implementation{Name: "mem", Version: "1.0.0"}, server.WithTaskPollInterval(30*time.Second))
+	steps := make(chan string)
+	err := srv.AddTool(mcp.Tool{Name: "slow", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+			for msg := range steps {
+				_ = req.Progress(1, nil, msg)
+			}
+			return text("finished"), nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(inmem.New(srv), client.WithTimeout(10*time.Second))
+	defer c.Close()
+	seen := make(chan mcp.Task, 16)
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.CallTool(context.Background(), "slow", nil, client.WithTaskStatus(func(st mcp.Task) { seen <- st }))
+		if err == nil && *res.Content[0].Text != "finished" {
+			t.Errorf("result = %+v", res)
+		}
+		done <- err
+	}()
+	next := func() mcp.Task {
+		t.Helper()
+		select {
+		case st := <-seen:
+			return st
+		case <-time.After(10 * time.Second):
+			t.Fatal("timed out waiting for a task state")
+			return mcp.Task{}
+		}
+	}
+	if st := next(); st.Status != mcp.TaskWorking {
+		t.Fatalf("first state = %+v", st)
+	}
+	steps <- "halfway"
+	if st := next(); st.StatusMessage != "halfway" {
+		t.Fatalf("second state = %+v", st)
+	}
+	close(steps)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("CallTool did not return")
+	}
+}
