@@ -333,7 +333,7 @@ func (n *node) Handle(h Handler) {
 
 func (n *node) Publish(e Event) {
 	e.Origin, e.Seq, e.Sent = "", 0, time.Time{}
-	if e.Kinds&allKinds == 0 && e.URI == "" {
+	if e.Kinds&allKinds == 0 && e.URI == "" && e.Task == "" {
 		return // nothing anyone could be told
 	}
 	e.Audience = slices.Clone(e.Audience) // keeps nil apart from empty, as the wire does

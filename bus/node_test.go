@@ -322,3 +322,18 @@ func TestResyncsMerged(t *testing.T) {
 		t.Errorf("B re-notified %d times for 20 unreadable messages, want them merged", r)
 	}
 }
+
+// TestTaskEventTravels: an event that names only a task (and who may
+// hear of it) reaches the other replicas as it was published.
+func TestTaskEventTravels(t *testing.T) {
+	l := NewLocal()
+	a, _ := listening(t, l)
+	_, rec := listening(t, l)
+	a.Publish(Event{Task: "T1", Audience: []string{"alice"}})
+	waitUntil(t, "B to hear of the task", func() bool { n, _ := rec.counts(); return n == 1 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if e := rec.events[0]; e.Task != "T1" || len(e.Audience) != 1 || e.Audience[0] != "alice" || e.Kinds != 0 || e.URI != "" {
+		t.Errorf("B heard %+v", e)
+	}
+}

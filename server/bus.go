@@ -34,7 +34,7 @@ func (s *Server) joinBus(b bus.Bus) {
 
 // toBusEvent is e as it travels to the other replicas.
 func toBusEvent(e hub.Event) bus.Event {
-	return bus.Event{Kinds: e.Kinds, URI: e.URI, Audience: e.Audience, Keys: e.Keys, Space: e.Space}
+	return bus.Event{Kinds: e.Kinds, URI: e.URI, Task: e.Task, Audience: e.Audience, Keys: e.Keys, Space: e.Space}
 }
 
 // busHandler is the Server as its bus sees it.
@@ -45,7 +45,13 @@ func (h *busHandler) Deliver(e bus.Event) {
 	s := (*Server)(h)
 	// Keys and Space stay with the event: the shared state reads them to
 	// tell which changed items an event it holds already covers.
-	he := hub.Event{Kinds: e.Kinds, URI: e.URI, Audience: e.Audience, Keys: e.Keys, Space: e.Space}
+	he := hub.Event{Kinds: e.Kinds, URI: e.URI, Task: e.Task, Audience: e.Audience, Keys: e.Keys, Space: e.Space}
+	if e.Kinds == 0 && e.URI == "" {
+		// Only a task changed: listeners read it from the task store, so
+		// the shared state has nothing to load first.
+		s.hub.PublishRemote(he)
+		return
+	}
 	if v := s.cfg.visible; v != nil && e.Keys != nil {
 		l := List(e.Space)
 		if l < 0 || l >= numLists {

@@ -13,6 +13,12 @@ import (
 // other requests are still served, so a transport can drain in-flight
 // calls on its own schedule. The bus of WithBus is closed last, whether
 // or not ctx ended first, so that no goroutine of it outlives the server.
+//
+// Running tasks come first: their work is stopped, each unfinished task
+// ends failed (an internal error saying the server shut down), which
+// listeners following it still hear, and Shutdown waits for their
+// goroutines, or until ctx ends. No task is created afterwards. The
+// task store is closed once they are done.
 func (s *Server) Shutdown(ctx context.Context) (err error) {
 	if b := s.cfg.bus; b != nil {
 		defer func() {
@@ -29,6 +35,12 @@ func (s *Server) Shutdown(ctx context.Context) (err error) {
 			}
 		}()
 	}
+	defer func() {
+		if cerr := s.taskStore.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("server: shutdown: task store: %w", cerr)
+		}
+	}()
+	terr := s.tasks.close(ctx)
 	s.hub.Shutdown()
 	idle := s.writers.close()
 	for _, ch := range []<-chan struct{}{s.hub.Drained(), idle} {
@@ -38,7 +50,7 @@ func (s *Server) Shutdown(ctx context.Context) (err error) {
 			return fmt.Errorf("server: shutdown: %w", ctx.Err())
 		}
 	}
-	return nil
+	return terr
 }
 
 // writers counts listens whose last message a transport has yet to write.

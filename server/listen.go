@@ -16,7 +16,8 @@ import (
 
 // grant returns the part of f the server will honour. Resources the
 // caller may not see are not granted: granting them would confirm that
-// they exist, and their updates would leak to the caller.
+// they exist, and their updates would leak to the caller. Tasks are
+// granted by listen alone (grantTasks), since that reads the store.
 func (s *Server) grant(principal string, f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Filter) {
 	var g mcp.SubscriptionFilter
 	hf := hub.Filter{Principal: principal}
@@ -45,14 +46,17 @@ func (s *Server) grant(principal string, f mcp.SubscriptionFilter) (mcp.Subscrip
 const maxListenURIs = 10000
 
 // listenNotices tags every notification of one listen with its
-// subscription id, the listen request's id.
+// subscription id, the listen request's id. It reads the tasks the
+// listen follows (engine.TaskNotices) from srv's store, as principal.
 type listenNotices struct {
-	idMeta  string
-	changed [3][]byte // by mcp.List
+	idMeta    string
+	changed   [3][]byte // by mcp.List
+	srv       *Server
+	principal string
 }
 
-func newListenNotices(id jsonrpc.ID) *listenNotices {
-	n := &listenNotices{idMeta: `{"` + mcp.MetaSubscriptionID + `":` + id.Raw() + `}`}
+func newListenNotices(srv *Server, principal string, id jsonrpc.ID) *listenNotices {
+	n := &listenNotices{idMeta: `{"` + mcp.MetaSubscriptionID + `":` + id.Raw() + `}`, srv: srv, principal: principal}
 	params := []byte(`{"_meta":` + n.idMeta + `}`)
 	// One buffer holds the three messages: a listen costs few allocations.
 	buf := make([]byte, 0, 3*(len(params)+80))
@@ -79,20 +83,35 @@ func (n *listenNotices) Updated(uri string) []byte {
 // listen serves subscriptions/listen: the acknowledgement first, then
 // the changes its grant covers, until the client leaves (no response),
 // the stream breaks (cut), or the server shuts down (the complete result,
-// after everything pending was sent).
+// after everything pending was sent). A listen that follows tasks hears
+// the state of each first, then of every change.
 func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
 	if c.P.Notifications == nil {
 		return invalid(req.ID, "Invalid params: missing notifications filter")
 	}
-	if len(c.P.Notifications.ResourceSubscriptions) > maxListenURIs {
+	f := *c.P.Notifications
+	if len(f.ResourceSubscriptions) > maxListenURIs {
 		return invalid(req.ID, "Invalid params: too many resourceSubscriptions (limit "+strconv.Itoa(maxListenURIs)+")")
 	}
-	granted, hf := s.grant(req.Principal, *c.P.Notifications)
+	if r := s.checkListenTasks(req, f.TaskIDs); r != nil {
+		return *r
+	}
+	granted, hf := s.grant(req.Principal, f)
+	if len(f.TaskIDs) > 0 && s.offersTasks() {
+		ids, err := s.grantTasks(ctx, req.Principal, f.TaskIDs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return engine.Reply{Outcome: engine.Silent}
+			}
+			return s.internal(req.ID, err)
+		}
+		granted.TaskIDs, hf.Tasks = ids, ids
+	}
 	gb, err := jsonrpc.Marshal(granted)
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
-	n := newListenNotices(req.ID)
+	n := newListenNotices(s, req.Principal, req.ID)
 	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
 		[]byte(`{"_meta":`+n.idMeta+`,"notifications":`+string(gb)+`}`))
 	out := req.out.stream
@@ -114,6 +133,7 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		return complete()
 	}
 	defer sub.Close()
+	sub.MarkTasks() // each task's state as it is now comes first
 	if err := out.Send(ack); err != nil {
 		return engine.Reply{Outcome: engine.Broken}
 	}

@@ -29,6 +29,10 @@ func (s *Server) callTool(ctx context.Context, c *engine.Call, req *Request) eng
 	if !ok || !s.sees(req.Principal, ListTools, name) {
 		return invalid(req.ID, "Unknown tool: "+strconv.Quote(name))
 	}
+	t := e.val
+	if t.tasksOnly && !s.taskable(req) {
+		return engine.ErrorReply(req.ID, tasksRequired())
+	}
 	args := c.P.Arguments
 	if len(args) == 0 || string(args) == "null" {
 		args = jsontext.Value("{}")
@@ -39,20 +43,23 @@ func (s *Server) callTool(ctx context.Context, c *engine.Call, req *Request) eng
 	if r := s.openState(c, req, name, args); r != nil {
 		return *r
 	}
-	t := e.val
 	if err := validateJSON(t.input, args); err != nil {
 		res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.TextContent("Invalid arguments for tool " + strconv.Quote(name) + ": " + err.Error())}}
 		return s.toolResult(req, name, t, res)
 	}
-	treq := &ToolRequest{Request: *req, Arguments: args}
+	treq := &ToolRequest{Request: *req, Arguments: args, srv: s, tool: t}
 	treq.Request.out = req.out
 	res, err := withInput(ctx, &treq.Request, func() (*mcp.CallToolResult, error) {
-		return t.handler(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
+		treq.ctx = context.WithValue(ctx, ctxKey{}, &treq.Request)
+		return t.handler(treq.ctx, treq)
 	})
 	if err != nil {
 		var ir *InputRequired
 		var je *jsonrpc.Error
+		var tc *taskCreated
 		switch {
+		case errors.As(err, &tc):
+			return s.reply(req, tc.task, engine.Tail{ResultType: mcp.ResultTask})
 		case errors.As(err, &ir):
 			return s.inputRequired(req, name, args, ir)
 		case errors.As(err, &je):

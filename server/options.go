@@ -24,10 +24,15 @@ type config struct {
 	observer     StreamObserver
 	bus          bus.Bus
 	state        bus.State
+	taskStore    bus.TaskStore
+	taskTTL      time.Duration
+	taskPoll     time.Duration
+	// taskOpts is set by any task option: the server then offers tasks.
+	taskOpts bool
 }
 
 type capsOverride struct {
-	tools, prompts, resources, completions bool
+	tools, prompts, resources, completions, tasks bool
 }
 
 // Option configures a Server.
@@ -111,12 +116,15 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // Capability names a kind of primitive a server can advertise.
 type Capability uint8
 
-// The capabilities WithCapabilities can advertise early.
+// The capabilities WithCapabilities can advertise early. Tasks is the
+// tasks extension (see ToolRequest.RunAsTask), advertised under
+// capabilities.extensions.
 const (
 	Tools Capability = 1 << iota
 	Prompts
 	Resources
 	Completions
+	Tasks
 )
 
 // WithCapabilities advertises primitives before anything is registered, for
@@ -129,6 +137,7 @@ func WithCapabilities(caps ...Capability) Option {
 			c.capabilities.prompts = c.capabilities.prompts || k&Prompts != 0
 			c.capabilities.resources = c.capabilities.resources || k&Resources != 0
 			c.capabilities.completions = c.capabilities.completions || k&Completions != 0
+			c.capabilities.tasks = c.capabilities.tasks || k&Tasks != 0
 		}
 	}
 }

@@ -18,8 +18,9 @@ type Request struct {
 	ID jsonrpc.ID
 	// Method is the JSON-RPC method.
 	Method string
-	// Name is what the request names: the tool or prompt, or the
-	// resource's URI ("" for methods that name nothing).
+	// Name is what the request names: the tool or prompt, the
+	// resource's URI, or the task of a tasks/get, tasks/update or
+	// tasks/cancel ("" for methods that name nothing).
 	Name string
 	// Scopes are the OAuth scopes declared (see RequireScopes) for what
 	// the request touches — the item it names, the prompt or template a
@@ -56,6 +57,9 @@ type Request struct {
 	route  router
 	reply  engine.Reply
 	served bool
+
+	// task is set inside a task's work (see ToolRequest.RunAsTask).
+	task *taskRun
 }
 
 // State returns the verified state the handler put in an earlier
@@ -75,7 +79,14 @@ type requestOut struct {
 // Progress sends notifications/progress when the client asked for it with
 // a progressToken; otherwise it does nothing. progress must increase with
 // every call; a value that does not is dropped.
+//
+// Inside a task's work it sends nothing: a non-empty message becomes the
+// task's statusMessage, which the client reads with tasks/get or hears
+// over a listen that follows the task.
 func (r *Request) Progress(progress float64, total *float64, message string) error {
+	if r.task != nil {
+		return r.task.progress(message)
+	}
 	if len(r.progress) == 0 || r.out == nil {
 		return nil
 	}
@@ -101,6 +112,7 @@ func (r *Request) Progress(progress float64, total *float64, message string) err
 
 // Log sends notifications/message on this request's own stream when the
 // request set a log level at or below level; otherwise it does nothing.
+// Inside a task's work, which has no stream, it does nothing.
 func (r *Request) Log(level mcp.LogLevel, logger string, data any) error {
 	sev, ok := level.Severity()
 	if !ok || r.logLevel < 0 || sev < r.logLevel || r.out == nil {
@@ -136,6 +148,12 @@ type ToolRequest struct {
 	// Arguments is the raw arguments object, already validated against
 	// the tool's input schema.
 	Arguments jsontext.Value
+
+	// What RunAsTask needs: the context the handler was given (for work
+	// run on the request itself), the server and the tool called.
+	ctx  context.Context
+	srv  *Server
+	tool *tool
 }
 
 // PromptRequest is a prompts/get; Name is the prompt asked for, which

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"tidings/internal/engine"
 	"tidings/mcp"
 )
@@ -96,6 +98,9 @@ func (s *Server) capabilities() mcp.ServerCaps {
 	}
 	if s.cfg.capabilities.completions || s.completer() != nil {
 		c.Completions = &struct{}{}
+	}
+	if s.offersTasks() {
+		c.Extensions = map[string]jsontext.Value{mcp.ExtensionTasks: jsontext.Value("{}")}
 	}
 	return c
 }

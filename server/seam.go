@@ -45,10 +45,17 @@ func (c *seam) StreamObserver() engine.StreamObserver {
 	return c.cfg.observer
 }
 
-// Introduction is what a session's client is told at its start.
+// Introduction is what a session's client is told at its start. The
+// tasks extension is left out: a session of the earlier era never gets
+// a task.
 func (c *seam) Introduction() engine.Introduction {
 	s := c.srv()
-	return engine.Introduction{Info: s.info, Capabilities: s.capabilities(), Instructions: s.cfg.instructions}
+	caps := s.capabilities()
+	delete(caps.Extensions, mcp.ExtensionTasks)
+	if len(caps.Extensions) == 0 {
+		caps.Extensions = nil
+	}
+	return engine.Introduction{Info: s.info, Capabilities: caps, Instructions: s.cfg.instructions}
 }
 
 // Grant returns what the server honours of a subscription filter.
@@ -324,6 +331,10 @@ func (s *Server) route(ctx context.Context, call *engine.Call, req *Request) eng
 		return s.discover(req)
 	case mcp.MethodListen:
 		return s.listen(ctx, call, req)
+	case mcp.MethodTasksGet, mcp.MethodTasksUpdate, mcp.MethodTasksCancel:
+		if s.offersTasks() {
+			return s.tasksMethod(ctx, call, req)
+		}
 	}
 	if r, ok := s.primitive(ctx, call, req); ok {
 		return r

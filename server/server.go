@@ -25,6 +25,7 @@ import (
 	jsonschema "github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/yosida95/uritemplate/v3"
 
+	"tidings/bus"
 	"tidings/hub"
 	"tidings/internal/engine"
 	"tidings/internal/xheader"
@@ -102,6 +103,12 @@ type Server struct {
 	// shared runs the shared state (WithSharedState); nil without.
 	shared *sharedState
 
+	// taskStore holds the tasks (WithTaskStore); tasks runs their work.
+	// taskTools is set once a tool requires tasks (RequireTasks).
+	taskStore bus.TaskStore
+	tasks     *taskSet
+	taskTools atomic.Bool
+
 	completeMu sync.RWMutex
 	complete   CompleteHandler
 
@@ -125,6 +132,8 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		keepAlive: 15 * time.Second,
 		stateTTL:  10 * time.Minute,
 		now:       time.Now,
+		taskTTL:   defaultTaskTTL,
+		taskPoll:  defaultTaskPoll,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -146,6 +155,12 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		seal: newSealer(cfg.secret),
 		hub:  h,
 		log:  cfg.logger,
+
+		taskStore: cfg.taskStore,
+		tasks:     newTaskSet(),
+	}
+	if s.taskStore == nil {
+		s.taskStore = bus.NewLocalTasks()
 	}
 	if len(cfg.middleware) > 0 {
 		s.handler = chain(cfg.middleware, s.routed)
@@ -193,6 +208,9 @@ type tool struct {
 	output  *jsonschema.Schema
 	headers []xheader.Param
 	scopes  []string
+	// tasksOnly: only requests that declare the tasks extension may call
+	// it (RequireTasks).
+	tasksOnly bool
 }
 
 // AddTool registers (or replaces) a tool. Its input schema must be a JSON
@@ -238,7 +256,10 @@ func (s *Server) AddTool(t mcp.Tool, h ToolHandler, opts ...ItemOption) error {
 	if err := s.noteScopes(o.scopes); err != nil {
 		return err
 	}
-	s.tools.put(&entry[*tool]{key: t.Name, val: &tool{def: t, handler: h, input: in, output: out, headers: headers, scopes: o.scopes}, json: b})
+	if o.tasksOnly {
+		s.taskTools.Store(true)
+	}
+	s.tools.put(&entry[*tool]{key: t.Name, val: &tool{def: t, handler: h, input: in, output: out, headers: headers, scopes: o.scopes, tasksOnly: o.tasksOnly}, json: b})
 	return nil
 }
 
@@ -309,8 +330,9 @@ var ErrResourceNotFound = errors.New("resource not found")
 type ItemOption func(*itemOpts)
 
 type itemOpts struct {
-	policy *CachePolicy
-	scopes []string
+	policy    *CachePolicy
+	scopes    []string
+	tasksOnly bool
 }
 
 func applyItem(opts []ItemOption) itemOpts {

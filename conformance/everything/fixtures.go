@@ -105,6 +105,9 @@ func newServer(log *slog.Logger, extra ...server.Option) (*server.Server, error)
 			return nil, err
 		}
 	}
+	if err := addTaskTools(srv); err != nil {
+		return nil, err
+	}
 	if err := addResources(srv); err != nil {
 		return nil, err
 	}

@@ -12,7 +12,8 @@
 // The key is the SHA-256 of the -secret string, so any string will do
 // and the same string always gives the same key; the key is only as hard
 // to guess as the string. Without -secret every copy draws a random key
-// of its own.
+// of its own. Tasks (of the tasks extension) are kept by each copy in its
+// own process, so a task is known only to the copy that created it.
 package main
 
 import (

@@ -38,6 +38,8 @@ type Params struct {
 	Argument       *mcp.CompleteArgument     `json:"argument"`
 	Context        *mcp.CompleteContext      `json:"context"`
 	RequestID      jsontext.Value            `json:"requestId,omitzero"`
+	// TaskID names the task of tasks/get, tasks/update and tasks/cancel.
+	TaskID *string `json:"taskId"`
 }
 
 // Parse decodes a request's params. It returns a ready error reply when
@@ -89,6 +91,10 @@ func paramFields(method string) []string {
 		return []string{"ref", "argument", "context"}
 	case mcp.NotifyCancelled:
 		return []string{"requestId"}
+	case mcp.MethodTasksGet, mcp.MethodTasksCancel:
+		return []string{"taskId"}
+	case mcp.MethodTasksUpdate:
+		return []string{"taskId", "inputResponses"}
 	}
 	return nil
 }
@@ -121,6 +127,8 @@ func (p *Params) decode(name string, raw jsontext.Value) error {
 	case "requestId":
 		p.RequestID = raw
 		return nil
+	case "taskId":
+		v = &p.TaskID
 	default:
 		return nil
 	}
@@ -141,7 +149,8 @@ func (c *Call) Version() (string, bool) {
 }
 
 // NameParam returns what Mcp-Name must carry for this call: the tool or
-// prompt name, or the resource URI. ok is false for other methods.
+// prompt name, the resource URI, or the task id of the tasks extension's
+// methods (which a balancer routes on). ok is false for other methods.
 func (c *Call) NameParam() (value string, ok bool) {
 	switch c.Msg.Method {
 	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
@@ -152,6 +161,11 @@ func (c *Call) NameParam() (value string, ok bool) {
 	case mcp.MethodResourcesRead:
 		if c.P.URI != nil {
 			return *c.P.URI, true
+		}
+		return "", true
+	case mcp.MethodTasksGet, mcp.MethodTasksUpdate, mcp.MethodTasksCancel:
+		if c.P.TaskID != nil {
+			return *c.P.TaskID, true
 		}
 		return "", true
 	}

@@ -140,6 +140,10 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 				o.OnKeepAlive()
 			}
 		case <-src.Wake():
+			// Whether the hub is ending is read before the drain: a
+			// change that lands while this drain is written is then
+			// drained too, by the pass the shutdown's own wake-up brings.
+			ending := src.Ending()
 			var kinds hub.Kind
 			kinds, uris = src.Take(uris[:0])
 			sent, err := flush(out, n, kinds, uris)
@@ -156,7 +160,7 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 				return Lost, err
 			}
 			wrote = true
-			if src.Ending() {
+			if ending {
 				return Drained, nil
 			}
 		}

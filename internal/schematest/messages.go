@@ -111,6 +111,10 @@ func CheckResponse(method string, msg []byte) error {
 		default:
 			return v.CheckMember("JSONRPCErrorResponse", "error", object, msg)
 		}
+	case env.Result != nil && isTasksMethod(method):
+		return checkTasksResult(v, method, msg)
+	case env.Result != nil && method == "tools/call" && isTaskHandle(env.Result):
+		return checkCreateTaskResult(v, msg)
 	case env.Result != nil:
 		def, ok := ResponseDef(method)
 		if !ok {
@@ -138,6 +142,9 @@ func CheckNotification(msg []byte) error {
 	}
 	if env.ID != nil {
 		return fmt.Errorf("expected a notification, got a message with an id: %s", clip(msg))
+	}
+	if env.Method == "notifications/tasks" {
+		return checkTaskNotification(v, msg)
 	}
 	def, ok := NotificationDef(env.Method)
 	if !ok {

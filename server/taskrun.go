@@ -1,0 +1,412 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/hub"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// This file runs the work of tasks: one taskRun per task, on the replica
+// that created it, from RunAsTask until the task is settled.
+
+// Why a task's work context ended (its cause).
+var (
+	errTaskCancelled = errors.New("server: the client cancelled the task")
+	errTaskExpired   = errors.New("server: the task's TTL passed")
+	errTaskGone      = errors.New("server: the task is gone from the store")
+	errTaskShutdown  = errors.New("server: the server shut down")
+)
+
+// taskRun runs one task's work. Its goroutine (run) owns a second one
+// (watch) that follows the task's record while the work runs, so that a
+// cancel made through any replica stops the work.
+type taskRun struct {
+	s         *Server
+	id        string
+	principal string
+	work      ToolHandler
+	// tool is the tool as it was registered when the task was created.
+	tool *tool
+	// first is the request of the first round.
+	first *ToolRequest
+	// ctx is the work's: detached from the request that created the
+	// task, it ends with cancel (a cancel, the server's shutdown), or
+	// when the TTL passes.
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	stopTTL context.CancelFunc
+	// io bounds the runner's own store I/O: it outlives ctx (to settle a
+	// task whose work was stopped) but not the TTL, nor a Shutdown whose
+	// context ran out.
+	io     context.Context
+	stopIO context.CancelFunc
+	// sub hears of every change of the task, made here or on another
+	// replica (through the bus).
+	sub *hub.Subscription
+	// changed is poked by watch whenever the record may have changed.
+	changed chan struct{}
+}
+
+// newTaskRun prepares the run of task id, registered with the server's
+// task set so that Shutdown waits for it. It fails once Shutdown has
+// begun.
+func (s *Server) newTaskRun(id string, r *ToolRequest, work ToolHandler) (*taskRun, error) {
+	sub, err := s.hub.Subscribe(hub.Filter{Tasks: []string{id}, Principal: r.Principal})
+	if err != nil {
+		return nil, err
+	}
+	tr := &taskRun{s: s, id: id, principal: r.Principal, work: work, tool: r.tool, sub: sub, changed: make(chan struct{}, 1)}
+	base := r.ctx
+	if base == nil {
+		base = context.Background()
+	}
+	var ttlCtx context.Context
+	ttlCtx, tr.stopTTL = context.WithTimeoutCause(context.WithoutCancel(base), s.cfg.taskTTL, errTaskExpired)
+	tr.ctx, tr.cancel = context.WithCancelCause(ttlCtx)
+	tr.io, tr.stopIO = context.WithTimeout(s.tasks.hard, s.cfg.taskTTL)
+	tr.first = tr.request(r.Request, r.Arguments, cloneAnswers(r.InputResponses), bytes.Clone(r.state))
+	if !s.tasks.add(tr) {
+		tr.release()
+		return nil, errShuttingDown
+	}
+	return tr, nil
+}
+
+// request is the ToolRequest of one round of the work: what the
+// creating request said, with no stream of its own.
+func (tr *taskRun) request(from Request, args jsontext.Value, answers map[string]jsontext.Value, state []byte) *ToolRequest {
+	r := &ToolRequest{
+		Request: Request{
+			ID: from.ID, Method: from.Method, Name: from.Name, Scopes: from.Scopes,
+			ProtocolVersion: from.ProtocolVersion, Capabilities: from.Capabilities, ClientInfo: from.ClientInfo,
+			Principal: from.Principal, InputResponses: answers, state: state, logLevel: -1, enc: from.enc, task: tr,
+		},
+		Arguments: bytes.Clone(args),
+		srv:       tr.s,
+		tool:      tr.tool,
+	}
+	r.ctx = context.WithValue(tr.ctx, ctxKey{}, &r.Request)
+	return r
+}
+
+// release frees what newTaskRun took.
+func (tr *taskRun) release() {
+	tr.cancel(nil)
+	tr.stopTTL()
+	tr.stopIO()
+	tr.sub.Close()
+}
+
+// abandon undoes newTaskRun for a task that was never stored.
+func (tr *taskRun) abandon() {
+	tr.release()
+	tr.s.tasks.done(tr)
+}
+
+// run is the task's goroutine: the work, round after round, then the
+// settling of the task.
+func (tr *taskRun) run() {
+	defer tr.s.tasks.done(tr)
+	defer tr.release()
+	watchCtx, stopWatch := context.WithCancel(tr.io)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tr.watch(watchCtx)
+	}()
+	defer func() {
+		stopWatch()
+		<-watched
+	}()
+	req := tr.first
+	for round := 1; ; round++ {
+		res, err := tr.call(req)
+		var ir *InputRequired
+		if !errors.As(err, &ir) || tr.ctx.Err() != nil {
+			tr.settle(res, err)
+			return
+		}
+		answers, err := tr.ask(round, ir)
+		if err != nil {
+			tr.settle(nil, err)
+			return
+		}
+		req = tr.request(tr.first.Request, tr.first.Arguments, answers, ir.State)
+	}
+}
+
+// call runs one round of the work. A panic fails the task with -32603,
+// logged with its stack, as it fails a call.
+func (tr *taskRun) call(req *ToolRequest) (res *mcp.CallToolResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			tr.s.log.Error("mcp: task work panicked", "tool", req.Name, "task", tr.id,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			res, err = nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
+		}
+	}()
+	return tr.work(req.ctx, req)
+}
+
+// watch follows the task's record until ctx ends: on every change it
+// hears of, and every poll interval in case an event was lost, it reads
+// the record; a finished or vanished task stops the work, anything else
+// wakes a round waiting for answers.
+func (tr *taskRun) watch(ctx context.Context) {
+	tick := time.NewTicker(tr.s.cfg.taskPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tr.sub.Wake():
+			tr.sub.TakeTasks(nil)
+		case <-tick.C:
+		}
+		rec, err := tr.s.loadTask(ctx, tr.id, tr.principal)
+		switch {
+		case errors.Is(err, errTaskNotFound):
+			tr.cancel(errTaskGone)
+		case err != nil:
+			if ctx.Err() == nil {
+				tr.s.log.Warn("mcp: a running task could not be read", "task", tr.id, "err", err)
+			}
+			continue // read again at the next tick
+		case rec.Status.Terminal():
+			tr.cancel(errTaskCancelled)
+		}
+		select {
+		case tr.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ask puts the task in input_required with the requests of ir and waits
+// until the client has answered them all, returning the answers under
+// the work's own keys. The keys on the wire carry the round, so that
+// none is used twice over the task's life; the task's requests are
+// checked against the creating request's capabilities, as a call's are.
+func (tr *taskRun) ask(round int, ir *InputRequired) (map[string]jsontext.Value, error) {
+	missing, need, err := missingCapabilities(tr.first.Capabilities, ir.Requests)
+	switch {
+	case err != nil:
+		tr.s.log.Error("mcp: task asked for input it may not", "task", tr.id, "err", err)
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
+	case need:
+		return nil, missingCapabilityError(missing)
+	case len(ir.Requests) == 0:
+		tr.s.log.Error("mcp: task asked for input without requests", "task", tr.id)
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
+	}
+	wire := make(map[string]mcp.InputRequest, len(ir.Requests))
+	back := make(map[string]string, len(ir.Requests))
+	suffix := "." + strconv.Itoa(round)
+	for k, r := range ir.Requests {
+		wire[k+suffix], back[k+suffix] = r, k
+	}
+	rec, err := tr.s.updateTask(tr.io, tr.id, tr.principal, func(rec *taskRecord) bool {
+		if rec.Status.Terminal() {
+			return false
+		}
+		rec.Status, rec.Inputs, rec.Answers, rec.Message = mcp.TaskInputRequired, wire, nil, ""
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rec.Status.Terminal() {
+		return nil, errTaskCancelled
+	}
+	for {
+		select {
+		case <-tr.ctx.Done():
+			return nil, context.Cause(tr.ctx)
+		case <-tr.changed:
+		}
+		rec, err := tr.s.loadTask(tr.io, tr.id, tr.principal)
+		if err != nil {
+			if errors.Is(err, errTaskNotFound) {
+				return nil, err
+			}
+			continue // watch reads again at the next tick
+		}
+		if rec.Status != mcp.TaskWorking || len(rec.Inputs) > 0 {
+			continue
+		}
+		answers := make(map[string]jsontext.Value, len(back))
+		for wk, v := range rec.Answers {
+			if k, ok := back[wk]; ok {
+				answers[k] = v
+			}
+		}
+		return answers, nil
+	}
+}
+
+// settle records how the work ended, unless the task is finished
+// already. Work that was stopped settles by why: a shutdown fails the
+// task, while a cancel has settled it already and an expired task is
+// gone. A result is checked as a call's would be.
+func (tr *taskRun) settle(res *mcp.CallToolResult, err error) {
+	var je *jsonrpc.Error
+	var set func(*taskRecord)
+	switch {
+	case tr.ctx.Err() != nil:
+		// Whatever the stopped work returned, why it was stopped decides.
+		if !errors.Is(context.Cause(tr.ctx), errTaskShutdown) {
+			return // cancelled, expired or gone: nothing left to record
+		}
+		set = failWith(jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the server shut down before the task finished", nil))
+	case errors.Is(err, errTaskCancelled), errors.Is(err, errTaskNotFound):
+		return // finished already, or gone
+	case errors.As(err, &je):
+		set = failWith(je)
+	case err != nil:
+		res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.TextContent(err.Error())}}
+		fallthrough
+	default:
+		b, verr := taskResult(tr.tool, tr.first.Name, res)
+		if verr != nil {
+			tr.s.log.Error("mcp: internal error", "task", tr.id, "err", verr)
+			set = failWith(jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil))
+			break
+		}
+		set = func(rec *taskRecord) { rec.Status, rec.Result = mcp.TaskCompleted, b }
+	}
+	_, err = tr.s.updateTask(tr.io, tr.id, tr.principal, func(rec *taskRecord) bool {
+		if rec.Status.Terminal() {
+			return false
+		}
+		rec.Inputs, rec.Answers, rec.Message = nil, nil, ""
+		set(rec)
+		return true
+	})
+	if err != nil && !errors.Is(err, errTaskNotFound) {
+		tr.s.log.Error("mcp: a finished task could not be recorded", "task", tr.id, "err", err)
+	}
+}
+
+// failWith sets a task failed with e, its message as the status message.
+func failWith(e *jsonrpc.Error) func(*taskRecord) {
+	b, _ := jsonrpc.Marshal(e)
+	return func(rec *taskRecord) { rec.Status, rec.Error, rec.Message = mcp.TaskFailed, b, e.Message }
+}
+
+// taskResult encodes the result a task of tool t completed with, held
+// to the tool's output schema as a call's result is.
+func taskResult(t *tool, name string, res *mcp.CallToolResult) (jsontext.Value, error) {
+	if res == nil {
+		res = &mcp.CallToolResult{}
+	}
+	if res.Content == nil {
+		res.Content = []mcp.Content{}
+	}
+	if t != nil && t.output != nil && !res.IsError {
+		if len(res.StructuredContent) == 0 {
+			return nil, fmt.Errorf("tool %q declares an output schema but its task returned no structuredContent", name)
+		}
+		if err := validateJSON(t.output, res.StructuredContent); err != nil {
+			return nil, fmt.Errorf("tool %q's task returned structuredContent that does not match its output schema: %w", name, err)
+		}
+	}
+	b, err := jsonrpc.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("tool %q's task result: %w", name, err)
+	}
+	return b, nil
+}
+
+// progress sets the task's statusMessage, for followers to read.
+func (tr *taskRun) progress(message string) error {
+	if message == "" {
+		return nil
+	}
+	_, err := tr.s.updateTask(tr.io, tr.id, tr.principal, func(rec *taskRecord) bool {
+		if rec.Status.Terminal() || rec.Message == message {
+			return false
+		}
+		rec.Message = message
+		return true
+	})
+	if errors.Is(err, errTaskNotFound) {
+		return nil
+	}
+	return err
+}
+
+// taskSet is the server's running tasks: Shutdown stops them all and
+// waits for their goroutines.
+type taskSet struct {
+	// hard ends the runners' store I/O when Shutdown gives up waiting.
+	hard     context.Context
+	stopHard context.CancelFunc
+
+	mu      sync.Mutex
+	runs    map[*taskRun]struct{}
+	closing bool
+	idle    chan struct{} // closed once closing and runs is empty
+}
+
+func newTaskSet() *taskSet {
+	ts := &taskSet{runs: make(map[*taskRun]struct{}), idle: make(chan struct{})}
+	ts.hard, ts.stopHard = context.WithCancel(context.Background())
+	return ts
+}
+
+// add registers a run; it fails once the set is closing.
+func (ts *taskSet) add(tr *taskRun) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.closing {
+		return false
+	}
+	ts.runs[tr] = struct{}{}
+	return true
+}
+
+// done unregisters a run whose goroutines have ended.
+func (ts *taskSet) done(tr *taskRun) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.runs, tr)
+	if ts.closing && len(ts.runs) == 0 {
+		close(ts.idle)
+	}
+}
+
+// close refuses new tasks, stops the work of every running one (each
+// then settles as failed, unless finished already) and waits for their
+// goroutines until ctx ends, when their store I/O is cut short too.
+func (ts *taskSet) close(ctx context.Context) error {
+	ts.mu.Lock()
+	if !ts.closing {
+		ts.closing = true
+		if len(ts.runs) == 0 {
+			close(ts.idle)
+		}
+		for tr := range ts.runs {
+			tr.cancel(errTaskShutdown)
+		}
+	}
+	ts.mu.Unlock()
+	select {
+	case <-ts.idle:
+		ts.stopHard()
+		return nil
+	case <-ctx.Done():
+		ts.stopHard()
+		return fmt.Errorf("server: shutdown: tasks still running: %w", ctx.Err())
+	}
+}

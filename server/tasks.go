@@ -1,0 +1,599 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/bus"
+	"tidings/hub"
+	"tidings/internal/engine"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// This file is the server side of the tasks extension
+// (io.modelcontextprotocol/tasks): a tool handler hands its work to a
+// task with RunAsTask, the call is answered at once with the task's
+// handle, and the client follows the task with tasks/get (or over
+// subscriptions/listen), answers its requests for input with
+// tasks/update and may stop it with tasks/cancel. The tasks live in a
+// bus.TaskStore, so that any replica can serve those methods; the work
+// itself runs on the replica that created the task.
+
+// Defaults of the task options.
+const (
+	defaultTaskTTL  = time.Hour
+	defaultTaskPoll = time.Second
+)
+
+// maxListenTasks bounds how many tasks one listen may follow: each is a
+// store read when the listen starts and whenever it changes.
+const maxListenTasks = 1000
+
+// WithTaskStore keeps the server's tasks in st instead of in this
+// process (bus.NewLocalTasks, the default). Replicas behind a balancer
+// need a store they all reach, since a client polls, answers and
+// cancels a task through whichever replica it lands on; give them a bus
+// too (WithBus), or the replica running a task hears of an answer or a
+// cancel made elsewhere only when it next reads the store, up to one
+// poll interval later. The server owns st from then on: Shutdown closes
+// it. Like every task option, it makes the server offer tasks.
+func WithTaskStore(st bus.TaskStore) Option {
+	return func(c *config) { c.taskStore, c.taskOpts = st, true }
+}
+
+// WithTaskTTL sets how long a task is kept after it was created (default
+// one hour; a non-positive d keeps the default): its ttlMs. Past it the
+// task's work is stopped and the task is forgotten, so a client that
+// never comes back costs nothing for ever. Like every task option, it
+// makes the server offer tasks.
+func WithTaskTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.taskTTL = d
+		}
+		c.taskOpts = true
+	}
+}
+
+// WithTaskPollInterval sets the pollIntervalMs the server suggests to
+// clients polling a task (default one second; a non-positive d keeps
+// the default). The replica running a task also re-reads it from the
+// store that often, so that an answer or a cancel whose event was lost
+// on the bus is late by at most one interval. Like every task option, it
+// makes the server offer tasks.
+func WithTaskPollInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.taskPoll = d
+		}
+		c.taskOpts = true
+	}
+}
+
+// RequireTasks makes a tool callable only by requests that declare the
+// tasks extension in their own client capabilities: any other call is
+// refused with -32021 (naming the extension) before the handler runs.
+// It suits work that cannot be done within one request; the handler
+// still goes asynchronous itself, with RunAsTask, possibly after
+// synchronous rounds of input. Registering such a tool makes the server
+// offer tasks. Prompts and resources ignore the option.
+func RequireTasks() ItemOption {
+	return func(o *itemOpts) { o.tasksOnly = true }
+}
+
+// offersTasks reports whether the server advertises the tasks extension
+// and serves its methods. The rule is fixed at registration, never by
+// what a handler happens to do: WithCapabilities(Tasks), any task option
+// (WithTaskStore, WithTaskTTL, WithTaskPollInterval), or a tool
+// registered with RequireTasks. A server that does not offer tasks runs
+// the work of RunAsTask synchronously.
+func (s *Server) offersTasks() bool {
+	return s.cfg.capabilities.tasks || s.cfg.taskOpts || s.taskTools.Load()
+}
+
+// declaresTasks reports whether caps declare the tasks extension.
+func declaresTasks(caps mcp.ClientCaps) bool {
+	v, ok := caps.Extensions[mcp.ExtensionTasks]
+	return ok && string(v) != "null"
+}
+
+// taskable reports whether req may be answered with a task: a 2026-07-28
+// request that declared the extension itself, on a server that offers it.
+func (s *Server) taskable(req *Request) bool {
+	return s.offersTasks() && req.ProtocolVersion == mcp.Version && req.askInput == nil && declaresTasks(req.Capabilities)
+}
+
+// tasksRequired is the -32021 error of a request that needed the tasks
+// extension and did not declare it.
+func tasksRequired() *jsonrpc.Error {
+	return missingCapabilityError(mcp.ClientCaps{Extensions: map[string]jsontext.Value{mcp.ExtensionTasks: jsontext.Value("{}")}})
+}
+
+// RunAsTask runs work as a task when the request allows it, and
+// otherwise runs it here and now; a handler ends with
+//
+//	return req.RunAsTask(work)
+//
+// where it wants to go asynchronous — at once, or after synchronous
+// rounds of input (InputRequired), so that a task starts only once it
+// has what it needs. One handler thus serves every client.
+//
+// A task is created when this request declared the tasks extension in
+// its own client capabilities (never because an earlier request did), it
+// is a 2026-07-28 request, and the server offers tasks (WithCapabilities
+// with Tasks, a task option, or a tool registered with RequireTasks).
+// The task is stored before the call is answered, so a tasks/get right
+// after the answer finds it; work then runs on a goroutine the server
+// owns, and RunAsTask returns an error that the server turns into the
+// call's answer, a CreateTaskResult. Return it as it is. A task that
+// cannot be stored, or one asked for once Shutdown has begun, is a -32603
+// *jsonrpc.Error instead. Otherwise (and inside a task's own work) work
+// runs on this request and its outcome is returned, to be the call's.
+//
+// Inside a task, work gets a ToolRequest with the same Name, Arguments,
+// Principal and Capabilities (and at first the same InputResponses and
+// State), and TaskID names the task. Its context has the request's
+// values but not its end: it ends when the client cancels the task, when
+// the task's TTL passes, or when the server shuts down. What work
+// returns settles the task: a result completes it (one with isError
+// too); a plain error completes it with an isError result, as a call's
+// would; a *jsonrpc.Error, or a panic (-32603), fails it with that
+// error; an *InputRequired puts it in input_required, and once the
+// client has answered every request (with tasks/update) work runs again
+// with the answers in InputResponses, keyed as it asked, and its State.
+// Progress sets the task's statusMessage; Log sends nothing.
+func (r *ToolRequest) RunAsTask(work ToolHandler) (*mcp.CallToolResult, error) {
+	s := r.srv
+	if s == nil || r.task != nil || !s.taskable(&r.Request) {
+		ctx := r.ctx
+		if ctx == nil {
+			ctx = context.WithValue(context.Background(), ctxKey{}, &r.Request)
+		}
+		return work(ctx, r)
+	}
+	return nil, s.startTask(r, work)
+}
+
+// TaskID returns the id of the task whose work the request is running,
+// or "" outside a task.
+func (r *Request) TaskID() string {
+	if r.task == nil {
+		return ""
+	}
+	return r.task.id
+}
+
+// taskCreated is what RunAsTask returns once a task runs the work:
+// callTool answers the call with the task's handle.
+type taskCreated struct{ task mcp.Task }
+
+func (*taskCreated) Error() string { return "server: the call goes on as a task" }
+
+// errTaskNotFound is a task that is not there for the caller: unknown,
+// expired, or another principal's, which must all look alike.
+var errTaskNotFound = errors.New("server: task not found")
+
+// taskNotFound answers a request for a task the caller does not have.
+func taskNotFound(id jsonrpc.ID) engine.Reply {
+	return invalid(id, "Failed to retrieve task: Task not found")
+}
+
+// taskRecordVersion is the layout of taskRecord; a replica refuses a
+// record of another layout rather than misread it.
+const taskRecordVersion = 1
+
+// taskRecord is a task as the server keeps it in the store: what
+// tasks/get reports, its owner, and the answers its work has yet to take
+// up. It is JSON, written and read by every replica.
+type taskRecord struct {
+	V int `json:"v"`
+	// Owner is the hex SHA-256 of the principal that created the task:
+	// enough to recognise the owner, while the store never holds who it is.
+	Owner   string         `json:"owner"`
+	Status  mcp.TaskStatus `json:"status"`
+	Message string         `json:"message,omitempty"`
+	Created time.Time      `json:"created"`
+	Updated time.Time      `json:"updated"`
+	TTLMs   int64          `json:"ttlMs"`
+	PollMs  int64          `json:"pollMs"`
+	// Inputs are the outstanding requests for input, under their wire
+	// keys; Answers the answers received and not yet taken up by the work.
+	Inputs  map[string]mcp.InputRequest `json:"inputs,omitempty"`
+	Answers map[string]jsontext.Value   `json:"answers,omitempty"`
+	Result  jsontext.Value              `json:"result,omitzero"`
+	Error   jsontext.Value              `json:"error,omitzero"`
+}
+
+// ownerHash is what a record keeps of a principal.
+func ownerHash(principal string) string {
+	sum := sha256.Sum256([]byte(principal))
+	return hex.EncodeToString(sum[:])
+}
+
+// decodeTaskRecord reads a record from the store. A store is shared
+// infrastructure: whatever it holds, a record that is not one this
+// server writes is an error saying what is wrong, never a panic or a
+// half-read task.
+func decodeTaskRecord(b []byte) (*taskRecord, error) {
+	var rec taskRecord
+	if err := jsonrpc.UnmarshalParams(b, &rec); err != nil || len(b) == 0 || b[0] != '{' {
+		if err == nil {
+			err = errors.New("not a JSON object")
+		}
+		return nil, fmt.Errorf("server: corrupt task record: %w", err)
+	}
+	if err := rec.check(); err != nil {
+		return nil, fmt.Errorf("server: corrupt task record: %w", err)
+	}
+	return &rec, nil
+}
+
+// check reports what makes rec inconsistent.
+func (rec *taskRecord) check() error {
+	switch {
+	case rec.V != taskRecordVersion:
+		return fmt.Errorf("layout %d, want %d", rec.V, taskRecordVersion)
+	case len(rec.Owner) != 2*sha256.Size || !isLowerHex(rec.Owner):
+		return errors.New("the owner is not a SHA-256 in hex")
+	case rec.Created.IsZero() || rec.Updated.IsZero():
+		return errors.New("a timestamp is missing")
+	case rec.TTLMs <= 0 || rec.PollMs <= 0:
+		return errors.New("the TTL and the poll interval must be positive")
+	case len(rec.Result) > 0 && (rec.Status != mcp.TaskCompleted || rec.Result[0] != '{'):
+		return errors.New("a result outside the completed status, or not an object")
+	case rec.Status == mcp.TaskCompleted && len(rec.Result) == 0:
+		return errors.New("completed without a result")
+	case len(rec.Error) > 0 && (rec.Status != mcp.TaskFailed || rec.Error[0] != '{'):
+		return errors.New("an error outside the failed status, or not an object")
+	case rec.Status == mcp.TaskFailed && len(rec.Error) == 0:
+		return errors.New("failed without an error")
+	case (len(rec.Inputs) > 0) != (rec.Status == mcp.TaskInputRequired):
+		return errors.New("requests for input outside the input_required status, or input_required without any")
+	case len(rec.Answers) > 0 && rec.Status != mcp.TaskInputRequired && rec.Status != mcp.TaskWorking:
+		return errors.New("answers kept for a finished task")
+	}
+	switch rec.Status {
+	case mcp.TaskWorking, mcp.TaskInputRequired, mcp.TaskCompleted, mcp.TaskFailed, mcp.TaskCancelled:
+	default:
+		return fmt.Errorf("unknown status %q", rec.Status)
+	}
+	for k, in := range rec.Inputs {
+		if in.Method == "" {
+			return fmt.Errorf("request for input %q has no method", k)
+		}
+	}
+	return nil
+}
+
+func isLowerHex(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// encode is rec as the store keeps it.
+func (rec *taskRecord) encode() ([]byte, error) {
+	b, err := jsonrpc.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("server: encode task record: %w", err)
+	}
+	return b, nil
+}
+
+// ownedBy reports whether principal created the task.
+func (rec *taskRecord) ownedBy(principal string) bool {
+	return rec.Owner == ownerHash(principal)
+}
+
+// expired reports whether the task's TTL has passed at now. The store
+// forgets the task by then too, by its own clock; this check makes the
+// server's clock (WithClock) the one that counts for the server.
+func (rec *taskRecord) expired(now time.Time) bool {
+	return !now.Before(rec.Created.Add(time.Duration(rec.TTLMs) * time.Millisecond))
+}
+
+// wire is the task as a client sees it: a CreateTaskResult's body, or
+// with detailed set the DetailedTask of tasks/get and notifications/tasks,
+// which adds what belongs to the status.
+func (rec *taskRecord) wire(id string, detailed bool) mcp.Task {
+	ttl := rec.TTLMs
+	t := mcp.Task{
+		TaskID:         id,
+		Status:         rec.Status,
+		StatusMessage:  rec.Message,
+		CreatedAt:      rec.Created.UTC().Format(time.RFC3339Nano),
+		LastUpdatedAt:  rec.Updated.UTC().Format(time.RFC3339Nano),
+		TTLMs:          &ttl,
+		PollIntervalMs: rec.PollMs,
+	}
+	if detailed {
+		switch rec.Status {
+		case mcp.TaskInputRequired:
+			t.InputRequests = rec.Inputs
+		case mcp.TaskCompleted:
+			t.Result = rec.Result
+		case mcp.TaskFailed:
+			t.Error = rec.Error
+		}
+	}
+	return t
+}
+
+// loadTask reads the task id of principal from the store.
+func (s *Server) loadTask(ctx context.Context, id, principal string) (*taskRecord, error) {
+	b, _, err := s.taskStore.Get(ctx, id)
+	if errors.Is(err, bus.ErrNoTask) {
+		return nil, errTaskNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("server: read task: %w", err)
+	}
+	rec, err := decodeTaskRecord(b)
+	if err != nil {
+		return nil, err
+	}
+	if !rec.ownedBy(principal) || rec.expired(s.cfg.now()) {
+		return nil, errTaskNotFound
+	}
+	return rec, nil
+}
+
+// maxTaskSwaps bounds the compare-and-swap retries of one change: each
+// retry means another change landed first, so running out means the
+// task is being changed far faster than anyone could mean to.
+const maxTaskSwaps = 100
+
+// updateTask changes the task id of principal with change, which edits
+// the record it is given and reports whether it changed anything. It
+// reads and writes by compare-and-swap until the write lands on the
+// record it read, so that changes made meanwhile by other requests or
+// replicas are never lost (change may run several times). A change that
+// lands is published to the owner's listeners, here and, through the
+// bus, on every replica. It returns the record as it now is.
+func (s *Server) updateTask(ctx context.Context, id, principal string, change func(*taskRecord) bool) (*taskRecord, error) {
+	for range maxTaskSwaps {
+		b, rev, err := s.taskStore.Get(ctx, id)
+		if errors.Is(err, bus.ErrNoTask) {
+			return nil, errTaskNotFound
+		}
+		if err != nil {
+			return nil, fmt.Errorf("server: read task: %w", err)
+		}
+		rec, err := decodeTaskRecord(b)
+		if err != nil {
+			return nil, err
+		}
+		now := s.cfg.now()
+		if !rec.ownedBy(principal) || rec.expired(now) {
+			return nil, errTaskNotFound
+		}
+		if !change(rec) {
+			return rec, nil
+		}
+		if now.After(rec.Updated) {
+			rec.Updated = now
+		}
+		nb, err := rec.encode()
+		if err != nil {
+			return nil, err
+		}
+		_, err = s.taskStore.Update(ctx, id, nb, rev)
+		switch {
+		case errors.Is(err, bus.ErrTaskConflict):
+			continue
+		case errors.Is(err, bus.ErrNoTask):
+			return nil, errTaskNotFound
+		case err != nil:
+			return nil, fmt.Errorf("server: write task: %w", err)
+		}
+		s.publishTask(id, principal)
+		return rec, nil
+	}
+	return nil, fmt.Errorf("server: task changed %d times while being written", maxTaskSwaps)
+}
+
+// publishTask tells the owner's listeners (and the task's runner) that
+// the task changed; no one else hears of it.
+func (s *Server) publishTask(id, principal string) {
+	s.hub.Publish(hub.Event{Task: id, Audience: []string{principal}})
+}
+
+// errShuttingDown refuses a task once Shutdown has begun.
+var errShuttingDown = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the server is shutting down", nil)
+
+// startTask creates the task of r, durably, and starts its work. The
+// error it returns is the *taskCreated that callTool answers with, or
+// the -32603 that stands for a task that could not be created.
+func (s *Server) startTask(r *ToolRequest, work ToolHandler) error {
+	now := s.cfg.now()
+	rec := &taskRecord{V: taskRecordVersion, Owner: ownerHash(r.Principal), Status: mcp.TaskWorking,
+		Created: now, Updated: now, TTLMs: s.cfg.taskTTL.Milliseconds(), PollMs: s.cfg.taskPoll.Milliseconds()}
+	b, err := rec.encode()
+	if err != nil {
+		s.log.Error("mcp: task not created", "tool", r.Name, "err", err)
+		return jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
+	}
+	id := rand.Text()
+	tr, err := s.newTaskRun(id, r, work)
+	if err != nil {
+		return errShuttingDown
+	}
+	// The store's expiry is by the store's clock; the record's own, by
+	// the server's (see taskRecord.expired).
+	if err := s.taskStore.Create(r.ctx, id, b, time.Now().Add(s.cfg.taskTTL)); err != nil {
+		tr.abandon()
+		s.log.Error("mcp: task not created", "tool", r.Name, "err", err)
+		return jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the task could not be stored", nil)
+	}
+	go tr.run()
+	return &taskCreated{task: rec.wire(id, false)}
+}
+
+// tasksMethod serves tasks/get, tasks/update and tasks/cancel. Each
+// needs the extension in the request's own capabilities, then a taskId
+// naming a task of the caller's; an unknown task, an expired one and
+// another principal's are refused alike.
+func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if !declaresTasks(req.Capabilities) {
+		return engine.ErrorReply(req.ID, tasksRequired())
+	}
+	if c.P.TaskID == nil {
+		return invalid(req.ID, "Invalid params: missing taskId")
+	}
+	id := *c.P.TaskID
+	var rec *taskRecord
+	var err error
+	switch c.Msg.Method {
+	case mcp.MethodTasksGet:
+		rec, err = s.loadTask(ctx, id, req.Principal)
+	case mcp.MethodTasksUpdate:
+		if c.P.InputResponses == nil {
+			return invalid(req.ID, "Invalid params: missing inputResponses")
+		}
+		_, err = s.updateTask(ctx, id, req.Principal, func(rec *taskRecord) bool {
+			return rec.answer(c.P.InputResponses)
+		})
+	case mcp.MethodTasksCancel:
+		_, err = s.updateTask(ctx, id, req.Principal, (*taskRecord).cancel)
+	}
+	switch {
+	case errors.Is(err, errTaskNotFound):
+		return taskNotFound(req.ID)
+	case err != nil && ctx.Err() != nil:
+		return engine.Reply{Outcome: engine.Silent}
+	case err != nil:
+		return s.internal(req.ID, err)
+	case rec != nil:
+		return s.reply(req, rec.wire(id, true), engine.Tail{})
+	}
+	return s.reply(req, struct{}{}, engine.Tail{})
+}
+
+// answer takes the answers to requests still outstanding and ignores
+// every other key (never issued, answered already, or of a finished
+// task). Once nothing is outstanding the task is working again, and its
+// runner takes the answers up.
+func (rec *taskRecord) answer(responses map[string]jsontext.Value) bool {
+	if rec.Status != mcp.TaskInputRequired {
+		return false
+	}
+	changed := false
+	for k, v := range responses {
+		if _, ok := rec.Inputs[k]; !ok {
+			continue
+		}
+		if rec.Answers == nil {
+			rec.Answers = make(map[string]jsontext.Value)
+		}
+		rec.Answers[k] = bytes.Clone(v)
+		delete(rec.Inputs, k)
+		changed = true
+	}
+	if changed && len(rec.Inputs) == 0 {
+		rec.Status, rec.Inputs, rec.Message = mcp.TaskWorking, nil, ""
+	}
+	return changed
+}
+
+// cancel ends an unfinished task as cancelled, at once: the runner, on
+// whichever replica, stops the work when it hears of it, and never
+// overwrites a finished task.
+func (rec *taskRecord) cancel() bool {
+	if rec.Status.Terminal() {
+		return false
+	}
+	rec.Status, rec.Message = mcp.TaskCancelled, "The client cancelled the task."
+	rec.Inputs, rec.Answers = nil, nil
+	return true
+}
+
+// grantTasks returns the tasks of ids that exist and are principal's,
+// sorted, or nil for none: a listen follows only those, and its
+// acknowledgement says so.
+func (s *Server) grantTasks(ctx context.Context, principal string, ids []string) ([]string, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	granted := ids[:0]
+	for _, id := range ids {
+		_, err := s.loadTask(ctx, id, principal)
+		if errors.Is(err, errTaskNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		granted = append(granted, id)
+	}
+	if len(granted) == 0 {
+		return nil, nil
+	}
+	return granted, nil
+}
+
+// checkListenTasks refuses a listen that asks for tasks without
+// declaring the extension (SUB-18), or for too many.
+func (s *Server) checkListenTasks(req *Request, ids []string) *engine.Reply {
+	if len(ids) == 0 || !s.offersTasks() {
+		return nil
+	}
+	if !declaresTasks(req.Capabilities) {
+		r := engine.ErrorReply(req.ID, tasksRequired())
+		return &r
+	}
+	if len(ids) > maxListenTasks {
+		r := invalid(req.ID, "Invalid params: too many taskIds (limit "+strconv.Itoa(maxListenTasks)+")")
+		return &r
+	}
+	return nil
+}
+
+// Task returns the notifications/tasks of the task id as tasks/get
+// would report it now, tagged with the listen's subscription id; nil
+// when the task is gone (or no longer the caller's).
+func (n *listenNotices) Task(ctx context.Context, id string) []byte {
+	rec, err := n.srv.loadTask(ctx, id, n.principal)
+	if err != nil {
+		if !errors.Is(err, errTaskNotFound) && ctx.Err() == nil {
+			n.srv.log.Warn("mcp: a task's state could not be told", "err", err)
+		}
+		return nil
+	}
+	b, err := jsonrpc.Marshal(rec.wire(id, true))
+	if err != nil || len(b) < 2 {
+		n.srv.log.Error("mcp: task notification", "err", err)
+		return nil
+	}
+	buf := make([]byte, 0, len(b)+len(n.idMeta)+16)
+	buf = append(buf, b[:len(b)-1]...)
+	buf = append(buf, `,"_meta":`...)
+	buf = append(buf, n.idMeta...)
+	buf = append(buf, '}')
+	return jsonrpc.AppendNotification(nil, mcp.NotifyTasks, buf)
+}
+
+// cloneAnswers copies answers, which a task keeps past the request
+// that brought them.
+func cloneAnswers(m map[string]jsontext.Value) map[string]jsontext.Value {
+	if m == nil {
+		return nil
+	}
+	out := maps.Clone(m)
+	for k, v := range out {
+		out[k] = bytes.Clone(v)
+	}
+	return out
+}

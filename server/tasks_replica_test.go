@@ -1,0 +1,212 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"tidings/bus"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// taskReplicas returns two servers sharing one task store and, with
+// withBus, one bus group, as replicas behind a balancer would: the same
+// tools are registered on both (by register).
+func taskReplicas(t *testing.T, withBus bool, register func(*server.Server), opts ...server.Option) (a, b *harness) {
+	t.Helper()
+	store, group := bus.NewLocalTasks(), bus.NewLocal()
+	quiet := bus.WithLogger(slog.New(slog.DiscardHandler))
+	replica := func() *harness {
+		o := []server.Option{server.WithTaskStore(store)}
+		if withBus {
+			o = append(o, server.WithBus(bus.New(group.Conn(), quiet)))
+		}
+		h := taskServer(t, append(o, opts...)...)
+		register(h.srv)
+		return h
+	}
+	return replica(), replica()
+}
+
+// replicaTools are the tools of the replica tests: "ask" asks one
+// question and answers with what it was told; "job" runs until it is
+// stopped, telling b.
+func replicaTools(t *testing.T, b *blocker) func(*server.Server) {
+	return func(srv *server.Server) {
+		addTaskTool(t, srv, "ask", func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+			if v := got(req, "q"); v != "" {
+				return textResult("told " + v), nil
+			}
+			return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"q": elicit("q?")}}
+		})
+		addTaskTool(t, srv, "job", b.work)
+	}
+}
+
+// TestTaskReplicas: a task created through one replica is got, followed,
+// answered and cancelled through the other; the replica running the
+// work hears of the answer and of the cancel over the bus (its own
+// re-reads are an hour apart here).
+func TestTaskReplicas(t *testing.T) {
+	blk := newBlocker()
+	a, b := taskReplicas(t, true, replicaTools(t, blk), server.WithTaskPollInterval(time.Hour))
+
+	id := a.create(t, "ask", nil)
+	b.waitTask(t, id, "input_required, through B", isStatus(mcp.TaskInputRequired))
+	l := b.startListen("L", tasked(P{"notifications": P{"taskIds": []string{id}}}))
+	if g := l.ack(t); fmt.Sprint(g["taskIds"]) != "["+id+"]" {
+		t.Fatalf("B granted %v", g)
+	}
+	l.rec.waitUntil(t, "the task's state, through B", func(ns []notif) bool { return countMethod(ns, mcp.NotifyTasks) >= 1 })
+	r, _ := b.call(1, mcp.MethodTasksUpdate, tasked(P{"taskId": id, "inputResponses": P{"q.1": accept("B")}}))
+	r.ok(t)
+	ns := l.rec.waitUntil(t, "B's listener to hear the task complete on A", func(ns []notif) bool {
+		return len(ns) > 0 && ns[len(ns)-1].Params["status"] == string(mcp.TaskCompleted)
+	})
+	if text := resultText(t, ns[len(ns)-1].Params); text != "told B" {
+		t.Errorf("result %q", text)
+	}
+	if task := a.task(t, id); task["status"] != string(mcp.TaskCompleted) {
+		t.Errorf("through A: %v", task)
+	}
+
+	id = a.create(t, "job", nil)
+	blk.waitStart(t)
+	r, _ = b.call(2, mcp.MethodTasksCancel, tasked(P{"taskId": id}))
+	r.ok(t)
+	if err := blk.waitEnd(t); err == nil {
+		t.Fatal("the work on A was released, not stopped by B's cancel")
+	}
+	if task := a.task(t, id); task["status"] != string(mcp.TaskCancelled) {
+		t.Errorf("through A: %v", task)
+	}
+}
+
+// TestTaskReplicasWithoutBus: without a bus, the replica running a task
+// still takes up an answer or a cancel made through another, at its next
+// re-read of the store.
+func TestTaskReplicasWithoutBus(t *testing.T) {
+	blk := newBlocker()
+	a, b := taskReplicas(t, false, replicaTools(t, blk), server.WithTaskPollInterval(5*time.Millisecond))
+	id := a.create(t, "ask", nil)
+	b.waitTask(t, id, "input_required", isStatus(mcp.TaskInputRequired))
+	r, _ := b.call(1, mcp.MethodTasksUpdate, tasked(P{"taskId": id, "inputResponses": P{"q.1": accept("late")}}))
+	r.ok(t)
+	done := b.waitTask(t, id, "the task to complete", isStatus(mcp.TaskCompleted))
+	if text := resultText(t, done); text != "told late" {
+		t.Errorf("result %q", text)
+	}
+	id = a.create(t, "job", nil)
+	blk.waitStart(t)
+	r, _ = b.call(2, mcp.MethodTasksCancel, tasked(P{"taskId": id}))
+	r.ok(t)
+	if err := blk.waitEnd(t); err == nil {
+		t.Fatal("the work was released, not stopped by the cancel")
+	}
+}
+
+// TestTaskTTL: a task stays for its TTL and no longer. Once it passes,
+// tasks/get finds nothing and the work's context has ended.
+func TestTaskTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Re-reads an hour apart: the work's own context ends it.
+		h := newHarness(t, server.WithTaskTTL(time.Minute), server.WithTaskPollInterval(time.Hour))
+		blk := newBlocker()
+		addTaskTool(t, h.srv, "job", blk.work)
+		id := h.create(t, "job", nil)
+		blk.waitStart(t)
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if task := h.task(t, id); task["status"] != string(mcp.TaskWorking) {
+			t.Fatalf("before the TTL: %v", task)
+		}
+		select {
+		case err := <-blk.ended:
+			t.Fatalf("the work ended before the TTL: %v", err)
+		default:
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		r, _ := h.call(1, mcp.MethodTasksGet, tasked(P{"taskId": id}))
+		r.fails(t, jsonrpc.CodeInvalidParams)
+		select {
+		case err := <-blk.ended:
+			if err == nil {
+				t.Error("the work was released, not stopped by the TTL")
+			}
+		default:
+			t.Error("the work still runs past the TTL")
+		}
+		shutdown(t, h.srv)
+	})
+}
+
+// TestTaskTTLServerClock: the TTL is counted on the server's clock
+// (WithClock), whatever the store's says; the runner notices at its next
+// re-read and stops the work.
+func TestTaskTTLServerClock(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	h := taskServer(t, server.WithClock(clock), server.WithTaskTTL(time.Hour), server.WithTaskPollInterval(5*time.Millisecond))
+	blk := newBlocker()
+	addTaskTool(t, h.srv, "job", blk.work)
+	id := h.create(t, "job", nil)
+	blk.waitStart(t)
+	mu.Lock()
+	now = now.Add(time.Hour - time.Millisecond)
+	mu.Unlock()
+	if task := h.task(t, id); task["status"] != string(mcp.TaskWorking) {
+		t.Fatalf("a millisecond before the TTL: %v", task)
+	}
+	mu.Lock()
+	now = now.Add(time.Millisecond)
+	mu.Unlock()
+	r, _ := h.call(1, mcp.MethodTasksGet, tasked(P{"taskId": id}))
+	r.fails(t, jsonrpc.CodeInvalidParams)
+	for _, m := range []string{mcp.MethodTasksUpdate, mcp.MethodTasksCancel} {
+		r, _ := h.call(2, m, tasked(P{"taskId": id, "inputResponses": P{}}))
+		r.fails(t, jsonrpc.CodeInvalidParams)
+	}
+	if err := blk.waitEnd(t); err == nil {
+		t.Fatal("the expired task's work was released, not stopped")
+	}
+}
+
+// TestTaskCancelWinsOverLateResult: work that finishes after its task
+// was cancelled elsewhere, before its runner heard of it, does not undo
+// the cancel.
+func TestTaskCancelWinsOverLateResult(t *testing.T) {
+	finish := make(chan struct{})
+	started := make(chan struct{}, 1)
+	register := func(srv *server.Server) {
+		addTaskTool(t, srv, "deaf", func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+			started <- struct{}{}
+			<-finish // deaf to its context
+			return textResult("finished anyway"), nil
+		})
+	}
+	// No bus, and re-reads an hour apart: A hears of nothing.
+	a, b := taskReplicas(t, false, register, server.WithTaskPollInterval(time.Hour))
+	id := a.create(t, "deaf", nil)
+	recv(t, started, "the work to start")
+	r, _ := b.call(1, mcp.MethodTasksCancel, tasked(P{"taskId": id}))
+	r.ok(t)
+	close(finish)
+	// The work's result is written (or not) before the runner's
+	// goroutines end, which Shutdown waits for.
+	shutdown(t, a.srv)
+	if task := b.task(t, id); task["status"] != string(mcp.TaskCancelled) {
+		t.Errorf("the late result undid the cancel: %v", task)
+	}
+}
