@@ -1,7 +1,3 @@
-//go:build tasksrv
-
-// Built with -tags tasksrv until the server side of tasks is merged.
-
 package inmem_test
 
 import (
