@@ -274,8 +274,8 @@ func TestTaskE2EInput(t *testing.T) {
 		return &mcp.ElicitResult{Action: "accept", Content: map[string]jsontext.Value{"name": jsontext.Value(`"Ada"`)}}, nil
 	}))
 	states := newTaskStates()
-	res, err := c.CallTool(context.Background(), "greet", nil, WithTaskStatus(states.add))
-	if got := resultText(t, callResult{res, err}); got != "hello Ada" {
+	ch := callAsync(context.Background(), c, "greet", nil, WithTaskStatus(states.add))
+	if got := resultText(t, await(t, ch)); got != "hello Ada" {
 		t.Errorf("result = %q", got)
 	}
 	if n := asked.Load(); n != 1 {
@@ -297,8 +297,8 @@ func TestTaskE2EFailed(t *testing.T) {
 		})
 	}))
 	states := newTaskStates()
-	_, taskErr := primed(t, f).CallTool(context.Background(), "broken", nil, WithTaskStatus(states.add))
-	_, syncErr := primed(t, f, WithoutTasks()).CallTool(context.Background(), "broken", nil)
+	taskErr := await(t, callAsync(context.Background(), primed(t, f), "broken", nil, WithTaskStatus(states.add))).err
+	syncErr := await(t, callAsync(context.Background(), primed(t, f, WithoutTasks()), "broken", nil)).err
 	var a, b *RPCError
 	if !errors.As(taskErr, &a) || !errors.As(syncErr, &b) {
 		t.Fatalf("errors = %v (task), %v (at once); want RPC errors", taskErr, syncErr)
@@ -380,13 +380,12 @@ func TestTaskE2EWithoutTasks(t *testing.T) {
 	steps := make(chan string)
 	close(steps)
 	stepTool(t, f.srv, "tasky", steps, nil, server.RequireTasks())
-	_, err := primed(t, f, WithoutTasks()).CallTool(context.Background(), "tasky", nil)
+	err := await(t, callAsync(context.Background(), primed(t, f, WithoutTasks()), "tasky", nil)).err
 	var rpc *RPCError
 	if !errors.As(err, &rpc) || rpc.Code != mcp.CodeMissingRequiredCapability || !strings.Contains(string(rpc.Data), mcp.ExtensionTasks) {
 		t.Errorf("err = %v, want -32021 naming the tasks extension", err)
 	}
-	res, err := primed(t, f).CallTool(context.Background(), "tasky", nil)
-	if got := resultText(t, callResult{res, err}); got != "done" {
+	if got := resultText(t, await(t, callAsync(context.Background(), primed(t, f), "tasky", nil))); got != "done" {
 		t.Errorf("with tasks: %q", got)
 	}
 }

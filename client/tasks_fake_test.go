@@ -157,7 +157,7 @@ func TestTaskPolledInputDeduped(t *testing.T) {
 	}))
 	var states []string
 	var progress []string
-	res, err := c.CallTool(context.Background(), "slow", nil,
+	res, err := c.CallTool(testCtx(t), "slow", nil,
 		WithTaskStatus(func(task mcp.Task) { states = append(states, string(task.Status)+":"+task.StatusMessage) }),
 		WithProgress(func(p float64, _ *float64, msg string) { progress = append(progress, fmt.Sprintf("%g %s", p, msg)) }))
 	must(t, err)
@@ -216,7 +216,7 @@ func TestTaskForOtherMethodInvalid(t *testing.T) {
 		t.Errorf("prompts/get answered with a task: err = %v", err)
 	}
 	off := rawClient(t, ts.URL+"/mcp", WithoutTasks())
-	if _, err := off.CallTool(context.Background(), "slow", nil); err == nil || !strings.Contains(err.Error(), "not a valid answer") {
+	if _, err := off.CallTool(testCtx(t), "slow", nil); err == nil || !strings.Contains(err.Error(), "not a valid answer") {
 		t.Errorf("WithoutTasks, tools/call answered with a task: err = %v", err)
 	}
 	f.mu.Lock()
@@ -233,7 +233,7 @@ func TestTaskOutcomes(t *testing.T) {
 	t.Run("failed", func(t *testing.T) {
 		f := &fakeTasks{states: []string{`"status":"failed","error":{"code":-32603,"message":"rate limited","data":{"retry":5}}`}}
 		ts, _ := rawServer(t, f.serve)
-		_, err := rawClient(t, ts.URL+"/mcp").CallTool(context.Background(), "slow", nil)
+		_, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil)
 		var rpc *RPCError
 		if !errors.As(err, &rpc) || rpc.Code != -32603 || rpc.Message != "rate limited" || string(rpc.Data) != `{"retry":5}` {
 			t.Errorf("err = %#v, want the task's JSON-RPC error", err)
@@ -242,7 +242,7 @@ func TestTaskOutcomes(t *testing.T) {
 	t.Run("cancelled", func(t *testing.T) {
 		f := &fakeTasks{states: []string{`"status":"cancelled","statusMessage":"operator stopped it"`}}
 		ts, _ := rawServer(t, f.serve)
-		_, err := rawClient(t, ts.URL+"/mcp").CallTool(context.Background(), "slow", nil)
+		_, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil)
 		if !errors.Is(err, ErrTaskCancelled) || !strings.Contains(err.Error(), "operator stopped it") {
 			t.Errorf("err = %v, want ErrTaskCancelled with the message", err)
 		}
@@ -250,7 +250,7 @@ func TestTaskOutcomes(t *testing.T) {
 	t.Run("no handler", func(t *testing.T) {
 		f := &fakeTasks{states: []string{`"status":"input_required","inputRequests":{"k":{"method":"sampling/createMessage","params":{}}}`}}
 		ts, _ := rawServer(t, f.serve)
-		_, err := rawClient(t, ts.URL+"/mcp").CallTool(context.Background(), "slow", nil)
+		_, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil)
 		if err == nil || !strings.Contains(err.Error(), `input "k": no sampling handler`) {
 			t.Errorf("err = %v", err)
 		}
@@ -559,9 +559,17 @@ func TestTaskRefusedErrors(t *testing.T) {
 func TestTaskGone(t *testing.T) {
 	f := &fakeTasks{states: []string{`"status":"working"`}, getErr: `{"code":-32602,"message":"Failed to retrieve task: Task not found"}`}
 	ts, _ := rawServer(t, f.serve)
-	_, err := rawClient(t, ts.URL+"/mcp").CallTool(context.Background(), "slow", nil)
+	_, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil)
 	var rpc *RPCError
 	if !errors.As(err, &rpc) || rpc.Code != -32602 || !strings.Contains(err.Error(), fakeTaskID) {
 		t.Errorf("err = %v, want the -32602 naming the task", err)
 	}
+}
+
+// testCtx bounds a call a test makes on its own goroutine, so that a
+// follower that never ends fails the test instead of hanging it.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
 }
