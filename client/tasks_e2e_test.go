@@ -165,12 +165,14 @@ func taskFixture(t testing.TB, poll time.Duration, hopts ...fixtureOpts) *fixtur
 
 // TestTaskE2EListen: a task whose states the client learns through its
 // listen: once the listen is open, a status message and the result arrive
-// without a poll (the server's interval is too long to matter).
+// without a poll (the server's interval is too long to matter), however
+// long after the request timeout.
 func TestTaskE2EListen(t *testing.T) {
 	f := taskFixture(t, slowPoll)
 	steps := make(chan string)
 	stepTool(t, f.srv, "slow", steps, nil)
-	c := primed(t, f)
+	const timeout = 250 * time.Millisecond
+	c := primed(t, f, WithTimeout(timeout))
 	states := newTaskStates()
 	var progress []string
 	ch := callAsync(context.Background(), c, "slow", nil, WithTaskStatus(states.add),
@@ -180,6 +182,12 @@ func TestTaskE2EListen(t *testing.T) {
 		t.Fatalf("first state = %+v", first)
 	}
 	waitUntil(t, "the listen", func() bool { return f.rec.count(mcp.MethodListen) == 1 })
+	// The request timeout does not bound the listen.
+	observe(t, 2*timeout, func(time.Duration) {
+		if f.rec.answered(mcp.MethodListen) != 0 {
+			t.Fatal("the listen ended")
+		}
+	})
 	step(t, steps, "halfway")
 	states.waitFor(t, "the status message", messageIs("halfway"))
 	gets := f.rec.count(mcp.MethodTasksGet)
@@ -219,18 +227,23 @@ func noListen(next http.Handler) http.Handler {
 }
 
 // TestTaskE2EPolled: where no listen can be had, the task is polled at
-// the interval the server suggests until it ends.
+// the interval the server suggests until it ends. The request timeout
+// bounds each poll, not the task, which lasts longer.
 func TestTaskE2EPolled(t *testing.T) {
 	f := taskFixture(t, 100*time.Millisecond)
 	url := newFixtureHandler(t, noListen(f.rec))
 	steps := make(chan string)
 	stepTool(t, f.srv, "slow", steps, nil)
-	c := rawClient(t, url)
+	const timeout = 250 * time.Millisecond
+	c := rawClient(t, url, WithTimeout(timeout))
 	states := newTaskStates()
+	start := time.Now()
 	ch := callAsync(context.Background(), c, "slow", nil, WithTaskStatus(states.add))
 	step(t, steps, "started")
 	states.waitFor(t, "the status message", messageIs("started"))
-	waitUntil(t, "several polls", func() bool { return f.rec.answered(mcp.MethodTasksGet) >= 3 })
+	waitUntil(t, "polls for longer than the request timeout", func() bool {
+		return f.rec.answered(mcp.MethodTasksGet) >= 3 && time.Since(start) > 2*timeout
+	})
 	close(steps)
 	if got := resultText(t, await(t, ch)); got != "done" {
 		t.Errorf("result = %q", got)
