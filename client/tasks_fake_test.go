@@ -573,3 +573,41 @@ func testCtx(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestTaskAnswerResent: answers whose tasks/update did not get through
+// (the server unreachable for a moment) are sent again, without asking
+// the handler again.
+func TestTaskAnswerResent(t *testing.T) {
+	elicit := `"inputRequests":{"k":{"method":"elicitation/create","params":{"mode":"form","message":"?","requestedSchema":{"type":"object"}}}}`
+	f := &fakeTasks{states: []string{`"status":"input_required","pollIntervalMs":100,` + elicit}}
+	ts, _ := rawServer(t, f.serve)
+	var failed atomic.Bool
+	url := newFixtureHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(mcp.HeaderMethod) == mcp.MethodTasksUpdate && !failed.Swap(true) {
+			http.Error(w, "restarting", http.StatusServiceUnavailable)
+			return
+		}
+		if r.Header.Get(mcp.HeaderMethod) == mcp.MethodTasksUpdate {
+			f.setStates(`"status":"completed","result":{"content":[{"type":"text","text":"ok"}]}`)
+		}
+		proxyTo(w, r, ts.URL)
+	}))
+	var asked atomic.Int32
+	c := rawClient(t, url+"/mcp", WithElicitation(func(context.Context, jsontext.Value) (*mcp.ElicitResult, error) {
+		asked.Add(1)
+		return &mcp.ElicitResult{Action: "accept"}, nil
+	}))
+	res, err := c.CallTool(testCtx(t), "slow", nil)
+	must(t, err)
+	if *res.Content[0].Text != "ok" {
+		t.Errorf("result = %+v", res)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("handler asked %d times, want 1", n)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.updates) != 1 || !failed.Load() {
+		t.Errorf("tasks/update reaching the server = %d (after a failure: %v), want 1", len(f.updates), failed.Load())
+	}
+}
