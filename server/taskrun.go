@@ -216,7 +216,7 @@ func (tr *taskRun) ask(round int, ir *InputRequired) (map[string]jsontext.Value,
 	for k, r := range ir.Requests {
 		wire[k+suffix], back[k+suffix] = r, k
 	}
-	rec, err := tr.s.updateTask(tr.io, tr.id, tr.principal, func(rec *taskRecord) bool {
+	rec, err := tr.record("input_required", func(rec *taskRecord) bool {
 		if rec.Status.Terminal() {
 			return false
 		}
@@ -285,7 +285,7 @@ func (tr *taskRun) settle(res *mcp.CallToolResult, err error) {
 		}
 		set = func(rec *taskRecord) { rec.Status, rec.Result = mcp.TaskCompleted, b }
 	}
-	_, err = tr.s.updateTask(tr.io, tr.id, tr.principal, func(rec *taskRecord) bool {
+	_, err = tr.record("the outcome", func(rec *taskRecord) bool {
 		if rec.Status.Terminal() {
 			return false
 		}
@@ -295,6 +295,47 @@ func (tr *taskRun) settle(res *mcp.CallToolResult, err error) {
 	})
 	if err != nil && !errors.Is(err, errTaskNotFound) {
 		tr.s.log.Error("mcp: a finished task could not be recorded", "task", tr.id, "err", err)
+	}
+}
+
+// Bounds of the waits between a runner's tries to record a change the
+// store failed to take: quick at first, for a blip, then a few seconds
+// apart, for an outage.
+const (
+	recordRetryMin = 20 * time.Millisecond
+	recordRetryMax = 2 * time.Second
+)
+
+// record makes change to the task as updateTask does, and tries again
+// while the store fails, until the change lands, the task is gone, or the
+// runner's store I/O ends (the TTL passed, or Shutdown gave up waiting).
+// The runner alone knows what the work did: a change it gave up on at
+// the first failure would leave the task working, its result lost, until
+// the TTL. Once the store is back the change lands, and the task's
+// listeners hear of it. what names the change in the log.
+func (tr *taskRun) record(what string, change func(*taskRecord) bool) (*taskRecord, error) {
+	wait := recordRetryMin
+	for tries := 1; ; tries++ {
+		rec, err := tr.s.updateTask(tr.io, tr.id, tr.principal, change)
+		switch {
+		case err == nil:
+			if tries > 1 {
+				tr.s.log.Info("mcp: a task's change was recorded after all", "task", tr.id, "change", what, "tries", tries)
+			}
+			return rec, nil
+		case errors.Is(err, errTaskNotFound), tr.io.Err() != nil:
+			return nil, err
+		case tries == 1:
+			tr.s.log.Warn("mcp: a task's change could not be recorded; trying again", "task", tr.id, "change", what, "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-tr.io.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, recordRetryMax)
 	}
 }
 
