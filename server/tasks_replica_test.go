@@ -300,3 +300,63 @@ func TestTaskStoreOutage(t *testing.T) {
 		t.Errorf("result %q", text)
 	}
 }
+
+// stallStore is a task store whose next calls, as many as stall says,
+// never answer: they wait for their context, as a request whose reply
+// was lost does.
+type stallStore struct {
+	bus.TaskStore
+	mu    sync.Mutex
+	stall int
+}
+
+func (s *stallStore) stalls(ctx context.Context) error {
+	s.mu.Lock()
+	stall := s.stall > 0
+	if stall {
+		s.stall--
+	}
+	s.mu.Unlock()
+	if !stall {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *stallStore) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	if err := s.stalls(ctx); err != nil {
+		return nil, 0, err
+	}
+	return s.TaskStore.Get(ctx, id)
+}
+
+// TestTaskStoreCallLost: the runner's call to record how the work ended
+// never answers. The runner gives up on it within seconds, not at the
+// TTL, and records the outcome with its next try.
+func TestTaskStoreCallLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &stallStore{TaskStore: bus.NewLocalTasks()}
+		h := newHarness(t, server.WithTaskStore(store), server.WithTaskTTL(time.Hour), server.WithTaskPollInterval(time.Hour),
+			server.WithLogger(slog.New(slog.DiscardHandler)))
+		blk := newBlocker()
+		addTaskTool(t, h.srv, "job", blk.work)
+		id := h.create(t, "job", nil)
+		blk.waitStart(t)
+		store.mu.Lock()
+		store.stall = 1
+		store.mu.Unlock()
+		close(blk.release)
+		<-blk.ended
+		synctest.Wait() // the runner waits for the lost call
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if task := h.task(t, id); task["status"] != string(mcp.TaskCompleted) {
+			t.Errorf("a minute on: %v", task)
+		}
+		// A runner still waiting is cut short once Shutdown gives up.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = h.srv.Shutdown(ctx)
+	})
+}
