@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/bus"
 	"tidings/internal/clustertest"
 	"tidings/internal/sse"
 	"tidings/internal/testlb"
@@ -41,12 +42,22 @@ type taskEnv struct {
 	url    string // the balancer's /mcp
 	hc     *http.Client
 	served *journal
+	// br is the broker, which a test may take down and bring back (the
+	// local bus has none: nil).
+	br interface {
+		Down()
+		Up()
+	}
 	// after is the rotation the balancer follows: after[i] is the replica
 	// that takes the request after one that replica i took.
 	after []int
 	// last is the replica that took the last request sent.
 	last int
 	ids  int64
+	// broken is set by a test that breaks the cluster on purpose (loses
+	// messages on the bus, kills a replica): its buses are not held to a
+	// clean run.
+	broken bool
 
 	// rounds hears of every round of the "ask" tool's work, and gate lets
 	// the round go on: each round waits for a token before it returns.
@@ -125,7 +136,7 @@ const (
 // re-read a running task only once an hour: the runner hears of an
 // answer or a cancel made through another replica over the bus, or the
 // test times out.
-func forEachTaskSetUp(t *testing.T, fn func(t *testing.T, e *taskEnv)) {
+func forEachTaskSetUp(t *testing.T, fn func(t *testing.T, e *taskEnv), bopts ...bus.Option) {
 	for _, b := range append(buses(), busKind{"local", func(testing.TB) interface{ URL() string } { return noBroker{} }}) {
 		for _, lb := range balancers() {
 			if b.name == "local" && lb.name != "goproxy" {
@@ -133,11 +144,15 @@ func forEachTaskSetUp(t *testing.T, fn func(t *testing.T, e *taskEnv)) {
 			}
 			t.Run(b.name+"/"+lb.name, func(t *testing.T) {
 				br := b.start(t)
+				outage, _ := br.(interface {
+					Down()
+					Up()
+				})
 				e := &taskEnv{t: t, served: &journal{byID: map[string]served{}},
 					rounds: make(chan round, 8), gate: make(chan struct{}),
-					jobs: make(chan string, 8), ended: make(chan jobEnd, 8)}
+					jobs: make(chan string, 8), ended: make(chan jobEnd, 8), br: outage}
 				e.c = clustertest.Start(t, clustertest.Options{
-					Bus: br.URL(), Tasks: true,
+					Bus: br.URL(), Tasks: true, BusOptions: bopts,
 					Server: []server.Option{server.WithTaskPollInterval(time.Hour)},
 					ReplicaServer: func(r *clustertest.Replica) []server.Option {
 						return []server.Option{server.WithMiddleware(e.served.middleware(int(r.Name[0] - 'A')))}
@@ -151,6 +166,9 @@ func forEachTaskSetUp(t *testing.T, fn func(t *testing.T, e *taskEnv)) {
 				e.hc = &http.Client{Transport: tr}
 				e.learnRotation()
 				fn(t, e)
+				if e.broken {
+					return
+				}
 				for _, r := range e.c.Replicas {
 					if st := r.Bus.Stats(); st.Gaps+st.Resyncs+st.Stale+st.Dropped+st.Invalid != 0 || !st.Connected {
 						t.Errorf("replica %s: %+v, want a clean run", r.Name, st)
@@ -743,6 +761,119 @@ func TestTaskPolledAtOnceElsewhere(t *testing.T) {
 			if end := recv(t, e.ended, "the work to end"); end.byOwnChoice {
 				t.Fatal("the work was released, not cancelled")
 			}
+		}
+	})
+}
+
+// isTaskChange matches the bus messages that tell of a change of task id.
+func isTaskChange(id string) func([]byte) bool {
+	return func(msg []byte) bool {
+		var m struct {
+			Type string `json:"type"`
+			Task string `json:"task"`
+		}
+		return json.Unmarshal(msg, &m) == nil && m.Type == "change" && m.Task == id
+	}
+}
+
+// TestTaskAnswerLostOnTheBus: the bus loses the news of an answer given
+// through a replica other than the runner's. The runner, which re-reads
+// the task only once an hour, finds the gap at the sender's next
+// heartbeat, re-reads what it follows, and resumes the work; a listen on
+// the third replica hears the change as well.
+func TestTaskAnswerLostOnTheBus(t *testing.T) {
+	forEachTaskSetUp(t, func(t *testing.T, e *taskEnv) {
+		e.broken = true
+		id := e.create(runner, "alice", "ask")
+		recv(t, e.rounds, "the work to start")
+		l := e.listenOn(poller, "alice's listen", "alice", map[string]any{"taskIds": []string{id}})
+		l.expectTask(t, id, mcp.TaskWorking)
+		e.open()
+		l.expectTask(t, id, mcp.TaskInputRequired)
+		sender := e.c.Replicas[listener]
+		gaps := e.c.Replicas[runner].Bus.Stats().Gaps
+		sender.Faults.Drop(1, isTaskChange(id))
+		e.on(listener, "alice", mcp.MethodTasksUpdate, id,
+			map[string]any{"taskId": id, "inputResponses": map[string]any{"q.1": accepted("lost")}}).ok(t, "tasks/update")
+		if r := recv(t, e.rounds, "the runner to take up the answer"); r.replica != e.c.Replicas[runner].Name || r.answer != "lost" {
+			t.Fatalf("the second round: %+v", r)
+		}
+		if st := e.c.Replicas[runner].Bus.Stats(); st.Gaps == gaps {
+			t.Errorf("the runner saw no gap (%+v): the news was not lost", st)
+		}
+		l.expectTask(t, id, mcp.TaskWorking)
+		e.open()
+		if text := resultText(l.expectTask(t, id, mcp.TaskCompleted)); text != "told lost" {
+			t.Errorf("the result %q", text)
+		}
+	}, bus.WithHeartbeat(50*time.Millisecond))
+}
+
+// TestTaskRunnerKilled: the replica running a task dies. Its shutdown
+// fails the task, and a listen on another replica hears so; tasks/get
+// through the others reports it failed.
+func TestTaskRunnerKilled(t *testing.T) {
+	forEachTaskSetUp(t, func(t *testing.T, e *taskEnv) {
+		id := e.create(runner, "alice", "job")
+		recv(t, e.jobs, "the work to start")
+		l := e.listenOn(listener, "alice's listen", "alice", map[string]any{"taskIds": []string{id}})
+		l.expectTask(t, id, mcp.TaskWorking)
+		e.broken = true
+		if err := e.c.Replicas[runner].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if end := recv(t, e.ended, "the work to end"); end.byOwnChoice {
+			t.Fatal("the work was released, not stopped")
+		}
+		if task := l.expectTask(t, id, mcp.TaskFailed); !strings.Contains(fmt.Sprint(task["error"]), "shut down") {
+			t.Errorf("the task failed with %v, want the shutdown", task["error"])
+		}
+		// The balancer passes the dead replica by.
+		for range 2 * len(e.c.Replicas) {
+			r, at := e.rpc("alice", mcp.MethodTasksGet, id, map[string]any{"taskId": id})
+			if task := r.ok(t, "tasks/get"); at == runner || task["status"] != string(mcp.TaskFailed) {
+				t.Fatalf("tasks/get on %s: %v", e.c.Replicas[at].Name, task)
+			}
+		}
+	})
+}
+
+// TestTaskFinishedDuringOutage: the work of a task ends while the broker
+// is down, so that its runner cannot record how it ended. Once the broker
+// is back the task completes with the work's result, and a listen opened
+// afterwards hears it.
+func TestTaskFinishedDuringOutage(t *testing.T) {
+	forEachTaskSetUp(t, func(t *testing.T, e *taskEnv) {
+		if e.br == nil {
+			t.Skip("the local bus has no broker to take down")
+		}
+		e.broken = true
+		id := e.create(runner, "alice", "job")
+		recv(t, e.jobs, "the work to start")
+		e.br.Down()
+		e.open() // the work ends, and its result has nowhere to go
+		if end := recv(t, e.ended, "the work to end"); !end.byOwnChoice {
+			t.Fatalf("the work was stopped: %+v", end)
+		}
+		e.br.Up()
+		for _, r := range e.c.Replicas {
+			clustertest.WaitFor(t, "replica "+r.Name+" to reconnect", func() bool { return r.Bus.Stats().Connected })
+		}
+		// Each replica's store reconnects in its own time: until then a
+		// read through it fails (-32603).
+		for i, r := range e.c.Replicas {
+			var task map[string]any
+			clustertest.WaitFor(t, "the task to complete, through "+r.Name, func() bool {
+				task = e.on(i, "alice", mcp.MethodTasksGet, id, map[string]any{"taskId": id}).Result
+				return task != nil && task["status"] == string(mcp.TaskCompleted)
+			})
+			if text := resultText(task); text != "released" {
+				t.Errorf("the result %q, through %s", text, r.Name)
+			}
+		}
+		l := e.listenOn(listener, "alice's listen", "alice", map[string]any{"taskIds": []string{id}})
+		if text := resultText(l.expectTask(t, id, mcp.TaskCompleted)); text != "released" {
+			t.Errorf("the listen told the result %q", text)
 		}
 	})
 }
