@@ -159,6 +159,30 @@ func (tr *taskRun) call(req *ToolRequest) (res *mcp.CallToolResult, err error) {
 	return tr.work(req.ctx, req)
 }
 
+// storeCallTimeout bounds each of a runner's own calls of the task store
+// (one read, or one change with its compare-and-swap retries). A store
+// waits as long as its context lets it, and the runner's lasts the
+// task's TTL: a call whose answer was lost (a NATS request sent as the
+// client reconnects, say) would otherwise hold the runner for an hour,
+// deaf to cancels and unable to record what the work did. A call cut
+// short is tried again as one that failed.
+const storeCallTimeout = 5 * time.Second
+
+// load reads the task, as its runner, within ctx and storeCallTimeout.
+func (tr *taskRun) load(ctx context.Context) (*taskRecord, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	defer cancel()
+	return tr.s.loadTask(ctx, tr.id, tr.principal)
+}
+
+// update changes the task (see updateTask), as its runner, within the
+// runner's store I/O and storeCallTimeout.
+func (tr *taskRun) update(change func(*taskRecord) bool) (*taskRecord, error) {
+	ctx, cancel := context.WithTimeout(tr.io, storeCallTimeout)
+	defer cancel()
+	return tr.s.updateTask(ctx, tr.id, tr.principal, change)
+}
+
 // watch follows the task's record until ctx ends: on every change it
 // hears of, and every poll interval in case an event was lost, it reads
 // the record; a finished or vanished task stops the work, anything else
@@ -174,7 +198,7 @@ func (tr *taskRun) watch(ctx context.Context) {
 			tr.sub.TakeTasks(nil)
 		case <-tick.C:
 		}
-		rec, err := tr.s.loadTask(ctx, tr.id, tr.principal)
+		rec, err := tr.load(ctx)
 		switch {
 		case errors.Is(err, errTaskNotFound):
 			tr.cancel(errTaskGone)
@@ -216,7 +240,7 @@ func (tr *taskRun) ask(round int, ir *InputRequired) (map[string]jsontext.Value,
 	for k, r := range ir.Requests {
 		wire[k+suffix], back[k+suffix] = r, k
 	}
-	rec, err := tr.s.updateTask(tr.io, tr.id, tr.principal, func(rec *taskRecord) bool {
+	rec, err := tr.record("input_required", func(rec *taskRecord) bool {
 		if rec.Status.Terminal() {
 			return false
 		}
@@ -235,7 +259,7 @@ func (tr *taskRun) ask(round int, ir *InputRequired) (map[string]jsontext.Value,
 			return nil, context.Cause(tr.ctx)
 		case <-tr.changed:
 		}
-		rec, err := tr.s.loadTask(tr.io, tr.id, tr.principal)
+		rec, err := tr.load(tr.io)
 		if err != nil {
 			if errors.Is(err, errTaskNotFound) {
 				return nil, err
@@ -285,7 +309,7 @@ func (tr *taskRun) settle(res *mcp.CallToolResult, err error) {
 		}
 		set = func(rec *taskRecord) { rec.Status, rec.Result = mcp.TaskCompleted, b }
 	}
-	_, err = tr.s.updateTask(tr.io, tr.id, tr.principal, func(rec *taskRecord) bool {
+	_, err = tr.record("the outcome", func(rec *taskRecord) bool {
 		if rec.Status.Terminal() {
 			return false
 		}
@@ -295,6 +319,47 @@ func (tr *taskRun) settle(res *mcp.CallToolResult, err error) {
 	})
 	if err != nil && !errors.Is(err, errTaskNotFound) {
 		tr.s.log.Error("mcp: a finished task could not be recorded", "task", tr.id, "err", err)
+	}
+}
+
+// Bounds of the waits between a runner's tries to record a change the
+// store failed to take: quick at first, for a blip, then a few seconds
+// apart, for an outage.
+const (
+	recordRetryMin = 20 * time.Millisecond
+	recordRetryMax = 2 * time.Second
+)
+
+// record makes change to the task as updateTask does, and tries again
+// while the store fails, until the change lands, the task is gone, or the
+// runner's store I/O ends (the TTL passed, or Shutdown gave up waiting).
+// The runner alone knows what the work did: a change it gave up on at
+// the first failure would leave the task working, its result lost, until
+// the TTL. Once the store is back the change lands, and the task's
+// listeners hear of it. what names the change in the log.
+func (tr *taskRun) record(what string, change func(*taskRecord) bool) (*taskRecord, error) {
+	wait := recordRetryMin
+	for tries := 1; ; tries++ {
+		rec, err := tr.update(change)
+		switch {
+		case err == nil:
+			if tries > 1 {
+				tr.s.log.Info("mcp: a task's change was recorded after all", "task", tr.id, "change", what, "tries", tries)
+			}
+			return rec, nil
+		case errors.Is(err, errTaskNotFound), tr.io.Err() != nil:
+			return nil, err
+		case tries == 1:
+			tr.s.log.Warn("mcp: a task's change could not be recorded; trying again", "task", tr.id, "change", what, "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-tr.io.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, recordRetryMax)
 	}
 }
 
@@ -333,7 +398,7 @@ func (tr *taskRun) progress(message string) error {
 	if message == "" {
 		return nil
 	}
-	_, err := tr.s.updateTask(tr.io, tr.id, tr.principal, func(rec *taskRecord) bool {
+	_, err := tr.update(func(rec *taskRecord) bool {
 		if rec.Status.Terminal() || rec.Message == message {
 			return false
 		}

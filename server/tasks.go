@@ -47,8 +47,12 @@ const maxListenTasks = 1000
 // cancels a task through whichever replica it lands on; give them a bus
 // too (WithBus), or the replica running a task hears of an answer or a
 // cancel made elsewhere only when it next reads the store, up to one
-// poll interval later. The server owns st from then on: Shutdown closes
-// it. Like every task option, it makes the server offer tasks.
+// poll interval later. While the store fails (a broker outage), the
+// replica running a task keeps trying to record what the work did, its
+// outcome or its requests for input, until the store takes it, the TTL
+// passes or Shutdown gives up waiting. The server owns st from then on:
+// Shutdown closes it. Like every task option, it makes the server offer
+// tasks.
 func WithTaskStore(st bus.TaskStore) Option {
 	return func(c *config) { c.taskStore, c.taskOpts = st, true }
 }

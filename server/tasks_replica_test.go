@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -209,4 +210,153 @@ func TestTaskCancelWinsOverLateResult(t *testing.T) {
 	if task := b.task(t, id); task["status"] != string(mcp.TaskCancelled) {
 		t.Errorf("the late result undid the cancel: %v", task)
 	}
+}
+
+// outageStore is a task store that refuses every call while it is down,
+// as a broker outage would, telling refused of each refusal.
+type outageStore struct {
+	bus.TaskStore
+	mu      sync.Mutex
+	down    bool
+	refused chan string
+}
+
+func (s *outageStore) setDown(down bool) {
+	s.mu.Lock()
+	s.down = down
+	s.mu.Unlock()
+}
+
+var errOutage = errors.New("the store is down")
+
+// refuse reports whether the store is down, and tells so.
+func (s *outageStore) refuse(op string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		select {
+		case s.refused <- op:
+		default:
+		}
+	}
+	return s.down
+}
+
+func (s *outageStore) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	if s.refuse("get") {
+		return nil, 0, errOutage
+	}
+	return s.TaskStore.Get(ctx, id)
+}
+
+func (s *outageStore) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
+	if s.refuse("update") {
+		return 0, errOutage
+	}
+	return s.TaskStore.Update(ctx, id, rec, rev)
+}
+
+// TestTaskStoreOutage: work that ends, or asks for input, while the task
+// store is down is recorded once the store is back: the task completes
+// with the work's result, or waits for input, rather than staying
+// working until its TTL (or completing with the store's error).
+func TestTaskStoreOutage(t *testing.T) {
+	store := &outageStore{TaskStore: bus.NewLocalTasks(), refused: make(chan string, 1)}
+	// Re-reads an hour apart: nothing but the runner's own retries
+	// records the outcome.
+	h := taskServer(t, server.WithTaskStore(store), server.WithTaskPollInterval(time.Hour), server.WithLogger(slog.New(slog.DiscardHandler)))
+	blk := newBlocker()
+	addTaskTool(t, h.srv, "job", blk.work)
+	gate := make(chan struct{})
+	addTaskTool(t, h.srv, "ask", func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		<-gate
+		if v := got(req, "q"); v != "" {
+			return textResult("told " + v), nil
+		}
+		return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"q": elicit("q?")}}
+	})
+	outage := func(during func()) {
+		t.Helper()
+		store.setDown(true)
+		during()
+		recv(t, store.refused, "the runner to meet the outage")
+		store.setDown(false)
+	}
+
+	id := h.create(t, "job", nil)
+	blk.waitStart(t)
+	outage(func() { close(blk.release) })
+	if text := resultText(t, h.waitTask(t, id, "the result to be recorded", isStatus(mcp.TaskCompleted))); text != "released" {
+		t.Errorf("result %q", text)
+	}
+
+	id = h.create(t, "ask", nil)
+	outage(func() { gate <- struct{}{} })
+	h.waitTask(t, id, "the request for input to be recorded", isStatus(mcp.TaskInputRequired))
+	r, _ := h.call(1, mcp.MethodTasksUpdate, tasked(P{"taskId": id, "inputResponses": P{"q.1": accept("after")}}))
+	r.ok(t)
+	gate <- struct{}{}
+	if text := resultText(t, h.waitTask(t, id, "the task to complete", isStatus(mcp.TaskCompleted))); text != "told after" {
+		t.Errorf("result %q", text)
+	}
+}
+
+// stallStore is a task store whose next calls, as many as stall says,
+// never answer: they wait for their context, as a request whose reply
+// was lost does.
+type stallStore struct {
+	bus.TaskStore
+	mu    sync.Mutex
+	stall int
+}
+
+func (s *stallStore) stalls(ctx context.Context) error {
+	s.mu.Lock()
+	stall := s.stall > 0
+	if stall {
+		s.stall--
+	}
+	s.mu.Unlock()
+	if !stall {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *stallStore) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	if err := s.stalls(ctx); err != nil {
+		return nil, 0, err
+	}
+	return s.TaskStore.Get(ctx, id)
+}
+
+// TestTaskStoreCallLost: the runner's call to record how the work ended
+// never answers. The runner gives up on it within seconds, not at the
+// TTL, and records the outcome with its next try.
+func TestTaskStoreCallLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &stallStore{TaskStore: bus.NewLocalTasks()}
+		h := newHarness(t, server.WithTaskStore(store), server.WithTaskTTL(time.Hour), server.WithTaskPollInterval(time.Hour),
+			server.WithLogger(slog.New(slog.DiscardHandler)))
+		blk := newBlocker()
+		addTaskTool(t, h.srv, "job", blk.work)
+		id := h.create(t, "job", nil)
+		blk.waitStart(t)
+		store.mu.Lock()
+		store.stall = 1
+		store.mu.Unlock()
+		close(blk.release)
+		<-blk.ended
+		synctest.Wait() // the runner waits for the lost call
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if task := h.task(t, id); task["status"] != string(mcp.TaskCompleted) {
+			t.Errorf("a minute on: %v", task)
+		}
+		// A runner still waiting is cut short once Shutdown gives up.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = h.srv.Shutdown(ctx)
+	})
 }

@@ -12,8 +12,11 @@
 // The key is the SHA-256 of the -secret string, so any string will do
 // and the same string always gives the same key; the key is only as hard
 // to guess as the string. Without -secret every copy draws a random key
-// of its own. Tasks (of the tasks extension) are kept by each copy in its
-// own process, so a task is known only to the copy that created it.
+// of its own. Copies given the same -bus also keep their tasks (of the
+// tasks extension) in that broker's task store (bus.OpenTasks), so a task
+// created through one copy is polled, answered, cancelled and followed
+// through any; without -bus each copy keeps its tasks in its own process,
+// known only to the copy that created them.
 package main
 
 import (
@@ -46,10 +49,11 @@ type options struct {
 const busDialTimeout = 10 * time.Second
 
 // serverOptions turns the flags into options of the server: what makes
-// one copy a replica among others. The bus it opens is the server's to
-// close (Shutdown does); close returns it when no server takes it.
-func (o options) serverOptions(ctx context.Context, log *slog.Logger) (opts []server.Option, closeBus func(), err error) {
-	closeBus = func() {}
+// one copy a replica among others. The bus and the task store it opens
+// are the server's to close (Shutdown does); closeShared closes them when no
+// server takes them.
+func (o options) serverOptions(ctx context.Context, log *slog.Logger) (opts []server.Option, closeShared func(), err error) {
+	closeShared = func() {}
 	if o.secret != "" {
 		opts = append(opts, server.WithSecret(secretKey(o.secret)))
 	}
@@ -60,10 +64,18 @@ func (o options) serverOptions(ctx context.Context, log *slog.Logger) (opts []se
 		if err != nil {
 			return nil, nil, fmt.Errorf("join the other copies: %w", err)
 		}
-		opts = append(opts, server.WithBus(b))
-		closeBus = func() { _ = b.Close() }
+		// The tasks live where the bus is: a client polls, answers and
+		// cancels a task through whichever copy the balancer picks, and
+		// the copy running it hears of that over the bus.
+		ts, err := bus.OpenTasks(ctx, o.bus, bus.WithLogger(log))
+		if err != nil {
+			_ = b.Close()
+			return nil, nil, fmt.Errorf("share the tasks of the other copies: %w", err)
+		}
+		opts = append(opts, server.WithBus(b), server.WithTaskStore(ts))
+		closeShared = func() { _ = ts.Close(); _ = b.Close() }
 	}
-	return opts, closeBus, nil
+	return opts, closeShared, nil
 }
 
 // secretKey derives the key of -secret: its SHA-256, 32 bytes whatever
@@ -87,13 +99,13 @@ func main() {
 }
 
 func run(o options, log *slog.Logger) error {
-	opts, closeBus, err := o.serverOptions(context.Background(), log)
+	opts, closeShared, err := o.serverOptions(context.Background(), log)
 	if err != nil {
 		return err
 	}
 	srv, err := newServer(log, opts...)
 	if err != nil {
-		closeBus()
+		closeShared()
 		return err
 	}
 	ln, err := net.Listen("tcp", o.addr)

@@ -12,15 +12,19 @@
 // the process dies.
 //
 // The tests of this package are the cluster's own: replicas behind nginx
-// and Go's ReverseProxy over NATS and Redis, watched by tidings clients.
+// and Go's ReverseProxy over NATS and Redis, watched by tidings clients,
+// and tasks (Options.Tasks) started, followed, polled, answered and
+// cancelled through different replicas.
 package clustertest
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -58,11 +62,22 @@ type Options struct {
 	// opens the state of the Bus URL (bus.OpenState), or all share one
 	// bus.LocalState, so that what is switched on and off agrees.
 	SharedState bool
+	// Tasks gives every replica a server.WithTaskStore that all of them
+	// reach, as replicas behind a balancer need: a task created through
+	// one is polled, answered, cancelled and followed through any other.
+	// Each opens the task store of the Bus URL (bus.OpenTasks), or all
+	// share one bus.LocalTasks when Bus is empty.
+	Tasks bool
 	// Secret is the key every replica shares (default a fixed test key).
 	Secret []byte
 	// Server options apply to every replica, after WithBus, WithSecret
-	// and a discarding logger.
+	// and a discarding logger (and the shared state and task store).
 	Server []server.Option
+	// ReplicaServer, when set, gives options for one replica alone, after
+	// Server: a middleware that knows which replica it runs on, say. It
+	// is called before the replica's server exists; r has its Name, Bus
+	// and Faults.
+	ReplicaServer func(r *Replica) []server.Option
 	// Setup registers what a replica serves, before it serves anything.
 	Setup func(r *Replica) error
 }
@@ -102,8 +117,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 		bus.WithLogger(slog.New(slog.DiscardHandler))}, opts.BusOptions...)
 	var local *bus.Local
 	var localState *bus.LocalState
+	var localTasks *bus.LocalTasks
 	if opts.Bus == "" {
-		local, localState = bus.NewLocal(), bus.NewLocalState()
+		local, localState, localTasks = bus.NewLocal(), bus.NewLocalState(), bus.NewLocalTasks()
 	}
 	c := &Cluster{t: t}
 	for i := range opts.Replicas {
@@ -122,15 +138,38 @@ func Start(t testing.TB, opts Options) *Cluster {
 		r := &Replica{Name: string(rune('A' + i)), Faults: bustest.Wrap(conn)}
 		r.Bus = bus.New(r.Faults, bopts...)
 		sopts := []server.Option{server.WithBus(r.Bus), server.WithSecret(opts.Secret), server.WithLogger(slog.New(slog.DiscardHandler))}
+		// Until the server takes them (and closes them at Shutdown), what
+		// is opened for the replica is closed here if it cannot start.
+		opened := []io.Closer{r.Bus}
+		fail := func(err error) {
+			t.Helper()
+			for _, c := range slices.Backward(opened) {
+				_ = c.Close()
+			}
+			t.Fatalf("clustertest: replica %s: %v", r.Name, err)
+		}
 		if opts.SharedState {
 			st, err := openState(opts.Bus, localState)
 			if err != nil {
-				_ = r.Bus.Close()
-				t.Fatalf("clustertest: replica %s: %v", r.Name, err)
+				fail(err)
 			}
+			opened = append(opened, st)
 			sopts = append(sopts, server.WithSharedState(st))
 		}
+		if opts.Tasks {
+			ts, err := openTasks(opts.Bus, localTasks)
+			if err != nil {
+				fail(err)
+			}
+			// A shared LocalTasks closes to nothing, so when one replica
+			// is killed (its server closes its store) the others keep
+			// their tasks.
+			sopts = append(sopts, server.WithTaskStore(ts))
+		}
 		sopts = append(sopts, opts.Server...)
+		if opts.ReplicaServer != nil {
+			sopts = append(sopts, opts.ReplicaServer(r)...)
+		}
 		r.Server = server.New(mcp.Implementation{Name: "replica-" + r.Name, Version: "1"}, sopts...)
 		t.Cleanup(func() {
 			if err := r.Kill(); err != nil {
@@ -174,6 +213,21 @@ func openState(url string, local *bus.LocalState) (bus.State, error) {
 		return nil, fmt.Errorf("shared state: %w", err)
 	}
 	return st, nil
+}
+
+// openTasks opens the task store of the broker at url, or returns local
+// when url is empty.
+func openTasks(url string, local *bus.LocalTasks) (bus.TaskStore, error) {
+	if url == "" {
+		return local, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	ts, err := bus.OpenTasks(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return nil, fmt.Errorf("task store: %w", err)
+	}
+	return ts, nil
 }
 
 func (c *Cluster) servers() []*server.Server {
