@@ -16,8 +16,8 @@ import (
 // shows the task on its way, here its id being known.
 func ExampleWithTaskStatus() {
 	srv := server.New(mcp.Implementation{Name: "reports", Version: "1.0.0"})
-	_ = srv.AddTool(mcp.Tool{Name: "report"}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-		return req.RunAsTask(func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	_ = srv.AddTool(mcp.Tool{Name: "report"}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 			_ = req.Progress(1, nil, "counting pages")
 			return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("42 pages")}}, nil
 		})

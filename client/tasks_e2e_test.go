@@ -123,8 +123,8 @@ func resultText(t testing.TB, r callResult) string {
 // work's context ended, if it did.
 func stepTool(t testing.TB, srv *server.Server, name string, steps <-chan string, ended chan<- error, opts ...server.ItemOption) {
 	t.Helper()
-	must(t, srv.AddTool(mcp.Tool{Name: name, InputSchema: jsontext.Value(`{"type":"object"}`)}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-		return req.RunAsTask(func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	must(t, srv.AddTool(mcp.Tool{Name: name, InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 			for n := 1.0; ; n++ {
 				select {
 				case msg, ok := <-steps:
@@ -261,8 +261,8 @@ func TestTaskE2EPolled(t *testing.T) {
 // elicitation handler, once, and completes with the answer.
 func TestTaskE2EInput(t *testing.T) {
 	f := taskFixture(t, slowPoll)
-	must(t, f.srv.AddTool(mcp.Tool{Name: "greet", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-		return req.RunAsTask(func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	must(t, f.srv.AddTool(mcp.Tool{Name: "greet", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 			raw, ok := req.InputResponses["name"]
 			if !ok {
 				return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{
@@ -304,8 +304,8 @@ func TestTaskE2EInput(t *testing.T) {
 // error, the same error the call gets when the server answers it at once.
 func TestTaskE2EFailed(t *testing.T) {
 	f := taskFixture(t, slowPoll)
-	must(t, f.srv.AddTool(mcp.Tool{Name: "broken", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-		return req.RunAsTask(func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+	must(t, f.srv.AddTool(mcp.Tool{Name: "broken", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 			return nil, &jsonrpc.Error{Code: -32050, Message: "upstream gone", Data: jsontext.Value(`{"upstream":"db"}`)}
 		})
 	}))

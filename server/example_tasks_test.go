@@ -29,8 +29,8 @@ func ExampleToolRequest_RunAsTask() {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("the report is ready")}}, nil
 	}
-	_ = srv.AddTool(mcp.Tool{Name: "report"}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-		return req.RunAsTask(build)
+	_ = srv.AddTool(mcp.Tool{Name: "report"}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, build)
 	})
 	ts := httptest.NewServer(streamhttp.New(srv))
 	defer ts.Close()

@@ -50,8 +50,7 @@ func (s *Server) callTool(ctx context.Context, c *engine.Call, req *Request) eng
 	treq := &ToolRequest{Request: *req, Arguments: args, srv: s, tool: t}
 	treq.Request.out = req.out
 	res, err := withInput(ctx, &treq.Request, func() (*mcp.CallToolResult, error) {
-		treq.ctx = context.WithValue(ctx, ctxKey{}, &treq.Request)
-		return t.handler(treq.ctx, treq)
+		return t.handler(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
 	})
 	if err != nil {
 		var ir *InputRequired

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -149,11 +150,11 @@ type ToolRequest struct {
 	// the tool's input schema.
 	Arguments jsontext.Value
 
-	// What RunAsTask needs: the context the handler was given (for work
-	// run on the request itself), the server and the tool called.
-	ctx  context.Context
-	srv  *Server
-	tool *tool
+	// What RunAsTask needs: the server and the tool called; ranTask is
+	// set by the first RunAsTask, which a second one is refused by.
+	srv     *Server
+	tool    *tool
+	ranTask atomic.Bool
 }
 
 // PromptRequest is a prompts/get; Name is the prompt asked for, which

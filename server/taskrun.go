@@ -61,18 +61,14 @@ type taskRun struct {
 // newTaskRun prepares the run of task id, registered with the server's
 // task set so that Shutdown waits for it. It fails once Shutdown has
 // begun.
-func (s *Server) newTaskRun(id string, r *ToolRequest, work ToolHandler) (*taskRun, error) {
+func (s *Server) newTaskRun(ctx context.Context, id string, r *ToolRequest, work ToolHandler) (*taskRun, error) {
 	sub, err := s.hub.Subscribe(hub.Filter{Tasks: []string{id}, Principal: r.Principal})
 	if err != nil {
 		return nil, err
 	}
 	tr := &taskRun{s: s, id: id, principal: r.Principal, work: work, tool: r.tool, sub: sub, changed: make(chan struct{}, 1)}
-	base := r.ctx
-	if base == nil {
-		base = context.Background()
-	}
 	var ttlCtx context.Context
-	ttlCtx, tr.stopTTL = context.WithTimeoutCause(context.WithoutCancel(base), s.cfg.taskTTL, errTaskExpired)
+	ttlCtx, tr.stopTTL = context.WithTimeoutCause(context.WithoutCancel(ctx), s.cfg.taskTTL, errTaskExpired)
 	tr.ctx, tr.cancel = context.WithCancelCause(ttlCtx)
 	tr.io, tr.stopIO = context.WithTimeout(s.tasks.hard, s.cfg.taskTTL)
 	tr.first = tr.request(r.Request, r.Arguments, cloneAnswers(r.InputResponses), bytes.Clone(r.state))
@@ -96,7 +92,6 @@ func (tr *taskRun) request(from Request, args jsontext.Value, answers map[string
 		srv:       tr.s,
 		tool:      tr.tool,
 	}
-	r.ctx = context.WithValue(tr.ctx, ctxKey{}, &r.Request)
 	return r
 }
 
@@ -156,7 +151,7 @@ func (tr *taskRun) call(req *ToolRequest) (res *mcp.CallToolResult, err error) {
 			res, err = nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
 		}
 	}()
-	return tr.work(req.ctx, req)
+	return tr.work(context.WithValue(tr.ctx, ctxKey{}, &req.Request), req)
 }
 
 // storeCallTimeout bounds each of a runner's own calls of the task store

@@ -128,11 +128,14 @@ func tasksRequired() *jsonrpc.Error {
 // RunAsTask runs work as a task when the request allows it, and
 // otherwise runs it here and now; a handler ends with
 //
-//	return req.RunAsTask(work)
+//	return req.RunAsTask(ctx, work)
 //
 // where it wants to go asynchronous — at once, or after synchronous
 // rounds of input (InputRequired), so that a task starts only once it
-// has what it needs. One handler thus serves every client.
+// has what it needs. One handler thus serves every client. ctx is the
+// handler's own (or one derived from it): work run here and now gets it
+// as it is, deadline and values included, and a task's work gets its
+// values but not its end.
 //
 // A task is created when this request declared the tasks extension in
 // its own client capabilities (never because an earlier request did), it
@@ -142,32 +145,38 @@ func tasksRequired() *jsonrpc.Error {
 // after the answer finds it; work then runs on a goroutine the server
 // owns, and RunAsTask returns an error that the server turns into the
 // call's answer, a CreateTaskResult. Return it as it is. A task that
-// cannot be stored, or one asked for once Shutdown has begun, is a -32603
-// *jsonrpc.Error instead. Otherwise (and inside a task's own work) work
-// runs on this request and its outcome is returned, to be the call's.
+// cannot be stored, one asked for once Shutdown has begun, or one beyond
+// the limits of running tasks (WithMaxTasks) is a -32603 *jsonrpc.Error
+// instead. Otherwise (and inside a task's own work) work runs on this
+// request and its outcome is returned, to be the call's. RunAsTask runs
+// work once per request: a second call on the same request is a
+// -32603 *jsonrpc.Error, logged, since a second task would be one that
+// no client hears of.
 //
 // Inside a task, work gets a ToolRequest with the same Name, Arguments,
 // Principal and Capabilities (and at first the same InputResponses and
-// State), and TaskID names the task. Its context has the request's
-// values but not its end: it ends when the client cancels the task, when
-// the task's TTL passes, or when the server shuts down. What work
-// returns settles the task: a result completes it (one with isError
-// too); a plain error completes it with an isError result, as a call's
-// would; a *jsonrpc.Error, or a panic (-32603), fails it with that
-// error; an *InputRequired puts it in input_required, and once the
-// client has answered every request (with tasks/update) work runs again
-// with the answers in InputResponses, keyed as it asked, and its State.
-// Progress sets the task's statusMessage; Log sends nothing.
-func (r *ToolRequest) RunAsTask(work ToolHandler) (*mcp.CallToolResult, error) {
+// State), and TaskID names the task. Its context has the values of ctx
+// but not its end: it ends when the client cancels the task, when the
+// task's TTL passes, or when the server shuts down. What work returns
+// settles the task: a result completes it (one with isError too); a
+// plain error completes it with an isError result, as a call's would; a
+// *jsonrpc.Error, or a panic (-32603), fails it with that error; an
+// *InputRequired puts it in input_required, and once the client has
+// answered every request (with tasks/update) work runs again with the
+// answers in InputResponses, keyed as it asked, and its State. Progress
+// sets the task's statusMessage; Log sends nothing.
+func (r *ToolRequest) RunAsTask(ctx context.Context, work ToolHandler) (*mcp.CallToolResult, error) {
 	s := r.srv
-	if s == nil || r.task != nil || !s.taskable(&r.Request) {
-		ctx := r.ctx
-		if ctx == nil {
-			ctx = context.WithValue(context.Background(), ctxKey{}, &r.Request)
+	if r.ranTask.Swap(true) {
+		if s != nil {
+			s.log.Error("mcp: RunAsTask called twice on one request", "tool", r.Name)
 		}
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
+	}
+	if s == nil || r.task != nil || !s.taskable(&r.Request) {
 		return work(ctx, r)
 	}
-	return nil, s.startTask(r, work)
+	return nil, s.startTask(ctx, r, work)
 }
 
 // TaskID returns the id of the task whose work the request is running,
@@ -423,7 +432,7 @@ var errShuttingDown = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal erro
 // startTask creates the task of r, durably, and starts its work. The
 // error it returns is the *taskCreated that callTool answers with, or
 // the -32603 that stands for a task that could not be created.
-func (s *Server) startTask(r *ToolRequest, work ToolHandler) error {
+func (s *Server) startTask(ctx context.Context, r *ToolRequest, work ToolHandler) error {
 	now := s.cfg.now()
 	rec := &taskRecord{V: taskRecordVersion, Owner: ownerHash(r.Principal), Status: mcp.TaskWorking,
 		Created: now, Updated: now, TTLMs: s.cfg.taskTTL.Milliseconds(), PollMs: s.cfg.taskPoll.Milliseconds()}
@@ -433,13 +442,13 @@ func (s *Server) startTask(r *ToolRequest, work ToolHandler) error {
 		return jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
 	}
 	id := rand.Text()
-	tr, err := s.newTaskRun(id, r, work)
+	tr, err := s.newTaskRun(ctx, id, r, work)
 	if err != nil {
 		return errShuttingDown
 	}
 	// The store's expiry is by the store's clock; the record's own, by
 	// the server's (see taskRecord.expired).
-	if err := s.taskStore.Create(r.ctx, id, b, time.Now().Add(s.cfg.taskTTL)); err != nil {
+	if err := s.taskStore.Create(ctx, id, b, time.Now().Add(s.cfg.taskTTL)); err != nil {
 		tr.abandon()
 		s.log.Error("mcp: task not created", "tool", r.Name, "err", err)
 		return jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the task could not be stored", nil)

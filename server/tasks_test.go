@@ -59,8 +59,8 @@ func (h *harness) as(principal string) *harness {
 // addTaskTool registers a tool whose handler hands work to a task.
 func addTaskTool(t testing.TB, srv *server.Server, name string, work server.ToolHandler, opts ...server.ItemOption) {
 	t.Helper()
-	h := func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-		return req.RunAsTask(work)
+	h := func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, work)
 	}
 	if err := srv.AddTool(textTool(name), h, opts...); err != nil {
 		t.Fatal(err)
@@ -616,8 +616,8 @@ func TestTaskOutcomes(t *testing.T) {
 				tool.OutputSchema = jsontext.Value(c.output)
 			}
 			work := c.work
-			if err := h.srv.AddTool(tool, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-				return req.RunAsTask(work)
+			if err := h.srv.AddTool(tool, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+				return req.RunAsTask(ctx, work)
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -641,12 +641,12 @@ func TestTaskOutcomes(t *testing.T) {
 // shows them.
 func TestTaskComposition(t *testing.T) {
 	h := taskServer(t)
-	addFn := func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	addFn := func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		name := got(req, "name")
 		if name == "" {
 			return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"name": elicit("name?")}, State: []byte("asked")}
 		}
-		return req.RunAsTask(func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 			return textResult("hello " + got(req, "name") + " (" + string(req.State()) + ")"), nil
 		})
 	}
@@ -904,4 +904,59 @@ func TestTaskConcurrentUpdates(t *testing.T) {
 	if text := resultText(t, done); text != fmt.Sprint(n) {
 		t.Errorf("the work got %s answers, want %d", text, n)
 	}
+}
+
+type runKey struct{}
+
+// TestTaskRunAsTaskContext: RunAsTask runs work with the context it is
+// given: on the request, with the handler's own deadline and values; in
+// a task, with its values but not its end. A second RunAsTask on one
+// request is refused with -32603 rather than starting a task no client
+// hears of.
+func TestTaskRunAsTaskContext(t *testing.T) {
+	h := taskServer(t)
+	type seen struct {
+		value       any
+		hasDeadline bool
+		task        string
+	}
+	seenc := make(chan seen, 2)
+	if err := h.srv.AddTool(textTool("ctx"), func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		ctx, cancel := context.WithTimeout(context.WithValue(ctx, runKey{}, "mine"), time.Hour)
+		defer cancel()
+		return req.RunAsTask(ctx, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+			_, dl := ctx.Deadline()
+			seenc <- seen{ctx.Value(runKey{}), dl, req.TaskID()}
+			return textResult("ok"), nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := h.call(1, mcp.MethodToolsCall, P{"name": "ctx"})
+	r.ok(t)
+	if s := recv(t, seenc, "the synchronous work"); s.value != "mine" || !s.hasDeadline || s.task != "" {
+		t.Errorf("synchronous work saw %+v, want the handler's value and deadline", s)
+	}
+	id := h.create(t, "ctx", nil)
+	s := recv(t, seenc, "the task's work")
+	if s.value != "mine" || s.task != id {
+		t.Errorf("the task's work saw %+v, want the handler's value in task %s", s, id)
+	}
+	h.waitTask(t, id, "the task to complete", isStatus(mcp.TaskCompleted))
+
+	var twice sync.WaitGroup
+	if err := h.srv.AddTool(textTool("twice"), func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		noop := func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) { return textResult("ran"), nil }
+		twice.Add(1)
+		defer twice.Done()
+		_, _ = req.RunAsTask(ctx, noop) // a task, or the work run here
+		return req.RunAsTask(ctx, noop)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = h.call(2, mcp.MethodToolsCall, tasked(P{"name": "twice"}))
+	r.fails(t, jsonrpc.CodeInternalError)
+	r, _ = h.call(3, mcp.MethodToolsCall, P{"name": "twice"})
+	r.fails(t, jsonrpc.CodeInternalError)
+	twice.Wait()
 }

@@ -20,8 +20,8 @@ import (
 func TestTaskOverStdio(t *testing.T) {
 	srv := server.New(mcp.Implementation{Name: "mem", Version: "1.0.0"}, server.WithTaskPollInterval(30*time.Second))
 	steps := make(chan string)
-	err := srv.AddTool(mcp.Tool{Name: "slow", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-		return req.RunAsTask(func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	err := srv.AddTool(mcp.Tool{Name: "slow", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 			for msg := range steps {
 				_ = req.Progress(1, nil, msg)
 			}

@@ -22,8 +22,8 @@ import (
 func taskServer(t *testing.T, steps <-chan string, ended chan<- error) string {
 	t.Helper()
 	srv := server.New(mcp.Implementation{Name: "tasks", Version: "1"}, server.WithTaskPollInterval(30*time.Second))
-	err := srv.AddTool(mcp.Tool{Name: "slow", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-		return req.RunAsTask(func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	err := srv.AddTool(mcp.Tool{Name: "slow", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 			for n := 1.0; ; n++ {
 				select {
 				case msg, ok := <-steps:

@@ -74,13 +74,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // slowCompute sleeps as a task. A cancelled task's work stops at once;
 // the task is already cancelled, whatever the work returns.
-func slowCompute(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+func slowCompute(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 	var args struct {
 		Seconds float64 `json:"seconds"`
 		Label   string  `json:"label"`
 	}
 	_ = json.Unmarshal(req.Arguments, &args)
-	return req.RunAsTask(func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	return req.RunAsTask(ctx, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		_ = req.Progress(0, nil, "computing "+args.Label)
 		if err := sleep(ctx, time.Duration(args.Seconds*float64(time.Second))); err != nil {
 			return nil, err
@@ -89,8 +89,8 @@ func slowCompute(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResul
 	})
 }
 
-func failingJob(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-	return req.RunAsTask(func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+func failingJob(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	return req.RunAsTask(ctx, func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
 		if err := sleep(ctx, time.Second); err != nil {
 			return nil, err
 		}
@@ -98,20 +98,20 @@ func failingJob(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult
 	})
 }
 
-func protocolErrorJob(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-	return req.RunAsTask(func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+func protocolErrorJob(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	return req.RunAsTask(ctx, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "The job broke down", map[string]any{"job": "protocol_error_job"})
 	})
 }
 
 // confirmDelete asks once; run synchronously (without the extension) the
 // same question is an input_required result instead.
-func confirmDelete(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+func confirmDelete(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 	var args struct {
 		Filename string `json:"filename"`
 	}
 	_ = json.Unmarshal(req.Arguments, &args)
-	return req.RunAsTask(func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	return req.RunAsTask(ctx, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		content, ok, err := elicited(&req.Request, "confirm")
 		if err != nil {
 			return nil, err
@@ -130,8 +130,8 @@ func confirmDelete(_ context.Context, req *server.ToolRequest) (*mcp.CallToolRes
 
 // multiInput asks two questions at once, so that the client can answer
 // them one at a time.
-func multiInput(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-	return req.RunAsTask(func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+func multiInput(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	return req.RunAsTask(ctx, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		name, okName, err := elicited(&req.Request, "name")
 		if err != nil {
 			return nil, err
@@ -152,7 +152,7 @@ func multiInput(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult
 
 // toolWithTask gathers the user's name in a synchronous round, then goes
 // on as a task whose result greets them.
-func toolWithTask(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+func toolWithTask(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 	content, ok, err := elicited(&req.Request, "user_name")
 	if err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func toolWithTask(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResu
 		}}
 	}
 	name := field(content, "name")
-	return req.RunAsTask(func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+	return req.RunAsTask(ctx, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 		return text("Hello, " + name + ", from a task!"), nil
 	})
 }

@@ -218,8 +218,8 @@ func (e *taskEnv) serve(r *clustertest.Replica) error {
 	}
 	for name, work := range map[string]server.ToolHandler{"ask": ask, "job": job} {
 		err := r.Server.AddTool(mcp.Tool{Name: name, InputSchema: jsontext.Value(`{"type":"object"}`)},
-			func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-				return req.RunAsTask(work)
+			func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+				return req.RunAsTask(ctx, work)
 			})
 		if err != nil {
 			return err
