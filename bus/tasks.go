@@ -232,7 +232,14 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // must not store what a NATS deployment would refuse, and a record is
 // read whole on every poll of the task: results larger than this belong
 // elsewhere.
-const maxTaskRecord = 1<<20 - 4<<10
+const maxTaskRecord = MaxTaskRecord
+
+// MaxTaskRecord is the largest record, in bytes, that every TaskStore
+// takes (see maxTaskRecord for why it is 1 MiB less 4 KiB). It is
+// exported so that a server can tell a record too large for any store
+// from a store that failed, before it writes: the first is never worth
+// another try, the second often is.
+const MaxTaskRecord = 1<<20 - 4<<10
 
 // badTaskID says what is wrong with id, or "" when a store accepts it:
 // 1 to maxTaskID bytes (the bound an event's task id has on the wire) of

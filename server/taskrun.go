@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/bus"
 	"tidings/hub"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -242,6 +243,9 @@ func (tr *taskRun) ask(round int, ir *InputRequired) (map[string]jsontext.Value,
 		rec.Status, rec.Inputs, rec.Answers, rec.Message = mcp.TaskInputRequired, wire, nil, ""
 		return true
 	})
+	if errors.Is(err, errTaskTooLarge) {
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the task's requests for input are too large", nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -304,14 +308,21 @@ func (tr *taskRun) settle(res *mcp.CallToolResult, err error) {
 		}
 		set = func(rec *taskRecord) { rec.Status, rec.Result = mcp.TaskCompleted, b }
 	}
-	_, err = tr.record("the outcome", func(rec *taskRecord) bool {
-		if rec.Status.Terminal() {
-			return false
+	settled := func(set func(*taskRecord)) func(*taskRecord) bool {
+		return func(rec *taskRecord) bool {
+			if rec.Status.Terminal() {
+				return false
+			}
+			rec.Inputs, rec.Answers, rec.Message = nil, nil, ""
+			set(rec)
+			return true
 		}
-		rec.Inputs, rec.Answers, rec.Message = nil, nil, ""
-		set(rec)
-		return true
-	})
+	}
+	_, err = tr.record("the outcome", settled(set))
+	if errors.Is(err, errTaskTooLarge) {
+		tr.s.log.Error("mcp: a task's result is too large for its record", "tool", tr.first.Name, "limit", bus.MaxTaskRecord)
+		_, err = tr.record("the outcome", settled(failWith(jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the task's result is too large", nil))))
+	}
 	if err != nil && !errors.Is(err, errTaskNotFound) {
 		tr.s.log.Error("mcp: a finished task could not be recorded", "task", tr.id, "err", err)
 	}
@@ -342,7 +353,7 @@ func (tr *taskRun) record(what string, change func(*taskRecord) bool) (*taskReco
 				tr.s.log.Info("mcp: a task's change was recorded after all", "task", tr.id, "change", what, "tries", tries)
 			}
 			return rec, nil
-		case errors.Is(err, errTaskNotFound), tr.io.Err() != nil:
+		case errors.Is(err, errTaskNotFound), errors.Is(err, errTaskTooLarge), tr.io.Err() != nil:
 			return nil, err
 		case tries == 1:
 			tr.s.log.Warn("mcp: a task's change could not be recorded; trying again", "task", tr.id, "change", what, "err", err)

@@ -198,6 +198,11 @@ func (*taskCreated) Error() string { return "server: the call goes on as a task"
 // expired, or another principal's, which must all look alike.
 var errTaskNotFound = errors.New("server: task not found")
 
+// errTaskTooLarge is a change that would make the task's record larger
+// than a store takes (bus.MaxTaskRecord). It is not the store failing:
+// trying again cannot help, so the change is given up at once.
+var errTaskTooLarge = errors.New("server: the task's record would be too large")
+
 // taskNotFound answers a request for a task the caller does not have.
 func taskNotFound(id jsonrpc.ID) engine.Reply {
 	return invalid(id, "Failed to retrieve task: Task not found")
@@ -404,6 +409,9 @@ func (s *Server) updateTask(ctx context.Context, id, principal string, change fu
 		nb, err := rec.encode()
 		if err != nil {
 			return nil, err
+		}
+		if len(nb) > bus.MaxTaskRecord {
+			return nil, errTaskTooLarge
 		}
 		_, err = s.taskStore.Update(ctx, id, nb, rev)
 		switch {

@@ -960,3 +960,28 @@ func TestTaskRunAsTaskContext(t *testing.T) {
 	r.fails(t, jsonrpc.CodeInternalError)
 	twice.Wait()
 }
+
+// TestTaskTooLarge: a result, or requests for input, too large for a
+// task's record fail the task at once with -32603 saying so, where the
+// store's refusal left it working until its TTL.
+func TestTaskTooLarge(t *testing.T) {
+	h := taskServer(t)
+	huge := strings.Repeat("x", bus.MaxTaskRecord)
+	addTaskTool(t, h.srv, "result", func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return textResult(huge), nil
+	})
+	addTaskTool(t, h.srv, "ask", func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"q": elicit(huge)}}
+	})
+	for tool, msg := range map[string]string{
+		"result": "Internal error: the task's result is too large",
+		"ask":    "Internal error: the task's requests for input are too large",
+	} {
+		id := h.create(t, tool, nil)
+		task := h.waitTask(t, id, "the task to fail", isStatus(mcp.TaskFailed))
+		e, _ := task["error"].(map[string]any)
+		if fmt.Sprint(e["code"]) != "-32603" || e["message"] != msg {
+			t.Errorf("%s: error %v, want -32603 %q", tool, task["error"], msg)
+		}
+	}
+}
