@@ -130,12 +130,12 @@ func (tr *taskRun) run() {
 		res, err := tr.call(req)
 		var ir *InputRequired
 		if !errors.As(err, &ir) || tr.ctx.Err() != nil {
-			tr.settle(res, err)
+			tr.settle(tr.outcome(res, err))
 			return
 		}
 		answers, err := tr.ask(round, ir)
 		if err != nil {
-			tr.settle(nil, err)
+			tr.settle(tr.failure(err))
 			return
 		}
 		req = tr.request(tr.first.Request, tr.first.Arguments, answers, ir.State)
@@ -278,35 +278,79 @@ func (tr *taskRun) ask(round int, ir *InputRequired) (map[string]jsontext.Value,
 	}
 }
 
-// settle records how the work ended, unless the task is finished
-// already. Work that was stopped settles by why: a shutdown fails the
-// task, while a cancel has settled it already and an expired task is
-// gone. A result is checked as a call's would be.
-func (tr *taskRun) settle(res *mcp.CallToolResult, err error) {
+// The failures a runner records of its own accord. They say nothing of
+// what failed behind them (a store, an encoding): that is for the log.
+var (
+	errInternal          = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
+	errShutdownUnsettled = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the server shut down before the task finished", nil)
+	errResultTooLarge    = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the task's result is too large", nil)
+)
+
+// stopped is how a task whose work context ended settles, by why it
+// ended: a shutdown fails it, while a cancel has settled it already and
+// an expired or vanished task is gone (nil: nothing to record). ok is
+// false while the context is live.
+func (tr *taskRun) stopped() (set func(*taskRecord), ok bool) {
+	if tr.ctx.Err() == nil {
+		return nil, false
+	}
+	if errors.Is(context.Cause(tr.ctx), errTaskShutdown) {
+		return failWith(errShutdownUnsettled), true
+	}
+	return nil, true
+}
+
+// outcome is how what the work returned settles the task, as a call's
+// outcome would answer the call: a result, or a plain error made an
+// isError result, completes it (held to the tool's output schema); a
+// *jsonrpc.Error fails it. nil is nothing to record.
+func (tr *taskRun) outcome(res *mcp.CallToolResult, err error) func(*taskRecord) {
+	if set, ok := tr.stopped(); ok {
+		return set
+	}
 	var je *jsonrpc.Error
-	var set func(*taskRecord)
 	switch {
-	case tr.ctx.Err() != nil:
-		// Whatever the stopped work returned, why it was stopped decides.
-		if !errors.Is(context.Cause(tr.ctx), errTaskShutdown) {
-			return // cancelled, expired or gone: nothing left to record
-		}
-		set = failWith(jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the server shut down before the task finished", nil))
-	case errors.Is(err, errTaskCancelled), errors.Is(err, errTaskNotFound):
-		return // finished already, or gone
 	case errors.As(err, &je):
-		set = failWith(je)
+		return failWith(je)
 	case err != nil:
 		res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.TextContent(err.Error())}}
-		fallthrough
-	default:
-		b, verr := taskResult(tr.tool, tr.first.Name, res)
-		if verr != nil {
-			tr.s.log.Error("mcp: internal error", "task", tr.id, "err", verr)
-			set = failWith(jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil))
-			break
-		}
-		set = func(rec *taskRecord) { rec.Status, rec.Result = mcp.TaskCompleted, b }
+	}
+	b, err := taskResult(tr.tool, tr.first.Name, res)
+	if err != nil {
+		tr.s.log.Error("mcp: internal error", "tool", tr.first.Name, "err", err)
+		return failWith(errInternal)
+	}
+	return func(rec *taskRecord) { rec.Status, rec.Result = mcp.TaskCompleted, b }
+}
+
+// failure is how an error of the runner's own, never the work's, settles
+// the task: the *jsonrpc.Error it stands for (a request for input the
+// client cannot answer, say) fails it, and anything else — the store,
+// an encoding — fails it with a plain -32603, logged, since neither is
+// a tool's result nor the client's business. A cancelled, expired or
+// vanished task has nothing left to record (nil).
+func (tr *taskRun) failure(err error) func(*taskRecord) {
+	if set, ok := tr.stopped(); ok {
+		return set
+	}
+	var je *jsonrpc.Error
+	switch {
+	case errors.Is(err, errTaskCancelled), errors.Is(err, errTaskNotFound),
+		errors.Is(err, errTaskGone), errors.Is(err, errTaskExpired):
+		return nil
+	case errors.As(err, &je):
+		return failWith(je)
+	}
+	tr.s.log.Error("mcp: a task's runner failed", "tool", tr.first.Name, "err", err)
+	return failWith(errInternal)
+}
+
+// settle records how the task ended (set; nil records nothing), unless
+// the task is finished already. A result too large for the record fails
+// the task instead: the store would refuse it for ever.
+func (tr *taskRun) settle(set func(*taskRecord)) {
+	if set == nil {
+		return
 	}
 	settled := func(set func(*taskRecord)) func(*taskRecord) bool {
 		return func(rec *taskRecord) bool {
@@ -318,13 +362,13 @@ func (tr *taskRun) settle(res *mcp.CallToolResult, err error) {
 			return true
 		}
 	}
-	_, err = tr.record("the outcome", settled(set))
+	_, err := tr.record("the outcome", settled(set))
 	if errors.Is(err, errTaskTooLarge) {
 		tr.s.log.Error("mcp: a task's result is too large for its record", "tool", tr.first.Name, "limit", bus.MaxTaskRecord)
-		_, err = tr.record("the outcome", settled(failWith(jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the task's result is too large", nil))))
+		_, err = tr.record("the outcome", settled(failWith(errResultTooLarge)))
 	}
 	if err != nil && !errors.Is(err, errTaskNotFound) {
-		tr.s.log.Error("mcp: a finished task could not be recorded", "task", tr.id, "err", err)
+		tr.s.log.Error("mcp: a finished task could not be recorded", "tool", tr.first.Name, "err", err)
 	}
 }
 
