@@ -55,8 +55,9 @@ type taskRun struct {
 	// sub hears of every change of the task, made here or on another
 	// replica (through the bus).
 	sub *hub.Subscription
-	// changed is poked by watch whenever the record may have changed.
-	changed chan struct{}
+	// changed carries the record as watch last read it, newest only, to
+	// a round waiting for answers (ask).
+	changed chan *taskRecord
 }
 
 // newTaskRun prepares the run of task id, registered with the server's
@@ -67,7 +68,7 @@ func (s *Server) newTaskRun(ctx context.Context, id string, r *ToolRequest, work
 	if err != nil {
 		return nil, err
 	}
-	tr := &taskRun{s: s, id: id, principal: r.Principal, work: work, tool: r.tool, sub: sub, changed: make(chan struct{}, 1)}
+	tr := &taskRun{s: s, id: id, principal: r.Principal, work: work, tool: r.tool, sub: sub, changed: make(chan *taskRecord, 1)}
 	var ttlCtx context.Context
 	ttlCtx, tr.stopTTL = context.WithTimeoutCause(context.WithoutCancel(ctx), s.cfg.taskTTL, errTaskExpired)
 	tr.ctx, tr.cancel = context.WithCancelCause(ttlCtx)
@@ -181,8 +182,8 @@ func (tr *taskRun) update(change func(*taskRecord) bool) (*taskRecord, error) {
 
 // watch follows the task's record until ctx ends: on every change it
 // hears of, and every poll interval in case an event was lost, it reads
-// the record; a finished or vanished task stops the work, anything else
-// wakes a round waiting for answers.
+// the record; a finished or vanished task stops the work, and the record
+// read goes to a round waiting for answers.
 func (tr *taskRun) watch(ctx context.Context) {
 	tick := time.NewTicker(tr.s.cfg.taskPoll)
 	defer tick.Stop()
@@ -198,6 +199,7 @@ func (tr *taskRun) watch(ctx context.Context) {
 		switch {
 		case errors.Is(err, errTaskNotFound):
 			tr.cancel(errTaskGone)
+			continue
 		case err != nil:
 			if ctx.Err() == nil {
 				tr.s.log.Warn("mcp: a running task could not be read", "task", tr.id, "err", err)
@@ -206,11 +208,23 @@ func (tr *taskRun) watch(ctx context.Context) {
 		case rec.Status.Terminal():
 			tr.cancel(errTaskCancelled)
 		}
-		select {
-		case tr.changed <- struct{}{}:
-		default:
-		}
+		tr.hand(rec)
 	}
+}
+
+// hand gives rec to ask, replacing a record ask has not taken yet: only
+// the newest counts. watch alone sends, so the second send never blocks.
+func (tr *taskRun) hand(rec *taskRecord) {
+	select {
+	case tr.changed <- rec:
+		return
+	default:
+	}
+	select {
+	case <-tr.changed:
+	default:
+	}
+	tr.changed <- rec
 }
 
 // ask puts the task in input_required with the requests of ir and waits
@@ -252,30 +266,39 @@ func (tr *taskRun) ask(round int, ir *InputRequired) (map[string]jsontext.Value,
 	if rec.Status.Terminal() {
 		return nil, errTaskCancelled
 	}
+	// A record watch read may predate the write above (a store replica
+	// a moment behind, a read already under way): only one that holds an
+	// answer to every request of this round, whose wire keys no other
+	// round has, says that the client answered them.
 	for {
+		var rec *taskRecord
 		select {
 		case <-tr.ctx.Done():
 			return nil, context.Cause(tr.ctx)
-		case <-tr.changed:
+		case rec = <-tr.changed:
 		}
-		rec, err := tr.load(tr.io)
-		if err != nil {
-			if errors.Is(err, errTaskNotFound) {
-				return nil, err
-			}
-			continue // watch reads again at the next tick
+		if rec.Status.Terminal() {
+			return nil, errTaskCancelled
 		}
-		if rec.Status != mcp.TaskWorking || len(rec.Inputs) > 0 {
+		if rec.Status != mcp.TaskWorking || !answered(rec.Answers, back) {
 			continue
 		}
 		answers := make(map[string]jsontext.Value, len(back))
-		for wk, v := range rec.Answers {
-			if k, ok := back[wk]; ok {
-				answers[k] = v
-			}
+		for wk, k := range back {
+			answers[k] = rec.Answers[wk]
 		}
 		return answers, nil
 	}
+}
+
+// answered reports whether answers hold every wire key of keys.
+func answered(answers map[string]jsontext.Value, keys map[string]string) bool {
+	for wk := range keys {
+		if _, ok := answers[wk]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // The failures a runner records of its own accord. They say nothing of

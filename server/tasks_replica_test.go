@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/internal/testkit"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -359,4 +361,86 @@ func TestTaskStoreCallLost(t *testing.T) {
 		defer cancel()
 		_ = h.srv.Shutdown(ctx)
 	})
+}
+
+// lagStore is a task store whose reads, once armed, lag behind the next
+// write: the two reads after it return the record as it was before, as
+// a replica a moment behind would.
+type lagStore struct {
+	bus.TaskStore
+	mu      sync.Mutex
+	armed   bool
+	stale   int
+	prev    []byte
+	prevRev uint64
+}
+
+func (s *lagStore) arm() {
+	s.mu.Lock()
+	s.armed = true
+	s.mu.Unlock()
+}
+
+// lagged reports whether the stale reads have all been made.
+func (s *lagStore) lagged() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.armed && s.stale == 0
+}
+
+func (s *lagStore) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	s.mu.Lock()
+	if s.stale > 0 {
+		s.stale--
+		defer s.mu.Unlock()
+		return bytes.Clone(s.prev), s.prevRev, nil
+	}
+	s.mu.Unlock()
+	return s.TaskStore.Get(ctx, id)
+}
+
+func (s *lagStore) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
+	prev, prevRev, _ := s.TaskStore.Get(ctx, id)
+	n, err := s.TaskStore.Update(ctx, id, rec, rev)
+	s.mu.Lock()
+	if err == nil && s.armed {
+		s.armed, s.stale, s.prev, s.prevRev = false, 2, prev, prevRev
+	}
+	s.mu.Unlock()
+	return n, err
+}
+
+// TestTaskAskLaggingRead: the reads right after a task asks for input
+// still show it working with nothing asked. The work waits for the
+// client's answer all the same, rather than running again without it.
+func TestTaskAskLaggingRead(t *testing.T) {
+	store := &lagStore{TaskStore: bus.NewLocalTasks()}
+	h := taskServer(t, server.WithTaskStore(store), server.WithTaskPollInterval(20*time.Millisecond))
+	gate := make(chan struct{})
+	rounds := make(chan string, 4)
+	addTaskTool(t, h.srv, "ask", func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		<-gate
+		v := got(req, "q")
+		rounds <- v
+		if v != "" {
+			return textResult("told " + v), nil
+		}
+		return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"q": elicit("q?")}}
+	})
+	id := h.create(t, "ask", nil)
+	store.arm()
+	gate <- struct{}{}
+	recv(t, rounds, "the first round")
+	// The runner makes the stale reads; a tasks/get must not take them.
+	testkit.WaitFor(t, waitLimit, "the stale reads", store.lagged)
+	h.waitTask(t, id, "the request for input", isStatus(mcp.TaskInputRequired))
+	r, _ := h.call(1, mcp.MethodTasksUpdate, tasked(P{"taskId": id, "inputResponses": P{"q.1": accept("yes")}}))
+	r.ok(t)
+	gate <- struct{}{}
+	if v := recv(t, rounds, "the second round"); v != "yes" {
+		t.Fatalf("the second round had answer %q, want the client's", v)
+	}
+	if text := resultText(t, h.waitTask(t, id, "the task to complete", isStatus(mcp.TaskCompleted))); text != "told yes" {
+		t.Errorf("result %q", text)
+	}
 }
