@@ -142,6 +142,10 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		return engine.Reply{Outcome: engine.Broken}
 	case engine.Drained:
 		return complete()
+	case engine.Failed:
+		// A task's state could not be read (see listenNotices.Task): the
+		// client listens again, and hears every task's state first.
+		return engine.Fail(req.ID, jsonrpc.CodeInternalError, "Internal error: a task's state could not be read; listen again", nil)
 	}
 	return engine.Reply{Outcome: engine.Silent}
 }

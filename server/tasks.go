@@ -584,15 +584,25 @@ func (s *Server) checkListenTasks(req *Request, ids []string) *engine.Reply {
 
 // Task returns the notifications/tasks of the task id as tasks/get
 // would report it now, tagged with the listen's subscription id; nil
-// when the task is gone (or no longer the caller's).
-func (n *listenNotices) Task(ctx context.Context, id string) []byte {
+// when the task is gone (or no longer the caller's). A store that fails
+// is an error, which ends the listen with -32603: the change it was to
+// tell of has been taken from the subscription, so going on would leave
+// the client with a state it believes current, while a client told the
+// listen failed listens again and hears every task's state anew.
+func (n *listenNotices) Task(ctx context.Context, id string) ([]byte, error) {
 	rec, err := n.srv.loadTask(ctx, id, n.principal)
-	if err != nil {
-		if !errors.Is(err, errTaskNotFound) && ctx.Err() == nil {
-			n.srv.log.Warn("mcp: a task's state could not be told", "err", err)
-		}
-		return nil
+	switch {
+	case errors.Is(err, errTaskNotFound), err != nil && ctx.Err() != nil:
+		return nil, nil
+	case err != nil:
+		n.srv.log.Warn("mcp: a task's state could not be told; the listen ends", "err", err)
+		return nil, err
 	}
+	return n.taskNotice(id, rec), nil
+}
+
+// taskNotice is the notifications/tasks of rec, the task id.
+func (n *listenNotices) taskNotice(id string, rec *taskRecord) []byte {
 	b, err := jsonrpc.Marshal(rec.wire(id, true))
 	if err != nil || len(b) < 2 {
 		n.srv.log.Error("mcp: task notification", "err", err)

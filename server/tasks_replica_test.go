@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -442,5 +443,71 @@ func TestTaskAskLaggingRead(t *testing.T) {
 	}
 	if text := resultText(t, h.waitTask(t, id, "the task to complete", isStatus(mcp.TaskCompleted))); text != "told yes" {
 		t.Errorf("result %q", text)
+	}
+}
+
+// readFailStore is a task store whose reads fail, once armed, from the
+// next write on until it is disarmed: the write lands, and telling of it
+// does not.
+type readFailStore struct {
+	bus.TaskStore
+	mu             sync.Mutex
+	armed, failing bool
+}
+
+func (s *readFailStore) set(armed, failing bool) {
+	s.mu.Lock()
+	s.armed, s.failing = armed, failing
+	s.mu.Unlock()
+}
+
+func (s *readFailStore) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	s.mu.Lock()
+	failing := s.failing
+	s.mu.Unlock()
+	if failing {
+		return nil, 0, errOutage
+	}
+	return s.TaskStore.Get(ctx, id)
+}
+
+func (s *readFailStore) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
+	n, err := s.TaskStore.Update(ctx, id, rec, rev)
+	s.mu.Lock()
+	if err == nil && s.armed {
+		s.armed, s.failing = false, true
+	}
+	s.mu.Unlock()
+	return n, err
+}
+
+// TestTaskListenReadFails: a listen whose read of a changed task fails
+// ends with -32603, so that the client listens again and hears the
+// task's state, rather than going on without the change.
+func TestTaskListenReadFails(t *testing.T) {
+	store := &readFailStore{TaskStore: bus.NewLocalTasks()}
+	h := taskServer(t, server.WithTaskStore(store), server.WithLogger(slog.New(slog.DiscardHandler)))
+	t.Cleanup(func() { store.set(false, false) }) // before Shutdown, which runs first
+	step := make(chan struct{})
+	addTaskTool(t, h.srv, "job", func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case <-step:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		_ = req.Progress(1, nil, "half way")
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	id := h.create(t, "job", nil)
+	l := h.startListen("L", tasked(P{"notifications": P{"taskIds": []string{id}}}))
+	l.ack(t)
+	l.rec.waitCount(t, 2) // the task's state
+	store.set(true, false)
+	close(step)
+	rep := recv(t, l.done, "the listen to end")
+	l.done <- rep // for the harness's cleanup
+	if !strings.Contains(string(rep.Body), `"code":-32603`) {
+		t.Errorf("the listen ended with %s (outcome %v), want -32603", rep.Body, rep.Outcome)
 	}
 }

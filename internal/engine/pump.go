@@ -56,9 +56,12 @@ type TaskSource interface {
 // TaskNotices are Notices that can tell of a task. Task returns the
 // notification carrying the task's state as it is now, or nil to send
 // nothing (the task is gone). It may read a shared store, so it takes
-// the stream's context.
+// the stream's context. An error (the store failed) ends the pump with
+// Failed: the change was drained from the source already, and the
+// subscriber is better told that the stream is incomplete than left
+// without it.
 type TaskNotices interface {
-	Task(ctx context.Context, id string) []byte
+	Task(ctx context.Context, id string) ([]byte, error)
 }
 
 // PumpOptions tunes Pump.
@@ -92,6 +95,9 @@ const (
 	// Drained: the hub shut down and everything pending went out first,
 	// so a graceful end truly means nothing was missed.
 	Drained
+	// Failed: a task's state could not be read (TaskNotices), so a
+	// change would go untold; the stream is intact.
+	Failed
 )
 
 // Pump writes what src has pending to out until ctx ends, a write fails
@@ -156,6 +162,10 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 			if o.Observer != nil {
 				o.Observer.Notified(sent, src.TakeMerged())
 			}
+			var re *taskReadError
+			if errors.As(err, &re) {
+				return Failed, re.err
+			}
 			if err != nil {
 				return Lost, err
 			}
@@ -167,13 +177,24 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 	}
 }
 
-// flushTasks sends the state of each task in ids.
+// taskReadError is a task whose state flushTasks could not read, told
+// apart from a failed write.
+type taskReadError struct{ err error }
+
+func (e *taskReadError) Error() string { return e.err.Error() }
+
+// flushTasks sends the state of each task in ids. Its error is a failed
+// write, or a *taskReadError.
 func flushTasks(ctx context.Context, out Stream, n TaskNotices, ids []string) (sent int, err error) {
 	if n == nil {
 		return 0, nil
 	}
 	for _, id := range ids {
-		if msg := n.Task(ctx, id); msg != nil {
+		msg, err := n.Task(ctx, id)
+		if err != nil {
+			return sent, &taskReadError{err}
+		}
+		if msg != nil {
 			if err := out.Send(msg); err != nil {
 				return sent, err
 			}
