@@ -97,15 +97,30 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		return *r
 	}
 	granted, hf := s.grant(req.Principal, f)
+	var taskIDs []string
 	if len(f.TaskIDs) > 0 && s.offersTasks() {
-		ids, err := s.grantTasks(ctx, req.Principal, f.TaskIDs)
+		// The subscription follows every task asked for and is made
+		// before they are read, so that a change landing after a read is
+		// heard of; events of another's task never reach it (their
+		// audience is that principal), nor does Task tell of one.
+		taskIDs = slices.Compact(slices.Sorted(slices.Values(f.TaskIDs)))
+		hf.Tasks = taskIDs
+	}
+	sub, err := s.hub.Subscribe(hf)
+	closed := errors.Is(err, hub.ErrClosed)
+	if !closed {
+		defer sub.Close()
+	}
+	var firsts []*taskRecord
+	if taskIDs != nil {
+		ids, recs, err := s.grantTasks(ctx, req.Principal, taskIDs)
 		if err != nil {
 			if ctx.Err() != nil {
 				return engine.Reply{Outcome: engine.Silent}
 			}
 			return s.internal(req.ID, err)
 		}
-		granted.TaskIDs, hf.Tasks = ids, ids
+		granted.TaskIDs, firsts = ids, recs
 	}
 	gb, err := jsonrpc.Marshal(granted)
 	if err != nil {
@@ -125,17 +140,19 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		r.ListenEnded = true
 		return r
 	}
-	sub, err := s.hub.Subscribe(hf)
-	if errors.Is(err, hub.ErrClosed) {
-		if out.Send(ack) != nil {
-			return engine.Reply{Outcome: engine.Broken}
-		}
-		return complete()
-	}
-	defer sub.Close()
-	sub.MarkTasks() // each task's state as it is now comes first
 	if err := out.Send(ack); err != nil {
 		return engine.Reply{Outcome: engine.Broken}
+	}
+	if closed {
+		return complete()
+	}
+	// Each task's state as it was read comes first.
+	for i, id := range granted.TaskIDs {
+		if msg := n.taskNotice(id, firsts[i]); msg != nil {
+			if err := out.Send(msg); err != nil {
+				return engine.Reply{Outcome: engine.Broken}
+			}
+		}
 	}
 	switch engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()}) {
 	case engine.Lost:

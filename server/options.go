@@ -27,6 +27,9 @@ type config struct {
 	taskStore    bus.TaskStore
 	taskTTL      time.Duration
 	taskPoll     time.Duration
+	// maxTasks and maxPrincipalTasks bound the tasks running on this
+	// replica, in all and for one principal.
+	maxTasks, maxPrincipalTasks int
 	// taskOpts is set by any task option: the server then offers tasks.
 	taskOpts bool
 }

@@ -134,6 +134,9 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		now:       time.Now,
 		taskTTL:   defaultTaskTTL,
 		taskPoll:  defaultTaskPoll,
+
+		maxTasks:          defaultMaxTasks,
+		maxPrincipalTasks: defaultMaxPrincipalTasks,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -157,7 +160,7 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		log:  cfg.logger,
 
 		taskStore: cfg.taskStore,
-		tasks:     newTaskSet(),
+		tasks:     newTaskSet(cfg.maxTasks, cfg.maxPrincipalTasks),
 	}
 	if s.taskStore == nil {
 		s.taskStore = bus.NewLocalTasks()

@@ -74,9 +74,9 @@ func (s *Server) newTaskRun(ctx context.Context, id string, r *ToolRequest, work
 	tr.ctx, tr.cancel = context.WithCancelCause(ttlCtx)
 	tr.io, tr.stopIO = context.WithTimeout(s.tasks.hard, s.cfg.taskTTL)
 	tr.first = tr.request(r.Request, r.Arguments, cloneAnswers(r.InputResponses), bytes.Clone(r.state))
-	if !s.tasks.add(tr) {
+	if err := s.tasks.add(tr); err != nil {
 		tr.release()
-		return nil, errShuttingDown
+		return nil, err
 	}
 	return tr, nil
 }
@@ -485,40 +485,55 @@ func (tr *taskRun) progress(message string) error {
 }
 
 // taskSet is the server's running tasks: Shutdown stops them all and
-// waits for their goroutines.
+// waits for their goroutines; WithMaxTasks bounds them.
 type taskSet struct {
 	// hard ends the runners' store I/O when Shutdown gives up waiting.
 	hard     context.Context
 	stopHard context.CancelFunc
+	// max and maxPer bound runs, in all and for one principal.
+	max, maxPer int
 
-	mu      sync.Mutex
-	runs    map[*taskRun]struct{}
-	closing bool
-	idle    chan struct{} // closed once closing and runs is empty
+	mu          sync.Mutex
+	runs        map[*taskRun]struct{}
+	byPrincipal map[string]int
+	closing     bool
+	idle        chan struct{} // closed once closing and runs is empty
 }
 
-func newTaskSet() *taskSet {
-	ts := &taskSet{runs: make(map[*taskRun]struct{}), idle: make(chan struct{})}
+func newTaskSet(max, maxPer int) *taskSet {
+	ts := &taskSet{max: max, maxPer: maxPer, runs: make(map[*taskRun]struct{}),
+		byPrincipal: make(map[string]int), idle: make(chan struct{})}
 	ts.hard, ts.stopHard = context.WithCancel(context.Background())
 	return ts
 }
 
-// add registers a run; it fails once the set is closing.
-func (ts *taskSet) add(tr *taskRun) bool {
+// add registers a run: errShuttingDown once the set is closing, and
+// errTooManyTasks beyond its bounds.
+func (ts *taskSet) add(tr *taskRun) error {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.closing {
-		return false
+	switch {
+	case ts.closing:
+		return errShuttingDown
+	case len(ts.runs) >= ts.max, ts.byPrincipal[tr.principal] >= ts.maxPer:
+		return errTooManyTasks
 	}
 	ts.runs[tr] = struct{}{}
-	return true
+	ts.byPrincipal[tr.principal]++
+	return nil
 }
 
 // done unregisters a run whose goroutines have ended.
 func (ts *taskSet) done(tr *taskRun) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if _, ok := ts.runs[tr]; !ok {
+		return
+	}
 	delete(ts.runs, tr)
+	if ts.byPrincipal[tr.principal]--; ts.byPrincipal[tr.principal] == 0 {
+		delete(ts.byPrincipal, tr.principal)
+	}
 	if ts.closing && len(ts.runs) == 0 {
 		close(ts.idle)
 	}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"time"
 
@@ -37,9 +36,17 @@ const (
 	defaultTaskPoll = time.Second
 )
 
+// Defaults of WithMaxTasks: how many tasks may run at once on one
+// replica, in all and for one principal. Each running task is a
+// goroutine or two, and a store read every poll interval.
+const (
+	defaultMaxTasks          = 10000
+	defaultMaxPrincipalTasks = 100
+)
+
 // maxListenTasks bounds how many tasks one listen may follow: each is a
 // store read when the listen starts and whenever it changes.
-const maxListenTasks = 1000
+const maxListenTasks = 100
 
 // WithTaskStore keeps the server's tasks in st instead of in this
 // process (bus.NewLocalTasks, the default). Replicas behind a balancer
@@ -81,6 +88,28 @@ func WithTaskPollInterval(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
 			c.taskPoll = d
+		}
+		c.taskOpts = true
+	}
+}
+
+// WithMaxTasks bounds the tasks running at once on this server (this
+// replica: each counts the tasks whose work it runs, not the store's),
+// n in all and perPrincipal for any one principal — the unauthenticated
+// callers ("") sharing one allowance — so that no caller, nor all of
+// them, can make the server run work without end. The defaults are
+// 10 000 and 100; a non-positive value keeps its default. Beyond either,
+// RunAsTask answers -32603 "Internal error: too many tasks running": the
+// call was valid, and the server refuses it for its own sake, as it does
+// a task it cannot store; the client may try again once tasks end. Like
+// every task option, it makes the server offer tasks.
+func WithMaxTasks(n, perPrincipal int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxTasks = n
+		}
+		if perPrincipal > 0 {
+			c.maxPrincipalTasks = perPrincipal
 		}
 		c.taskOpts = true
 	}
@@ -434,6 +463,9 @@ func (s *Server) publishTask(id, principal string) {
 	s.hub.Publish(hub.Event{Task: id, Audience: []string{principal}})
 }
 
+// errTooManyTasks refuses a task beyond the limits of WithMaxTasks.
+var errTooManyTasks = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: too many tasks running", nil)
+
 // errShuttingDown refuses a task once Shutdown has begun.
 var errShuttingDown = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error: the server is shutting down", nil)
 
@@ -452,6 +484,10 @@ func (s *Server) startTask(ctx context.Context, r *ToolRequest, work ToolHandler
 	id := rand.Text()
 	tr, err := s.newTaskRun(ctx, id, r, work)
 	if err != nil {
+		if errors.Is(err, errTooManyTasks) {
+			s.log.Warn("mcp: task refused: too many tasks running", "tool", r.Name)
+			return errTooManyTasks
+		}
 		return errShuttingDown
 	}
 	// The store's expiry is by the store's clock; the record's own, by
@@ -464,6 +500,11 @@ func (s *Server) startTask(ctx context.Context, r *ToolRequest, work ToolHandler
 	go tr.run()
 	return &taskCreated{task: rec.wire(id, false)}
 }
+
+// inputResponsesTooLarge refuses answers that do not fit in the task's
+// record, which holds them until the work takes them up.
+var inputResponsesTooLarge = "Invalid params: the inputResponses are too large to keep with the task (limit " +
+	strconv.Itoa(bus.MaxTaskRecord) + " bytes in all)"
 
 // tasksMethod serves tasks/get, tasks/update and tasks/cancel. Each
 // needs the extension in the request's own capabilities, then a taskId
@@ -486,6 +527,13 @@ func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request) 
 		if c.P.InputResponses == nil {
 			return invalid(req.ID, "Invalid params: missing inputResponses")
 		}
+		size := 0
+		for k, v := range c.P.InputResponses {
+			size += len(k) + len(v)
+		}
+		if size > bus.MaxTaskRecord {
+			return invalid(req.ID, inputResponsesTooLarge)
+		}
 		_, err = s.updateTask(ctx, id, req.Principal, func(rec *taskRecord) bool {
 			return rec.answer(c.P.InputResponses)
 		})
@@ -495,6 +543,8 @@ func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request) 
 	switch {
 	case errors.Is(err, errTaskNotFound):
 		return taskNotFound(req.ID)
+	case errors.Is(err, errTaskTooLarge):
+		return invalid(req.ID, inputResponsesTooLarge)
 	case err != nil && ctx.Err() != nil:
 		return engine.Reply{Outcome: engine.Silent}
 	case err != nil:
@@ -543,26 +593,24 @@ func (rec *taskRecord) cancel() bool {
 	return true
 }
 
-// grantTasks returns the tasks of ids that exist and are principal's,
-// sorted, or nil for none: a listen follows only those, and its
-// acknowledgement says so.
-func (s *Server) grantTasks(ctx context.Context, principal string, ids []string) ([]string, error) {
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	granted := ids[:0]
+// grantTasks returns the tasks of ids (sorted, without repeats) that
+// exist and are principal's, with their records as read, or nil for
+// none: a listen follows only those, its acknowledgement says so, and it
+// sends those records as the tasks' first states.
+func (s *Server) grantTasks(ctx context.Context, principal string, ids []string) ([]string, []*taskRecord, error) {
+	var granted []string
+	var recs []*taskRecord
 	for _, id := range ids {
-		_, err := s.loadTask(ctx, id, principal)
+		rec, err := s.loadTask(ctx, id, principal)
 		if errors.Is(err, errTaskNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		granted = append(granted, id)
+		granted, recs = append(granted, id), append(recs, rec)
 	}
-	if len(granted) == 0 {
-		return nil, nil
-	}
-	return granted, nil
+	return granted, recs, nil
 }
 
 // checkListenTasks refuses a listen that asks for tasks without

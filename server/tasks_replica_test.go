@@ -511,3 +511,85 @@ func TestTaskListenReadFails(t *testing.T) {
 		t.Errorf("the listen ended with %s (outcome %v), want -32603", rep.Body, rep.Outcome)
 	}
 }
+
+// countStore is a task store that counts its reads.
+type countStore struct {
+	bus.TaskStore
+	mu   sync.Mutex
+	gets int
+}
+
+func (s *countStore) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	s.mu.Lock()
+	s.gets++
+	s.mu.Unlock()
+	return s.TaskStore.Get(ctx, id)
+}
+
+func (s *countStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets
+}
+
+// TestTaskBounds: answers too large to keep with a task are refused
+// with -32602 up front; a listen follows at most 100 tasks and reads
+// each once to start; and WithMaxTasks bounds the tasks running, in all
+// and per principal, with -32603.
+func TestTaskBounds(t *testing.T) {
+	store := &countStore{TaskStore: bus.NewLocalTasks()}
+	h := taskServer(t, server.WithTaskStore(store), server.WithTaskPollInterval(time.Hour), server.WithMaxTasks(3, 2))
+	blk := newBlocker()
+	addTaskTool(t, h.srv, "job", blk.work)
+	addTaskTool(t, h.srv, "ask", func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"q": elicit("q?")}}
+	})
+
+	id := h.create(t, "ask", nil)
+	h.waitTask(t, id, "the request for input", isStatus(mcp.TaskInputRequired))
+	huge := strings.Repeat("x", bus.MaxTaskRecord)
+	r, _ := h.call(1, mcp.MethodTasksUpdate, tasked(P{"taskId": id, "inputResponses": P{"q.1": accept(huge)}}))
+	r.fails(t, jsonrpc.CodeInvalidParams)
+	if !strings.Contains(r.Error.Message, "too large") {
+		t.Errorf("message %q", r.Error.Message)
+	}
+
+	before := store.count()
+	l := h.startListen("L", tasked(P{"notifications": P{"taskIds": []string{id}}}))
+	l.ack(t)
+	l.rec.waitCount(t, 2)
+	if n := store.count() - before; n != 1 {
+		t.Errorf("a listen of one task read the store %d times to start, want 1", n)
+	}
+	l.stop(t)
+	many := make([]string, 101)
+	for i := range many {
+		many[i] = fmt.Sprint("t", i)
+	}
+	r, _ = h.call(2, mcp.MethodListen, tasked(P{"notifications": P{"taskIds": many}}))
+	r.reply.Release()
+	r.fails(t, jsonrpc.CodeInvalidParams)
+
+	// "ask" runs until its TTL: one of the principal's two.
+	h.create(t, "job", nil)
+	blk.waitStart(t)
+	tooMany := func(h *harness) {
+		t.Helper()
+		r, _ := h.call(3, mcp.MethodToolsCall, tasked(P{"name": "job"}))
+		r.fails(t, jsonrpc.CodeInternalError)
+		if r.Error.Message != "Internal error: too many tasks running" {
+			t.Errorf("message %q", r.Error.Message)
+		}
+	}
+	tooMany(h)
+	other := h.as("other")
+	other.create(t, "job", nil)
+	blk.waitStart(t)
+	tooMany(other) // three in all
+	blk.release <- struct{}{}
+	blk.waitEnd(t)
+	testkit.WaitFor(t, waitLimit, "room for a task", func() bool {
+		r, _ := other.call(4, mcp.MethodToolsCall, tasked(P{"name": "job"}))
+		return r.Error == nil
+	})
+}

@@ -717,7 +717,7 @@ func TestTaskListen(t *testing.T) {
 	if ext := fmt.Sprint(r.data(t)["requiredCapabilities"]); ext != "map[extensions:map["+mcp.ExtensionTasks+":map[]]]" {
 		t.Errorf("-32021 data names %s", ext)
 	}
-	many := make([]string, 1001)
+	many := make([]string, 101)
 	for i := range many {
 		many[i] = fmt.Sprint("t", i)
 	}
