@@ -414,7 +414,9 @@ func startReplica(t testing.TB, ln net.Listener, store bus.TaskStore, group *bus
 	t.Helper()
 	srv := server.New(mcp.Implementation{Name: "replica", Version: "1.0.0"},
 		server.WithLogger(quietLogger()), server.WithBus(bus.New(group.Conn())),
-		server.WithTaskStore(store), server.WithTaskPollInterval(slowPoll))
+		server.WithTaskStore(store), server.WithTaskPollInterval(slowPoll),
+		// Replicas share the secret that keys the owners of tasks.
+		server.WithSecret([]byte("the secret the replicas of a test share")))
 	stepTool(t, srv, "slow", steps, nil)
 	f := newFixture(t, srv, fixtureOpts{ln: ln})
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })

@@ -58,7 +58,10 @@ const minSecretLen = 32
 
 // WithSecret sets the key that seals what the server hands clients to
 // bring back: list cursors (signed) and MRTR requestState (encrypted and
-// signed), each bound to its list or call and to the principal.
+// signed), each bound to its list or call and to the principal. It also
+// keys what a task's record keeps of its owner, so that neither a reader
+// of the task store can tell who that is nor a writer make a task
+// another's.
 //
 // Replicas. A client behind a balancer brings a token back to whichever
 // replica the balancer picks, so every replica must be given the same key
@@ -67,7 +70,8 @@ const minSecretLen = 32
 // Without WithSecret each replica draws a random key when it starts, and
 // a token issued by another replica — or by this one before a restart —
 // is refused as invalid (-32602): a client walking a list starts over,
-// and a multi-round call fails. That is right for a single replica and
+// and a multi-round call fails; a task created through another replica
+// is not found. That is right for a single replica and
 // wrong for several; the bus does not carry keys. New logs a warning for
 // a key shorter than 32 bytes, which would make the tokens easier to
 // forge.

@@ -106,6 +106,8 @@ type Server struct {
 	// taskStore holds the tasks (WithTaskStore); tasks runs their work.
 	// taskTools is set once a tool requires tasks (RequireTasks).
 	taskStore bus.TaskStore
+	// ownerKey keys what a task's record keeps of its owner (ownerHash).
+	ownerKey  []byte
 	tasks     *taskSet
 	taskTools atomic.Bool
 
@@ -160,6 +162,7 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		log:  cfg.logger,
 
 		taskStore: cfg.taskStore,
+		ownerKey:  taskOwnerKey(cfg.secret),
 		tasks:     newTaskSet(cfg.maxTasks, cfg.maxPrincipalTasks),
 	}
 	if s.taskStore == nil {

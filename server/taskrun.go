@@ -148,7 +148,7 @@ func (tr *taskRun) run() {
 func (tr *taskRun) call(req *ToolRequest) (res *mcp.CallToolResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			tr.s.log.Error("mcp: task work panicked", "tool", req.Name, "task", tr.id,
+			tr.s.log.Error("mcp: task work panicked", "tool", req.Name,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			res, err = nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
 		}
@@ -202,7 +202,7 @@ func (tr *taskRun) watch(ctx context.Context) {
 			continue
 		case err != nil:
 			if ctx.Err() == nil {
-				tr.s.log.Warn("mcp: a running task could not be read", "task", tr.id, "err", err)
+				tr.s.log.Warn("mcp: a running task could not be read", "tool", tr.first.Name, "err", err)
 			}
 			continue // read again at the next tick
 		case rec.Status.Terminal():
@@ -236,12 +236,12 @@ func (tr *taskRun) ask(round int, ir *InputRequired) (map[string]jsontext.Value,
 	missing, need, err := missingCapabilities(tr.first.Capabilities, ir.Requests)
 	switch {
 	case err != nil:
-		tr.s.log.Error("mcp: task asked for input it may not", "task", tr.id, "err", err)
+		tr.s.log.Error("mcp: task asked for input it may not", "tool", tr.first.Name, "err", err)
 		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
 	case need:
 		return nil, missingCapabilityError(missing)
 	case len(ir.Requests) == 0:
-		tr.s.log.Error("mcp: task asked for input without requests", "task", tr.id)
+		tr.s.log.Error("mcp: task asked for input without requests", "tool", tr.first.Name)
 		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal error", nil)
 	}
 	wire := make(map[string]mcp.InputRequest, len(ir.Requests))
@@ -417,13 +417,13 @@ func (tr *taskRun) record(what string, change func(*taskRecord) bool) (*taskReco
 		switch {
 		case err == nil:
 			if tries > 1 {
-				tr.s.log.Info("mcp: a task's change was recorded after all", "task", tr.id, "change", what, "tries", tries)
+				tr.s.log.Info("mcp: a task's change was recorded after all", "tool", tr.first.Name, "change", what, "tries", tries)
 			}
 			return rec, nil
 		case errors.Is(err, errTaskNotFound), errors.Is(err, errTaskTooLarge), tr.io.Err() != nil:
 			return nil, err
 		case tries == 1:
-			tr.s.log.Warn("mcp: a task's change could not be recorded; trying again", "task", tr.id, "change", what, "err", err)
+			tr.s.log.Warn("mcp: a task's change could not be recorded; trying again", "tool", tr.first.Name, "change", what, "err", err)
 		}
 		t := time.NewTimer(wait)
 		select {

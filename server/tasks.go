@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -51,7 +52,8 @@ const maxListenTasks = 100
 // WithTaskStore keeps the server's tasks in st instead of in this
 // process (bus.NewLocalTasks, the default). Replicas behind a balancer
 // need a store they all reach, since a client polls, answers and
-// cancels a task through whichever replica it lands on; give them a bus
+// cancels a task through whichever replica it lands on, and one secret
+// (WithSecret), which keys the tasks' owners; give them a bus
 // too (WithBus), or the replica running a task hears of an answer or a
 // cancel made elsewhere only when it next reads the store, up to one
 // poll interval later. While the store fails (a broker outage), the
@@ -246,8 +248,9 @@ const taskRecordVersion = 1
 // up. It is JSON, written and read by every replica.
 type taskRecord struct {
 	V int `json:"v"`
-	// Owner is the hex SHA-256 of the principal that created the task:
-	// enough to recognise the owner, while the store never holds who it is.
+	// Owner is the hex HMAC-SHA-256 of the principal that created the
+	// task, keyed by the server's secret (see Server.ownerHash): enough
+	// to recognise the owner, while the store never holds who it is.
 	Owner   string         `json:"owner"`
 	Status  mcp.TaskStatus `json:"status"`
 	Message string         `json:"message,omitempty"`
@@ -263,10 +266,24 @@ type taskRecord struct {
 	Error   jsontext.Value              `json:"error,omitzero"`
 }
 
-// ownerHash is what a record keeps of a principal.
-func ownerHash(principal string) string {
-	sum := sha256.Sum256([]byte(principal))
-	return hex.EncodeToString(sum[:])
+// ownerHash is what a record keeps of a principal: an HMAC-SHA-256 keyed
+// with a key drawn from the server's secret (WithSecret, which replicas
+// share). A bare hash would let whoever reads the store test guesses of
+// principals (user names, e-mail addresses) against it, and whoever
+// writes it make a task anyone's by writing the hash of their name;
+// without the key neither can.
+func (s *Server) ownerHash(principal string) string {
+	m := hmac.New(sha256.New, s.ownerKey)
+	m.Write([]byte(principal))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// taskOwnerKey is the key of ownerHash, drawn from secret so that it is
+// used for nothing else the secret keys.
+func taskOwnerKey(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("tidings task owner v1"))
+	return m.Sum(nil)
 }
 
 // decodeTaskRecord reads a record from the store. A store is shared
@@ -293,7 +310,7 @@ func (rec *taskRecord) check() error {
 	case rec.V != taskRecordVersion:
 		return fmt.Errorf("layout %d, want %d", rec.V, taskRecordVersion)
 	case len(rec.Owner) != 2*sha256.Size || !isLowerHex(rec.Owner):
-		return errors.New("the owner is not a SHA-256 in hex")
+		return errors.New("the owner is not an HMAC-SHA-256 in hex")
 	case rec.Created.IsZero() || rec.Updated.IsZero():
 		return errors.New("a timestamp is missing")
 	case rec.TTLMs <= 0 || rec.PollMs <= 0:
@@ -342,9 +359,10 @@ func (rec *taskRecord) encode() ([]byte, error) {
 	return b, nil
 }
 
-// ownedBy reports whether principal created the task.
-func (rec *taskRecord) ownedBy(principal string) bool {
-	return rec.Owner == ownerHash(principal)
+// ownedBy reports whether principal created the task; the comparison
+// takes the same time wherever the hashes differ.
+func (s *Server) ownedBy(rec *taskRecord, principal string) bool {
+	return hmac.Equal([]byte(rec.Owner), []byte(s.ownerHash(principal)))
 }
 
 // expired reports whether the task's TTL has passed at now. The store
@@ -394,7 +412,7 @@ func (s *Server) loadTask(ctx context.Context, id, principal string) (*taskRecor
 	if err != nil {
 		return nil, err
 	}
-	if !rec.ownedBy(principal) || rec.expired(s.cfg.now()) {
+	if !s.ownedBy(rec, principal) || rec.expired(s.cfg.now()) {
 		return nil, errTaskNotFound
 	}
 	return rec, nil
@@ -426,7 +444,7 @@ func (s *Server) updateTask(ctx context.Context, id, principal string, change fu
 			return nil, err
 		}
 		now := s.cfg.now()
-		if !rec.ownedBy(principal) || rec.expired(now) {
+		if !s.ownedBy(rec, principal) || rec.expired(now) {
 			return nil, errTaskNotFound
 		}
 		if !change(rec) {
@@ -474,7 +492,7 @@ var errShuttingDown = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal erro
 // the -32603 that stands for a task that could not be created.
 func (s *Server) startTask(ctx context.Context, r *ToolRequest, work ToolHandler) error {
 	now := s.cfg.now()
-	rec := &taskRecord{V: taskRecordVersion, Owner: ownerHash(r.Principal), Status: mcp.TaskWorking,
+	rec := &taskRecord{V: taskRecordVersion, Owner: s.ownerHash(r.Principal), Status: mcp.TaskWorking,
 		Created: now, Updated: now, TTLMs: s.cfg.taskTTL.Milliseconds(), PollMs: s.cfg.taskPoll.Milliseconds()}
 	b, err := rec.encode()
 	if err != nil {

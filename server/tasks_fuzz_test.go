@@ -18,7 +18,7 @@ import (
 // panics, and a record it accepts encodes to one that decodes alike.
 func FuzzTaskRecord(f *testing.F) {
 	now := time.Date(2026, 7, 28, 10, 0, 0, 0, time.UTC)
-	owner := ownerHash("alice")
+	owner := (&Server{ownerKey: taskOwnerKey([]byte("a secret"))}).ownerHash("alice")
 	for _, rec := range []taskRecord{
 		{V: 1, Owner: owner, Status: mcp.TaskWorking, Created: now, Updated: now, TTLMs: 1000, PollMs: 10,
 			Answers: map[string]jsontext.Value{"a.1": jsontext.Value(`{"action":"accept"}`)}},

@@ -3,6 +3,8 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,7 +29,7 @@ func taskReplicas(t *testing.T, withBus bool, register func(*server.Server), opt
 	store, group := bus.NewLocalTasks(), bus.NewLocal()
 	quiet := bus.WithLogger(slog.New(slog.DiscardHandler))
 	replica := func() *harness {
-		o := []server.Option{server.WithTaskStore(store)}
+		o := []server.Option{server.WithTaskStore(store), server.WithSecret(replicaSecret)}
 		if withBus {
 			o = append(o, server.WithBus(bus.New(group.Conn(), quiet)))
 		}
@@ -37,6 +39,10 @@ func taskReplicas(t *testing.T, withBus bool, register func(*server.Server), opt
 	}
 	return replica(), replica()
 }
+
+// replicaSecret is the secret replicas share: it keys cursors, request
+// state and the owners of tasks.
+var replicaSecret = []byte("the secret every replica of a test is given")
 
 // replicaTools are the tools of the replica tests: "ask" asks one
 // question and answers with what it was told; "job" runs until it is
@@ -592,4 +598,60 @@ func TestTaskBounds(t *testing.T) {
 		r, _ := other.call(4, mcp.MethodToolsCall, tasked(P{"name": "job"}))
 		return r.Error == nil
 	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestTaskOwnerKeyed: a record keeps of its owner a hash keyed by the
+// server's secret, not a bare SHA-256 of the principal: a replica with
+// another secret does not take the task for the principal's, and the
+// store does not hold what anyone could compute from the principal's
+// name. The logs above Debug never carry a task's id, which with
+// anonymous principals is all that guards the task.
+func TestTaskOwnerKeyed(t *testing.T) {
+	store := &countStore{TaskStore: bus.NewLocalTasks()}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	a := taskServer(t, server.WithTaskStore(store), server.WithSecret(replicaSecret), server.WithLogger(log)).as("alice")
+	b := taskServer(t, server.WithTaskStore(store), server.WithSecret([]byte("another secret, of another deployment")), server.WithLogger(log)).as("alice")
+	for _, h := range []*harness{a, b} {
+		addTaskTool(t, h.srv, "panic", func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+			panic("boom")
+		})
+	}
+	id := a.create(t, "panic", nil)
+	a.waitTask(t, id, "the task to fail", isStatus(mcp.TaskFailed))
+	r, _ := b.call(1, mcp.MethodTasksGet, tasked(P{"taskId": id}))
+	r.fails(t, jsonrpc.CodeInvalidParams)
+
+	raw, _, err := store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := sha256.Sum256([]byte("alice"))
+	if strings.Contains(string(raw), hex.EncodeToString(bare[:])) {
+		t.Errorf("the record keeps the bare SHA-256 of its owner: %s", raw)
+	}
+	if !strings.Contains(logs.String(), "panicked") {
+		t.Errorf("the panic was not logged: %s", logs.String())
+	}
+	if strings.Contains(logs.String(), id) {
+		t.Errorf("a log above Debug names the task: %s", logs.String())
+	}
 }

@@ -869,8 +869,8 @@ func TestTaskShutdownGivesUp(t *testing.T) {
 // sharing a store are all kept, since each is a compare-and-swap.
 func TestTaskConcurrentUpdates(t *testing.T) {
 	store := bus.NewLocalTasks()
-	a := taskServer(t, server.WithTaskStore(store), server.WithTaskPollInterval(5*time.Millisecond))
-	b := taskServer(t, server.WithTaskStore(store))
+	a := taskServer(t, server.WithTaskStore(store), server.WithSecret(replicaSecret), server.WithTaskPollInterval(5*time.Millisecond))
+	b := taskServer(t, server.WithTaskStore(store), server.WithSecret(replicaSecret))
 	const n = 40
 	addTaskTool(t, a.srv, "many", func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		if len(req.InputResponses) == 0 {
