@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mrand "math/rand/v2"
 	"strconv"
 	"time"
 
@@ -423,6 +424,30 @@ func (s *Server) loadTask(ctx context.Context, id, principal string) (*taskRecor
 // task is being changed far faster than anyone could mean to.
 const maxTaskSwaps = 100
 
+// Bounds of the wait before a compare-and-swap is tried again: writers
+// that collided, tried again at once, would collide again, each round a
+// trip to the store. A random wait, up to a bound that grows with the
+// tries, spreads them apart.
+const (
+	swapBackoffMin = time.Millisecond
+	swapBackoffMax = 50 * time.Millisecond
+)
+
+// swapBackoff waits before the try-th retry of a compare-and-swap, a
+// random time under min(try·swapBackoffMin, swapBackoffMax), or until ctx
+// ends.
+func swapBackoff(ctx context.Context, try int) error {
+	d := min(time.Duration(try)*swapBackoffMin, swapBackoffMax)
+	t := time.NewTimer(d/2 + mrand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // updateTask changes the task id of principal with change, which edits
 // the record it is given and reports whether it changed anything. It
 // reads and writes by compare-and-swap until the write lands on the
@@ -431,7 +456,12 @@ const maxTaskSwaps = 100
 // lands is published to the owner's listeners, here and, through the
 // bus, on every replica. It returns the record as it now is.
 func (s *Server) updateTask(ctx context.Context, id, principal string, change func(*taskRecord) bool) (*taskRecord, error) {
-	for range maxTaskSwaps {
+	for try := range maxTaskSwaps {
+		if try > 0 {
+			if err := swapBackoff(ctx, try); err != nil {
+				return nil, err
+			}
+		}
 		b, rev, err := s.taskStore.Get(ctx, id)
 		if errors.Is(err, bus.ErrNoTask) {
 			return nil, errTaskNotFound

@@ -655,3 +655,78 @@ func TestTaskOwnerKeyed(t *testing.T) {
 		t.Errorf("a log above Debug names the task: %s", logs.String())
 	}
 }
+
+// conflictStore is a task store whose next writes, as many as conflicts
+// says, find the record changed meanwhile.
+type conflictStore struct {
+	bus.TaskStore
+	mu        sync.Mutex
+	conflicts int
+	tries     []time.Time
+}
+
+func (s *conflictStore) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
+	s.mu.Lock()
+	s.tries = append(s.tries, time.Now())
+	conflict := s.conflicts > 0
+	if conflict {
+		s.conflicts--
+	}
+	s.mu.Unlock()
+	if conflict {
+		return 0, bus.ErrTaskConflict
+	}
+	return s.TaskStore.Update(ctx, id, rec, rev)
+}
+
+// TestTaskSwapBackoff: a change whose compare-and-swap conflicts is
+// tried again after a short wait, not at once, and the request's end
+// ends the waits.
+func TestTaskSwapBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &conflictStore{TaskStore: bus.NewLocalTasks()}
+		h := newHarness(t, server.WithTaskStore(store), server.WithTaskPollInterval(time.Hour))
+		blk := newBlocker()
+		addTaskTool(t, h.srv, "job", blk.work)
+		id := h.create(t, "job", nil)
+		blk.waitStart(t)
+		store.mu.Lock()
+		store.conflicts = 5
+		store.mu.Unlock()
+		r, _ := h.call(1, mcp.MethodTasksCancel, tasked(P{"taskId": id}))
+		r.ok(t)
+		store.mu.Lock()
+		tries := store.tries
+		store.mu.Unlock()
+		if len(tries) != 6 {
+			t.Fatalf("%d tries, want 6", len(tries))
+		}
+		for i := 1; i < len(tries); i++ {
+			if !tries[i].After(tries[i-1]) {
+				t.Errorf("try %d came at once after a conflict", i+1)
+			}
+		}
+		blk.waitEnd(t)
+
+		// A request that ends while waiting gives up.
+		id = h.create(t, "job", nil)
+		blk.waitStart(t)
+		store.mu.Lock()
+		store.conflicts = 1000
+		store.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		rep := h.serveRaw(ctx, encodeRequest(t, 2, mcp.MethodTasksCancel, tasked(P{"taskId": id})), newRecorder(t))
+		rep.Release()
+		store.mu.Lock()
+		n := len(store.tries) - 6
+		store.conflicts = 0
+		store.mu.Unlock()
+		if n >= 100 {
+			t.Errorf("%d tries within the request's 10ms", n)
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		_ = h.srv.Shutdown(sctx)
+	})
+}
