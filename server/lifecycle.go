@@ -15,7 +15,8 @@ import (
 // or not ctx ended first, so that no goroutine of it outlives the server.
 //
 // Running tasks come first: their work is stopped, each unfinished task
-// ends failed (an internal error saying the server shut down), which
+// ends failed (an internal error saying the server shut down) — or
+// completed, when its work returns a result all the same — which
 // listeners following it still hear, and Shutdown waits for their
 // goroutines, or until ctx ends. No task is created afterwards. The
 // task store is closed once they are done.

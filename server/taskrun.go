@@ -326,9 +326,13 @@ func (tr *taskRun) stopped() (set func(*taskRecord), ok bool) {
 // outcome is how what the work returned settles the task, as a call's
 // outcome would answer the call: a result, or a plain error made an
 // isError result, completes it (held to the tool's output schema); a
-// *jsonrpc.Error fails it. nil is nothing to record.
+// *jsonrpc.Error fails it. nil is nothing to record. Work stopped by
+// Shutdown that returned a result all the same, finishing as it was
+// stopped, completes the task with it: the result is what the client
+// waited for, and failing the task would throw it away.
 func (tr *taskRun) outcome(res *mcp.CallToolResult, err error) func(*taskRecord) {
-	if set, ok := tr.stopped(); ok {
+	shutdownDone := err == nil && errors.Is(context.Cause(tr.ctx), errTaskShutdown)
+	if set, ok := tr.stopped(); ok && !shutdownDone {
 		return set
 	}
 	var je *jsonrpc.Error
@@ -540,7 +544,8 @@ func (ts *taskSet) done(tr *taskRun) {
 }
 
 // close refuses new tasks, stops the work of every running one (each
-// then settles as failed, unless finished already) and waits for their
+// then settles as failed, unless finished already or its work returns a
+// result) and waits for their
 // goroutines until ctx ends, when their store I/O is cut short too.
 func (ts *taskSet) close(ctx context.Context) error {
 	ts.mu.Lock()

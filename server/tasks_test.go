@@ -160,7 +160,7 @@ func (b *blocker) work(ctx context.Context, req *server.ToolRequest) (*mcp.CallT
 		return textResult("released"), nil
 	case <-ctx.Done():
 		b.ended <- context.Cause(ctx)
-		return textResult("stopped, and said so"), nil
+		return nil, context.Cause(ctx)
 	}
 }
 
@@ -798,8 +798,9 @@ func TestTaskListen(t *testing.T) {
 }
 
 // TestTaskShutdown: Shutdown stops running tasks, which end failed with
-// an internal error (listeners hear it before their listen ends), waits
-// for their goroutines, and refuses tasks afterwards.
+// an internal error (listeners hear it before their listen ends) unless
+// their work returned a result all the same, which completes them; it
+// waits for their goroutines, and refuses tasks afterwards.
 func TestTaskShutdown(t *testing.T) {
 	h := newHarness(t, server.WithCapabilities(server.Tasks))
 	b := newBlocker()
@@ -807,8 +808,16 @@ func TestTaskShutdown(t *testing.T) {
 	addTaskTool(t, h.srv, "ask", func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 		return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"q": elicit("?")}}
 	})
+	polite := make(chan struct{})
+	addTaskTool(t, h.srv, "polite", func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+		close(polite)
+		<-ctx.Done()
+		return textResult("done as the server stopped"), nil
+	})
 	running := h.create(t, "job", nil)
 	b.waitStart(t)
+	finished := h.create(t, "polite", nil)
+	<-polite
 	waiting := h.create(t, "ask", nil)
 	h.waitTask(t, waiting, "input_required", isStatus(mcp.TaskInputRequired))
 	l := h.startListen("L", tasked(P{"notifications": P{"taskIds": []string{running}}}))
@@ -825,6 +834,9 @@ func TestTaskShutdown(t *testing.T) {
 		if task["status"] != string(mcp.TaskFailed) || fmt.Sprint(e["code"]) != "-32603" || !strings.Contains(fmt.Sprint(e["message"]), "shut down") {
 			t.Errorf("after Shutdown: %v", task)
 		}
+	}
+	if task := h.task(t, finished); task["status"] != string(mcp.TaskCompleted) || resultText(t, task) != "done as the server stopped" {
+		t.Errorf("work that returned a result as Shutdown stopped it: %v", task)
 	}
 	rep := l.wait(t)
 	if !rep.ListenEnded {
