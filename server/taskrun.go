@@ -180,13 +180,22 @@ func (tr *taskRun) update(change func(*taskRecord) bool) (*taskRecord, error) {
 	return tr.s.updateTask(ctx, tr.id, tr.principal, change)
 }
 
+// maxCorruptReads is how many reads in a row may find the task's record
+// corrupt before the runner takes the task for gone and stops its work:
+// a record is rewritten whole, so one read may meet a torn or foreign
+// write that the next does not, but a record that stays corrupt will
+// not mend, and no one can follow, answer or cancel the task.
+const maxCorruptReads = 3
+
 // watch follows the task's record until ctx ends: on every change it
 // hears of, and every poll interval in case an event was lost, it reads
-// the record; a finished or vanished task stops the work, and the record
-// read goes to a round waiting for answers.
+// the record; a finished or vanished task stops the work (a corrupt
+// record too, after maxCorruptReads reads), and the record read goes to
+// a round waiting for answers. A run of failed reads is logged once.
 func (tr *taskRun) watch(ctx context.Context) {
 	tick := time.NewTicker(tr.s.cfg.taskPoll)
 	defer tick.Stop()
+	failed, corrupt := 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -201,13 +210,23 @@ func (tr *taskRun) watch(ctx context.Context) {
 			tr.cancel(errTaskGone)
 			continue
 		case err != nil:
-			if ctx.Err() == nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			if failed++; failed == 1 {
 				tr.s.log.Warn("mcp: a running task could not be read", "tool", tr.first.Name, "err", err)
+			}
+			if !errors.Is(err, errCorruptTask) {
+				corrupt = 0
+			} else if corrupt++; corrupt == maxCorruptReads {
+				tr.s.log.Error("mcp: a running task's record stays corrupt; its work is stopped", "tool", tr.first.Name, "reads", corrupt)
+				tr.cancel(errTaskGone)
 			}
 			continue // read again at the next tick
 		case rec.Status.Terminal():
 			tr.cancel(errTaskCancelled)
 		}
+		failed, corrupt = 0, 0
 		tr.hand(rec)
 	}
 }

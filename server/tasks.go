@@ -287,6 +287,10 @@ func taskOwnerKey(secret []byte) []byte {
 	return m.Sum(nil)
 }
 
+// errCorruptTask is a record that is not one this server writes: unlike
+// a store that failed, reading it again gives the same answer.
+var errCorruptTask = errors.New("server: corrupt task record")
+
 // decodeTaskRecord reads a record from the store. A store is shared
 // infrastructure: whatever it holds, a record that is not one this
 // server writes is an error saying what is wrong, never a panic or a
@@ -297,10 +301,10 @@ func decodeTaskRecord(b []byte) (*taskRecord, error) {
 		if err == nil {
 			err = errors.New("not a JSON object")
 		}
-		return nil, fmt.Errorf("server: corrupt task record: %w", err)
+		return nil, fmt.Errorf("%w: %w", errCorruptTask, err)
 	}
 	if err := rec.check(); err != nil {
-		return nil, fmt.Errorf("server: corrupt task record: %w", err)
+		return nil, fmt.Errorf("%w: %w", errCorruptTask, err)
 	}
 	return &rec, nil
 }

@@ -730,3 +730,26 @@ func TestTaskSwapBackoff(t *testing.T) {
 		_ = h.srv.Shutdown(sctx)
 	})
 }
+
+// TestTaskCorruptRecord: a running task's record that stays corrupt
+// stops the work after a few reads, where the runner read and logged it
+// at every poll until the TTL with the work running on.
+func TestTaskCorruptRecord(t *testing.T) {
+	store := bus.NewLocalTasks()
+	h := taskServer(t, server.WithTaskStore(store), server.WithTaskPollInterval(5*time.Millisecond),
+		server.WithLogger(slog.New(slog.DiscardHandler)))
+	blk := newBlocker()
+	addTaskTool(t, h.srv, "job", blk.work)
+	id := h.create(t, "job", nil)
+	blk.waitStart(t)
+	_, rev, err := store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(context.Background(), id, []byte(`{"not":"a task"}`), rev); err != nil {
+		t.Fatal(err)
+	}
+	if err := blk.waitEnd(t); err == nil {
+		t.Error("the work was released rather than stopped")
+	}
+}
