@@ -435,15 +435,22 @@ const (
 // listeners hear of it. what names the change in the log.
 func (tr *taskRun) record(what string, change func(*taskRecord) bool) (*taskRecord, error) {
 	wait := recordRetryMin
+	corrupt := 0
 	for tries := 1; ; tries++ {
 		rec, err := tr.update(change)
+		if errors.Is(err, errCorruptTask) {
+			corrupt++
+		} else {
+			corrupt = 0
+		}
 		switch {
 		case err == nil:
 			if tries > 1 {
 				tr.s.log.Info("mcp: a task's change was recorded after all", "tool", tr.first.Name, "change", what, "tries", tries)
 			}
 			return rec, nil
-		case errors.Is(err, errTaskNotFound), errors.Is(err, errTaskTooLarge), tr.io.Err() != nil:
+		case errors.Is(err, errTaskNotFound), errors.Is(err, errTaskTooLarge), tr.io.Err() != nil,
+			corrupt == maxCorruptReads: // a record that stays corrupt will not take the change
 			return nil, err
 		case tries == 1:
 			tr.s.log.Warn("mcp: a task's change could not be recorded; trying again", "tool", tr.first.Name, "change", what, "err", err)

@@ -753,3 +753,27 @@ func TestTaskCorruptRecord(t *testing.T) {
 		t.Error("the work was released rather than stopped")
 	}
 }
+
+// TestTaskCorruptRecordAtSettle: work that ends while its task's record
+// is corrupt ends its runner within a few tries, where the runner tried
+// to record the outcome until the TTL.
+func TestTaskCorruptRecordAtSettle(t *testing.T) {
+	store := bus.NewLocalTasks()
+	h := taskServer(t, server.WithTaskStore(store), server.WithTaskPollInterval(time.Hour),
+		server.WithLogger(slog.New(slog.DiscardHandler)))
+	blk := newBlocker()
+	addTaskTool(t, h.srv, "job", blk.work)
+	id := h.create(t, "job", nil)
+	blk.waitStart(t)
+	_, rev, err := store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Update(context.Background(), id, []byte(`{"not":"a task"}`), rev); err != nil {
+		t.Fatal(err)
+	}
+	close(blk.release)
+	blk.waitEnd(t)
+	// Shutdown (at cleanup) waits for the runner: a runner still trying
+	// makes it time out.
+}
