@@ -66,25 +66,45 @@ func (s *Server) callTool(ctx context.Context, c *engine.Call, req *Request) eng
 		case ctx.Err() != nil:
 			return engine.Reply{Outcome: engine.Silent}
 		}
-		res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.TextContent(err.Error())}}
-	}
-	if res == nil {
-		res = &mcp.CallToolResult{}
+		res = toolErrorResult(err)
 	}
 	return s.toolResult(req, name, t, res)
 }
 
-func (s *Server) toolResult(req *Request, name string, t *tool, res *mcp.CallToolResult) engine.Reply {
+// toolErrorResult is the isError result that a plain error of a tool's
+// handler (or a task's work) stands for: the error is the tool's to
+// report, and the model reads it, as the spec has tool errors told.
+func toolErrorResult(err error) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.TextContent(err.Error())}}
+}
+
+// checkToolResult readies res, what tool t (called name) returned, to be
+// sent or kept: nil is an empty result, and content is never null. A
+// result that is not an error must match the tool's output schema; one
+// that does not is an error of the server's, never the client's, which
+// a call answers, and a task fails, with -32603.
+func checkToolResult(t *tool, name string, res *mcp.CallToolResult) (*mcp.CallToolResult, error) {
+	if res == nil {
+		res = &mcp.CallToolResult{}
+	}
 	if res.Content == nil {
 		res.Content = []mcp.Content{}
 	}
-	if t.output != nil && !res.IsError {
+	if t != nil && t.output != nil && !res.IsError {
 		if len(res.StructuredContent) == 0 {
-			return s.internal(req.ID, fmt.Errorf("tool %q declares an output schema but returned no structuredContent", name))
+			return nil, fmt.Errorf("tool %q declares an output schema but returned no structuredContent", name)
 		}
 		if err := validateJSON(t.output, res.StructuredContent); err != nil {
-			return s.internal(req.ID, fmt.Errorf("tool %q returned structuredContent that does not match its output schema: %w", name, err))
+			return nil, fmt.Errorf("tool %q returned structuredContent that does not match its output schema: %w", name, err)
 		}
+	}
+	return res, nil
+}
+
+func (s *Server) toolResult(req *Request, name string, t *tool, res *mcp.CallToolResult) engine.Reply {
+	res, err := checkToolResult(t, name, res)
+	if err != nil {
+		return s.internal(req.ID, err)
 	}
 	// The handler's _meta is merged with serverInfo into one member; left
 	// on the struct it would be written a second time.

@@ -359,7 +359,7 @@ func (tr *taskRun) outcome(res *mcp.CallToolResult, err error) func(*taskRecord)
 	case errors.As(err, &je):
 		return failWith(je)
 	case err != nil:
-		res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.TextContent(err.Error())}}
+		res = toolErrorResult(err)
 	}
 	b, err := taskResult(tr.tool, tr.first.Name, res)
 	if err != nil {
@@ -475,19 +475,9 @@ func failWith(e *jsonrpc.Error) func(*taskRecord) {
 // taskResult encodes the result a task of tool t completed with, held
 // to the tool's output schema as a call's result is.
 func taskResult(t *tool, name string, res *mcp.CallToolResult) (jsontext.Value, error) {
-	if res == nil {
-		res = &mcp.CallToolResult{}
-	}
-	if res.Content == nil {
-		res.Content = []mcp.Content{}
-	}
-	if t != nil && t.output != nil && !res.IsError {
-		if len(res.StructuredContent) == 0 {
-			return nil, fmt.Errorf("tool %q declares an output schema but its task returned no structuredContent", name)
-		}
-		if err := validateJSON(t.output, res.StructuredContent); err != nil {
-			return nil, fmt.Errorf("tool %q's task returned structuredContent that does not match its output schema: %w", name, err)
-		}
+	res, err := checkToolResult(t, name, res)
+	if err != nil {
+		return nil, err
 	}
 	b, err := jsonrpc.Marshal(res)
 	if err != nil {
