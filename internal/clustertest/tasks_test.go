@@ -213,7 +213,8 @@ func (e *taskEnv) serve(r *clustertest.Replica) error {
 			return text("released"), nil
 		case <-ctx.Done():
 			e.ended <- jobEnd{replica: r.Name, err: ctx.Err(), cause: context.Cause(ctx)}
-			return text("stopped"), nil
+			// An error: a result, even now, would complete the task.
+			return nil, context.Cause(ctx)
 		}
 	}
 	for name, work := range map[string]server.ToolHandler{"ask": ask, "job": job} {
