@@ -141,7 +141,9 @@ type localTask struct {
 }
 
 // NewLocalTasks returns an empty in-process task store. Expired records
-// are swept as new ones are created, so it needs no goroutine.
+// are swept as the store is used — by Create, Get and Update alike, so
+// that a store read and updated for long after its last Create still
+// lets go of what expired — and it needs no goroutine.
 func NewLocalTasks() *LocalTasks {
 	return &LocalTasks{now: time.Now, m: make(map[string]localTask)}
 }
@@ -172,8 +174,10 @@ func (s *LocalTasks) Get(_ context.Context, id string) ([]byte, uint64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep(now)
 	t, ok := s.m[id]
-	if !ok || !s.now().Before(t.expires) {
+	if !ok || !now.Before(t.expires) {
 		return nil, 0, ErrNoTask
 	}
 	return clone(t.rec), t.rev, nil
@@ -186,8 +190,10 @@ func (s *LocalTasks) Update(_ context.Context, id string, rec []byte, rev uint64
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep(now)
 	t, ok := s.m[id]
-	if !ok || !s.now().Before(t.expires) {
+	if !ok || !now.Before(t.expires) {
 		return 0, ErrNoTask
 	}
 	if t.rev != rev {
