@@ -83,19 +83,25 @@ func openNATSTasks(ctx context.Context, u *url.URL, cfg config) (*natsTasks, err
 }
 
 // open opens the bucket, creating it if it is not there, and checks that
-// one found there can drop its entries by themselves.
+// one found there can drop its entries by themselves and reads every
+// entry through its stream's leader.
 func (s *natsTasks) open(ctx context.Context, bucket string) error {
 	var err error
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	s.kv, err = bucketOf(ctx, s.js, jetstream.KeyValueConfig{Bucket: bucket,
-		Description:    "tidings: the tasks of a server's replicas",
-		MaxValueSize:   maxTaskRecord + 4<<10, // the record and its framing, see maxTaskRecord
-		LimitMarkerTTL: natsMarkerTTL,
-	})
+	s.kv, err = s.js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		// Made as a stream, since a KeyValueConfig cannot say no to direct
+		// gets. Another replica may make it first: the same config is
+		// taken as made, another is opened and checked as one found.
+		_, err = s.js.CreateStream(ctx, tasksStream(bucket))
+		if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s.kv, err = s.js.KeyValue(ctx, bucket)
+		}
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("key-value bucket %q: %w", bucket, err)
 	}
 	st, err := s.kv.Status(ctx)
 	if err != nil {
@@ -108,7 +114,50 @@ func (s *natsTasks) open(ctx context.Context, bucket string) error {
 	if st.Config().Mirror != nil {
 		return fmt.Errorf("key-value bucket %q is a mirror, which takes no writes", bucket)
 	}
+	// The client reads by direct get if the stream allowed them when the
+	// handle was made (the status is read a moment later), and any
+	// replica or mirror answers those from what it has applied: perhaps
+	// not yet a task just created, or an older revision of it.
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); !ok || bs.StreamInfo().Config.AllowDirect {
+		return fmt.Errorf("key-value bucket %q allows direct gets, which a replica or a mirror may answer "+
+			"before it has a task just written: update its stream %q with allow_direct false, "+
+			"or remove it and let it be created", bucket, s.stream)
+	}
 	return nil
+}
+
+// tasksStream is the stream of a tasks bucket OpenTasks creates: what
+// jetstream.CreateKeyValue makes of a bucket with file storage, one
+// replica, values of at most a record and its framing and per-key TTLs,
+// but for direct gets, which CreateKeyValue always allows. A direct get
+// may be answered by any replica, or a mirror, from what it has applied,
+// which may not yet be a write the stream's leader has acknowledged;
+// without them every Get is the leader's (see OpenTasks), as Create's and
+// Update's writes are. TestNATSTasksBucketConfig holds the two to the
+// same shape.
+func tasksStream(bucket string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        "KV_" + bucket,
+		Description: "tidings: the tasks of a server's replicas",
+		Subjects:    []string{"$KV." + bucket + ".>"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    1,
+		// The latest value of each key, and a full stream refuses a write
+		// rather than drop other tasks.
+		MaxMsgsPerSubject: 1,
+		Discard:           jetstream.DiscardNew,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxConsumers:      -1,
+		MaxMsgSize:        maxTaskRecord + 4<<10, // the record and its framing, see maxTaskRecord
+		Duplicates:        2 * time.Minute,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		AllowDirect:       false,
+		// Per-key TTLs, and the markers they leave where they drop a key.
+		AllowMsgTTL:            true,
+		SubjectDeleteMarkerTTL: natsMarkerTTL,
+	}
 }
 
 // natsTaskKey is the key of a task in a bucket. Keys allow '.' only
