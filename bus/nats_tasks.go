@@ -27,6 +27,56 @@ type natsTasks struct {
 	subject string // "$KV.<bucket>.", before a key
 	closed  chan struct{}
 	once    sync.Once
+	// seen holds the expiry of the revision of each task this store last
+	// read or wrote, so that an Update at that revision, which must keep
+	// the expiry, need not read the entry again to learn it: a change
+	// costs the server's Get and the write, not a read besides. The
+	// expiry of an entry's revision never changes, so what is here is
+	// never wrong, only missing.
+	mu   sync.Mutex
+	seen map[string]seenRev
+}
+
+// seenRev is a revision of a task and the expiry its entry holds.
+type seenRev struct {
+	rev uint64
+	exp time.Time
+}
+
+// natsSeenMax bounds natsTasks.seen: the tasks being worked on at once
+// through one replica, which a server polled for many more only pays a
+// read for, as before. It is some hundreds of KiB at most.
+const natsSeenMax = 1024
+
+// remember records that the entry of task id at revision rev expires at
+// exp. A full map loses an entry, any one: the tasks in hand are the ones
+// read again soonest, and come back.
+func (s *natsTasks) remember(id string, rev uint64, exp time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[id]; !ok && len(s.seen) >= natsSeenMax {
+		for other := range s.seen {
+			delete(s.seen, other)
+			break
+		}
+	}
+	s.seen[id] = seenRev{rev, exp}
+}
+
+// forget drops what remember recorded of task id, which is gone.
+func (s *natsTasks) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seen, id)
+}
+
+// expiryOf returns the expiry of task id's entry at revision rev, if this
+// store last read or wrote that revision.
+func (s *natsTasks) expiryOf(id string, rev uint64) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.seen[id]
+	return r.exp, ok && r.rev == rev
 }
 
 // tasksBucket names the bucket of a subject's tasks: the state's bucket
@@ -71,7 +121,7 @@ func openNATSTasks(ctx context.Context, u *url.URL, cfg config) (*natsTasks, err
 	if err != nil {
 		return nil, err
 	}
-	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + "."}
+	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + ".", seen: make(map[string]seenRev)}
 	if s.nc, s.closed, err = dialNATSStore(u, timeout, cfg, "tidings tasks"); err != nil {
 		return nil, fmt.Errorf("bus: tasks at %s: %w", u.Redacted(), err)
 	}
@@ -206,8 +256,9 @@ func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires t
 	}
 	// Twice at most: a task found expired may be dropped before it is read.
 	for range 2 {
-		_, err := s.kv.Create(ctx, key, val, opts...)
+		rev, err := s.kv.Create(ctx, key, val, opts...)
 		if err == nil {
+			s.remember(id, rev, exp)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -226,12 +277,14 @@ func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires t
 		if old, _, err := decodeTaskValue(e.Value()); err != nil || time.Now().Before(old) {
 			return ErrTaskExists
 		}
-		if _, err := s.put(ctx, key, val, e.Revision(), exp); err != nil {
+		rev, err = s.put(ctx, key, val, e.Revision(), exp)
+		if err != nil {
 			if errors.Is(err, errRevision) {
 				return ErrTaskExists // another replica replaced it first
 			}
 			return s.fail("create", id, err)
 		}
+		s.remember(id, rev, exp)
 		return nil
 	}
 	return ErrTaskExists
@@ -260,10 +313,12 @@ func (s *natsTasks) put(ctx context.Context, key string, val []byte, rev uint64,
 	return ack.Sequence, nil
 }
 
-// get reads the live entry under key: its record, revision and expiry.
+// get reads the live entry of task id: its record, revision and expiry,
+// which it remembers.
 func (s *natsTasks) get(ctx context.Context, op, id string) (rec []byte, rev uint64, exp time.Time, err error) {
 	e, err := s.kv.Get(ctx, natsTaskKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.forget(id)
 		return nil, 0, time.Time{}, ErrNoTask
 	}
 	if err != nil {
@@ -274,8 +329,10 @@ func (s *natsTasks) get(ctx context.Context, op, id string) (rec []byte, rev uin
 		return nil, 0, time.Time{}, fmt.Errorf("bus: %s task %q in bucket %q: %w", op, id, s.kv.Bucket(), err)
 	}
 	if !time.Now().Before(exp) {
+		s.forget(id)
 		return nil, 0, time.Time{}, ErrNoTask
 	}
+	s.remember(id, e.Revision(), exp)
 	return rec, e.Revision(), exp, nil
 }
 
@@ -287,20 +344,31 @@ func (s *natsTasks) Get(ctx context.Context, id string) ([]byte, uint64, error) 
 	return rec, rev, err
 }
 
-// Update reads the entry first: the expiry to keep is in it, and a
-// record that has expired is ErrNoTask, not a conflict. The write then
-// expects the revision read, which is rev, so nothing written between is
-// overwritten.
+// Update must keep the entry's expiry, and report a record that has
+// expired as ErrNoTask, not a conflict. It knows the expiry without a
+// read when rev is the revision this store last read or wrote, as it is
+// when a server reads a task and then changes it; else it reads the
+// entry first, as the server's Get did, and a revision other than rev is
+// a conflict at once. The write then expects rev, so nothing written
+// since is overwritten; when it is refused, a read tells a conflict from
+// an entry dropped as it expired.
 func (s *natsTasks) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
 	if err := checkTask("update", id, rec); err != nil {
 		return 0, err
 	}
-	_, cur, exp, err := s.get(ctx, "update", id)
-	if err != nil {
-		return 0, err
-	}
-	if cur != rev {
-		return 0, ErrTaskConflict
+	exp, ok := s.expiryOf(id, rev)
+	if !ok {
+		_, cur, e, err := s.get(ctx, "update", id)
+		if err != nil {
+			return 0, err
+		}
+		if cur != rev {
+			return 0, ErrTaskConflict
+		}
+		exp = e
+	} else if !time.Now().Before(exp) {
+		s.forget(id)
+		return 0, ErrNoTask
 	}
 	next, err := s.put(ctx, natsTaskKey(id), encodeTaskValue(exp, rec), rev, exp)
 	if errors.Is(err, errRevision) {
@@ -313,6 +381,7 @@ func (s *natsTasks) Update(ctx context.Context, id string, rec []byte, rev uint6
 	if err != nil {
 		return 0, s.fail("update", id, err)
 	}
+	s.remember(id, next, exp)
 	return next, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,6 +276,115 @@ func TestNATSTasksBucketWithDirectGets(t *testing.T) {
 	}
 	if rec, _, err := ts.Get(ctx, "t1"); err != nil || string(rec) != "v1" {
 		t.Fatalf("get: %q, %v", rec, err)
+	}
+}
+
+// countingKV counts the reads of a bucket.
+type countingKV struct {
+	jetstream.KeyValue
+	gets atomic.Int64
+}
+
+func (kv *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	kv.gets.Add(1)
+	return kv.KeyValue.Get(ctx, key)
+}
+
+// TestNATSTasksUpdateReads: an Update at the revision its store last read
+// or wrote is the write alone, without reading the entry again for its
+// expiry; one at another revision reads it, as do a refused write and a
+// task that has expired, which are still told apart.
+func TestNATSTasksUpdateReads(t *testing.T) {
+	t.Parallel()
+	br := testbroker.StartNATS(t)
+	a, b := openTasksAt(t, br.URL()).(*natsTasks), openTasksAt(t, br.URL()).(*natsTasks)
+	kv := &countingKV{KeyValue: a.kv}
+	a.kv = kv
+	ctx, cancel := context.WithTimeout(context.Background(), testbroker.Wait)
+	defer cancel()
+	reads := func(what string, want int64, call func()) {
+		t.Helper()
+		before := kv.gets.Load()
+		call()
+		if got := kv.gets.Load() - before; got != want {
+			t.Errorf("%s: %d reads, want %d", what, got, want)
+		}
+	}
+	exp := time.Now().Add(time.Hour)
+	if err := a.Create(ctx, "t1", []byte("v1"), exp); err != nil {
+		t.Fatal(err)
+	}
+	var rev uint64
+	reads("get", 1, func() { rev = mustRev(t, a, "t1") })
+	update := func(rec string, at uint64, want error) uint64 {
+		t.Helper()
+		next, err := a.Update(ctx, "t1", []byte(rec), at)
+		if !errors.Is(err, want) {
+			t.Fatalf("update at %d: %v, want %v", at, err, want)
+		}
+		return next
+	}
+	reads("update at the revision read", 0, func() { rev = update("v2", rev, nil) })
+	reads("update at the revision written", 0, func() { rev = update("v3", rev, nil) })
+	// Another replica changes it: the write is refused, and a read says why.
+	stale := rev
+	if _, err := b.Update(ctx, "t1", []byte("v4"), mustRev(t, b, "t1")); err != nil {
+		t.Fatal(err)
+	}
+	reads("update at a revision since changed", 1, func() { update("lost", stale, ErrTaskConflict) })
+	// A revision this store has not seen: a read for the expiry.
+	rev, err := b.Update(ctx, "t1", []byte("v4b"), mustRev(t, b, "t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads("update at a revision read elsewhere", 1, func() { rev = update("v5", rev, nil) })
+	if rec, _, err := b.Get(ctx, "t1"); err != nil || string(rec) != "v5" {
+		t.Fatalf("get: %q, %v", rec, err)
+	}
+	// The expiry kept through the updates is the one created.
+	e, err := b.kv.Get(ctx, natsTaskKey("t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := decodeTaskValue(e.Value()); err != nil || !got.Equal(time.UnixMilli(ceilMilli(exp))) {
+		t.Fatalf("the entry expires at %v (%v), want %v", got, err, exp)
+	}
+	// A task that expired, at the revision last written: ErrNoTask
+	// without a read, since the expiry is known.
+	soon := time.UnixMilli(time.Now().Add(300 * time.Millisecond).UnixMilli()) // whole milliseconds, as stored
+	if err := a.Create(ctx, "t2", []byte("v1"), soon); err != nil {
+		t.Fatal(err)
+	}
+	rev = mustRev(t, a, "t2")
+	time.Sleep(time.Until(soon)) // the clock is what is tested; this orders nothing
+	reads("update of an expired task", 0, func() {
+		if _, err := a.Update(ctx, "t2", []byte("v2"), rev); !errors.Is(err, ErrNoTask) {
+			t.Errorf("update of an expired task: %v, want ErrNoTask", err)
+		}
+	})
+}
+
+// TestNATSTasksSeenBounded: what a store remembers of the revisions it
+// saw stays within its bound however many tasks it sees.
+func TestNATSTasksSeenBounded(t *testing.T) {
+	s := &natsTasks{seen: make(map[string]seenRev)}
+	exp := time.Unix(1000, 0)
+	for i := range 3 * natsSeenMax {
+		s.remember(fmt.Sprint(i), uint64(i+1), exp)
+	}
+	if len(s.seen) != natsSeenMax {
+		t.Fatalf("%d revisions remembered, want %d", len(s.seen), natsSeenMax)
+	}
+	s.remember("last", 7, exp)
+	if got, ok := s.expiryOf("last", 7); !ok || !got.Equal(exp) {
+		t.Fatalf("the last revision remembered is not known: %v, %v", got, ok)
+	}
+	if _, ok := s.expiryOf("last", 8); ok {
+		t.Fatalf("a revision not seen is known")
+	}
+	s.forget("last")
+	if _, ok := s.expiryOf("last", 7); ok {
+		t.Fatalf("a forgotten revision is known")
 	}
 }
 
