@@ -43,9 +43,10 @@ type seenRev struct {
 	exp time.Time
 }
 
-// natsSeenMax bounds natsTasks.seen: the tasks being worked on at once
-// through one replica, which a server polled for many more only pays a
-// read for, as before. It is some hundreds of KiB at most.
+// natsSeenMax bounds natsTasks.seen, to some hundreds of KiB (an id is
+// at most 256 bytes): room for the tasks one replica changes at a time.
+// An Update of a task forgotten meanwhile reads it first, as it would
+// without the map.
 const natsSeenMax = 1024
 
 // remember records that the entry of task id at revision rev expires at
@@ -145,6 +146,9 @@ func (s *natsTasks) open(ctx context.Context, bucket string) error {
 		// Made as a stream, since a KeyValueConfig cannot say no to direct
 		// gets. Another replica may make it first: the same config is
 		// taken as made, another is opened and checked as one found.
+		if err := checkTTLs(ctx, s.js); err != nil {
+			return fmt.Errorf("key-value bucket %q: %w", bucket, err)
+		}
 		_, err = s.js.CreateStream(ctx, tasksStream(bucket))
 		if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			s.kv, err = s.js.KeyValue(ctx, bucket)
@@ -172,6 +176,20 @@ func (s *natsTasks) open(ctx context.Context, bucket string) error {
 		return fmt.Errorf("key-value bucket %q allows direct gets, which a replica or a mirror may answer "+
 			"before it has a task just written: update its stream %q with allow_direct false, "+
 			"or remove it and let it be created", bucket, s.stream)
+	}
+	return nil
+}
+
+// checkTTLs fails unless the server gives streams per-key TTLs (JetStream
+// API level 1, NATS 2.11). An older one would ignore the stream's TTL
+// settings, and make a bucket that open then refuses.
+func checkTTLs(ctx context.Context, js jetstream.JetStream) error {
+	info, err := js.AccountInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if info.API.Level < 1 {
+		return fmt.Errorf("the NATS server has no per-key TTLs (JetStream API level %d), which tasks need: NATS 2.11 or later has them", info.API.Level)
 	}
 	return nil
 }
