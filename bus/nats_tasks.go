@@ -27,6 +27,57 @@ type natsTasks struct {
 	subject string // "$KV.<bucket>.", before a key
 	closed  chan struct{}
 	once    sync.Once
+	// seen holds the expiry of the revision of each task this store last
+	// read or wrote, so that an Update at that revision, which must keep
+	// the expiry, need not read the entry again to learn it: a change
+	// costs the server's Get and the write, not a read besides. The
+	// expiry of an entry's revision never changes, so what is here is
+	// never wrong, only missing.
+	mu   sync.Mutex
+	seen map[string]seenRev
+}
+
+// seenRev is a revision of a task and the expiry its entry holds.
+type seenRev struct {
+	rev uint64
+	exp time.Time
+}
+
+// natsSeenMax bounds natsTasks.seen, to some hundreds of KiB (an id is
+// at most 256 bytes): room for the tasks one replica changes at a time.
+// An Update of a task forgotten meanwhile reads it first, as it would
+// without the map.
+const natsSeenMax = 1024
+
+// remember records that the entry of task id at revision rev expires at
+// exp. A full map loses an entry, any one: the tasks in hand are the ones
+// read again soonest, and come back.
+func (s *natsTasks) remember(id string, rev uint64, exp time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[id]; !ok && len(s.seen) >= natsSeenMax {
+		for other := range s.seen {
+			delete(s.seen, other)
+			break
+		}
+	}
+	s.seen[id] = seenRev{rev, exp}
+}
+
+// forget drops what remember recorded of task id, which is gone.
+func (s *natsTasks) forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seen, id)
+}
+
+// expiryOf returns the expiry of task id's entry at revision rev, if this
+// store last read or wrote that revision.
+func (s *natsTasks) expiryOf(id string, rev uint64) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.seen[id]
+	return r.exp, ok && r.rev == rev
 }
 
 // tasksBucket names the bucket of a subject's tasks: the state's bucket
@@ -71,7 +122,7 @@ func openNATSTasks(ctx context.Context, u *url.URL, cfg config) (*natsTasks, err
 	if err != nil {
 		return nil, err
 	}
-	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + "."}
+	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + ".", seen: make(map[string]seenRev)}
 	if s.nc, s.closed, err = dialNATSStore(u, timeout, cfg, "tidings tasks"); err != nil {
 		return nil, fmt.Errorf("bus: tasks at %s: %w", u.Redacted(), err)
 	}
@@ -83,19 +134,28 @@ func openNATSTasks(ctx context.Context, u *url.URL, cfg config) (*natsTasks, err
 }
 
 // open opens the bucket, creating it if it is not there, and checks that
-// one found there can drop its entries by themselves.
+// one found there can drop its entries by themselves and reads every
+// entry through its stream's leader.
 func (s *natsTasks) open(ctx context.Context, bucket string) error {
 	var err error
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	s.kv, err = bucketOf(ctx, s.js, jetstream.KeyValueConfig{Bucket: bucket,
-		Description:    "tidings: the tasks of a server's replicas",
-		MaxValueSize:   maxTaskRecord + 4<<10, // the record and its framing, see maxTaskRecord
-		LimitMarkerTTL: natsMarkerTTL,
-	})
+	s.kv, err = s.js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		// Made as a stream, since a KeyValueConfig cannot say no to direct
+		// gets. Another replica may make it first: the same config is
+		// taken as made, another is opened and checked as one found.
+		if err := checkTTLs(ctx, s.js); err != nil {
+			return fmt.Errorf("key-value bucket %q: %w", bucket, err)
+		}
+		_, err = s.js.CreateStream(ctx, tasksStream(bucket))
+		if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s.kv, err = s.js.KeyValue(ctx, bucket)
+		}
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("key-value bucket %q: %w", bucket, err)
 	}
 	st, err := s.kv.Status(ctx)
 	if err != nil {
@@ -108,7 +168,64 @@ func (s *natsTasks) open(ctx context.Context, bucket string) error {
 	if st.Config().Mirror != nil {
 		return fmt.Errorf("key-value bucket %q is a mirror, which takes no writes", bucket)
 	}
+	// The client reads by direct get if the stream allowed them when the
+	// handle was made (the status is read a moment later), and any
+	// replica or mirror answers those from what it has applied: perhaps
+	// not yet a task just created, or an older revision of it.
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); !ok || bs.StreamInfo().Config.AllowDirect {
+		return fmt.Errorf("key-value bucket %q allows direct gets, which a replica or a mirror may answer "+
+			"before it has a task just written: update its stream %q with allow_direct false, "+
+			"or remove it and let it be created", bucket, s.stream)
+	}
 	return nil
+}
+
+// checkTTLs fails unless the server gives streams per-key TTLs (JetStream
+// API level 1, NATS 2.11). An older one would ignore the stream's TTL
+// settings, and make a bucket that open then refuses.
+func checkTTLs(ctx context.Context, js jetstream.JetStream) error {
+	info, err := js.AccountInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if info.API.Level < 1 {
+		return fmt.Errorf("the NATS server has no per-key TTLs (JetStream API level %d), which tasks need: NATS 2.11 or later has them", info.API.Level)
+	}
+	return nil
+}
+
+// tasksStream is the stream of a tasks bucket OpenTasks creates: what
+// jetstream.CreateKeyValue makes of a bucket with file storage, one
+// replica, values of at most a record and its framing and per-key TTLs,
+// but for direct gets, which CreateKeyValue always allows. A direct get
+// may be answered by any replica, or a mirror, from what it has applied,
+// which may not yet be a write the stream's leader has acknowledged;
+// without them every Get is the leader's (see OpenTasks), as Create's and
+// Update's writes are. TestNATSTasksBucketConfig holds the two to the
+// same shape.
+func tasksStream(bucket string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        "KV_" + bucket,
+		Description: "tidings: the tasks of a server's replicas",
+		Subjects:    []string{"$KV." + bucket + ".>"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    1,
+		// The latest value of each key, and a full stream refuses a write
+		// rather than drop other tasks.
+		MaxMsgsPerSubject: 1,
+		Discard:           jetstream.DiscardNew,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxConsumers:      -1,
+		MaxMsgSize:        maxTaskRecord + 4<<10, // the record and its framing, see maxTaskRecord
+		Duplicates:        2 * time.Minute,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		AllowDirect:       false,
+		// Per-key TTLs, and the markers they leave where they drop a key.
+		AllowMsgTTL:            true,
+		SubjectDeleteMarkerTTL: natsMarkerTTL,
+	}
 }
 
 // natsTaskKey is the key of a task in a bucket. Keys allow '.' only
@@ -157,8 +274,9 @@ func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires t
 	}
 	// Twice at most: a task found expired may be dropped before it is read.
 	for range 2 {
-		_, err := s.kv.Create(ctx, key, val, opts...)
+		rev, err := s.kv.Create(ctx, key, val, opts...)
 		if err == nil {
+			s.remember(id, rev, exp)
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -177,12 +295,14 @@ func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires t
 		if old, _, err := decodeTaskValue(e.Value()); err != nil || time.Now().Before(old) {
 			return ErrTaskExists
 		}
-		if _, err := s.put(ctx, key, val, e.Revision(), exp); err != nil {
+		rev, err = s.put(ctx, key, val, e.Revision(), exp)
+		if err != nil {
 			if errors.Is(err, errRevision) {
 				return ErrTaskExists // another replica replaced it first
 			}
 			return s.fail("create", id, err)
 		}
+		s.remember(id, rev, exp)
 		return nil
 	}
 	return ErrTaskExists
@@ -211,10 +331,12 @@ func (s *natsTasks) put(ctx context.Context, key string, val []byte, rev uint64,
 	return ack.Sequence, nil
 }
 
-// get reads the live entry under key: its record, revision and expiry.
+// get reads the live entry of task id: its record, revision and expiry,
+// which it remembers.
 func (s *natsTasks) get(ctx context.Context, op, id string) (rec []byte, rev uint64, exp time.Time, err error) {
 	e, err := s.kv.Get(ctx, natsTaskKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.forget(id)
 		return nil, 0, time.Time{}, ErrNoTask
 	}
 	if err != nil {
@@ -225,8 +347,10 @@ func (s *natsTasks) get(ctx context.Context, op, id string) (rec []byte, rev uin
 		return nil, 0, time.Time{}, fmt.Errorf("bus: %s task %q in bucket %q: %w", op, id, s.kv.Bucket(), err)
 	}
 	if !time.Now().Before(exp) {
+		s.forget(id)
 		return nil, 0, time.Time{}, ErrNoTask
 	}
+	s.remember(id, e.Revision(), exp)
 	return rec, e.Revision(), exp, nil
 }
 
@@ -238,20 +362,31 @@ func (s *natsTasks) Get(ctx context.Context, id string) ([]byte, uint64, error) 
 	return rec, rev, err
 }
 
-// Update reads the entry first: the expiry to keep is in it, and a
-// record that has expired is ErrNoTask, not a conflict. The write then
-// expects the revision read, which is rev, so nothing written between is
-// overwritten.
+// Update must keep the entry's expiry, and report a record that has
+// expired as ErrNoTask, not a conflict. It knows the expiry without a
+// read when rev is the revision this store last read or wrote, as it is
+// when a server reads a task and then changes it; else it reads the
+// entry first, as the server's Get did, and a revision other than rev is
+// a conflict at once. The write then expects rev, so nothing written
+// since is overwritten; when it is refused, a read tells a conflict from
+// an entry dropped as it expired.
 func (s *natsTasks) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
 	if err := checkTask("update", id, rec); err != nil {
 		return 0, err
 	}
-	_, cur, exp, err := s.get(ctx, "update", id)
-	if err != nil {
-		return 0, err
-	}
-	if cur != rev {
-		return 0, ErrTaskConflict
+	exp, ok := s.expiryOf(id, rev)
+	if !ok {
+		_, cur, e, err := s.get(ctx, "update", id)
+		if err != nil {
+			return 0, err
+		}
+		if cur != rev {
+			return 0, ErrTaskConflict
+		}
+		exp = e
+	} else if !time.Now().Before(exp) {
+		s.forget(id)
+		return 0, ErrNoTask
 	}
 	next, err := s.put(ctx, natsTaskKey(id), encodeTaskValue(exp, rec), rev, exp)
 	if errors.Is(err, errRevision) {
@@ -264,6 +399,7 @@ func (s *natsTasks) Update(ctx context.Context, id string, rec []byte, rev uint6
 	if err != nil {
 		return 0, s.fail("update", id, err)
 	}
+	s.remember(id, next, exp)
 	return next, nil
 }
 

@@ -31,10 +31,16 @@ import (
 // not hold locks across them.
 type TaskStore interface {
 	// Create stores rec under id until expires. When it returns nil the
-	// record is durable: a Get on any replica finds it. It returns
-	// ErrTaskExists when id is already taken.
+	// record is durable, and a Get on any replica finds it: a server may
+	// answer the request that made the task at once, and the client poll
+	// it through another replica. It returns ErrTaskExists when id is
+	// already taken.
 	Create(ctx context.Context, id string, rec []byte, expires time.Time) error
-	// Get returns the record under id and its revision, or ErrNoTask.
+	// Get returns the record under id and its revision, or ErrNoTask. It
+	// is linearisable: it sees every Create and Update that returned
+	// before it was called, on whichever replica, so that no replica
+	// reports a task it was just told of as unknown, or an older state
+	// of it than one already reported.
 	Get(ctx context.Context, id string) (rec []byte, rev uint64, err error)
 	// Update replaces the record under id, keeping its expiry, if its
 	// revision is still rev, and returns the new revision. It returns
@@ -56,18 +62,22 @@ type TaskStore interface {
 // (rediss:// and tls:// for TLS, with a user and password in the URL as
 // for Dial.) What each guarantees:
 //
-// Compare-and-swap is linearisable on both. Redis runs each Create and
-// Update as one Lua script, which checks the revision and writes with
-// nothing in between; revisions count from 1 for each task (and again
+// Compare-and-swap is linearisable on both, and so is Get. Redis runs
+// each Create and Update as one Lua script, which checks the revision and
+// writes with nothing in between, and answers every call from the one
+// server the URL names; revisions count from 1 for each task (and again
 // from 1 for a task created anew under an id that expired, which is why
 // ids are not to be reused). NATS has the stream check that the entry's
 // revision (its sequence in the stream) is still the one read before it
-// takes the write; revisions grow across the bucket. A Get from a bucket
-// with replicas may be answered by a follower a moment behind, whose
-// stale revision an Update then finds in conflict. When Create or Update
-// fail otherwise (the broker went away mid-call), the write may or may
-// not have landed: neither store sends it again by itself, since a write
-// sent twice would report a conflict with itself.
+// takes the write; revisions grow across the bucket. Every Get is
+// answered by the stream's leader, which acknowledged the write, and
+// which, newly elected, answers only once it holds every write its
+// predecessors acknowledged: the bucket allows no direct gets, which any replica or
+// mirror answers from what it has applied, perhaps not yet a write the
+// leader has acknowledged. When Create or Update fail otherwise (the
+// broker went away mid-call), the write may or may not have landed:
+// neither store sends it again by itself, since a write sent twice would
+// report a conflict with itself.
 //
 // Limits. A record is at most 1 MiB less 4 KiB: a NATS server takes
 // messages of at most 1 MiB by default (max_payload), headers included,
@@ -90,12 +100,15 @@ type TaskStore interface {
 // creates; one found without them is refused. Create over a task that has
 // expired but is not yet dropped replaces it.
 //
-// A bucket that does not exist is created with file storage, one replica
-// and values of at most 1 MiB; create it beforehand to choose otherwise
-// (with a limit marker TTL) — it is used as found, and a bucket TTL (max
-// age) set on it drops tasks that long after their last write, whatever
-// their expiry. Redis keys live in one database, so replicas must name
-// the same db.
+// A bucket that does not exist is created with file storage, one replica,
+// values of at most 1 MiB and no direct gets; create it beforehand to
+// choose otherwise, with a limit marker TTL and allow_direct false on its
+// stream (the nats tool and jetstream.CreateKeyValue allow direct gets:
+// update the stream after) — it is used as found, a bucket that allows
+// direct gets is refused, and a bucket TTL (max age) set on it drops
+// tasks that long after their last write, whatever their expiry. A
+// bucket scaled to more replicas later keeps reading through its leader.
+// Redis keys live in one database, so replicas must name the same db.
 //
 // OpenTasks fails once ctx ends if the store cannot be reached; later
 // losses are reported by the methods' errors, within their context's
@@ -141,7 +154,9 @@ type localTask struct {
 }
 
 // NewLocalTasks returns an empty in-process task store. Expired records
-// are swept as new ones are created, so it needs no goroutine.
+// are swept as the store is used — by Create, Get and Update alike, so
+// that a store read and updated for long after its last Create still
+// lets go of what expired — and it needs no goroutine.
 func NewLocalTasks() *LocalTasks {
 	return &LocalTasks{now: time.Now, m: make(map[string]localTask)}
 }
@@ -172,8 +187,10 @@ func (s *LocalTasks) Get(_ context.Context, id string) ([]byte, uint64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep(now)
 	t, ok := s.m[id]
-	if !ok || !s.now().Before(t.expires) {
+	if !ok || !now.Before(t.expires) {
 		return nil, 0, ErrNoTask
 	}
 	return clone(t.rec), t.rev, nil
@@ -186,8 +203,10 @@ func (s *LocalTasks) Update(_ context.Context, id string, rec []byte, rev uint64
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep(now)
 	t, ok := s.m[id]
-	if !ok || !s.now().Before(t.expires) {
+	if !ok || !now.Before(t.expires) {
 		return 0, ErrNoTask
 	}
 	if t.rev != rev {

@@ -93,8 +93,8 @@ type Hub struct {
 	mu      sync.RWMutex
 	kinds   [3]map[*Subscription]struct{}
 	all     map[*Subscription]struct{}
-	byURI   map[string][]uriRef
-	byTask  map[string][]uriRef
+	byURI   map[string][]ref // by URI, the subscriptions that follow it
+	byTask  map[string][]ref // by task id, the subscriptions that follow it
 	closed  bool
 	done    chan struct{}
 	drained chan struct{}
@@ -104,14 +104,17 @@ type Hub struct {
 	observer func(Event)
 }
 
-type uriRef struct {
+// ref is one subscription's interest in one key of an index (byURI,
+// byTask): the key is its idx'th URI or task, whose flag is its idx'th
+// flag or tflag.
+type ref struct {
 	sub *Subscription
 	idx int
 }
 
 // New returns an empty hub.
 func New() *Hub {
-	h := &Hub{byURI: make(map[string][]uriRef), byTask: make(map[string][]uriRef), all: make(map[*Subscription]struct{}),
+	h := &Hub{byURI: make(map[string][]ref), byTask: make(map[string][]ref), all: make(map[*Subscription]struct{}),
 		done: make(chan struct{}), drained: make(chan struct{})}
 	for i := range h.kinds {
 		h.kinds[i] = make(map[*Subscription]struct{})
@@ -141,26 +144,13 @@ type Subscription struct {
 	once   sync.Once
 }
 
-// Subscribe registers a subscription for f. Duplicate URIs are folded.
+// Subscribe registers a subscription for f. Duplicate URIs and task ids
+// are folded, so that each is one flag, and one change of it one entry
+// in Take or TakeTasks.
 func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 	s := &Subscription{hub: h, filter: f, wake: make(chan struct{}, 1)}
-	seen := make(map[string]struct{}, len(f.URIs))
-	for _, u := range f.URIs {
-		if _, dup := seen[u]; dup {
-			continue
-		}
-		seen[u] = struct{}{}
-		s.uris = append(s.uris, u)
-	}
+	s.uris, s.tasks = distinct(f.URIs), distinct(f.Tasks)
 	s.flags = make([]atomic.Bool, len(s.uris))
-	clear(seen)
-	for _, t := range f.Tasks {
-		if _, dup := seen[t]; dup {
-			continue
-		}
-		seen[t] = struct{}{}
-		s.tasks = append(s.tasks, t)
-	}
 	s.tflags = make([]atomic.Bool, len(s.tasks))
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -173,14 +163,28 @@ func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 		}
 	}
 	for i, u := range s.uris {
-		h.byURI[u] = append(h.byURI[u], uriRef{s, i})
+		h.byURI[u] = append(h.byURI[u], ref{s, i})
 	}
 	for i, t := range s.tasks {
-		h.byTask[t] = append(h.byTask[t], uriRef{s, i})
+		h.byTask[t] = append(h.byTask[t], ref{s, i})
 	}
 	h.all[s] = struct{}{}
 	h.count.Add(1)
 	return s, nil
+}
+
+// distinct returns keys without their repeats, in the order each first
+// appears.
+func distinct(keys []string) []string {
+	var out []string
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // Len returns the number of open subscriptions.
@@ -424,38 +428,32 @@ func (s *Subscription) Close() {
 			delete(h.kinds[i], s)
 		}
 		delete(h.all, s)
-		for _, u := range s.uris {
-			refs := h.byURI[u]
-			out := refs[:0]
-			for _, r := range refs {
-				if r.sub != s {
-					out = append(out, r)
-				}
-			}
-			if len(out) == 0 {
-				delete(h.byURI, u)
-			} else {
-				clear(refs[len(out):])
-				h.byURI[u] = out
-			}
-		}
-		for _, t := range s.tasks {
-			refs := h.byTask[t]
-			out := refs[:0]
-			for _, r := range refs {
-				if r.sub != s {
-					out = append(out, r)
-				}
-			}
-			if len(out) == 0 {
-				delete(h.byTask, t)
-			} else {
-				clear(refs[len(out):])
-				h.byTask[t] = out
-			}
-		}
+		unindex(h.byURI, s.uris, s)
+		unindex(h.byTask, s.tasks, s)
 		if h.count.Add(-1) == 0 && h.closed {
 			close(h.drained)
 		}
 	})
+}
+
+// unindex removes s from index under each of keys, and drops a key no
+// subscription is left under, so that an index holds only what is
+// followed. Refs past the end of what is kept are zeroed, so that the
+// backing array does not keep a closed subscription alive.
+func unindex(index map[string][]ref, keys []string, s *Subscription) {
+	for _, k := range keys {
+		refs := index[k]
+		out := refs[:0]
+		for _, r := range refs {
+			if r.sub != s {
+				out = append(out, r)
+			}
+		}
+		if len(out) == 0 {
+			delete(index, k)
+		} else {
+			clear(refs[len(out):])
+			index[k] = out
+		}
+	}
 }

@@ -10,7 +10,9 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
@@ -92,6 +94,215 @@ func (b *NATS) URL() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return fmt.Sprintf("nats://127.0.0.1:%d/tidings.test", b.port)
+}
+
+// NATSCluster is a cluster of NATS servers with JetStream, run in the
+// test process on loopback ports, for what only shows across servers: a
+// stream with replicas, whose followers apply a write after its leader
+// has acknowledged it, and a server cut off from the others.
+type NATSCluster struct {
+	srvs []*natsserver.Server
+	// links[i][j] carries server i's routes to server j.
+	links [][]*link
+}
+
+// StartNATSCluster starts a cluster of n NATS servers and waits until
+// JetStream has a leader that sees them all, so that a stream of n
+// replicas can be placed at once. It is shut down when the test ends.
+//
+// Each server reaches each other one through a link of its own, which
+// Partition cuts, and only so: every server lists every route, and
+// advertises an address that takes no route, so that none connects to
+// another by what a third tells it — a connection no link carries, which
+// no partition would cut.
+func StartNATSCluster(t testing.TB, n int) *NATSCluster {
+	t.Helper()
+	c := &NATSCluster{links: make([][]*link, n)}
+	t.Cleanup(func() {
+		for _, s := range c.srvs {
+			s.Shutdown()
+		}
+		for _, s := range c.srvs {
+			s.WaitForShutdown()
+		}
+		for _, ls := range c.links {
+			for _, l := range ls {
+				if l != nil {
+					l.close()
+				}
+			}
+		}
+	})
+	nowhere := newLink(t, "") // takes every connection and drops it
+	t.Cleanup(nowhere.close)
+	ports := make([]int, n)
+	for j := range n {
+		ports[j] = FreePort(t)
+	}
+	for i := range n {
+		c.links[i] = make([]*link, n)
+		for j := range n {
+			if j != i {
+				c.links[i][j] = newLink(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[j])))
+			}
+		}
+	}
+	for i := range n {
+		var routes []*url.URL
+		for _, l := range c.links[i] {
+			if l != nil {
+				routes = append(routes, &url.URL{Scheme: "nats", Host: l.addr()})
+			}
+		}
+		s, err := natsserver.NewServer(&natsserver.Options{ServerName: fmt.Sprintf("n%d", i),
+			Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+			JetStream: true, StoreDir: t.TempDir(),
+			Cluster: natsserver.ClusterOpts{Name: "tidings-test", Host: "127.0.0.1", Port: ports[i],
+				Advertise: nowhere.addr()},
+			Routes: routes})
+		if err != nil {
+			t.Fatalf("nats server %d: %v", i, err)
+		}
+		s.Start()
+		c.srvs = append(c.srvs, s)
+		if !s.ReadyForConnections(startWait) {
+			t.Fatalf("nats server %d did not start", i)
+		}
+	}
+	WaitFor(t, "the NATS cluster to elect a JetStream leader that sees every server", func() bool {
+		for _, s := range c.srvs {
+			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == n {
+				return true
+			}
+		}
+		return false
+	})
+	return c
+}
+
+// URL returns nats://127.0.0.1:PORT/tidings.test for the i'th server.
+func (c *NATSCluster) URL(i int) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d/tidings.test", c.srvs[i].Addr().(*net.TCPAddr).Port)
+}
+
+// Name is the i'th server's name, as a stream's cluster info gives its
+// leader and replicas.
+func (c *NATSCluster) Name(i int) string { return c.srvs[i].Name() }
+
+// Serves reports whether the i'th server has a subscription of its own
+// to subject itself — of a client of its own or of its own JetStream, not
+// one a route told it of, nor a wildcard such as the "$JS.API.>" every
+// server with JetStream has — so that it answers a request there by
+// itself: a replica that answers direct gets of a stream, for one.
+func (c *NATSCluster) Serves(i int, subject string) bool {
+	sz, err := c.srvs[i].Subsz(&natsserver.SubszOptions{Subscriptions: true, Test: subject})
+	if err != nil {
+		return false
+	}
+	for _, d := range sz.Subs {
+		if d.Subject == subject {
+			return true
+		}
+	}
+	return false
+}
+
+// Partition cuts the i'th server off from the others, for good: its
+// routes are closed, and taken again by no link. Its clients stay
+// connected to it, and it answers them with what it has.
+func (c *NATSCluster) Partition(i int) {
+	for j := range c.links {
+		if j != i {
+			c.links[i][j].cut()
+			c.links[j][i].cut()
+		}
+	}
+}
+
+// link is a TCP proxy on a loopback port, to the address to (or to
+// nowhere, when to is ""), that can be cut.
+type link struct {
+	l     net.Listener
+	to    string
+	mu    sync.Mutex
+	isCut bool
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func newLink(t testing.TB, to string) *link {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &link{l: ln, to: to, conns: make(map[net.Conn]struct{})}
+	l.wg.Go(l.accept)
+	return l
+}
+
+func (l *link) addr() string { return l.l.Addr().String() }
+
+func (l *link) accept() {
+	for {
+		in, err := l.l.Accept()
+		if err != nil {
+			return // closed
+		}
+		if l.to == "" {
+			in.Close()
+			continue
+		}
+		out, err := net.DialTimeout("tcp", l.to, startWait)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		if !l.track(in, out) {
+			in.Close()
+			out.Close()
+			continue
+		}
+		for _, p := range [][2]net.Conn{{in, out}, {out, in}} {
+			l.wg.Go(func() {
+				_, _ = io.Copy(p[1], p[0])
+				// One way ended: so does the connection, both ways.
+				p[0].Close()
+				p[1].Close()
+				l.mu.Lock()
+				delete(l.conns, p[0])
+				delete(l.conns, p[1])
+				l.mu.Unlock()
+			})
+		}
+	}
+}
+
+// track records a connection's two ends, unless the link is cut.
+func (l *link) track(in, out net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.isCut {
+		return false
+	}
+	l.conns[in], l.conns[out] = struct{}{}, struct{}{}
+	return true
+}
+
+// cut closes what the link carries, and whatever it takes from now on.
+func (l *link) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.isCut = true
+	for c := range l.conns {
+		c.Close()
+	}
+}
+
+// close cuts the link and stops it taking connections.
+func (l *link) close() {
+	l.l.Close()
+	l.cut()
+	l.wg.Wait()
 }
 
 // Redis is a redis-server process on a loopback port. It appends every
