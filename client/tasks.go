@@ -167,8 +167,13 @@ type taskFollower struct {
 	sent    map[string]bool
 	// unsent says answers failed to go out (the server unreachable): the
 	// task is to be polled soon, so that they go out again even when no
-	// notification comes.
-	unsent bool
+	// notification comes. updateFailing is when the tasks/update failures
+	// began, zero while none fails: they end the call once they have
+	// lasted taskUnreachable, as failed polls do, so that a server whose
+	// updates keep failing does not keep the call waiting until the
+	// task's TTL.
+	unsent        bool
+	updateFailing time.Time
 }
 
 // taskOutcome is how a followed task ended for the call.
@@ -408,14 +413,29 @@ func (a *alarm) fired() { a.set = false }
 
 func (a *alarm) stop() { a.t.Stop() }
 
+// errTaskInvalid marks a tasks/get result that is not a task: the
+// server's reply to the same question will not be better next time.
+var errTaskInvalid = errors.New("invalid tasks/get result")
+
 // refused reports an error that asking again will not change: an error
-// response (the server does not know the task, or not any more), or an
-// HTTP refusal other than "too many requests" or a timeout. Anything else
-// (the server unreachable, restarting, overloaded) may pass.
+// response that says the server does not know the task (-32602), the
+// method (-32601) or that it wants a capability the client did not
+// declare (-32021); a result that is not a task; or an HTTP refusal other
+// than "too many requests" or a timeout. Anything else may pass: an
+// internal error (-32603) is how a server reports a store it could not
+// read for a moment (a failover), and the server may be unreachable,
+// restarting or overloaded.
 func refused(err error) bool {
-	var rpc *jsonrpc.Error
-	if errors.As(err, &rpc) || errors.Is(err, ErrClosed) {
+	if errors.Is(err, ErrClosed) || errors.Is(err, errTaskInvalid) {
 		return true
+	}
+	var rpc *jsonrpc.Error
+	if errors.As(err, &rpc) {
+		switch rpc.Code {
+		case jsonrpc.CodeInvalidParams, jsonrpc.CodeMethodNotFound, mcp.CodeMissingRequiredCapability:
+			return true
+		}
+		return false
 	}
 	var he *HTTPError
 	if errors.As(err, &he) {
@@ -462,7 +482,7 @@ func (f *taskFollower) get(ctx context.Context) (mcp.Task, error) {
 	}
 	var t mcp.Task
 	if err := json.Unmarshal(res, &t); err != nil {
-		return mcp.Task{}, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "invalid tasks/get result: " + err.Error()}
+		return mcp.Task{}, fmt.Errorf("%w: %w", errTaskInvalid, err)
 	}
 	return t, nil
 }
@@ -563,14 +583,14 @@ func (f *taskFollower) answer(ctx context.Context, reqs map[string]mcp.InputRequ
 		if ctx.Err() != nil {
 			return nil
 		}
-		var since time.Time
-		if end := f.failed(err, &since); end != nil {
+		if end := f.failed(err, &f.updateFailing); end != nil {
 			return end
 		}
 		// The next state that still asks for them sends them again.
 		f.unsent = true
 		return nil
 	}
+	f.updateFailing = time.Time{}
 	for k := range out {
 		f.sent[k] = true
 		delete(f.answers, k)

@@ -98,8 +98,12 @@ type fakeTasks struct {
 	gets    int
 	updates []map[string]json.RawMessage
 	cancels int
-	// getErr, when set, answers every tasks/get with this error object.
-	getErr string
+	// getErr, when set, answers tasks/get with this error object: the
+	// first getErrs of them, or all when getErrs is 0. failedGets counts
+	// those it answered.
+	getErr     string
+	getErrs    int
+	failedGets int
 }
 
 const fakeTaskID = "task-abc"
@@ -118,7 +122,8 @@ func (f *fakeTasks) serve(_ int, r rawRequest) (string, string) {
 		t := f.task(`"status":"working","pollIntervalMs":100`)
 		return strings.Replace(t, "{", `{"resultType":"task",`, 1), ""
 	case mcp.MethodTasksGet:
-		if f.getErr != "" {
+		if f.getErr != "" && (f.getErrs == 0 || f.failedGets < f.getErrs) {
+			f.failedGets++
 			return "", f.getErr
 		}
 		s := f.states[min(f.gets, len(f.states)-1)]
@@ -530,14 +535,20 @@ func TestRequestTaskName(t *testing.T) {
 }
 
 // TestTaskRefusedErrors: what asking again will not change ends the
-// following; what may pass is retried.
+// following; what may pass, an internal error among it, is retried.
 func TestTaskRefusedErrors(t *testing.T) {
 	for _, c := range []struct {
 		err  error
 		want bool
 	}{
 		{&RPCError{Code: -32602, Message: "Task not found"}, true},
-		{fmt.Errorf("wrapped: %w", &RPCError{Code: -32603}), true},
+		{fmt.Errorf("wrapped: %w", &RPCError{Code: -32602}), true},
+		{&RPCError{Code: -32601, Message: "Method not found"}, true},
+		{&RPCError{Code: -32021, Message: "Missing required client capability"}, true},
+		{fmt.Errorf("wrapped: %w", &RPCError{Code: -32603}), false},
+		{&RPCError{Code: -32600}, false},
+		{&RPCError{Code: -32000, Message: "server error"}, false},
+		{fmt.Errorf("%w: unexpected end of input", errTaskInvalid), true},
 		{ErrClosed, true},
 		{&HTTPError{Status: 403}, true},
 		{&HTTPError{Status: 404}, true},
@@ -563,6 +574,28 @@ func TestTaskGone(t *testing.T) {
 	var rpc *RPCError
 	if !errors.As(err, &rpc) || rpc.Code != -32602 || !strings.Contains(err.Error(), fakeTaskID) {
 		t.Errorf("err = %v, want the -32602 naming the task", err)
+	}
+}
+
+// TestTaskInternalErrorRetried: a tasks/get answered with an internal
+// error (the server could not read its task store for a moment) is asked
+// again, and the call gets the task's result once the store is back.
+func TestTaskInternalErrorRetried(t *testing.T) {
+	f := &fakeTasks{
+		states:  []string{`"status":"completed","result":{"content":[{"type":"text","text":"after the failover"}]}`},
+		getErr:  `{"code":-32603,"message":"task store unavailable"}`,
+		getErrs: 2,
+	}
+	ts, _ := rawServer(t, f.serve)
+	res, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil)
+	must(t, err)
+	if *res.Content[0].Text != "after the failover" {
+		t.Errorf("result = %+v", res)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failedGets != 2 || f.gets != 1 {
+		t.Errorf("%d tasks/get failed and %d answered, want 2 and 1", f.failedGets, f.gets)
 	}
 }
 
