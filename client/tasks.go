@@ -82,12 +82,21 @@ func (c *Client) requestCaps(method string) mcp.ClientCaps {
 // The bounds of following a task.
 const (
 	// defaultTaskPoll is the polling interval of a task whose server
-	// suggests none; minTaskPoll and maxTaskPoll bound the ones it
-	// suggests, so that a server cannot have the client poll in a tight
-	// loop, nor so rarely that the call seems hung.
+	// suggests none. minTaskPoll and maxTaskPoll bound the ones it
+	// suggests: the floor so that a server cannot have the client poll in
+	// a tight loop; the cap only against absurd values (a call that would
+	// look hung for hours), as clients should poll as rarely as the
+	// server asks.
 	defaultTaskPoll = time.Second
 	minTaskPoll     = 100 * time.Millisecond
-	maxTaskPoll     = 30 * time.Second
+	maxTaskPoll     = 10 * time.Minute
+	// taskBackstopPoll is how often a task is polled at least while a
+	// listen tells of it, in case a notification is lost between the
+	// server's replicas; taskRetryMax is how far the delay between failing
+	// polls grows, so that an outage shorter than taskUnreachable is seen
+	// to end. Neither polls more often than the server asks.
+	taskBackstopPoll = 30 * time.Second
+	taskRetryMax     = 30 * time.Second
 	// taskListenMin and taskListenMax bound the backoff between attempts
 	// to listen for a task's notifications.
 	taskListenMin = 250 * time.Millisecond
@@ -246,7 +255,8 @@ func (f *taskFollower) request(ctx context.Context, method string, params map[st
 // listen, once just after the grant (a change made before the listen
 // opened was announced to nobody) unless a notification came first, and
 // after the listen drops, until a new one is granted; while it is
-// granted, only every maxTaskPoll. Without a listen, tasks/get is polled
+// granted, only every taskBackstopPoll (or the task's interval, if
+// longer). Without a listen, tasks/get is polled
 // at the interval the server suggests.
 func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 	if end := f.see(ctx, first); end != nil {
@@ -361,7 +371,7 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 // seeAndArm takes in a state of the task (see see) and arms the next
 // poll: at the task's interval when no listen tells of the task, or when
 // answers to its input requests could not be sent and must go out again;
-// at the longest interval otherwise.
+// at the backstop interval otherwise.
 func (f *taskFollower) seeAndArm(ctx context.Context, t mcp.Task, poll *alarm, listening bool) *taskOutcome {
 	end := f.see(ctx, t)
 	if end != nil || ctx.Err() != nil {
@@ -374,7 +384,7 @@ func (f *taskFollower) seeAndArm(ctx context.Context, t mcp.Task, poll *alarm, l
 	default:
 		// A backstop, in case a notification is lost between the
 		// server's replicas: rare polls cost little.
-		poll.ensure(jitter(maxTaskPoll))
+		poll.ensure(jitter(max(f.interval, taskBackstopPoll)))
 	}
 	return nil
 }
@@ -465,13 +475,13 @@ func (f *taskFollower) failed(err error, since *time.Time) *taskOutcome {
 
 // retryAfter is the delay before the next poll while polls fail: the
 // interval, doubled for each interval the failures have lasted (up to 16
-// times), never above maxTaskPoll.
+// times), never above taskRetryMax unless the interval itself is.
 func (f *taskFollower) retryAfter(since time.Time) time.Duration {
 	d := f.interval
 	for i := 0; i < 4 && time.Since(since) > d; i++ {
 		d *= 2
 	}
-	return jitter(min(d, maxTaskPoll))
+	return jitter(min(d, max(f.interval, taskRetryMax)))
 }
 
 // get polls the task once.

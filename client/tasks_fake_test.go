@@ -34,7 +34,10 @@ func TestTaskPollIntervalBounds(t *testing.T) {
 		{250, 250 * time.Millisecond},
 		{5000, 5 * time.Second},
 		{30000, 30 * time.Second},
-		{1 << 62, 30 * time.Second},
+		{60000, time.Minute},
+		{600000, 10 * time.Minute},
+		{600001, 10 * time.Minute},
+		{1 << 62, 10 * time.Minute},
 	} {
 		if got := taskPollInterval(c.ms); got != c.want {
 			t.Errorf("taskPollInterval(%d) = %v, want %v", c.ms, got, c.want)
