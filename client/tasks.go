@@ -185,10 +185,14 @@ type taskFollower struct {
 	updateFailing time.Time
 }
 
-// taskOutcome is how a followed task ended for the call.
+// taskOutcome is how the following of a task ended for the call:
+// terminal when the task itself ended, with its result or error; not
+// terminal when the client stopped following a task that may still run,
+// with the reason.
 type taskOutcome struct {
-	res *mcp.CallToolResult
-	err error
+	res      *mcp.CallToolResult
+	err      error
+	terminal bool
 }
 
 // followTask follows the task that a tools/call of tool name was answered
@@ -210,23 +214,27 @@ func (c *Client) followTask(ctx context.Context, name string, raw jsontext.Value
 	ctx, stop := bindLife(ctx, c.life.ctx)
 	defer stop()
 	end := f.run(ctx, created)
-	if ctx.Err() != nil && (end == nil || end.err != nil) {
-		// The call's context ended (run then returns nothing), or ended
-		// while a request failed, which may be why it failed.
-		if errors.Is(context.Cause(ctx), ErrClosed) {
-			return nil, fmt.Errorf("%w (tool %q, task %s)", ErrClosed, name, f.id)
-		}
-		f.cancel(ctx)
+	if end.terminal {
+		return end.res, end.err
+	}
+	// The client stops following a task that may run on: nobody would
+	// see its result, and it would hold the server's resources until its
+	// TTL. Once Close has ended the client, no request can go out.
+	if errors.Is(context.Cause(ctx), ErrClosed) || errors.Is(end.err, ErrClosed) {
+		return nil, fmt.Errorf("%w (tool %q, task %s)", ErrClosed, name, f.id)
+	}
+	f.cancel(ctx)
+	if ctx.Err() != nil {
+		// The call's context ended, perhaps while a request failed, which
+		// may be why it failed: the caller knows that reason best.
 		return nil, fmt.Errorf("client: tool %q: task %s: %w", name, f.id, ctx.Err())
 	}
-	if end == nil {
-		return nil, fmt.Errorf("client: tool %q: task %s: stopped following it", name, f.id)
-	}
-	return end.res, end.err
+	return nil, end.err
 }
 
-// cancel asks the server to cancel the task, the call's context being
-// over. The request gets a few seconds of its own; its answer changes
+// cancel asks the server to cancel the task, which the call stopped
+// following before it ended. The request gets a few seconds of its own,
+// detached from the call's context, which may be over; its answer changes
 // nothing for the call.
 func (f *taskFollower) cancel(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), taskCancelTimeout)
@@ -247,8 +255,10 @@ func (f *taskFollower) request(ctx context.Context, method string, params map[st
 	return f.c.do(ctx, method, p, callOpts{name: &id})
 }
 
-// run follows the task from its first state until it ends, or until ctx
-// does (then its outcome is nil).
+// run follows the task from its first state until it ends, or until the
+// following cannot go on: ctx ended (the outcome's error is then ctx's),
+// the server refused a request or stayed unreachable too long, or an
+// input request could not be answered.
 //
 // Where the server offers task notifications, one listen at a time is
 // open, and polls happen mostly around it: until the server grants the
@@ -256,11 +266,14 @@ func (f *taskFollower) request(ctx context.Context, method string, params map[st
 // opened was announced to nobody) unless a notification came first, and
 // after the listen drops, until a new one is granted; while it is
 // granted, only every taskBackstopPoll (or the task's interval, if
-// longer). Without a listen, tasks/get is polled
-// at the interval the server suggests.
+// longer). Without a listen, tasks/get is polled at the interval the
+// server suggests.
 func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 	if end := f.see(ctx, first); end != nil {
 		return end
+	}
+	if ctx.Err() != nil {
+		return &taskOutcome{err: ctx.Err()}
 	}
 	poll := newAlarm()
 	defer poll.stop()
@@ -305,7 +318,6 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 		var end *taskOutcome
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-poll.c():
 			poll.fired()
 			end = pollNow()
@@ -333,8 +345,9 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 		case <-done:
 			_, _, t := ls.take()
 			if t != nil {
-				if end = f.seeAndArm(ctx, *t, poll, listening); end != nil || ctx.Err() != nil {
-					return end
+				end = f.seeAndArm(ctx, *t, poll, listening)
+				if end != nil || ctx.Err() != nil {
+					break // out of the select, to return below
 				}
 			}
 			err, lived := ls.err, time.Since(ls.started)
@@ -362,8 +375,11 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 				poll.ensure(jitter(f.interval))
 			}
 		}
-		if end != nil || ctx.Err() != nil {
+		if end != nil {
 			return end
+		}
+		if ctx.Err() != nil {
+			return &taskOutcome{err: ctx.Err()}
 		}
 	}
 }
@@ -531,24 +547,24 @@ func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
 	case mcp.TaskCompleted:
 		var out mcp.CallToolResult
 		if len(t.Result) == 0 {
-			return &taskOutcome{err: fmt.Errorf("client: tool %q: task %s completed without a result", f.name, f.id)}
+			return &taskOutcome{terminal: true, err: fmt.Errorf("client: tool %q: task %s completed without a result", f.name, f.id)}
 		}
 		if err := json.Unmarshal(t.Result, &out); err != nil {
-			return &taskOutcome{err: fmt.Errorf("client: tool %q result: %w", f.name, err)}
+			return &taskOutcome{terminal: true, err: fmt.Errorf("client: tool %q result: %w", f.name, err)}
 		}
-		return &taskOutcome{res: &out}
+		return &taskOutcome{terminal: true, res: &out}
 	case mcp.TaskFailed:
 		var rpc jsonrpc.Error
 		if err := json.Unmarshal(t.Error, &rpc); err != nil || len(t.Error) == 0 {
-			return &taskOutcome{err: fmt.Errorf("client: tool %q: task %s failed without a valid error: %s", f.name, f.id, t.StatusMessage)}
+			return &taskOutcome{terminal: true, err: fmt.Errorf("client: tool %q: task %s failed without a valid error: %s", f.name, f.id, t.StatusMessage)}
 		}
 		// The error the call would have had, as it would have had it.
-		return &taskOutcome{err: &rpc}
+		return &taskOutcome{terminal: true, err: &rpc}
 	case mcp.TaskCancelled:
 		if t.StatusMessage != "" {
-			return &taskOutcome{err: fmt.Errorf("%w (tool %q, task %s): %s", ErrTaskCancelled, f.name, f.id, t.StatusMessage)}
+			return &taskOutcome{terminal: true, err: fmt.Errorf("%w (tool %q, task %s): %s", ErrTaskCancelled, f.name, f.id, t.StatusMessage)}
 		}
-		return &taskOutcome{err: fmt.Errorf("%w (tool %q, task %s)", ErrTaskCancelled, f.name, f.id)}
+		return &taskOutcome{terminal: true, err: fmt.Errorf("%w (tool %q, task %s)", ErrTaskCancelled, f.name, f.id)}
 	case mcp.TaskInputRequired:
 		return f.answer(ctx, t.InputRequests)
 	}
@@ -558,8 +574,8 @@ func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
 // answer fulfils the input requests not yet answered and sends their
 // answers with tasks/update. A request the client has no handler for (or
 // whose handler fails) ends the call as it would a multi round-trip
-// request, and cancels the task, which would otherwise wait for an answer
-// that will not come.
+// request; followTask then cancels the task, which would otherwise wait
+// for an answer that will not come.
 func (f *taskFollower) answer(ctx context.Context, reqs map[string]mcp.InputRequest) *taskOutcome {
 	keys := make([]string, 0, len(reqs))
 	for k := range reqs {
@@ -579,7 +595,6 @@ func (f *taskFollower) answer(ctx context.Context, reqs map[string]mcp.InputRequ
 				return nil
 			}
 			if err != nil {
-				f.cancel(ctx)
 				return &taskOutcome{err: fmt.Errorf("client: %s: input %q: %w", mcp.MethodToolsCall, k, err)}
 			}
 			f.answers[k] = v

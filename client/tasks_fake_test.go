@@ -107,6 +107,9 @@ type fakeTasks struct {
 	getErr     string
 	getErrs    int
 	failedGets int
+	// updateErr, when set, answers every tasks/update with this error
+	// object.
+	updateErr string
 }
 
 const fakeTaskID = "task-abc"
@@ -134,6 +137,9 @@ func (f *fakeTasks) serve(_ int, r rawRequest) (string, string) {
 		return strings.Replace(f.task(s), "{", `{"resultType":"complete",`, 1), ""
 	case mcp.MethodTasksUpdate:
 		f.updates = append(f.updates, r.Params)
+		if f.updateErr != "" {
+			return "", f.updateErr
+		}
 		return `{"resultType":"complete"}`, ""
 	case mcp.MethodTasksCancel:
 		f.cancels++
@@ -295,6 +301,54 @@ func TestTaskContextCancel(t *testing.T) {
 	reqs := rec.requests(mcp.MethodTasksCancel)
 	if len(reqs) != 1 || string(reqs[0].Params["taskId"]) != `"`+fakeTaskID+`"` || reqs[0].Header.Get(mcp.HeaderName) != fakeTaskID {
 		t.Errorf("tasks/cancel requests = %+v", reqs)
+	}
+}
+
+// TestTaskStopCancels: a call that stops following its task before the
+// task ended, for any reason, cancels it, lest it run on at the server
+// until its TTL with nobody to see its result.
+func TestTaskStopCancels(t *testing.T) {
+	elicit := `"inputRequests":{"k":{"method":"elicitation/create","params":{"mode":"form","message":"?","requestedSchema":{"type":"object"}}}}`
+	accept := WithElicitation(func(context.Context, jsontext.Value) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept"}, nil
+	})
+	for _, c := range []struct {
+		name string
+		f    *fakeTasks
+		opts []Option
+		want string // in the call's error
+	}{
+		{
+			name: "update refused",
+			f: &fakeTasks{
+				states:    []string{`"status":"input_required","pollIntervalMs":100,` + elicit},
+				updateErr: `{"code":-32602,"message":"unknown input key"}`,
+			},
+			opts: []Option{accept},
+			want: "unknown input key",
+		},
+		{
+			name: "invalid state",
+			f:    &fakeTasks{states: []string{`"status":"working","pollIntervalMs":"soon"`}},
+			want: "invalid tasks/get result",
+		},
+		{
+			name: "no handler",
+			f:    &fakeTasks{states: []string{`"status":"input_required","pollIntervalMs":100,` + elicit}},
+			want: "no elicitation handler",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts, rec := rawServer(t, c.f.serve)
+			_, err := rawClient(t, ts.URL+"/mcp", c.opts...).CallTool(testCtx(t), "slow", nil)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want one saying %q", err, c.want)
+			}
+			reqs := rec.requests(mcp.MethodTasksCancel)
+			if len(reqs) != 1 || string(reqs[0].Params["taskId"]) != `"`+fakeTaskID+`"` {
+				t.Errorf("tasks/cancel requests = %+v, want one for the task", reqs)
+			}
+		})
 	}
 }
 
