@@ -255,10 +255,10 @@ func (f *taskFollower) request(ctx context.Context, method string, params map[st
 	return f.c.do(ctx, method, p, callOpts{name: &id})
 }
 
-// run follows the task from its first state until it ends, or until the
-// following cannot go on: ctx ended (the outcome's error is then ctx's),
-// the server refused a request or stayed unreachable too long, or an
-// input request could not be answered.
+// run follows the task from its first state (the CreateTaskResult) until
+// it ends, or until the following cannot go on: ctx ended (the outcome's
+// error is then ctx's), the server refused a request or stayed
+// unreachable too long, or an input request could not be answered.
 //
 // Where the server offers task notifications, one listen at a time is
 // open, and polls happen mostly around it: until the server grants the
@@ -269,18 +269,25 @@ func (f *taskFollower) request(ctx context.Context, method string, params map[st
 // longer). Without a listen, tasks/get is polled at the interval the
 // server suggests.
 func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
-	if end := f.see(ctx, first); end != nil {
-		return end
-	}
-	if ctx.Err() != nil {
-		return &taskOutcome{err: ctx.Err()}
-	}
 	poll := newAlarm()
 	defer poll.stop()
-	poll.ensure(jitter(f.interval))
+	switch first.Status {
+	case mcp.TaskCompleted, mcp.TaskFailed, mcp.TaskInputRequired:
+		// The first state is the CreateTaskResult, which never carries the
+		// task's result, error or input requests: the task is polled at
+		// once for them. That poll is retried as any other, should it fail.
+		f.note(first)
+		poll.ensure(0)
+	default:
+		if end := f.see(ctx, first); end != nil {
+			return end
+		}
+		poll.ensure(jitter(f.interval))
+	}
 	relisten := newAlarm()
 	defer relisten.stop()
-	if f.c.tasksAdvertised(ctx) {
+	// A task that ended has nothing more to tell.
+	if !first.Status.Terminal() && f.c.tasksAdvertised(ctx) {
 		relisten.ensure(0)
 	}
 	var ls *taskListen
@@ -513,12 +520,12 @@ func (f *taskFollower) get(ctx context.Context) (mcp.Task, error) {
 	return t, nil
 }
 
-// see takes in a state of the task, from a poll or a notification: it
-// reports a change, ends the call on a terminal state, and answers input
-// requests.
-func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
+// note records a state of the task and reports it when its status or
+// status message changed. It returns false, and records nothing, for a
+// state of another task or without a status.
+func (f *taskFollower) note(t mcp.Task) bool {
 	if t.TaskID != f.id || t.Status == "" {
-		return nil
+		return false
 	}
 	// A state older than one seen already (a poll overtaken by a
 	// notification) is not reported, lest the status seem to go back.
@@ -542,6 +549,16 @@ func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
 			}
 		}
 		f.last = t
+	}
+	return true
+}
+
+// see takes in a state of the task, from a poll or a notification: it
+// notes it, ends the call on a terminal state, and answers input
+// requests.
+func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
+	if !f.note(t) {
+		return nil
 	}
 	switch t.Status {
 	case mcp.TaskCompleted:

@@ -110,6 +110,9 @@ type fakeTasks struct {
 	// updateErr, when set, answers every tasks/update with this error
 	// object.
 	updateErr string
+	// created, when set, is the task handle tools/call answers, instead
+	// of a working task.
+	created string
 }
 
 const fakeTaskID = "task-abc"
@@ -126,6 +129,9 @@ func (f *fakeTasks) serve(_ int, r rawRequest) (string, string) {
 		return `{"tools":[{"name":"slow","inputSchema":{"type":"object"}}],"resultType":"complete"}`, ""
 	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
 		t := f.task(`"status":"working","pollIntervalMs":100`)
+		if f.created != "" {
+			t = f.task(f.created)
+		}
 		return strings.Replace(t, "{", `{"resultType":"task",`, 1), ""
 	case mcp.MethodTasksGet:
 		if f.getErr != "" && (f.getErrs == 0 || f.failedGets < f.getErrs) {
@@ -302,6 +308,44 @@ func TestTaskContextCancel(t *testing.T) {
 	if len(reqs) != 1 || string(reqs[0].Params["taskId"]) != `"`+fakeTaskID+`"` || reqs[0].Header.Get(mcp.HeaderName) != fakeTaskID {
 		t.Errorf("tasks/cancel requests = %+v", reqs)
 	}
+}
+
+// TestTaskCreatedTerminal: a task handle is never more than the task's
+// state, so a task that ended before tools/call answered is fetched with
+// tasks/get for its result or error; its status is reported once.
+func TestTaskCreatedTerminal(t *testing.T) {
+	t.Run("completed", func(t *testing.T) {
+		f := &fakeTasks{
+			created: `"status":"completed","pollIntervalMs":100`,
+			states:  []string{`"status":"completed","result":{"content":[{"type":"text","text":"quick"}]}`},
+		}
+		ts, _ := rawServer(t, f.serve)
+		var states []mcp.TaskStatus
+		res, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil,
+			WithTaskStatus(func(task mcp.Task) { states = append(states, task.Status) }))
+		must(t, err)
+		if *res.Content[0].Text != "quick" {
+			t.Errorf("result = %+v", res)
+		}
+		if fmt.Sprint(states) != "[completed]" {
+			t.Errorf("states = %v, want [completed]", states)
+		}
+		if n := f.getCount(); n != 1 {
+			t.Errorf("%d tasks/get, want 1", n)
+		}
+	})
+	t.Run("failed", func(t *testing.T) {
+		f := &fakeTasks{
+			created: `"status":"failed","statusMessage":"quota"`,
+			states:  []string{`"status":"failed","statusMessage":"quota","error":{"code":-32000,"message":"quota exceeded"}`},
+		}
+		ts, _ := rawServer(t, f.serve)
+		_, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil)
+		var rpc *RPCError
+		if !errors.As(err, &rpc) || rpc.Code != -32000 || rpc.Message != "quota exceeded" {
+			t.Errorf("err = %v, want the task's JSON-RPC error", err)
+		}
+	})
 }
 
 // TestTaskStopCancels: a call that stops following its task before the
