@@ -82,12 +82,21 @@ func (c *Client) requestCaps(method string) mcp.ClientCaps {
 // The bounds of following a task.
 const (
 	// defaultTaskPoll is the polling interval of a task whose server
-	// suggests none; minTaskPoll and maxTaskPoll bound the ones it
-	// suggests, so that a server cannot have the client poll in a tight
-	// loop, nor so rarely that the call seems hung.
+	// suggests none. minTaskPoll and maxTaskPoll bound the ones it
+	// suggests: the floor so that a server cannot have the client poll in
+	// a tight loop; the cap only against absurd values (a call that would
+	// look hung for hours), as clients should poll as rarely as the
+	// server asks.
 	defaultTaskPoll = time.Second
 	minTaskPoll     = 100 * time.Millisecond
-	maxTaskPoll     = 30 * time.Second
+	maxTaskPoll     = 10 * time.Minute
+	// taskBackstopPoll is how often a task is polled at least while a
+	// listen tells of it, in case a notification is lost between the
+	// server's replicas; taskRetryMax is how far the delay between failing
+	// polls grows, so that an outage shorter than taskUnreachable is seen
+	// to end. Neither polls more often than the server asks.
+	taskBackstopPoll = 30 * time.Second
+	taskRetryMax     = 30 * time.Second
 	// taskListenMin and taskListenMax bound the backoff between attempts
 	// to listen for a task's notifications.
 	taskListenMin = 250 * time.Millisecond
@@ -167,14 +176,23 @@ type taskFollower struct {
 	sent    map[string]bool
 	// unsent says answers failed to go out (the server unreachable): the
 	// task is to be polled soon, so that they go out again even when no
-	// notification comes.
-	unsent bool
+	// notification comes. updateFailing is when the tasks/update failures
+	// began, zero while none fails: they end the call once they have
+	// lasted taskUnreachable, as failed polls do, so that a server whose
+	// updates keep failing does not keep the call waiting until the
+	// task's TTL.
+	unsent        bool
+	updateFailing time.Time
 }
 
-// taskOutcome is how a followed task ended for the call.
+// taskOutcome is how the following of a task ended for the call:
+// terminal when the task itself ended, with its result or error; not
+// terminal when the client stopped following a task that may still run,
+// with the reason.
 type taskOutcome struct {
-	res *mcp.CallToolResult
-	err error
+	res      *mcp.CallToolResult
+	err      error
+	terminal bool
 }
 
 // followTask follows the task that a tools/call of tool name was answered
@@ -196,23 +214,27 @@ func (c *Client) followTask(ctx context.Context, name string, raw jsontext.Value
 	ctx, stop := bindLife(ctx, c.life.ctx)
 	defer stop()
 	end := f.run(ctx, created)
-	if ctx.Err() != nil && (end == nil || end.err != nil) {
-		// The call's context ended (run then returns nothing), or ended
-		// while a request failed, which may be why it failed.
-		if errors.Is(context.Cause(ctx), ErrClosed) {
-			return nil, fmt.Errorf("%w (tool %q, task %s)", ErrClosed, name, f.id)
-		}
-		f.cancel(ctx)
+	if end.terminal {
+		return end.res, end.err
+	}
+	// The client stops following a task that may run on: nobody would
+	// see its result, and it would hold the server's resources until its
+	// TTL. Once Close has ended the client, no request can go out.
+	if errors.Is(context.Cause(ctx), ErrClosed) || errors.Is(end.err, ErrClosed) {
+		return nil, fmt.Errorf("%w (tool %q, task %s)", ErrClosed, name, f.id)
+	}
+	f.cancel(ctx)
+	if ctx.Err() != nil {
+		// The call's context ended, perhaps while a request failed, which
+		// may be why it failed: the caller knows that reason best.
 		return nil, fmt.Errorf("client: tool %q: task %s: %w", name, f.id, ctx.Err())
 	}
-	if end == nil {
-		return nil, fmt.Errorf("client: tool %q: task %s: stopped following it", name, f.id)
-	}
-	return end.res, end.err
+	return nil, end.err
 }
 
-// cancel asks the server to cancel the task, the call's context being
-// over. The request gets a few seconds of its own; its answer changes
+// cancel asks the server to cancel the task, which the call stopped
+// following before it ended. The request gets a few seconds of its own,
+// detached from the call's context, which may be over; its answer changes
 // nothing for the call.
 func (f *taskFollower) cancel(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), taskCancelTimeout)
@@ -233,26 +255,39 @@ func (f *taskFollower) request(ctx context.Context, method string, params map[st
 	return f.c.do(ctx, method, p, callOpts{name: &id})
 }
 
-// run follows the task from its first state until it ends, or until ctx
-// does (then its outcome is nil).
+// run follows the task from its first state (the CreateTaskResult) until
+// it ends, or until the following cannot go on: ctx ended (the outcome's
+// error is then ctx's), the server refused a request or stayed
+// unreachable too long, or an input request could not be answered.
 //
 // Where the server offers task notifications, one listen at a time is
 // open, and polls happen mostly around it: until the server grants the
 // listen, once just after the grant (a change made before the listen
 // opened was announced to nobody) unless a notification came first, and
 // after the listen drops, until a new one is granted; while it is
-// granted, only every maxTaskPoll. Without a listen, tasks/get is polled
-// at the interval the server suggests.
+// granted, only every taskBackstopPoll (or the task's interval, if
+// longer). Without a listen, tasks/get is polled at the interval the
+// server suggests.
 func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
-	if end := f.see(ctx, first); end != nil {
-		return end
-	}
 	poll := newAlarm()
 	defer poll.stop()
-	poll.ensure(jitter(f.interval))
+	switch first.Status {
+	case mcp.TaskCompleted, mcp.TaskFailed, mcp.TaskInputRequired:
+		// The first state is the CreateTaskResult, which never carries the
+		// task's result, error or input requests: the task is polled at
+		// once for them. That poll is retried as any other, should it fail.
+		f.note(first)
+		poll.ensure(0)
+	default:
+		if end := f.see(ctx, first); end != nil {
+			return end
+		}
+		poll.ensure(jitter(f.interval))
+	}
 	relisten := newAlarm()
 	defer relisten.stop()
-	if f.c.tasksAdvertised(ctx) {
+	// A task that ended has nothing more to tell.
+	if !first.Status.Terminal() && f.c.tasksAdvertised(ctx) {
 		relisten.ensure(0)
 	}
 	var ls *taskListen
@@ -290,7 +325,6 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 		var end *taskOutcome
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-poll.c():
 			poll.fired()
 			end = pollNow()
@@ -318,8 +352,9 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 		case <-done:
 			_, _, t := ls.take()
 			if t != nil {
-				if end = f.seeAndArm(ctx, *t, poll, listening); end != nil || ctx.Err() != nil {
-					return end
+				end = f.seeAndArm(ctx, *t, poll, listening)
+				if end != nil || ctx.Err() != nil {
+					break // out of the select, to return below
 				}
 			}
 			err, lived := ls.err, time.Since(ls.started)
@@ -347,8 +382,11 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 				poll.ensure(jitter(f.interval))
 			}
 		}
-		if end != nil || ctx.Err() != nil {
+		if end != nil {
 			return end
+		}
+		if ctx.Err() != nil {
+			return &taskOutcome{err: ctx.Err()}
 		}
 	}
 }
@@ -356,7 +394,7 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 // seeAndArm takes in a state of the task (see see) and arms the next
 // poll: at the task's interval when no listen tells of the task, or when
 // answers to its input requests could not be sent and must go out again;
-// at the longest interval otherwise.
+// at the backstop interval otherwise.
 func (f *taskFollower) seeAndArm(ctx context.Context, t mcp.Task, poll *alarm, listening bool) *taskOutcome {
 	end := f.see(ctx, t)
 	if end != nil || ctx.Err() != nil {
@@ -369,7 +407,7 @@ func (f *taskFollower) seeAndArm(ctx context.Context, t mcp.Task, poll *alarm, l
 	default:
 		// A backstop, in case a notification is lost between the
 		// server's replicas: rare polls cost little.
-		poll.ensure(jitter(maxTaskPoll))
+		poll.ensure(jitter(max(f.interval, taskBackstopPoll)))
 	}
 	return nil
 }
@@ -408,14 +446,29 @@ func (a *alarm) fired() { a.set = false }
 
 func (a *alarm) stop() { a.t.Stop() }
 
+// errTaskInvalid marks a tasks/get result that is not a task: the
+// server's reply to the same question will not be better next time.
+var errTaskInvalid = errors.New("invalid tasks/get result")
+
 // refused reports an error that asking again will not change: an error
-// response (the server does not know the task, or not any more), or an
-// HTTP refusal other than "too many requests" or a timeout. Anything else
-// (the server unreachable, restarting, overloaded) may pass.
+// response that says the server does not know the task (-32602), the
+// method (-32601) or that it wants a capability the client did not
+// declare (-32021); a result that is not a task; or an HTTP refusal other
+// than "too many requests" or a timeout. Anything else may pass: an
+// internal error (-32603) is how a server reports a store it could not
+// read for a moment (a failover), and the server may be unreachable,
+// restarting or overloaded.
 func refused(err error) bool {
-	var rpc *jsonrpc.Error
-	if errors.As(err, &rpc) || errors.Is(err, ErrClosed) {
+	if errors.Is(err, ErrClosed) || errors.Is(err, errTaskInvalid) {
 		return true
+	}
+	var rpc *jsonrpc.Error
+	if errors.As(err, &rpc) {
+		switch rpc.Code {
+		case jsonrpc.CodeInvalidParams, jsonrpc.CodeMethodNotFound, mcp.CodeMissingRequiredCapability:
+			return true
+		}
+		return false
 	}
 	var he *HTTPError
 	if errors.As(err, &he) {
@@ -445,13 +498,13 @@ func (f *taskFollower) failed(err error, since *time.Time) *taskOutcome {
 
 // retryAfter is the delay before the next poll while polls fail: the
 // interval, doubled for each interval the failures have lasted (up to 16
-// times), never above maxTaskPoll.
+// times), never above taskRetryMax unless the interval itself is.
 func (f *taskFollower) retryAfter(since time.Time) time.Duration {
 	d := f.interval
 	for i := 0; i < 4 && time.Since(since) > d; i++ {
 		d *= 2
 	}
-	return jitter(min(d, maxTaskPoll))
+	return jitter(min(d, max(f.interval, taskRetryMax)))
 }
 
 // get polls the task once.
@@ -462,17 +515,17 @@ func (f *taskFollower) get(ctx context.Context) (mcp.Task, error) {
 	}
 	var t mcp.Task
 	if err := json.Unmarshal(res, &t); err != nil {
-		return mcp.Task{}, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "invalid tasks/get result: " + err.Error()}
+		return mcp.Task{}, fmt.Errorf("%w: %w", errTaskInvalid, err)
 	}
 	return t, nil
 }
 
-// see takes in a state of the task, from a poll or a notification: it
-// reports a change, ends the call on a terminal state, and answers input
-// requests.
-func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
+// note records a state of the task and reports it when its status or
+// status message changed. It returns false, and records nothing, for a
+// state of another task or without a status.
+func (f *taskFollower) note(t mcp.Task) bool {
 	if t.TaskID != f.id || t.Status == "" {
-		return nil
+		return false
 	}
 	// A state older than one seen already (a poll overtaken by a
 	// notification) is not reported, lest the status seem to go back.
@@ -497,28 +550,38 @@ func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
 		}
 		f.last = t
 	}
+	return true
+}
+
+// see takes in a state of the task, from a poll or a notification: it
+// notes it, ends the call on a terminal state, and answers input
+// requests.
+func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
+	if !f.note(t) {
+		return nil
+	}
 	switch t.Status {
 	case mcp.TaskCompleted:
 		var out mcp.CallToolResult
 		if len(t.Result) == 0 {
-			return &taskOutcome{err: fmt.Errorf("client: tool %q: task %s completed without a result", f.name, f.id)}
+			return &taskOutcome{terminal: true, err: fmt.Errorf("client: tool %q: task %s completed without a result", f.name, f.id)}
 		}
 		if err := json.Unmarshal(t.Result, &out); err != nil {
-			return &taskOutcome{err: fmt.Errorf("client: tool %q result: %w", f.name, err)}
+			return &taskOutcome{terminal: true, err: fmt.Errorf("client: tool %q result: %w", f.name, err)}
 		}
-		return &taskOutcome{res: &out}
+		return &taskOutcome{terminal: true, res: &out}
 	case mcp.TaskFailed:
 		var rpc jsonrpc.Error
 		if err := json.Unmarshal(t.Error, &rpc); err != nil || len(t.Error) == 0 {
-			return &taskOutcome{err: fmt.Errorf("client: tool %q: task %s failed without a valid error: %s", f.name, f.id, t.StatusMessage)}
+			return &taskOutcome{terminal: true, err: fmt.Errorf("client: tool %q: task %s failed without a valid error: %s", f.name, f.id, t.StatusMessage)}
 		}
 		// The error the call would have had, as it would have had it.
-		return &taskOutcome{err: &rpc}
+		return &taskOutcome{terminal: true, err: &rpc}
 	case mcp.TaskCancelled:
 		if t.StatusMessage != "" {
-			return &taskOutcome{err: fmt.Errorf("%w (tool %q, task %s): %s", ErrTaskCancelled, f.name, f.id, t.StatusMessage)}
+			return &taskOutcome{terminal: true, err: fmt.Errorf("%w (tool %q, task %s): %s", ErrTaskCancelled, f.name, f.id, t.StatusMessage)}
 		}
-		return &taskOutcome{err: fmt.Errorf("%w (tool %q, task %s)", ErrTaskCancelled, f.name, f.id)}
+		return &taskOutcome{terminal: true, err: fmt.Errorf("%w (tool %q, task %s)", ErrTaskCancelled, f.name, f.id)}
 	case mcp.TaskInputRequired:
 		return f.answer(ctx, t.InputRequests)
 	}
@@ -528,8 +591,8 @@ func (f *taskFollower) see(ctx context.Context, t mcp.Task) *taskOutcome {
 // answer fulfils the input requests not yet answered and sends their
 // answers with tasks/update. A request the client has no handler for (or
 // whose handler fails) ends the call as it would a multi round-trip
-// request, and cancels the task, which would otherwise wait for an answer
-// that will not come.
+// request; followTask then cancels the task, which would otherwise wait
+// for an answer that will not come.
 func (f *taskFollower) answer(ctx context.Context, reqs map[string]mcp.InputRequest) *taskOutcome {
 	keys := make([]string, 0, len(reqs))
 	for k := range reqs {
@@ -549,7 +612,6 @@ func (f *taskFollower) answer(ctx context.Context, reqs map[string]mcp.InputRequ
 				return nil
 			}
 			if err != nil {
-				f.cancel(ctx)
 				return &taskOutcome{err: fmt.Errorf("client: %s: input %q: %w", mcp.MethodToolsCall, k, err)}
 			}
 			f.answers[k] = v
@@ -563,14 +625,14 @@ func (f *taskFollower) answer(ctx context.Context, reqs map[string]mcp.InputRequ
 		if ctx.Err() != nil {
 			return nil
 		}
-		var since time.Time
-		if end := f.failed(err, &since); end != nil {
+		if end := f.failed(err, &f.updateFailing); end != nil {
 			return end
 		}
 		// The next state that still asks for them sends them again.
 		f.unsent = true
 		return nil
 	}
+	f.updateFailing = time.Time{}
 	for k := range out {
 		f.sent[k] = true
 		delete(f.answers, k)

@@ -34,7 +34,10 @@ func TestTaskPollIntervalBounds(t *testing.T) {
 		{250, 250 * time.Millisecond},
 		{5000, 5 * time.Second},
 		{30000, 30 * time.Second},
-		{1 << 62, 30 * time.Second},
+		{60000, time.Minute},
+		{600000, 10 * time.Minute},
+		{600001, 10 * time.Minute},
+		{1 << 62, 10 * time.Minute},
 	} {
 		if got := taskPollInterval(c.ms); got != c.want {
 			t.Errorf("taskPollInterval(%d) = %v, want %v", c.ms, got, c.want)
@@ -98,8 +101,18 @@ type fakeTasks struct {
 	gets    int
 	updates []map[string]json.RawMessage
 	cancels int
-	// getErr, when set, answers every tasks/get with this error object.
-	getErr string
+	// getErr, when set, answers tasks/get with this error object: the
+	// first getErrs of them, or all when getErrs is 0. failedGets counts
+	// those it answered.
+	getErr     string
+	getErrs    int
+	failedGets int
+	// updateErr, when set, answers every tasks/update with this error
+	// object.
+	updateErr string
+	// created, when set, is the task handle tools/call answers, instead
+	// of a working task.
+	created string
 }
 
 const fakeTaskID = "task-abc"
@@ -116,9 +129,13 @@ func (f *fakeTasks) serve(_ int, r rawRequest) (string, string) {
 		return `{"tools":[{"name":"slow","inputSchema":{"type":"object"}}],"resultType":"complete"}`, ""
 	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
 		t := f.task(`"status":"working","pollIntervalMs":100`)
+		if f.created != "" {
+			t = f.task(f.created)
+		}
 		return strings.Replace(t, "{", `{"resultType":"task",`, 1), ""
 	case mcp.MethodTasksGet:
-		if f.getErr != "" {
+		if f.getErr != "" && (f.getErrs == 0 || f.failedGets < f.getErrs) {
+			f.failedGets++
 			return "", f.getErr
 		}
 		s := f.states[min(f.gets, len(f.states)-1)]
@@ -126,6 +143,9 @@ func (f *fakeTasks) serve(_ int, r rawRequest) (string, string) {
 		return strings.Replace(f.task(s), "{", `{"resultType":"complete",`, 1), ""
 	case mcp.MethodTasksUpdate:
 		f.updates = append(f.updates, r.Params)
+		if f.updateErr != "" {
+			return "", f.updateErr
+		}
 		return `{"resultType":"complete"}`, ""
 	case mcp.MethodTasksCancel:
 		f.cancels++
@@ -287,6 +307,92 @@ func TestTaskContextCancel(t *testing.T) {
 	reqs := rec.requests(mcp.MethodTasksCancel)
 	if len(reqs) != 1 || string(reqs[0].Params["taskId"]) != `"`+fakeTaskID+`"` || reqs[0].Header.Get(mcp.HeaderName) != fakeTaskID {
 		t.Errorf("tasks/cancel requests = %+v", reqs)
+	}
+}
+
+// TestTaskCreatedTerminal: a task handle is never more than the task's
+// state, so a task that ended before tools/call answered is fetched with
+// tasks/get for its result or error; its status is reported once.
+func TestTaskCreatedTerminal(t *testing.T) {
+	t.Run("completed", func(t *testing.T) {
+		f := &fakeTasks{
+			created: `"status":"completed","pollIntervalMs":100`,
+			states:  []string{`"status":"completed","result":{"content":[{"type":"text","text":"quick"}]}`},
+		}
+		ts, _ := rawServer(t, f.serve)
+		var states []mcp.TaskStatus
+		res, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil,
+			WithTaskStatus(func(task mcp.Task) { states = append(states, task.Status) }))
+		must(t, err)
+		if *res.Content[0].Text != "quick" {
+			t.Errorf("result = %+v", res)
+		}
+		if fmt.Sprint(states) != "[completed]" {
+			t.Errorf("states = %v, want [completed]", states)
+		}
+		if n := f.getCount(); n != 1 {
+			t.Errorf("%d tasks/get, want 1", n)
+		}
+	})
+	t.Run("failed", func(t *testing.T) {
+		f := &fakeTasks{
+			created: `"status":"failed","statusMessage":"quota"`,
+			states:  []string{`"status":"failed","statusMessage":"quota","error":{"code":-32000,"message":"quota exceeded"}`},
+		}
+		ts, _ := rawServer(t, f.serve)
+		_, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil)
+		var rpc *RPCError
+		if !errors.As(err, &rpc) || rpc.Code != -32000 || rpc.Message != "quota exceeded" {
+			t.Errorf("err = %v, want the task's JSON-RPC error", err)
+		}
+	})
+}
+
+// TestTaskStopCancels: a call that stops following its task before the
+// task ended, for any reason, cancels it, lest it run on at the server
+// until its TTL with nobody to see its result.
+func TestTaskStopCancels(t *testing.T) {
+	elicit := `"inputRequests":{"k":{"method":"elicitation/create","params":{"mode":"form","message":"?","requestedSchema":{"type":"object"}}}}`
+	accept := WithElicitation(func(context.Context, jsontext.Value) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept"}, nil
+	})
+	for _, c := range []struct {
+		name string
+		f    *fakeTasks
+		opts []Option
+		want string // in the call's error
+	}{
+		{
+			name: "update refused",
+			f: &fakeTasks{
+				states:    []string{`"status":"input_required","pollIntervalMs":100,` + elicit},
+				updateErr: `{"code":-32602,"message":"unknown input key"}`,
+			},
+			opts: []Option{accept},
+			want: "unknown input key",
+		},
+		{
+			name: "invalid state",
+			f:    &fakeTasks{states: []string{`"status":"working","pollIntervalMs":"soon"`}},
+			want: "invalid tasks/get result",
+		},
+		{
+			name: "no handler",
+			f:    &fakeTasks{states: []string{`"status":"input_required","pollIntervalMs":100,` + elicit}},
+			want: "no elicitation handler",
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts, rec := rawServer(t, c.f.serve)
+			_, err := rawClient(t, ts.URL+"/mcp", c.opts...).CallTool(testCtx(t), "slow", nil)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want one saying %q", err, c.want)
+			}
+			reqs := rec.requests(mcp.MethodTasksCancel)
+			if len(reqs) != 1 || string(reqs[0].Params["taskId"]) != `"`+fakeTaskID+`"` {
+				t.Errorf("tasks/cancel requests = %+v, want one for the task", reqs)
+			}
+		})
 	}
 }
 
@@ -530,14 +636,20 @@ func TestRequestTaskName(t *testing.T) {
 }
 
 // TestTaskRefusedErrors: what asking again will not change ends the
-// following; what may pass is retried.
+// following; what may pass, an internal error among it, is retried.
 func TestTaskRefusedErrors(t *testing.T) {
 	for _, c := range []struct {
 		err  error
 		want bool
 	}{
 		{&RPCError{Code: -32602, Message: "Task not found"}, true},
-		{fmt.Errorf("wrapped: %w", &RPCError{Code: -32603}), true},
+		{fmt.Errorf("wrapped: %w", &RPCError{Code: -32602}), true},
+		{&RPCError{Code: -32601, Message: "Method not found"}, true},
+		{&RPCError{Code: -32021, Message: "Missing required client capability"}, true},
+		{fmt.Errorf("wrapped: %w", &RPCError{Code: -32603}), false},
+		{&RPCError{Code: -32600}, false},
+		{&RPCError{Code: -32000, Message: "server error"}, false},
+		{fmt.Errorf("%w: unexpected end of input", errTaskInvalid), true},
 		{ErrClosed, true},
 		{&HTTPError{Status: 403}, true},
 		{&HTTPError{Status: 404}, true},
@@ -563,6 +675,28 @@ func TestTaskGone(t *testing.T) {
 	var rpc *RPCError
 	if !errors.As(err, &rpc) || rpc.Code != -32602 || !strings.Contains(err.Error(), fakeTaskID) {
 		t.Errorf("err = %v, want the -32602 naming the task", err)
+	}
+}
+
+// TestTaskInternalErrorRetried: a tasks/get answered with an internal
+// error (the server could not read its task store for a moment) is asked
+// again, and the call gets the task's result once the store is back.
+func TestTaskInternalErrorRetried(t *testing.T) {
+	f := &fakeTasks{
+		states:  []string{`"status":"completed","result":{"content":[{"type":"text","text":"after the failover"}]}`},
+		getErr:  `{"code":-32603,"message":"task store unavailable"}`,
+		getErrs: 2,
+	}
+	ts, _ := rawServer(t, f.serve)
+	res, err := rawClient(t, ts.URL+"/mcp").CallTool(testCtx(t), "slow", nil)
+	must(t, err)
+	if *res.Content[0].Text != "after the failover" {
+		t.Errorf("result = %+v", res)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failedGets != 2 || f.gets != 1 {
+		t.Errorf("%d tasks/get failed and %d answered, want 2 and 1", f.failedGets, f.gets)
 	}
 }
 

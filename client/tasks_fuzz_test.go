@@ -13,8 +13,9 @@ import (
 // FuzzTaskState feeds the follower task states as a server might send
 // them, well-formed or not: it must never panic, must end the call on
 // every terminal state of its task, and must pass over states of other
-// tasks. The client has no handlers and no reachable server, so input
-// requests end the call too, after a cancel that fails at once.
+// tasks. The client has no handlers, so input requests end the call too,
+// as a following stopped before the task ended (which followTask then
+// cancels).
 func FuzzTaskState(f *testing.F) {
 	for _, seed := range []string{
 		`{"taskId":"t","status":"working","createdAt":"2026-07-28T12:00:00Z","lastUpdatedAt":"2026-07-28T12:00:00Z","ttlMs":null,"pollIntervalMs":5000}`,
@@ -47,9 +48,11 @@ func FuzzTaskState(f *testing.F) {
 				t.Fatalf("a state of another task (%q) was taken: %+v", st.TaskID, end)
 			}
 		case st.Status.Terminal():
-			if end == nil || (end.res == nil) == (end.err == nil) {
+			if end == nil || !end.terminal || (end.res == nil) == (end.err == nil) {
 				t.Fatalf("terminal state %s gave outcome %+v", st.Status, end)
 			}
+		case end != nil && (end.terminal || end.err == nil):
+			t.Fatalf("state %s, not terminal, gave outcome %+v", st.Status, end)
 		}
 		if fl.interval < minTaskPoll || fl.interval > maxTaskPoll {
 			t.Fatalf("interval %v out of bounds", fl.interval)

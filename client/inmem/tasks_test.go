@@ -22,15 +22,33 @@ func TestTaskOverStdio(t *testing.T) {
 	steps := make(chan string)
 	err := srv.AddTool(mcp.Tool{Name: "slow", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 		return req.RunAsTask(ctx, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-			for msg := range steps {
-				_ = req.Progress(1, nil, msg)
+			for {
+				select {
+				case msg, ok := <-steps:
+					if !ok {
+						return text("finished"), nil
+					}
+					_ = req.Progress(1, nil, msg)
+				case <-ctx.Done():
+					// Shutdown ends a task that a failed test left running.
+					return nil, ctx.Err()
+				}
 			}
-			return text("finished"), nil
 		})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// After the client's Close (deferred below, so it runs first): the
+	// server's task store and whatever task still runs are ended too, and
+	// the package's goleak check sees what they would leave behind.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+	})
 	c := client.New(inmem.New(srv), client.WithTimeout(10*time.Second))
 	defer c.Close()
 	seen := make(chan mcp.Task, 16)

@@ -63,23 +63,12 @@ func runCallCmd(ctx context.Context, args ...string) (stdout, stderr *testkit.Sy
 	return stdout, stderr, ch
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling with a deadline
-	}
-}
-
 func waitDone(t *testing.T, done <-chan error) error {
 	t.Helper()
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait):
 		t.Fatal("tidings call did not end")
 		return nil
 	}
@@ -92,11 +81,11 @@ func TestCallTaskStatus(t *testing.T) {
 	steps := make(chan string)
 	url := taskServer(t, steps, make(chan error, 1))
 	stdout, stderr, done := runCallCmd(t.Context(), url+"/mcp", "call", "slow")
-	waitFor(t, "the task id", func() bool { return strings.HasPrefix(stderr.String(), "task ") })
+	testkit.WaitFor(t, wait, "the task id", func() bool { return strings.HasPrefix(stderr.String(), "task ") })
 	steps <- "reading the files"
-	waitFor(t, "the first step", func() bool { return strings.Contains(stderr.String(), "working: reading the files\n") })
+	testkit.WaitFor(t, wait, "the first step", func() bool { return strings.Contains(stderr.String(), "working: reading the files\n") })
 	steps <- "writing the summary"
-	waitFor(t, "the second step", func() bool { return strings.Contains(stderr.String(), "working: writing the summary\n") })
+	testkit.WaitFor(t, wait, "the second step", func() bool { return strings.Contains(stderr.String(), "working: writing the summary\n") })
 	if stdout.String() != "" {
 		t.Errorf("stdout before the end: %q", stdout.String())
 	}
@@ -124,14 +113,14 @@ func TestCallTaskInterrupted(t *testing.T) {
 	defer cancel()
 	_, stderr, done := runCallCmd(ctx, url+"/mcp", "call", "slow")
 	steps <- "working hard"
-	waitFor(t, "the step", func() bool { return strings.Contains(stderr.String(), "working hard") })
+	testkit.WaitFor(t, wait, "the step", func() bool { return strings.Contains(stderr.String(), "working hard") })
 	cancel()
 	if err := waitDone(t, done); !errors.Is(err, context.Canceled) {
 		t.Errorf("tidings call = %v, want it cancelled", err)
 	}
 	select {
 	case <-ended:
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait):
 		t.Fatal("the task went on after the call was interrupted")
 	}
 }
