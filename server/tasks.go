@@ -406,21 +406,29 @@ func (rec *taskRecord) wire(id string, detailed bool) mcp.Task {
 
 // loadTask reads the task id of principal from the store.
 func (s *Server) loadTask(ctx context.Context, id, principal string) (*taskRecord, error) {
-	b, _, err := s.taskStore.Get(ctx, id)
+	rec, _, err := s.readTask(ctx, id, principal, s.cfg.now())
+	return rec, err
+}
+
+// readTask reads the task id of principal from the store, with its
+// revision: an unknown task, one expired at now and another principal's
+// are all errTaskNotFound.
+func (s *Server) readTask(ctx context.Context, id, principal string, now time.Time) (*taskRecord, uint64, error) {
+	b, rev, err := s.taskStore.Get(ctx, id)
 	if errors.Is(err, bus.ErrNoTask) {
-		return nil, errTaskNotFound
+		return nil, 0, errTaskNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("server: read task: %w", err)
+		return nil, 0, fmt.Errorf("server: read task: %w", err)
 	}
 	rec, err := decodeTaskRecord(b)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if !s.ownedBy(rec, principal) || rec.expired(s.cfg.now()) {
-		return nil, errTaskNotFound
+	if !s.ownedBy(rec, principal) || rec.expired(now) {
+		return nil, 0, errTaskNotFound
 	}
-	return rec, nil
+	return rec, rev, nil
 }
 
 // maxTaskSwaps bounds the compare-and-swap retries of one change: each
@@ -466,20 +474,10 @@ func (s *Server) updateTask(ctx context.Context, id, principal string, change fu
 				return nil, err
 			}
 		}
-		b, rev, err := s.taskStore.Get(ctx, id)
-		if errors.Is(err, bus.ErrNoTask) {
-			return nil, errTaskNotFound
-		}
-		if err != nil {
-			return nil, fmt.Errorf("server: read task: %w", err)
-		}
-		rec, err := decodeTaskRecord(b)
+		now := s.cfg.now()
+		rec, rev, err := s.readTask(ctx, id, principal, now)
 		if err != nil {
 			return nil, err
-		}
-		now := s.cfg.now()
-		if !s.ownedBy(rec, principal) || rec.expired(now) {
-			return nil, errTaskNotFound
 		}
 		if !change(rec) {
 			return rec, nil
