@@ -24,8 +24,9 @@ import (
 // answered at once. It listens for the task's notifications where the
 // server offers them and polls tasks/get where it does not, or while a
 // listen is down; it answers the task's input requests with the handlers
-// multi round-trip requests use; and a call whose context ends cancels
-// its task.
+// multi round-trip requests use; and a call that stops following its
+// task before the task ended (its context ended, the server stayed
+// unreachable or refused a request) cancels it.
 
 // ErrTaskCancelled reports a tool call the server ran as a task and then
 // cancelled on its own. A call whose context ended returns the context's
@@ -101,12 +102,13 @@ const (
 	// to listen for a task's notifications.
 	taskListenMin = 250 * time.Millisecond
 	taskListenMax = 30 * time.Second
-	// taskUnreachable is how long the polls of a task may keep failing
-	// (the server down, the network cut) before the call gives up.
+	// taskUnreachable is how long the polls of a task, or the updates
+	// answering its input requests, may keep failing (the server down,
+	// the network cut, its store failing over) before the call gives up.
 	taskUnreachable = 2 * time.Minute
-	// taskCancelTimeout bounds the tasks/cancel sent when a call's
-	// context ends: the context is over, and the cancel must not wait
-	// for a server that does not answer.
+	// taskCancelTimeout bounds the tasks/cancel sent when a call stops
+	// following its task: the call's context may be over, and the cancel
+	// must not wait for a server that does not answer.
 	taskCancelTimeout = 5 * time.Second
 )
 
