@@ -332,10 +332,14 @@ func (c *Client) Close() error {
 // task, and on the requests that follow a task (tasks/get, tasks/update,
 // tasks/cancel, subscriptions/listen) of the 2026-07-28 era; the
 // 2025-11-25 era has no extensions and never sees it.
-func (c *Client) Capabilities() mcp.ClientCaps {
+func (c *Client) Capabilities() mcp.ClientCaps { return c.caps(!c.cfg.noTasks) }
+
+// caps returns the client's capabilities, with the tasks extension when
+// tasks is set.
+func (c *Client) caps(tasks bool) mcp.ClientCaps {
 	var caps mcp.ClientCaps
 	empty := jsontext.Value("{}")
-	if !c.cfg.noTasks {
+	if tasks {
 		caps.Extensions = map[string]jsontext.Value{mcp.ExtensionTasks: empty}
 	}
 	if c.cfg.elicit != nil {

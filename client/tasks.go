@@ -69,16 +69,7 @@ func (c *Client) declaresTasks(method string) bool {
 
 // requestCaps returns the capabilities a request of method declares:
 // Capabilities without the tasks extension where it means nothing.
-func (c *Client) requestCaps(method string) mcp.ClientCaps {
-	caps := c.Capabilities()
-	if !c.declaresTasks(method) {
-		delete(caps.Extensions, mcp.ExtensionTasks)
-		if len(caps.Extensions) == 0 {
-			caps.Extensions = nil
-		}
-	}
-	return caps
-}
+func (c *Client) requestCaps(method string) mcp.ClientCaps { return c.caps(c.declaresTasks(method)) }
 
 // The bounds of following a task.
 const (
