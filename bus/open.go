@@ -19,18 +19,15 @@ import (
 // for pub/sub. Replicas in one process join with NewLocal instead, which
 // has no URL: a name would have to be looked up in process-wide state.
 func Dial(ctx context.Context, rawURL string, opts ...Option) (Conn, error) {
-	u, err := parseURL(rawURL)
+	u, b, err := parseBroker(rawURL)
 	if err != nil {
 		return nil, err
 	}
 	cfg := newConfig(opts)
-	switch u.Scheme {
-	case "nats", "tls":
+	if b == natsBroker {
 		return dialNATS(ctx, u, cfg)
-	case "redis", "rediss":
-		return dialRedis(ctx, u, cfg)
 	}
-	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, tls, redis or rediss)", u.Redacted(), u.Scheme)
+	return dialRedis(ctx, u, cfg)
 }
 
 // Open dials rawURL (see Dial) and starts a Bus over the connection.
@@ -40,6 +37,31 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (Bus, error) {
 		return nil, err
 	}
 	return New(c, opts...), nil
+}
+
+// broker is the kind of broker a URL names.
+type broker int
+
+const (
+	natsBroker broker = iota
+	redisBroker
+)
+
+// parseBroker parses rawURL (see parseURL) and tells which broker its
+// scheme names: the one place that knows the schemes, for the bus, the
+// state and the task store alike.
+func parseBroker(rawURL string) (*url.URL, broker, error) {
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch u.Scheme {
+	case "nats", "tls":
+		return u, natsBroker, nil
+	case "redis", "rediss":
+		return u, redisBroker, nil
+	}
+	return nil, 0, fmt.Errorf("bus: %s: unknown scheme %q (want nats, tls, redis or rediss)", u.Redacted(), u.Scheme)
 }
 
 // parseURL parses a broker URL. Its error never shows the URL: net/url's

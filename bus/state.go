@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"sync"
 )
@@ -79,18 +78,14 @@ func (*LocalState) Close() error { return nil }
 // losses are reported by the methods' errors, and the connection is
 // regained on its own. Of the options, WithLogger and WithBackoff apply.
 func OpenState(ctx context.Context, rawURL string, opts ...Option) (State, error) {
-	u, err := parseURL(rawURL)
+	u, b, err := parseBroker(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg := newConfig(opts)
-	switch u.Scheme {
-	case "nats", "tls":
-		return openNATSState(ctx, u, cfg)
-	case "redis", "rediss":
-		return openRedisState(ctx, u)
+	if b == natsBroker {
+		return openNATSState(ctx, u, newConfig(opts))
 	}
-	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, tls, redis or rediss)", u.Redacted(), u.Scheme)
+	return openRedisState(ctx, u)
 }
 
 // stateValue is how a value is stored: one byte, readable in the broker's

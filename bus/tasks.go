@@ -115,18 +115,14 @@ type TaskStore interface {
 // deadline, and the connection is regained on its own. Of the options,
 // WithLogger and WithBackoff apply (to NATS).
 func OpenTasks(ctx context.Context, rawURL string, opts ...Option) (TaskStore, error) {
-	u, err := parseURL(rawURL)
+	u, b, err := parseBroker(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg := newConfig(opts)
-	switch u.Scheme {
-	case "nats", "tls":
-		return openNATSTasks(ctx, u, cfg)
-	case "redis", "rediss":
-		return openRedisTasks(ctx, u)
+	if b == natsBroker {
+		return openNATSTasks(ctx, u, newConfig(opts))
 	}
-	return nil, fmt.Errorf("bus: %s: unknown scheme %q (want nats, tls, redis or rediss)", u.Redacted(), u.Scheme)
+	return openRedisTasks(ctx, u)
 }
 
 // The errors of a TaskStore.
