@@ -164,9 +164,7 @@ func (s *LocalTasks) Create(_ context.Context, id string, rec []byte, expires ti
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	s.sweep(now)
-	if t, ok := s.m[id]; ok && now.Before(t.expires) {
+	if _, ok := s.live(id); ok {
 		return ErrTaskExists
 	}
 	s.m[id] = localTask{rec: clone(rec), rev: 1, expires: expires}
@@ -183,10 +181,8 @@ func (s *LocalTasks) Get(_ context.Context, id string) ([]byte, uint64, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	s.sweep(now)
-	t, ok := s.m[id]
-	if !ok || !now.Before(t.expires) {
+	t, ok := s.live(id)
+	if !ok {
 		return nil, 0, ErrNoTask
 	}
 	return clone(t.rec), t.rev, nil
@@ -199,10 +195,8 @@ func (s *LocalTasks) Update(_ context.Context, id string, rec []byte, rev uint64
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	s.sweep(now)
-	t, ok := s.m[id]
-	if !ok || !now.Before(t.expires) {
+	t, ok := s.live(id)
+	if !ok {
 		return 0, ErrNoTask
 	}
 	if t.rev != rev {
@@ -211,6 +205,15 @@ func (s *LocalTasks) Update(_ context.Context, id string, rec []byte, rev uint64
 	t.rec, t.rev = clone(rec), t.rev+1
 	s.m[id] = t
 	return t.rev, nil
+}
+
+// live sweeps the store and returns the record under id, if it has not
+// expired. The caller holds s.mu.
+func (s *LocalTasks) live(id string) (localTask, bool) {
+	now := s.now()
+	s.sweep(now)
+	t, ok := s.m[id]
+	return t, ok && now.Before(t.expires)
 }
 
 // Close does nothing: the records stay for whoever else holds the store.
