@@ -455,12 +455,8 @@ func (tr *taskRun) record(what string, change func(*taskRecord) bool) (*taskReco
 		case tries == 1:
 			tr.s.log.Warn("mcp: a task's change could not be recorded; trying again", "tool", tr.first.Name, "change", what, "err", err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-tr.io.Done():
-			t.Stop()
+		if pause(tr.io, wait) != nil {
 			return nil, err
-		case <-t.C:
 		}
 		wait = min(2*wait, recordRetryMax)
 	}

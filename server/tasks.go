@@ -450,7 +450,12 @@ const (
 // ends.
 func swapBackoff(ctx context.Context, try int) error {
 	d := min(time.Duration(try)*swapBackoffMin, swapBackoffMax)
-	t := time.NewTimer(d/2 + mrand.N(d/2+1))
+	return pause(ctx, d/2+mrand.N(d/2+1))
+}
+
+// pause waits d, or until ctx ends, when it returns ctx's error.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
