@@ -71,6 +71,7 @@ type config struct {
 	onLog      func(level mcp.LogLevel, logger string, data jsontext.Value)
 	logLevel   mcp.LogLevel
 	noTasks    bool
+	pinned     string
 }
 
 // Option configures a Client.
@@ -160,6 +161,15 @@ func WithEnv(env ...string) Option { return func(c *config) { c.env = append(c.e
 func WithServerLogs(level mcp.LogLevel, fn func(level mcp.LogLevel, logger string, data jsontext.Value)) Option {
 	return func(c *config) { c.logLevel, c.onLog = level, fn }
 }
+
+// WithProtocolVersion pins the protocol revision, one of Versions: the
+// client then skips the era probe (server/discover, and initialize after
+// it) and speaks v from the first request, with the initialize handshake
+// for the older revisions. A server that answers with another revision
+// fails the request with a *VersionError. Pin when the server is known,
+// to save the probe's round trip, or for a server that reacts badly to a
+// server/discover it does not know.
+func WithProtocolVersion(v string) Option { return func(c *config) { c.pinned = v } }
 
 // Client talks to one MCP server. It is safe for concurrent use.
 type Client struct {
@@ -644,7 +654,9 @@ type DiscoverResult struct {
 	ServerInfo        *mcp.Implementation
 }
 
-// Discover asks the server who it is and what it can do (cached per ttlMs).
+// Discover asks the server who it is and what it can do (cached per
+// ttlMs). The first Discover after connecting is answered by the era
+// probe's own server/discover.
 func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
 	d, err := c.ensureEra(ctx)
 	if err != nil {
@@ -653,11 +665,19 @@ func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
 	if r := d.discovered(); r != nil {
 		return r, nil
 	}
-	return cachedAs[*DiscoverResult](ctx, c.cache, mcp.MethodDiscover, topicDiscover, c.lookupContext(ctx), func(ctx context.Context) (fetched, error) {
-		var who authRecord
-		res, err := c.do(ctx, mcp.MethodDiscover, nil, callOpts{auth: &who})
-		if err != nil {
-			return fetched{}, err
+	as := c.lookupContext(ctx)
+	return cachedAs[*DiscoverResult](ctx, c.cache, mcp.MethodDiscover, topicDiscover, as, func(ctx context.Context) (fetched, error) {
+		var res jsontext.Value
+		var answeredAs authContext
+		if p := c.era.takeProbe(as); p != nil {
+			res, answeredAs = p.res, p.as // the era probe just asked
+		} else {
+			var who authRecord
+			var err error
+			if res, err = c.do(ctx, mcp.MethodDiscover, nil, callOpts{auth: &who}); err != nil {
+				return fetched{}, err
+			}
+			answeredAs = who.context()
 		}
 		var d DiscoverResult
 		if err := json.Unmarshal(res, &d); err != nil {
@@ -671,6 +691,6 @@ func (c *Client) Discover(ctx context.Context) (*DiscoverResult, error) {
 		_ = json.Unmarshal(res, &meta)
 		d.ServerInfo = meta.Meta.Info
 		ttl, scope := cacheHints(res)
-		return fetched{value: &d, ttl: ttl, scope: scope, as: who.context()}, nil
+		return fetched{value: &d, ttl: ttl, scope: scope, as: answeredAs}, nil
 	})
 }

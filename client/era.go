@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/jsonrpc"
@@ -104,6 +107,9 @@ type eraState struct {
 	// while the others wait on it or on their own deadlines.
 	mu   sync.Mutex
 	busy chan struct{}
+	// probe is the probe's server/discover answer until the first
+	// Discover takes it.
+	probe atomic.Pointer[probed]
 }
 
 // current returns the dialect decided on, or nil before the probe.
@@ -156,6 +162,20 @@ func (c *Client) Era(ctx context.Context) (Era, error) {
 	return d.era(), nil
 }
 
+// ProtocolVersion reports the protocol revision spoken with the server,
+// probing it if needed: 2026-07-28, or the revision an initialize
+// handshake agreed on (one of Versions).
+func (c *Client) ProtocolVersion(ctx context.Context) (string, error) {
+	d, err := c.ensureEra(ctx)
+	if err != nil {
+		return "", err
+	}
+	if ls, ok := d.(*legacySession); ok {
+		return ls.version, nil
+	}
+	return c.currentVersion(), nil
+}
+
 // isModernError reports an error only a 2026-07-28 server would send.
 func isModernError(err error) bool {
 	var rpc *jsonrpc.Error
@@ -206,21 +226,49 @@ func (c *Client) ensureEra(ctx context.Context) (dialect, error) {
 }
 
 // probe asks the server which era it speaks: server/discover, then, when
-// the server answered in a way only a 2025-11-25 server would, the
-// fallback. A failure that says nothing about the era (a broken
-// connection, a 5xx, our own deadline over HTTP) is returned, and the next
-// request probes again: one transient error must not switch a dual-era
-// server to the old protocol for good.
+// the server answered in a way only an older server would, the fallback.
+// A version error (-32022, or any error whose data lists the versions the
+// server supports) that lacks 2026-07-28 is such an answer: the server
+// knows the modern rules but not this revision, and gets the newest older
+// one both sides speak. A pinned version (WithProtocolVersion) skips the
+// probe. A failure that says nothing about the era (a broken connection, a
+// 5xx, our own deadline over HTTP) is returned, and the next request
+// probes again: one transient error must not switch a dual-era server to
+// the old protocol for good.
 func (c *Client) probe(ctx context.Context) (dialect, error) {
 	if c.life.closed() {
 		return nil, ErrClosed
 	}
 	ctx, stop := bindLife(ctx, c.life.ctx)
 	defer stop()
+	if v := c.cfg.pinned; v != "" {
+		if !speaks(v) {
+			return nil, fmt.Errorf("client: protocol version %q is not one this client speaks (%s)", v, strings.Join(Versions(), ", "))
+		}
+		if v == mcp.Version {
+			return modern{}, nil
+		}
+		return c.handshake(ctx, v)
+	}
 	status := 0
-	_, derr := c.doModern(ctx, mcp.MethodDiscover, nil, callOpts{httpStatus: &status})
-	if derr == nil || isModernError(derr) {
+	var who authRecord
+	res, derr := c.doModern(ctx, mcp.MethodDiscover, nil, callOpts{httpStatus: &status, auth: &who})
+	if derr == nil {
+		c.era.keepProbe(&probed{res: res, as: who.context()})
 		return modern{}, nil
+	}
+	if supported, ok := offeredVersions(derr); ok && !slices.Contains(supported, mcp.Version) {
+		v, ok := newestShared(supported)
+		if !ok {
+			return nil, &VersionError{Offered: supported}
+		}
+		return c.handshake(ctx, v)
+	}
+	if isModernError(derr) {
+		return modern{}, nil
+	}
+	if ce, ok := errors.AsType[*ConnectError](derr); ok {
+		return nil, ce // says all there is to say
 	}
 	if errors.Is(context.Cause(ctx), ErrClosed) {
 		return nil, ErrClosed
@@ -230,6 +278,100 @@ func (c *Client) probe(ctx context.Context) (dialect, error) {
 	}
 	return c.fallback(ctx, derr, status)
 }
+
+// handshake opens a session of an older revision, v, which the server
+// named as one it speaks or the caller pinned: the server must answer
+// with v itself.
+func (c *Client) handshake(ctx context.Context, v string) (dialect, error) {
+	ls, err := c.initialize(ctx, v)
+	if err != nil {
+		return nil, fmt.Errorf("client: initialize (protocol %s): %w", v, err)
+	}
+	if ls.version != v {
+		return nil, &VersionError{Offered: []string{ls.version}, Asked: v}
+	}
+	return ls, nil
+}
+
+// probed is the answer of the era probe's server/discover, kept for the
+// first Discover so that connecting costs one server/discover, not two.
+type probed struct {
+	res jsontext.Value
+	as  authContext
+}
+
+// keepProbe keeps the probe's answer for the first Discover.
+func (e *eraState) keepProbe(p *probed) { e.probe.Store(p) }
+
+// takeProbe hands the probe's answer, once, to a Discover whose request
+// would have carried the same credentials, and nil to any other.
+func (e *eraState) takeProbe(as authContext) *probed {
+	p := e.probe.Load()
+	if p == nil || p.as != as || !e.probe.CompareAndSwap(p, nil) {
+		return nil
+	}
+	return p
+}
+
+// Versions lists the protocol revisions this client speaks, newest first:
+// 2026-07-28, then the revisions of the initialize handshake that share
+// its transports (Streamable HTTP and stdio). Features a revision lacks
+// are simply absent when it is spoken: no structured tool output on
+// 2025-03-26, for one.
+func Versions() []string {
+	return []string{mcp.Version, mcp.LegacyVersion, "2025-06-18", "2025-03-26"}
+}
+
+// VersionError reports that the client and the server have no protocol
+// revision in common, naming both sides' lists.
+type VersionError struct {
+	// Offered lists the versions the server says it supports (or the one
+	// it answered initialize with).
+	Offered []string
+	// Asked is the version the client asked for when it was pinned
+	// (WithProtocolVersion), or empty.
+	Asked string
+}
+
+func (e *VersionError) Error() string {
+	if e.Asked != "" {
+		return fmt.Sprintf("client: the server answered initialize with protocol version %s, not %s as asked (this client speaks %s)",
+			strings.Join(e.Offered, ", "), e.Asked, strings.Join(Versions(), ", "))
+	}
+	return fmt.Sprintf("client: no protocol version in common: the server supports %s; this client speaks %s",
+		strings.Join(e.Offered, ", "), strings.Join(Versions(), ", "))
+}
+
+// offeredVersions returns the list of supported versions an error's data
+// carries ({"supported": [...]}, the shape of -32022 and of the older
+// revisions' initialize refusals), and whether it carries one.
+func offeredVersions(err error) ([]string, bool) {
+	var rpc *jsonrpc.Error
+	if !errors.As(err, &rpc) || len(rpc.Data) == 0 {
+		return nil, false
+	}
+	var data struct {
+		Supported []string `json:"supported"`
+	}
+	if json.Unmarshal(rpc.Data, &data) != nil || len(data.Supported) == 0 {
+		return nil, false
+	}
+	return data.Supported, true
+}
+
+// newestShared returns the newest older revision the client speaks that
+// is among supported.
+func newestShared(supported []string) (string, bool) {
+	for _, v := range Versions()[1:] {
+		if slices.Contains(supported, v) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// speaks reports whether v is a revision this client speaks.
+func speaks(v string) bool { return slices.Contains(Versions(), v) }
 
 // forgetEra makes the next request probe the server again: a restarted
 // server process may speak another era, and knows nothing of the old

@@ -133,8 +133,16 @@ func (c *Client) fallback(ctx context.Context, derr error, status int) (dialect,
 	if !c.speaksLegacy(derr, status) {
 		return nil, fmt.Errorf("client: era probe (server/discover): %w", derr)
 	}
-	ls, err := c.initialize(ctx)
+	ls, err := c.initialize(ctx, mcp.LegacyVersion)
 	if err != nil {
+		if _, ok := errors.AsType[*VersionError](err); ok {
+			return nil, err
+		}
+		if he, ok := errors.AsType[*HTTPError](err); ok && he.Status == http.StatusNotFound {
+			if nf := c.notFound(ctx, he); nf != nil {
+				return nil, nf
+			}
+		}
 		return nil, fmt.Errorf("client: the server answered neither server/discover (%v) nor initialize: %w", derr, err)
 	}
 	return ls, nil
@@ -173,13 +181,19 @@ func isRefusal(status int) bool {
 	return false
 }
 
-// initialize performs the 2025-11-25 handshake.
-func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
+// initialize performs the handshake of the older revisions, asking for
+// version. The server may answer with another revision; one this client
+// does not speak is a *VersionError.
+func (c *Client) initialize(ctx context.Context, version string) (*legacySession, error) {
 	ctx, perExchange, cancel := c.limit(ctx, false)
 	defer cancel()
+	caps := c.requestCaps(mcp.MethodInitialize)
+	if version == "2025-03-26" {
+		caps.Elicitation = nil // it came with 2025-06-18
+	}
 	params, err := json.Marshal(map[string]any{
-		"protocolVersion": mcp.LegacyVersion,
-		"capabilities":    c.requestCaps(mcp.MethodInitialize),
+		"protocolVersion": version,
+		"capabilities":    caps,
 		"clientInfo":      c.cfg.info,
 	}, json.Deterministic(true))
 	if err != nil {
@@ -205,8 +219,11 @@ func (c *Client) initialize(ctx context.Context) (*legacySession, error) {
 	}
 	ls := &legacySession{id: req.headerOut.Get(mcp.HeaderSessionID), version: res.ProtocolVersion, caps: res.Capabilities,
 		info: res.ServerInfo, instructions: res.Instructions, shared: &sessionShared{}}
-	if ls.version == "" {
-		ls.version = mcp.LegacyVersion
+	switch {
+	case ls.version == "":
+		ls.version = version
+	case ls.version == mcp.Version || !speaks(ls.version):
+		return nil, &VersionError{Offered: []string{ls.version}}
 	}
 	note := &outbound{method: mcp.NotifyInitialized, body: jsonrpc.AppendNotification(nil, mcp.NotifyInitialized, nil), timeout: perExchange}
 	if err := ls.over(c).send(ctx, note); err != nil {
@@ -238,7 +255,7 @@ func (c *Client) reinitialize(ctx context.Context, old *legacySession) (*legacyS
 			e.release(func() {})
 			return cur, nil
 		}
-		ls, err := c.initialize(ctx)
+		ls, err := c.initialize(ctx, old.version)
 		if err == nil {
 			ls.shared = old.shared
 		}

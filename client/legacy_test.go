@@ -34,7 +34,27 @@ const (
 	// refuseText answers 404 with a plain text body, as a router that
 	// knows no such method might.
 	refuseText
+	// refuseVersion answers 400 with -32022 and the older revisions in
+	// data.supported, as the go-sdk's default (stateful) handler does.
+	refuseVersion
+	// refuseVersionOld is refuseVersion with 2025-06-18 as the newest
+	// revision listed.
+	refuseVersionOld
+	// refuseVersionNone is refuseVersion listing no revision the client
+	// speaks.
+	refuseVersionNone
 )
+
+// refusedVersions is what data.supported lists for a version refusal.
+func refusedVersions(how refusal) string {
+	switch how {
+	case refuseVersionOld:
+		return `["2025-06-18","2025-03-26"]`
+	case refuseVersionNone:
+		return `["2024-11-05"]`
+	}
+	return `["2025-11-25","2025-06-18","2025-03-26"]`
+}
 
 // legacyOnly hides the modern half of next: any POST for server/discover
 // or carrying the 2026-07-28 _meta is refused; modern counts them.
@@ -59,6 +79,10 @@ func legacyOnly(next http.Handler, how refusal, modern *atomic.Int32) http.Handl
 					_, _ = io.WriteString(w, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}`)
 				case refuseText:
 					http.Error(w, "404 page not found", http.StatusNotFound)
+				default:
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusBadRequest)
+					_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"unsupported protocol version","data":{"supported":`+refusedVersions(how)+`,"requested":"2026-07-28"}}}`)
 				}
 				return
 			}
