@@ -174,9 +174,19 @@ func (t *httpTransport) do(ctx context.Context, x exchange) (*reply, error) {
 		sent := req.WithContext(sctx)
 		resp, err := t.hc.Do(sent)
 		if err != nil {
+			// Whether the exchange's own bound ran out is read before
+			// cancel, which would make it look so.
+			timedOut := sctx.Err() != nil && ctx.Err() == nil
 			cancel()
-			if sctx.Err() != nil {
-				return nil, sctx.Err()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			bound := time.Duration(0)
+			if timedOut {
+				bound = x.timeout
+			}
+			if ce := connectError(t.url, err, bound); ce != err {
+				return nil, ce
 			}
 			return nil, fmt.Errorf("client: %s: %w", x.what, err)
 		}
