@@ -19,6 +19,8 @@ import (
 
 func newCallCmd() *cobra.Command {
 	var flags clientFlags
+	var verbose bool
+	var serverLog string
 	cmd := &cobra.Command{
 		Use:   "call (URL REQUEST [ARG...] | REQUEST [ARG...] -- COMMAND [ARG...])",
 		Short: "Send one request to an MCP server and print the answer as JSON",
@@ -26,8 +28,9 @@ func newCallCmd() *cobra.Command {
 indented JSON.
 
 The server is either a Streamable HTTP endpoint, given as the first
-argument, or a stdio server, spawned from the command after "--" (its
-stderr goes to stderr, and it is stopped when the request is done):
+argument, or a stdio server, spawned from the command after "--" (it is
+stopped when the request is done; its stderr is shown only when the call
+fails, or as it comes with -v, or appended to the --server-log file):
 
   tidings call http://127.0.0.1:8080/mcp tools
   tidings call tools -- tidings serve --dir . --stdio
@@ -48,6 +51,10 @@ and then each change of its status (and status message) are printed to
 stderr as they happen, on one line rewritten in place when stderr is a
 terminal, and the result to stdout as for any call. Ctrl-C cancels the
 task.
+
+The protocol revision is found by asking the server (server/discover,
+then initialize for servers of older revisions); --protocol names it and
+skips the question.
 
 Exit status: 0 for an answer; 2 for a tool result with isError set (the
 result is still printed); 1 for a failure. A JSON-RPC error response is
@@ -74,12 +81,35 @@ in --oauth-store, so the next call needs no browser.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			c, closeClient, err := dial(ctx, t, flags, dialOut{log: cmd.ErrOrStderr(), prompt: cmd.ErrOrStderr()})
+			// A spawned server's stderr (and the client's warnings) is
+			// kept aside and shown only when the call fails: a server's
+			// chatter is not the answer. -v passes it through as it comes,
+			// --server-log appends it to a file.
+			var kept *logPane
+			logTo := cmd.ErrOrStderr()
+			switch {
+			case serverLog != "":
+				lf, err := os.OpenFile(serverLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+				if err != nil {
+					return fmt.Errorf("--server-log: %w", err)
+				}
+				defer lf.Close()
+				logTo = lf
+			case !verbose:
+				kept = &logPane{}
+				logTo = kept
+			}
+			c, closeClient, err := dial(ctx, t, flags, dialOut{log: logTo, prompt: cmd.ErrOrStderr()})
 			if err != nil {
 				return err
 			}
-			defer closeClient()
 			err = runCall(ctx, c, req, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			closeClient() // a server's last words come before the error
+			if err != nil && kept != nil {
+				for _, l := range kept.lines() {
+					fmt.Fprintln(cmd.ErrOrStderr(), printable(l))
+				}
+			}
 			if fatal := notMCPError(t, err); fatal != nil {
 				return fatal
 			}
@@ -91,6 +121,9 @@ in --oauth-store, so the next call needs no browser.`,
 		},
 	}
 	flags.register(cmd)
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "pass the spawned server's stderr and the client's warnings to stderr as they come, not only when the call fails")
+	cmd.Flags().StringVar(&serverLog, "server-log", "", "append the spawned server's stderr (and warnings) to this file instead")
+	cmd.MarkFlagsMutuallyExclusive("verbose", "server-log")
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"tidings/client"
+	"tidings/mcp"
+	"tidings/server"
+	"tidings/streamhttp"
 )
 
 // TestWatchFailsOnAnEndpointThatIsNotMCP runs watch against HTTP
@@ -143,5 +147,41 @@ func TestNotMCPExitStatus(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "Error: "+srv.URL+" is not an MCP endpoint: nothing answers MCP at this URL (HTTP 404 Not Found)") {
 			t.Errorf("%q: exit status %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
+	}
+}
+
+// TestCallSaysWhatWentWrong runs the binary against the mistakes a
+// newcomer makes first: a port nothing listens on, a URL without /mcp,
+// and an unknown --protocol.
+func TestCallSaysWhatWentWrong(t *testing.T) {
+	bin := buildBinary(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String() + "/mcp"
+	ln.Close()
+	_, errOut, code := run(t, bin, "call", closed, "tools")
+	if code != 1 || !strings.Contains(errOut, closed+": connection refused") || strings.Contains(errOut, "context canceled") {
+		t.Errorf("refused: exit status %d, stderr %q", code, errOut)
+	}
+
+	srv := server.New(mcp.Implementation{Name: "t", Version: "1"})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", streamhttp.New(srv))
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	_, errOut, code = run(t, bin, "call", ts.URL, "tools")
+	if code != 1 || !strings.Contains(errOut, "nothing answers MCP at this URL (HTTP 404 Not Found); did you mean "+ts.URL+"/mcp?") {
+		t.Errorf("no /mcp: exit status %d, stderr %q", code, errOut)
+	}
+
+	_, errOut, code = run(t, bin, "call", "--protocol", "2024-11-05", ts.URL+"/mcp", "tools")
+	if code != 1 || !strings.Contains(errOut, "--protocol 2024-11-05: not a revision this client speaks") {
+		t.Errorf("--protocol: exit status %d, stderr %q", code, errOut)
+	}
+	out, errOut, code := run(t, bin, "call", "--protocol", "2025-06-18", ts.URL+"/mcp", "discover")
+	if code != 0 || !strings.Contains(out, `"2025-06-18"`) {
+		t.Errorf("--protocol 2025-06-18 discover: exit status %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

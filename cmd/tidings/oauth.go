@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,6 +28,9 @@ const defaultRedirect = "127.0.0.1:33418"
 // started, and notes what the flags alone do not tell.
 func (f *clientFlags) check(cmd *cobra.Command, t target) error {
 	f.redirectGiven = cmd.Flags().Changed("oauth-redirect")
+	if f.protocol != "" && !slices.Contains(client.Versions(), f.protocol) {
+		return fmt.Errorf("--protocol %s: not a revision this client speaks (%s)", f.protocol, strings.Join(client.Versions(), ", "))
+	}
 	if !f.oauth {
 		for _, name := range []string{"oauth-redirect", "oauth-store", "oauth-client-id", "oauth-client-issuer", "oauth-client-secret-file"} {
 			if cmd.Flags().Changed(name) {

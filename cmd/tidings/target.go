@@ -79,12 +79,15 @@ type clientFlags struct {
 	clientID         string
 	clientIssuer     string
 	clientSecretFile string
+	// protocol pins the protocol revision and skips the era probe.
+	protocol string
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringArrayVarP(&f.headers, "header", "H", nil, `send this HTTP header on every request, as "Name: value" (repeatable)`)
 	fl.DurationVar(&f.timeout, "timeout", 60*time.Second, "how long one request may take")
+	fl.StringVar(&f.protocol, "protocol", "", "speak this protocol revision ("+strings.Join(client.Versions(), ", ")+") from the first request, without probing the server for it")
 	fl.BoolVar(&f.oauth, "oauth", false, "sign in with OAuth when the server asks for it: once in the browser, then with the tokens kept in --oauth-store")
 	fl.StringVar(&f.oauthRedirect, "oauth-redirect", defaultRedirect, "with --oauth, the loopback address that receives the browser's redirect (the default gives way to a free port when taken)")
 	fl.StringVar(&f.oauthStore, "oauth-store", "", "with --oauth, the file that keeps registered clients and tokens, private to you (default tidings/oauth.json in the user config directory)")
@@ -115,6 +118,9 @@ func dial(ctx context.Context, t target, f clientFlags, out dialOut) (c *client.
 		client.WithClientInfo(mcp.Implementation{Name: "tidings", Version: version()}),
 		client.WithTimeout(f.timeout),
 		client.WithLogger(logger),
+	}
+	if f.protocol != "" {
+		opts = append(opts, client.WithProtocolVersion(f.protocol))
 	}
 	for _, h := range f.headers {
 		name, value, ok := strings.Cut(h, ":")
@@ -175,7 +181,11 @@ func notMCP(err error) (string, bool) {
 	if errors.As(err, &he) {
 		switch s := he.Status; {
 		case s == http.StatusNotFound || s == http.StatusMethodNotAllowed || s == http.StatusGone:
-			return fmt.Sprintf("nothing answers MCP at this URL (HTTP %d %s)", s, http.StatusText(s)), true
+			reason := fmt.Sprintf("nothing answers MCP at this URL (HTTP %d %s)", s, http.StatusText(s))
+			if nf, ok := errors.AsType[*client.NotFoundError](err); ok && nf.Alternative != "" {
+				reason += "; did you mean " + nf.Alternative + "?"
+			}
+			return reason, true
 		case s == http.StatusUnauthorized || s == http.StatusForbidden:
 			return fmt.Sprintf("the server refuses the request (HTTP %d %s); pass credentials with -H, or sign in with --oauth", s, http.StatusText(s)), true
 		case s == http.StatusRequestTimeout || s == http.StatusTooEarly || s == http.StatusTooManyRequests || s >= 500:
@@ -211,5 +221,17 @@ func notMCPError(t target, err error) error {
 	if !ok {
 		return nil
 	}
-	return fmt.Errorf("%s is not an MCP endpoint: %s: %w", t.url, reason, err)
+	return &notMCPEndpoint{url: t.url, reason: reason, err: err}
 }
+
+// notMCPEndpoint is the error of a URL where no MCP server answers. Its
+// message is the reason in words, without the client's error that led to
+// it, which says the same in more technical ones (-v logs show it).
+type notMCPEndpoint struct {
+	url, reason string
+	err         error
+}
+
+func (e *notMCPEndpoint) Error() string { return e.url + " is not an MCP endpoint: " + e.reason }
+
+func (e *notMCPEndpoint) Unwrap() error { return e.err }

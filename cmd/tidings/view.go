@@ -20,6 +20,9 @@ type viewModel struct {
 	// or 2025-11-25 for a legacy (initialize and session) server; empty
 	// until the client has probed.
 	Era client.Era
+	// Version is the revision spoken: for a legacy session, the one
+	// initialize agreed on (2025-11-25, 2025-06-18 or 2025-03-26).
+	Version string
 	// Server is who the server says it is (nil until discovered), and
 	// Versions the protocol revisions it supports.
 	Server      *mcp.Implementation
@@ -160,7 +163,11 @@ func renderView(m viewModel) string {
 	case "":
 		proto += "…"
 	case client.EraLegacy:
-		proto += string(m.Era) + " (legacy session)"
+		v := m.Version
+		if v == "" {
+			v = string(m.Era)
+		}
+		proto += v + " (legacy session)"
 	default:
 		proto += string(m.Era)
 	}

@@ -206,6 +206,8 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 	// retry would change a 404 or a web page into a server.
 	fatal := make(chan error, 1)
 	var spoke atomic.Bool
+	var connects atomic.Int32
+	var known atomic.Bool // a Discover succeeded
 	notServer := func(err error) {
 		if spoke.Load() {
 			return
@@ -233,7 +235,10 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		}
 		if view != nil {
 			st.apply(e)
-			if e.Kind == client.Connected {
+			// A reconnection may have reached another server; the first
+			// connection's server is discovered already, unless that
+			// failed.
+			if e.Kind == client.Connected && (connects.Add(1) > 1 || !known.Load()) {
 				poke(rediscover)
 			}
 			poke(redraw)
@@ -266,10 +271,12 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 	// server that is not up yet is followed in full as it comes.
 	if d, err := c.Discover(ctx); err == nil {
 		spoke.Store(true)
+		known.Store(true)
 		caps := d.Capabilities
 		opts.Tools, opts.Prompts, opts.Resources = caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil
 		era, _ := c.Era(ctx) // known once Discover succeeded
-		st.discovered(d, era, nil)
+		v, _ := c.ProtocolVersion(ctx)
+		st.discovered(d, era, v, nil)
 	} else if ctx.Err() != nil {
 		return nil
 	} else if ferr := notMCPError(t, err); ferr != nil {
@@ -313,7 +320,9 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		stopDiscover()
 		wg.Wait()
 	}()
-	poke(rediscover)
+	if !known.Load() {
+		poke(rediscover) // the first Discover above failed: try again here
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -325,18 +334,23 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			}
 			d, err := c.Discover(dctx)
 			var era client.Era
+			var v string
 			if err == nil {
 				era, err = c.Era(dctx)
+			}
+			if err == nil {
+				v, err = c.ProtocolVersion(dctx)
 			}
 			if dctx.Err() != nil {
 				return
 			}
 			if err == nil {
 				spoke.Store(true)
+				known.Store(true)
 			} else {
 				notServer(err)
 			}
-			st.discovered(d, era, err)
+			st.discovered(d, era, v, err)
 			poke(redraw)
 		}
 	}()
@@ -476,6 +490,7 @@ type watchState struct {
 	server      *mcp.Implementation
 	versions    []string
 	era         client.Era
+	version     string
 	discoverErr string
 	granted     *mcp.SubscriptionFilter
 	lists       map[client.EventKind]map[string]bool // nil entry: not read yet
@@ -520,14 +535,14 @@ func (s *watchState) follow(o client.WatchOptions) {
 	}
 }
 
-func (s *watchState) discovered(d *client.DiscoverResult, era client.Era, err error) {
+func (s *watchState) discovered(d *client.DiscoverResult, era client.Era, version string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
 		s.discoverErr = err.Error()
 		return
 	}
-	s.server, s.versions, s.era, s.discoverErr = d.ServerInfo, d.SupportedVersions, era, ""
+	s.server, s.versions, s.era, s.version, s.discoverErr = d.ServerInfo, d.SupportedVersions, era, version, ""
 }
 
 // down reports whether the listen is out, so that retrying makes sense.
@@ -688,7 +703,7 @@ func (s *watchState) snapshot(now time.Time, c *client.Client, state client.Conn
 	defer s.mu.Unlock()
 	m := viewModel{
 		Now: now, Target: target,
-		Era:    s.era,
+		Era: s.era, Version: s.version,
 		Server: s.server, Versions: s.versions, DiscoverErr: s.discoverErr,
 		State: state, Granted: s.granted, Stats: stats,
 		Changes: slices.Clone(s.changes),

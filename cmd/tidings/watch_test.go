@@ -400,8 +400,19 @@ func TestCall(t *testing.T) {
 		if len(rs) != 1 || rs[0]["uri"] != uri || rs[0]["name"] != "a.txt" {
 			t.Errorf("resources = %v, want just %s", rs, uri)
 		}
-		if !strings.Contains(errOut, "stdin closed; exiting") {
-			t.Errorf("the spawned server's stderr does not show it ended on its closed stdin:\n%s", errOut)
+		if errOut != "" {
+			t.Errorf("a call that succeeded printed the spawned server's stderr:\n%s", errOut)
+		}
+		// With -v the server's stderr comes through as it comes: it shows
+		// that the server ended on its closed stdin.
+		_, errOut, code = run(t, bin, "call", "-v", "resources", "--", bin, "serve", "--dir", dir, "--stdio")
+		if code != 0 || !strings.Contains(errOut, "stdin closed; exiting") {
+			t.Errorf("-v: exit status %d, stderr does not show the server ending on its closed stdin:\n%s", code, errOut)
+		}
+		// A call that fails shows what the server said.
+		_, errOut, code = run(t, bin, "call", "read", "file:///no/such/file", "--", bin, "serve", "--dir", dir, "--stdio")
+		if code != 1 || !strings.Contains(errOut, "watching directory") {
+			t.Errorf("failed call: exit status %d, stderr does not show the server's log:\n%s", code, errOut)
 		}
 	})
 
