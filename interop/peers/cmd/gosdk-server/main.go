@@ -1,0 +1,90 @@
+// Command gosdk-server is an MCP server built on the official Go SDK
+// (github.com/modelcontextprotocol/go-sdk), a peer for tidings' interop
+// tests. It offers a tool echo, which answers with the text it is given,
+// and every -flicker period adds or removes a tool flicker, so that the
+// server keeps sending notifications/tools/list_changed.
+//
+// It speaks Streamable HTTP through the SDK's StreamableHTTPHandler in its
+// default, stateful configuration (sessions, initialize); -stateless sets
+// the handler's Stateless option; -stdio speaks over stdin and stdout
+// instead. Serving HTTP, it prints the endpoint's URL to stdout:
+//
+//	gosdk-server -addr 127.0.0.1:0 -flicker 300ms
+//	mcp endpoint: http://127.0.0.1:41234/mcp
+//
+// SIGINT or SIGTERM end it, as does the end of stdin with -stdio.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"tidings/interop/peers/internal/peer"
+)
+
+// echoArgs is the echo tool's input; the SDK derives its schema.
+type echoArgs struct {
+	Text string `json:"text" jsonschema:"the text to send back"`
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "serve Streamable HTTP at http://ADDR/mcp (port 0 picks a free one)")
+	stdio := flag.Bool("stdio", false, "speak over stdin and stdout instead of HTTP")
+	stateless := flag.Bool("stateless", false, "serve HTTP with StreamableHTTPOptions.Stateless set")
+	period := flag.Duration("flicker", time.Second, "how often the flicker tool is added or removed (0: never)")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("gosdk-server: ")
+	if *stdio && *stateless {
+		log.Fatal("-stateless configures the HTTP handler; it means nothing with -stdio")
+	}
+	if err := run(*addr, *stdio, *stateless, *period); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run serves until a signal, or the end of stdin with stdio.
+func run(addr string, stdio, stateless bool, period time.Duration) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv := newServer()
+	stopFlicker := peer.StartFlicker(ctx, period, func() { addFlicker(srv) }, func() { srv.RemoveTools(peer.FlickerTool) })
+	defer stopFlicker()
+	if stdio {
+		err := srv.Run(ctx, &mcp.StdioTransport{})
+		if ctx.Err() != nil || errors.Is(err, mcp.ErrConnectionClosed) {
+			return nil // a signal, or the client closed stdin
+		}
+		return err
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{Stateless: stateless})
+	return peer.ServeHTTP(ctx, addr, h, os.Stdout)
+}
+
+// newServer returns the server with its stable tool, echo.
+func newServer() *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "gosdk-peer", Version: "1.0.0"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo", Description: "Answer with the text given."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in echoArgs) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+		})
+	return srv
+}
+
+// addFlicker adds the tool that comes and goes.
+func addFlicker(srv *mcp.Server) {
+	mcp.AddTool(srv, &mcp.Tool{Name: peer.FlickerTool, Description: "Here one moment, gone the next."},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "still here"}}}, nil, nil
+		})
+}
