@@ -227,10 +227,10 @@ func (c *Client) ensureEra(ctx context.Context) (dialect, error) {
 
 // probe asks the server which era it speaks: server/discover, then, when
 // the server answered in a way only an older server would, the fallback.
-// A version error (-32022, or any error whose data lists the versions the
-// server supports) that lacks 2026-07-28 is such an answer: the server
-// knows the modern rules but not this revision, and gets the newest older
-// one both sides speak. A pinned version (WithProtocolVersion) skips the
+// A list of supported versions that lacks 2026-07-28 — in a version error
+// (-32022, or any error whose data lists them) or in a DiscoverResult — is
+// such an answer: the server knows of server/discover but not this
+// revision, and gets the newest older one both sides speak. A pinned version (WithProtocolVersion) skips the
 // probe. A failure that says nothing about the era (a broken connection, a
 // 5xx, our own deadline over HTTP) is returned, and the next request
 // probes again: one transient error must not switch a dual-era server to
@@ -253,11 +253,21 @@ func (c *Client) probe(ctx context.Context) (dialect, error) {
 	status := 0
 	var who authRecord
 	res, derr := c.doModern(ctx, mcp.MethodDiscover, nil, callOpts{httpStatus: &status, auth: &who})
+	supported, listed := offeredVersions(derr)
 	if derr == nil {
-		c.era.keepProbe(&probed{res: res, as: who.context()})
-		return modern{}, nil
+		// A server may answer server/discover and yet not speak this
+		// revision (the go-sdk's stateful handler lists only older ones
+		// and refuses every 2026-07-28 request after it).
+		var d struct {
+			SupportedVersions []string `json:"supportedVersions"`
+		}
+		_ = json.Unmarshal(res, &d)
+		if supported, listed = d.SupportedVersions, len(d.SupportedVersions) > 0; !listed || slices.Contains(supported, mcp.Version) {
+			c.era.keepProbe(&probed{res: res, as: who.context()})
+			return modern{}, nil
+		}
 	}
-	if supported, ok := offeredVersions(derr); ok && !slices.Contains(supported, mcp.Version) {
+	if listed && !slices.Contains(supported, mcp.Version) {
 		v, ok := newestShared(supported)
 		if !ok {
 			return nil, &VersionError{Offered: supported}

@@ -14,9 +14,9 @@ import (
 	"tidings/mcp"
 )
 
-// TestVersionRefusalFallsBack checks that a -32022 whose supported list
-// lacks 2026-07-28 (the go-sdk's default server) is taken as a server of
-// an older revision, which gets initialize with the newest revision both
+// TestVersionRefusalFallsBack checks that a -32022 or a DiscoverResult
+// whose supported list lacks 2026-07-28 (the go-sdk's default server) is
+// taken as a server of an older revision, which gets initialize with the newest revision both
 // sides speak, and that a list with none in common is a clear error.
 func TestVersionRefusalFallsBack(t *testing.T) {
 	for _, tc := range []struct {
@@ -26,6 +26,7 @@ func TestVersionRefusalFallsBack(t *testing.T) {
 	}{
 		{"2025-11-25 listed", refuseVersion, mcp.LegacyVersion},
 		{"2025-06-18 newest", refuseVersionOld, "2025-06-18"},
+		{"server/discover lists older revisions", answerOldDiscover, mcp.LegacyVersion},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newLegacyFix(t, tc.how)

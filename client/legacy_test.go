@@ -43,6 +43,10 @@ const (
 	// refuseVersionNone is refuseVersion listing no revision the client
 	// speaks.
 	refuseVersionNone
+	// answerOldDiscover answers server/discover with a result listing
+	// only older revisions, and every other 2026-07-28 request as
+	// refuseVersion, as the go-sdk's default (stateful) handler does.
+	answerOldDiscover
 )
 
 // refusedVersions is what data.supported lists for a version refusal.
@@ -79,6 +83,14 @@ func legacyOnly(next http.Handler, how refusal, modern *atomic.Int32) http.Handl
 					_, _ = io.WriteString(w, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Server not initialized"},"id":null}`)
 				case refuseText:
 					http.Error(w, "404 page not found", http.StatusNotFound)
+				case answerOldDiscover:
+					w.Header().Set("Content-Type", "application/json")
+					if env.Method == mcp.MethodDiscover {
+						_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2025-11-25","2025-06-18"],"capabilities":{"tools":{}},"serverInfo":{"name":"old","version":"1"}}}`)
+						return
+					}
+					w.WriteHeader(http.StatusBadRequest)
+					_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"unsupported protocol version","data":{"supported":["2025-11-25"]}}}`)
 				default:
 					w.Header().Set("Content-Type", "application/json")
 					w.WriteHeader(http.StatusBadRequest)
