@@ -572,10 +572,10 @@ func TestFlightAnsweredUnderOtherCredentials(t *testing.T) {
 		if v := <-second; v != "anonymous" {
 			t.Errorf("the caller that joined got %v, want its own anonymous answer", v)
 		}
-		if st := c.info("k", alice).State; st != Fresh {
+		if st := c.info("k", topicResource+"r", alice).State; st != Fresh {
 			t.Errorf("alice's answer is %s, want kept for her", st)
 		}
-		if st := c.info("k", anonymousAuth).State; st != Fresh {
+		if st := c.info("k", topicResource+"r", anonymousAuth).State; st != Fresh {
 			t.Errorf("the anonymous answer is %s, want kept too", st)
 		}
 	})

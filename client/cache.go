@@ -149,6 +149,9 @@ type cache struct {
 	flights map[string]*flight
 	now     func() time.Time
 	stale   bool // serve stale entries when a refresh fails
+	// cover is what the Watchers sharing the cache hear of, for
+	// FreshnessInfo; it has a lock of its own, never taken with mu held.
+	cover coverage
 }
 
 func newCache(max int, now func() time.Time, serveStale bool) *cache {
@@ -395,16 +398,33 @@ type FreshnessInfo struct {
 	Expires time.Time
 	// Scope is the cacheScope the server gave.
 	Scope mcp.CacheScope
+	// Notice says how the Watchers of the client and its views hear of a
+	// change of the answer, as their latest listens were granted, whether
+	// or not an answer is cached.
+	Notice Notice
+	// Live says the answer is current on a notification's word, whatever
+	// its TTL says: a Watcher's listen that is up announces its changes
+	// (Notice is not Unnotified), the answer was read since that listen
+	// was acknowledged, and no change was announced since. A TTL that ran
+	// out leaves State stale and the answer live: a change would have
+	// been heard.
+	Live bool
 }
 
-func (c *cache) info(key string, authCtx authContext) FreshnessInfo {
+// info describes the answer cached under key, of the given topic.
+func (c *cache) info(key, topic string, authCtx authContext) FreshnessInfo {
+	notice, since := c.cover.of(topic)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.lookupLocked(key, authCtx)
 	if e == nil {
-		return FreshnessInfo{State: Missing}
+		return FreshnessInfo{State: Missing, Notice: notice}
 	}
-	return FreshnessInfo{State: e.freshness(c.now()), ObservedAt: e.received, Expires: e.expires, Scope: e.scope}
+	return FreshnessInfo{
+		State: e.freshness(c.now()), ObservedAt: e.received, Expires: e.expires, Scope: e.scope,
+		Notice: notice,
+		Live:   !since.IsZero() && !e.stale && !e.unknown && !e.received.Before(since),
+	}
 }
 
 // peekTrusted returns a cached value however old, unless a change

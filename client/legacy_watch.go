@@ -43,10 +43,15 @@ func (w *Watcher) legacyListen(ctx context.Context, ls *legacySession, want mcp.
 			c.answerServer(ctx, m)
 			return
 		}
-		w.notification(m)
+		how := tied
+		if !notifies(got, m) {
+			how = undeclared
+		}
+		w.notification(m, how)
 	}
 	err := ls.over(c).stream(ctx, c.cfg.listenIdle, onOpen, onMsg)
 	ls.endLive(c.cache)
+	c.cache.cover.down(w)
 	if ctx.Err() != nil {
 		return false
 	}

@@ -195,12 +195,30 @@ func cachedList[T any](ctx context.Context, c *Client, method, field, topic stri
 // method "resources/read") can be trusted right now, for this client: a
 // private answer given to other credentials is Missing here. With an
 // Authorizer, it is asked which credentials the next request would carry.
+// It also tells whether a Watcher would hear of a change (Notice, Live),
+// which is what makes an answer without a TTL worth trusting.
 func (c *Client) Freshness(method, uri string) FreshnessInfo {
 	as := c.lookupContext(context.Background())
 	if method == mcp.MethodResourcesRead {
-		return c.cache.info(readKey(uri), as)
+		return c.cache.info(readKey(uri), topicResource+uri, as)
 	}
-	return c.cache.info(method, as)
+	return c.cache.info(method, methodTopic(method), as)
+}
+
+// methodTopic returns the cache topic of a cached method's answers.
+func methodTopic(method string) string {
+	switch method {
+	case mcp.MethodResourcesTemplates:
+		return topicTemplates
+	case mcp.MethodDiscover:
+		return topicDiscover
+	}
+	for _, l := range mcp.Lists() {
+		if l.Method() == method {
+			return l.String()
+		}
+	}
+	return method
 }
 
 func readKey(uri string) string { return mcp.MethodResourcesRead + "\x00" + uri }

@@ -84,7 +84,7 @@ func TestMarkUnknownCoversFirstFetch(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st := c.info(mcp.MethodToolsList, "").State; st == Fresh {
+	if st := c.info(mcp.MethodToolsList, topicTools, "").State; st == Fresh {
 		t.Errorf("first answer fetched across a drop is %s, want not fresh", st)
 	}
 	if g := c.gen(topicPrompts); g != 1 {
@@ -155,7 +155,7 @@ func TestUpdateOfSubResource(t *testing.T) {
 		for _, u := range followed {
 			before[u] = c.cache.gen(topicResource + u)
 		}
-		w.notification(decodeNote(t, `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"`+tc.uri+`"}}`))
+		w.notification(decodeNote(t, `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"`+tc.uri+`"}}`), tied)
 		var got []string
 		for topic := range w.dirty {
 			got = append(got, strings.TrimPrefix(topic, topicResource))

@@ -23,6 +23,9 @@ type pending struct {
 	// end with notifications/cancelled. A 2025-11-25 server sends that
 	// notification for its own requests, whose ids may equal ours.
 	listen bool
+	// filter is what a listen asked for: a change notification that
+	// names no subscription goes to every listen whose filter covers it.
+	filter mcp.SubscriptionFilter
 }
 
 // answer is how a pending request ends: its final message, or an error
@@ -62,6 +65,7 @@ type stdioConn struct {
 	// notes holds notifications that no caller waits for (cancellations);
 	// when the writer is stuck and it is full, more are dropped.
 	notes      chan []byte
+	told       peerNotes
 	quit       chan struct{}
 	quitOnce   sync.Once
 	done       chan struct{} // the reader stopped
@@ -97,7 +101,8 @@ func (c *stdioConn) other() func(*jsonrpc.Message) {
 }
 
 // read routes every line the server writes: responses by id, listen
-// notifications by subscription id, progress by token. A line longer than
+// notifications by subscription id (or, without one, by what each listen
+// asked for), progress by token. A line longer than
 // maxMsg is skipped without being held in memory; when its beginning
 // shows a response, that request fails instead of waiting for nothing.
 func (c *stdioConn) read(r io.Reader) {
@@ -277,6 +282,8 @@ func (c *stdioConn) route(m *jsonrpc.Message) {
 		// id is not ours even when it looks the same.
 		c.finish(idKey(rm.RequestID), answer{m: m}, true)
 		return
+	case isChange(m.Method) && c.routeUntagged(m):
+		return
 	}
 	if key != "" {
 		c.mu.Lock()
@@ -296,6 +303,39 @@ func (c *stdioConn) route(m *jsonrpc.Message) {
 	}
 }
 
+// routeUntagged hands a change notification that names no subscription
+// to every open listen whose filter covers it, and reports whether any
+// did. A server that leaves the id out (against the 2026-07-28 rules)
+// still sent it for one of them; guessing wide costs a re-read at most,
+// where dropping it would leave the cache stale until its TTL runs out.
+// On a 2025-11-25 session there are no listens, and the notification is
+// the session's (see route).
+func (c *stdioConn) routeUntagged(m *jsonrpc.Message) bool {
+	var to []func(*jsonrpc.Message)
+	c.mu.Lock()
+	for _, p := range c.pending {
+		if p.listen && p.onMsg != nil && notifies(p.filter, m) {
+			to = append(to, p.onMsg)
+		}
+	}
+	c.mu.Unlock()
+	for _, fn := range to {
+		fn(m)
+	}
+	return len(to) > 0
+}
+
+// listenFilter reads what a subscriptions/listen request asks for.
+func listenFilter(body []byte) mcp.SubscriptionFilter {
+	var p struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	if m, err := jsonrpc.Decode(body, 0); err == nil {
+		_ = jsonrpc.UnmarshalParams(m.Params, &p)
+	}
+	return p.Notifications
+}
+
 // idKey normalises a raw JSON id so "7" and 7 stay distinct but
 // whitespace does not matter.
 func idKey(raw jsontext.Value) string {
@@ -309,6 +349,9 @@ func idKey(raw jsontext.Value) string {
 func (c *stdioConn) roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
 	key := r.id.Raw()
 	p := &pending{onMsg: onMsg, resp: make(chan answer, 1), listen: r.method == mcp.MethodListen}
+	if p.listen {
+		p.filter = listenFilter(r.body)
+	}
 	c.mu.Lock()
 	select {
 	case <-c.done:

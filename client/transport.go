@@ -100,10 +100,13 @@ type httpTransport struct {
 	// request carries when no Authorizer sets others. The header does not
 	// change once the transport is made, so it is hashed once (setHeader).
 	own authContext
+	// told is what was logged about the server, shared with the views:
+	// over HTTP the client as a whole is the connection.
+	told *peerNotes
 }
 
 func newHTTPTransport(url string, cfg config) *httpTransport {
-	t := &httpTransport{url: url, hc: cfg.hc, maxMsg: cfg.maxMsg, auth: cfg.authorizer, logger: cfg.logger, opaque: new(atomic.Bool)}
+	t := &httpTransport{url: url, hc: cfg.hc, maxMsg: cfg.maxMsg, auth: cfg.authorizer, logger: cfg.logger, opaque: new(atomic.Bool), told: &peerNotes{}}
 	t.setHeader(cfg.header)
 	return t
 }

@@ -145,8 +145,11 @@ type Watcher struct {
 	// reported says the current outage has been reported; only the listen
 	// loop's goroutine uses it.
 	reported bool
-	wake     chan struct{}
-	events   chan Event
+	// told stands in for the connection's notes on a transport that
+	// keeps none (one from outside the package).
+	told   peerNotes
+	wake   chan struct{}
+	events chan Event
 }
 
 // Watch starts a Watcher. It runs until ctx ends or Close is called.
@@ -301,6 +304,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 func (w *Watcher) listenLoop(ctx context.Context) {
+	w.c.cache.cover.register(w)
+	defer w.c.cache.cover.remove(w)
 	bo := &backoff{min: w.opts.MinBackoff, max: w.opts.MaxBackoff}
 	want := w.filter()
 	for attempt := 0; ctx.Err() == nil; attempt++ {
@@ -348,10 +353,11 @@ func (w *Watcher) listen(ctx context.Context, want mcp.SubscriptionFilter, bo *b
 			acks.put(p.Notifications)
 			return
 		}
-		w.notification(m)
+		w.notification(m, tieOf(m))
 	}
 	_, err := w.c.do(ctx, mcp.MethodListen, map[string]any{"notifications": want}, callOpts{onMsg: onMsg, noLimit: true})
 	acks.stop()
+	w.c.cache.cover.down(w)
 	if ctx.Err() != nil {
 		return false
 	}
@@ -399,6 +405,15 @@ func (w *Watcher) listen(ctx context.Context, want mcp.SubscriptionFilter, bo *b
 		w.reported = true
 		return sleepCtx(ctx, bo.next())
 	}
+}
+
+// tieOf tells whether a notification on a 2026-07-28 listen names its
+// subscription.
+func tieOf(m *jsonrpc.Message) tie {
+	if tagged(m) {
+		return tied
+	}
+	return untagged
 }
 
 // ackHandler takes a listen's acknowledgements off the transport's
@@ -473,6 +488,14 @@ func (w *Watcher) acknowledged(ctx context.Context, want, got mcp.SubscriptionFi
 	w.granted = got
 	w.mu.Unlock()
 	w.setPolled(polled)
+	// Before the reads below: what they bring back is heard of from now on.
+	var heard []string
+	for _, t := range granted {
+		if w.covers(t) {
+			heard = append(heard, t)
+		}
+	}
+	w.c.cache.cover.acknowledged(w, w.c.cfg.now(), heard)
 	w.state.Store(int32(Live))
 	w.emit(ctx, Event{Kind: Connected, Granted: got})
 	// Listen first, then read: whatever changed before the ack is seen by
@@ -493,33 +516,41 @@ func (w *Watcher) setPolled(topics []string) {
 	}
 }
 
+// tie says how a change notification is tied to the listen it arrived
+// on.
+type tie int
+
+const (
+	// tied: the server sent it for the listen, as it agreed to.
+	tied tie = iota
+	// untagged: it names no subscription (2026-07-28), which the server
+	// must do.
+	untagged
+	// undeclared: on a 2025-11-25 session, it announces what the
+	// session's capabilities and subscriptions leave out.
+	undeclared
+)
+
 // notification turns a change notification into an invalidation and a
-// scheduled re-read. It is a reason to re-read, never the new state.
-func (w *Watcher) notification(m *jsonrpc.Message) {
+// scheduled re-read. It is a reason to re-read, never the new state. A
+// notification the server did not tie to the listen counts all the same,
+// and what it covers is recorded as heard untagged.
+func (w *Watcher) notification(m *jsonrpc.Message, how tie) {
 	var topics []string
 	if l, ok := mcp.ChangedList(m.Method); ok {
 		topics = listTopics(l)
-	}
-	switch m.Method {
-	case mcp.NotifyToolsListChanged, mcp.NotifyPromptsListChanged, mcp.NotifyResourcesListChanged:
-	case mcp.NotifyResourceUpdated:
-		var p struct {
-			URI string `json:"uri"`
-		}
-		if jsonrpc.UnmarshalParams(m.Params, &p) != nil || p.URI == "" {
-			return
-		}
-		topics = []string{topicResource + p.URI}
+	} else if uri, ok := updatedURI(m); ok {
+		topics = []string{topicResource + uri}
 		if !w.covers(topics[0]) {
 			// The update may name a sub-resource of one we follow (the
 			// schema allows it): that followed resource changed too.
 			for _, u := range w.opts.URIs {
-				if subResource(p.URI, u) {
+				if subResource(uri, u) {
 					topics = append(topics, topicResource+u)
 				}
 			}
 		}
-	default:
+	} else {
 		return
 	}
 	w.stats.notes.Add(1)
@@ -530,7 +561,29 @@ func (w *Watcher) notification(m *jsonrpc.Message) {
 			covered = append(covered, t)
 		}
 	}
+	if how != tied && len(covered) > 0 {
+		// Before the re-read: whoever sees its outcome sees this too.
+		w.c.cache.cover.heardUntagged(w, covered)
+		w.reportUntied(m.Method, how)
+	}
 	w.markDirty(covered...)
+}
+
+// reportUntied logs, once per connection, that the server sends change
+// notifications it did not tie to the listen.
+func (w *Watcher) reportUntied(method string, how tie) {
+	notes := &w.told
+	if n, ok := w.c.t.(noting); ok {
+		notes = n.toldOfPeer()
+	}
+	if !notes.first(strconv.Itoa(int(how))) {
+		return
+	}
+	if how == undeclared {
+		w.c.cfg.logger.Info("mcp: the server announces changes its capabilities do not declare; they are followed", "notification", method)
+		return
+	}
+	w.c.cfg.logger.Warn("mcp: the server omits the subscription id from change notifications; each one counts for every listen it could belong to", "notification", method)
 }
 
 // subResource reports whether uri names a part of the resource at parent:

@@ -147,7 +147,7 @@ func TestWatchViewInTmux(t *testing.T) {
 	}
 	p.keys("?")
 	p.waitFor("the legend", func(s string) bool {
-		return strings.Contains(s, "live      a listen that is up covers it") && strings.Contains(s, "stale     TTL over")
+		return strings.Contains(s, "live      a change would reach us") && strings.Contains(s, "stale     TTL over")
 	})
 	p.keys("?")
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -67,23 +68,23 @@ type listView struct {
 	// templates), sorted.
 	Items     []string
 	Freshness client.FreshnessInfo
-	// Notified is true when the server agreed to announce changes, false
-	// when the list is polled.
-	Notified bool
-	// Live is true when a listen that is up and acknowledged covers the
-	// list and the list was read since that acknowledgement: it is
-	// current whatever its TTL says, as a change would have been
-	// announced and re-read.
+	// Notice says how a change of the list is heard: through what the
+	// server granted (or, 2025-11-25, declared), through notifications
+	// it sends untagged, or not at all (it is polled).
+	Notice client.Notice
+	// Live is true when a change would reach us: a listen that is up
+	// hears of the list's changes and the list was read since that listen
+	// was acknowledged. It is current whatever its TTL says.
 	Live bool
 }
 
 // uriView is one resource whose content is followed.
 type uriView struct {
 	URI       string
-	Notified  bool
+	Notice    client.Notice
 	Freshness client.FreshnessInfo
 	Updated   time.Time // last reported content change; zero if none yet
-	// Live: as for listView, through a granted resource subscription.
+	// Live: as for listView, through a resource subscription.
 	Live bool
 }
 
@@ -107,19 +108,23 @@ type outageView struct {
 	RetryBy time.Time
 }
 
-// legendLines explain the freshness states and the notified/polled
-// column; the view shows them when asked (the ? key).
+// legendLines explain the freshness states, the notified/polled column
+// and the granted line; the view shows them when asked (the ? key).
 var legendLines = [...]string{
-	"live      a listen that is up covers it, and it was read since the",
-	"          listen was acknowledged: any change would be announced",
-	"fresh Ns  inside the TTL the server gave, N seconds left",
-	"stale     TTL over, or a change was announced: read again on the next",
-	"          poll or notification",
-	"unknown   the listen dropped: it may have changed; read again once the",
-	"          listen is back",
+	"live      a change would reach us: the listen that is up hears of it",
+	"          and it was read since; current whatever its TTL says",
+	"fresh Ns  not live, but inside the TTL the server gave, N seconds left",
+	"stale     TTL over (or none given), or a change was announced: read",
+	"          again at the next poll or notification",
+	"unknown   the listen dropped; read again once it is back",
 	"missing   not read yet",
-	"notified  the server agreed to announce its changes; polled: it is",
-	"          read again every --poll-interval",
+	"notified  the server agreed to announce its changes: granted by the",
+	"          listen, or declared in a 2025-11-25 server's capabilities",
+	"notified (untagged)  announced in notifications not tied to the listen",
+	"          (no subscription id, or undeclared), and followed all the same",
+	"polled    nothing announces its changes: read every --poll-interval",
+	"granted   what the listen was granted; announces: what a 2025-11-25",
+	"          session's stream carries, by the server's capabilities",
 }
 
 // renderView draws the model as text lines that fit Width and Height.
@@ -188,12 +193,18 @@ func renderView(m viewModel) string {
 		add("state     %-10s  notifications %d  re-reads %d  reconnects %d",
 			m.State, m.Stats.Notifications, m.Stats.Rereads, m.Stats.Reconnects)
 	}
-	add("granted   %s", grantedText(m.Granted, len(m.URIs)))
+	add("%-9s %s", grantLabel(m.Era), grantedText(m.Granted, untaggedParts(m), len(m.URIs)))
 	add("")
 
-	nameW := 0
+	nameW, howW := 0, 8
 	for _, l := range m.Lists {
 		nameW = max(nameW, len(l.Name))
+		if l.Followed {
+			howW = max(howW, len(howText(l.Notice, m.Granted)))
+		}
+	}
+	for _, u := range m.URIs {
+		howW = max(howW, len(howText(u.Notice, m.Granted)))
 	}
 	// The items want three fifths of a narrow terminal; the "how" column
 	// (also told by the granted line) gives way first.
@@ -204,7 +215,7 @@ func renderView(m viewModel) string {
 		}
 		h := fmt.Sprintf("%-*s %4s  %-9s ", nameW, l.Name, count, stateText(l.Freshness, l.Live, m.Now))
 		if how {
-			h += fmt.Sprintf("%-8s  ", howText(l.Notified, m.Granted))
+			h += fmt.Sprintf("%-*s  ", howW, howText(l.Notice, m.Granted))
 		} else {
 			h += " "
 		}
@@ -238,7 +249,7 @@ func renderView(m viewModel) string {
 			}
 			h := fmt.Sprintf("  %-9s ", stateText(u.Freshness, u.Live, m.Now))
 			if showHow {
-				h += fmt.Sprintf("%-8s  updated %-8s  ", howText(u.Notified, m.Granted), updated)
+				h += fmt.Sprintf("%-*s  updated %-8s  ", howW, howText(u.Notice, m.Granted), updated)
 			} else {
 				h += fmt.Sprintf(" %-8s  ", updated)
 			}
@@ -355,20 +366,58 @@ func stateText(f client.FreshnessInfo, live bool, now time.Time) string {
 	return fmt.Sprintf("fresh %ds", max(secs, 0))
 }
 
-// howText says how a list or resource is followed: notified, polled, or
-// "-" before any listen was acknowledged.
-func howText(notified bool, granted *mcp.SubscriptionFilter) string {
+// howText says how a list or resource is followed: notified, notified
+// (untagged), polled, or "-" before any listen was acknowledged.
+func howText(n client.Notice, granted *mcp.SubscriptionFilter) string {
 	switch {
 	case granted == nil:
 		return "-"
-	case notified:
-		return "notified"
+	case n == client.Notified, n == client.NotifiedUntagged:
+		return n.String()
 	}
 	return "polled"
 }
 
-// grantedText says what the last acknowledgement granted.
-func grantedText(g *mcp.SubscriptionFilter, uris int) string {
+// untaggedParts names what untagged notifications are heard for: the
+// lists (resources for resources and templates alike) and how many of
+// the followed resources.
+func untaggedParts(m viewModel) []string {
+	var parts []string
+	for _, l := range m.Lists {
+		name := l.Name
+		if name == "templates" {
+			name = "resources"
+		}
+		if l.Followed && l.Notice == client.NotifiedUntagged && !slices.Contains(parts, name) {
+			parts = append(parts, name)
+		}
+	}
+	n := 0
+	for _, u := range m.URIs {
+		if u.Notice == client.NotifiedUntagged {
+			n++
+		}
+	}
+	if n > 0 {
+		parts = append(parts, fmt.Sprintf("%d/%d resources", n, len(m.URIs)))
+	}
+	return parts
+}
+
+// grantLabel names what a listen hears of as the server agreed: a grant,
+// or, for a 2025-11-25 session, which has none, what its stream
+// announces by the server's capabilities.
+func grantLabel(era client.Era) string {
+	if era == client.EraLegacy {
+		return "announces"
+	}
+	return "granted"
+}
+
+// grantedText says what the last acknowledgement granted (for a
+// 2025-11-25 session, what its stream announces as the server's
+// capabilities declare), and what untagged notifications are heard for.
+func grantedText(g *mcp.SubscriptionFilter, untagged []string, uris int) string {
 	if g == nil {
 		return "- (no listen acknowledged yet)"
 	}
@@ -385,10 +434,17 @@ func grantedText(g *mcp.SubscriptionFilter, uris int) string {
 	if uris > 0 {
 		parts = append(parts, fmt.Sprintf("%d/%d resource subscriptions", len(g.ResourceSubscriptions), uris))
 	}
-	if len(parts) == 0 {
+	switch {
+	case len(parts) == 0 && len(untagged) == 0:
 		return "nothing (everything is polled)"
+	case len(parts) == 0:
+		parts = []string{"nothing"}
 	}
-	return strings.Join(parts, ", ")
+	text := strings.Join(parts, ", ")
+	if len(untagged) > 0 {
+		text += "; notified (untagged): " + strings.Join(untagged, ", ")
+	}
+	return text
 }
 
 // itemsText lists names in at most avail runes (0: no limit). Names that

@@ -33,13 +33,13 @@ func sampleView() viewModel {
 		Granted:  &mcp.SubscriptionFilter{ToolsListChanged: true, ResourcesListChanged: true, ResourceSubscriptions: []string{"file:///d/a.txt"}},
 		Stats:    client.WatchStats{Notifications: 3, Rereads: 7, Reconnects: 1},
 		Lists: []listView{
-			{Name: "tools", Followed: true, Known: true, Items: []string{"file_info", "list_directory", "search_files"}, Freshness: fresh(7200 * time.Millisecond), Notified: true},
+			{Name: "tools", Followed: true, Known: true, Items: []string{"file_info", "list_directory", "search_files"}, Freshness: fresh(7200 * time.Millisecond), Notice: client.Notified},
 			{Name: "prompts"},
-			{Name: "resources", Followed: true, Known: true, Items: []string{"file:///d/a.txt", "file:///d/b.txt"}, Freshness: client.FreshnessInfo{State: client.Stale}, Notified: true},
+			{Name: "resources", Followed: true, Known: true, Items: []string{"file:///d/a.txt", "file:///d/b.txt"}, Freshness: client.FreshnessInfo{State: client.Stale}, Notice: client.Notified},
 			{Name: "templates", Followed: true, Freshness: client.FreshnessInfo{State: client.Missing}},
 		},
 		URIs: []uriView{
-			{URI: "file:///d/a.txt", Notified: true, Freshness: client.FreshnessInfo{State: client.Unknown}, Updated: t0.Add(-2 * time.Second)},
+			{URI: "file:///d/a.txt", Notice: client.Notified, Freshness: client.FreshnessInfo{State: client.Unknown}, Updated: t0.Add(-2 * time.Second)},
 			{URI: "file:///d/c.txt", Freshness: fresh(500 * time.Millisecond)},
 		},
 		Changes: []changeView{
@@ -206,33 +206,8 @@ func TestRenderViewLive(t *testing.T) {
 	}
 	m.Keys, m.Legend = true, true
 	got = renderView(m)
-	if !strings.Contains(got, "\nlegend\n  live      a listen that is up covers it") || strings.Contains(got, "\nrecent changes\n") {
+	if !strings.Contains(got, "\nlegend\n  live      a change would reach us") || strings.Contains(got, "\nrecent changes\n") {
 		t.Errorf("the legend replaces the recent changes:\n%s", got)
-	}
-}
-
-func TestLiveByListen(t *testing.T) {
-	ack := t0
-	read := client.FreshnessInfo{State: client.Stale, ObservedAt: t0.Add(time.Millisecond)}
-	for _, c := range []struct {
-		name     string
-		state    client.ConnState
-		notified bool
-		ackedAt  time.Time
-		f        client.FreshnessInfo
-		want     bool
-	}{
-		{"read after the ack, TTL over", client.Live, true, ack, read, true},
-		{"polled", client.Live, false, ack, read, false},
-		{"listen down", client.Down, true, ack, read, false},
-		{"no ack", client.Live, true, time.Time{}, read, false},
-		{"read before the ack", client.Live, true, ack, client.FreshnessInfo{State: client.Fresh, ObservedAt: t0.Add(-time.Second)}, false},
-		{"unknown", client.Live, true, ack, client.FreshnessInfo{State: client.Unknown, ObservedAt: t0.Add(time.Second)}, false},
-		{"missing", client.Live, true, ack, client.FreshnessInfo{State: client.Missing}, false},
-	} {
-		if got := liveByListen(c.state, c.notified, c.ackedAt, c.f); got != c.want {
-			t.Errorf("%s: liveByListen = %v, want %v", c.name, got, c.want)
-		}
 	}
 }
 
@@ -538,5 +513,30 @@ func TestSplitTarget(t *testing.T) {
 		if _, _, err := split(args...); err == nil {
 			t.Errorf("split(%q) succeeded", args)
 		}
+	}
+}
+
+// TestRenderViewUntagged: what untagged notifications are heard for is
+// marked in the how column, which widens for it, and named in the grant
+// line; a 2025-11-25 session's grant line says what its stream announces.
+func TestRenderViewUntagged(t *testing.T) {
+	m := sampleView()
+	m.Lists[0].Notice = client.NotifiedUntagged
+	m.Lists[0].Live = true
+	m.URIs[0].Notice = client.NotifiedUntagged
+	got := renderView(m)
+	for _, want := range []string{
+		"\ngranted   tools, resources, 1/2 resource subscriptions; notified (untagged): tools, 1/2 resources\n",
+		"\ntools        3  live      notified (untagged)  file_info, list_directory, search_files\n",
+		"\nresources    2  stale     notified             file:///d/ a.txt, b.txt\n",
+		"\n  unknown   notified (untagged)  updated 09:59:58  file:///d/a.txt\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("render lacks %q:\n%s", want, got)
+		}
+	}
+	m.Era = client.EraLegacy
+	if got := renderView(m); !strings.Contains(got, "\nannounces tools, resources, 1/2 resource subscriptions; notified (untagged)") {
+		t.Errorf("a legacy session's grant line:\n%s", got)
 	}
 }

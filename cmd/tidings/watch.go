@@ -53,12 +53,17 @@ last ten to stderr should the watch end in an error), and --plain and
   tidings watch --resource file:///tmp/notes.txt -- tidings serve --dir /tmp --stdio
 
 On a terminal, a live view is redrawn in place: the server, the connection
-state, what the server agreed to announce, each list with its freshness
-and its items, and the latest changes. A list is "live" while a listen
-that is up covers it, "fresh Ns" inside the TTL the server gave, "stale"
-when that ran out (it is read again at the next poll), "unknown" after
-the listen dropped, "missing" before its first read; the ? key shows this
-legend, q quits. While the listen is down, one status line counts the
+state, what the server agreed to announce (for a 2025-11-25 server, what
+its capabilities say the session's stream announces), each list with its
+freshness and its items, and the latest changes. A list is "live" while a
+change would reach us: a listen that is up hears of it and it was read
+since. Otherwise it is "fresh Ns" inside the TTL the server gave, "stale"
+when that ran out or none was given (it is read again at the next poll),
+"unknown" after the listen dropped, "missing" before its first read. Its
+changes are "notified" as the server agreed, "notified (untagged)" when
+they come in notifications the server did not tie to the listen (no
+subscription id, or a listChanged it did not declare), or "polled". The
+? key shows this legend, q quits. While the listen is down, one status line counts the
 failed reconnect attempts and says by when the next one starts; r retries
 at once. Otherwise (or with --plain) one line is printed per event:
 
@@ -483,8 +488,9 @@ const maxChanges = 10
 // watchState is what the live view knows beyond the client's cache: the
 // items of each list (kept from the watcher's events, so drawing never
 // causes a request), the server's identity, the latest changes, and the
-// connection's history, from which it tells which lists a listen keeps
-// current and when the next reconnect attempt starts.
+// connection's history, from which it tells when the next reconnect
+// attempt starts. Which lists a listen keeps current the client tells
+// (client.FreshnessInfo).
 type watchState struct {
 	mu          sync.Mutex
 	server      *mcp.Implementation
@@ -636,13 +642,14 @@ func (s *watchState) apply(e client.Event) {
 		g := e.Granted
 		s.granted = &g
 		s.ackedAt = e.At
-		text := eventText(e, len(s.uris))
+		grant := grantLabel(s.era) + " " + grantedText(&g, nil, len(s.uris))
+		text := "connected, " + grant
 		if o := s.outage; o != nil {
 			text = "reconnected"
 			if o.Attempts > 0 {
 				text += fmt.Sprintf(" after %d failed attempt(s)", o.Attempts)
 			}
-			text += ", granted " + grantedText(&g, len(s.uris))
+			text += ", " + grant
 		}
 		s.outage, s.connected = nil, true
 		s.addChange(e.At, text)
@@ -716,13 +723,8 @@ func (s *watchState) snapshot(now time.Time, c *client.Client, state client.Conn
 		// No listen at all: nothing is announced.
 		m.Granted = &mcp.SubscriptionFilter{}
 	}
-	var g mcp.SubscriptionFilter
-	if m.Granted != nil {
-		g = *m.Granted
-	}
-	live := func(f client.FreshnessInfo, notified bool) bool {
-		return liveByListen(state, notified, s.ackedAt, f)
-	}
+	// The client tells how each answer's changes are heard and whether a
+	// listen vouches for it now; the view only shows it.
 	for _, l := range watchLists {
 		set := s.lists[l.kind]
 		items := make([]string, 0, len(set))
@@ -730,38 +732,19 @@ func (s *watchState) snapshot(now time.Time, c *client.Client, state client.Conn
 			items = append(items, n)
 		}
 		slices.Sort(items)
-		notified := map[client.EventKind]bool{
-			client.ToolsChanged:     g.ToolsListChanged,
-			client.PromptsChanged:   g.PromptsListChanged,
-			client.ResourcesChanged: g.ResourcesListChanged,
-			client.TemplatesChanged: g.ResourcesListChanged,
-		}[l.kind]
 		f := c.Freshness(l.method, "")
 		m.Lists = append(m.Lists, listView{
 			Name: l.name, Followed: s.followed[l.kind], Known: set != nil, Items: items,
-			Freshness: f, Notified: notified, Live: live(f, notified),
+			Freshness: f, Notice: f.Notice, Live: f.Live,
 		})
 	}
 	for _, u := range s.uris {
-		notified := slices.Contains(g.ResourceSubscriptions, u)
 		f := c.Freshness(mcp.MethodResourcesRead, u)
 		m.URIs = append(m.URIs, uriView{
-			URI: u, Notified: notified, Freshness: f, Updated: s.updated[u], Live: live(f, notified),
+			URI: u, Notice: f.Notice, Freshness: f, Updated: s.updated[u], Live: f.Live,
 		})
 	}
 	return m
-}
-
-// liveByListen reports whether a cached answer is current on a listen's
-// word: the client's freshness is the TTL's alone, but an answer read
-// since the acknowledgement of a listen that is up and covers it
-// (notified) would have been announced and read again had it changed,
-// whatever its TTL says. The client does not say whether an announced
-// change is still being read again; for that round trip the answer
-// still shows live.
-func liveByListen(state client.ConnState, notified bool, ackedAt time.Time, f client.FreshnessInfo) bool {
-	return state == client.Live && notified && !ackedAt.IsZero() &&
-		(f.State == client.Fresh || f.State == client.Stale) && !f.ObservedAt.Before(ackedAt)
 }
 
 // eventText describes an event for the live view's change log; uris is
@@ -792,7 +775,7 @@ func eventText(e client.Event, uris int) string {
 		}
 		return "updated " + e.URI
 	case client.Connected:
-		return "connected, granted " + grantedText(&e.Granted, uris)
+		return "connected, granted " + grantedText(&e.Granted, nil, uris)
 	case client.Disconnected:
 		if e.Graceful {
 			return "disconnected: the server ended the stream"

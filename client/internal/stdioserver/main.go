@@ -15,10 +15,13 @@
 //	big {size}               answers with a text of size bytes
 //	stall                    stops reading stdin for good (a wedged server)
 //
-// Flags set the page size and the number of seed tools (seed1...).
+// Flags set the page size and the number of seed tools (seed1...);
+// -untagged makes the server leave the subscription id out of its change
+// notifications, as some servers of other makes do.
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -43,6 +46,7 @@ func main() {
 	page := flag.Int("page", 2, "list page size")
 	seed := flag.Int("seed", 3, "number of seed tools")
 	dieAt := flag.Int("die-after", -1, "exit with status 3 after reading this many bytes of input (a crashing server)")
+	untagged := flag.Bool("untagged", false, "leave the subscription id out of change notifications")
 	flag.Parse()
 	if *dieAt >= 0 {
 		_, _ = io.CopyN(io.Discard, os.Stdin, int64(*dieAt))
@@ -57,10 +61,69 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := stdio.Serve(ctx, srv, stdin, os.Stdout); err != nil {
+	var out io.Writer = os.Stdout
+	if *untagged {
+		out = &untagWriter{w: os.Stdout}
+	}
+	if err := stdio.Serve(ctx, srv, stdin, out); err != nil {
 		log.Error("stdioserver", "err", err)
 		os.Exit(1)
 	}
+}
+
+// untagWriter passes lines on to w, with the subscription id taken out
+// of every change notification.
+type untagWriter struct {
+	w    io.Writer
+	mu   sync.Mutex
+	line []byte
+}
+
+func (u *untagWriter) Write(p []byte) (int, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.line = append(u.line, p...)
+	for {
+		i := bytes.IndexByte(u.line, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if _, err := u.w.Write(append(untag(u.line[:i]), '\n')); err != nil {
+			return 0, err
+		}
+		u.line = u.line[i+1:]
+	}
+}
+
+// untag removes the subscription id from a change notification; any
+// other line is returned as it is.
+func untag(line []byte) []byte {
+	var m struct {
+		JSONRPC string                    `json:"jsonrpc"`
+		Method  string                    `json:"method"`
+		Params  map[string]jsontext.Value `json:"params"`
+	}
+	if json.Unmarshal(line, &m) != nil || !strings.HasPrefix(m.Method, "notifications/") || !strings.HasSuffix(m.Method, "/list_changed") && m.Method != mcp.NotifyResourceUpdated {
+		return line
+	}
+	var meta map[string]jsontext.Value
+	if json.Unmarshal(m.Params["_meta"], &meta) != nil {
+		return line
+	}
+	delete(meta, mcp.MetaSubscriptionID)
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return line
+	}
+	m.Params["_meta"] = b
+	if len(meta) == 0 {
+		delete(m.Params, "_meta")
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return line
+	}
+	return out
 }
 
 // controlArgs are the arguments of the control tools.
