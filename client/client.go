@@ -493,7 +493,9 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 			}
 			if o.onMsg != nil {
 				o.onMsg(m)
+				return
 			}
+			c.strayChange(nil, m)
 		}
 		resp, err := c.t.roundTrip(ctx, req, onMsg)
 		if o.httpStatus != nil {

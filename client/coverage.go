@@ -231,3 +231,24 @@ func (t *commandTransport) toldOfPeer() *peerNotes {
 	defer t.mu.Unlock()
 	return &t.cur.told
 }
+
+// strayChange handles a change notification that arrived on the stream
+// of a request other than a listen (a server may announce, while it
+// answers a tools/call, the tool list that call changed). On a 2025-11-25
+// session it is the session's, and goes to the Watcher following the
+// session when there is one; otherwise what it announces is invalidated
+// in the cache, so that the next read asks the server again.
+func (c *Client) strayChange(ls *legacySession, m *jsonrpc.Message) {
+	if !isChange(m.Method) {
+		return
+	}
+	if ls != nil && ls.shared.streaming() {
+		ls.shared.streamed(m)
+		return
+	}
+	if l, ok := mcp.ChangedList(m.Method); ok {
+		c.cache.invalidate(listTopics(l)...)
+	} else if uri, ok := updatedURI(m); ok {
+		c.cache.invalidate(topicResource + uri)
+	}
+}

@@ -58,6 +58,16 @@ func (s *sessionShared) setStream(fn func(*jsonrpc.Message)) {
 	s.mu.Unlock()
 }
 
+// streaming reports whether a stream's handler is set.
+func (s *sessionShared) streaming() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stream != nil
+}
+
 // streamed hands m to the stream's handler, if a stream is open. A nil
 // sessionShared (a session made by hand) has none.
 func (s *sessionShared) streamed(m *jsonrpc.Message) {
@@ -307,6 +317,8 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 				deliverProgress(m, o.progress)
 			case o.onMsg != nil:
 				o.onMsg(m)
+			default:
+				c.strayChange(ls, m)
 			}
 		}
 		resp, err := ls.over(c).roundTrip(ctx, req, onMsg)

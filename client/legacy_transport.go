@@ -111,6 +111,10 @@ func (s sessionTransport) getStream(ctx context.Context, t *httpTransport, idle 
 	defer unbind()
 	ctx, stop := watchIdle(ctx, idle)
 	defer stop()
+	// Change notifications the server sends on the stream of a request
+	// (a tools/call that changed the tool list) are the session's too.
+	s.ls.shared.setStream(onMsg)
+	defer s.ls.shared.setStream(nil)
 	err := s.get(ctx, t, onOpen, onMsg)
 	switch {
 	case err == nil:
