@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -95,19 +96,19 @@ func (s *Source) addTools(srv *server.Server) error {
 		server.AddTypedTool(srv, mcp.Tool{
 			Name:        "search_files",
 			Title:       "Search files",
-			Description: "Search the text files under " + s.root + " for a string or regular expression; returns matching lines with their paths, URIs and line numbers.",
+			Description: "Search the text files under " + s.rootName + " for a string or regular expression; returns matching lines with their paths, URIs and line numbers.",
 			Annotations: readOnly(),
 		}, s.searchTool),
 		server.AddTypedTool(srv, mcp.Tool{
 			Name:        "file_info",
 			Title:       "File information",
-			Description: "Size, modification time and media type of a file or directory under " + s.root + ".",
+			Description: "Size, modification time and media type of a file or directory under " + s.rootName + ".",
 			Annotations: readOnly(),
 		}, s.infoTool),
 		server.AddTypedTool(srv, mcp.Tool{
 			Name:        "list_directory",
 			Title:       "List directory",
-			Description: "The files and subdirectories of a directory under " + s.root + ", hidden entries excluded.",
+			Description: "The files and subdirectories of a directory under " + s.rootName + ", hidden entries excluded.",
 			Annotations: readOnly(),
 		}, s.listTool),
 	)
@@ -222,8 +223,9 @@ files:
 				break files
 			}
 			t := clip(line, maxLineText)
-			res.Matches = append(res.Matches, searchMatch{Path: rel, URI: s.URI(rel), Line: n, Text: t})
-			fmt.Fprintf(&text, "%s:%d: %s\n", rel, n, t)
+			name := displayName(rel)
+			res.Matches = append(res.Matches, searchMatch{Path: name, URI: s.URI(rel), Line: n, Text: t})
+			fmt.Fprintf(&text, "%s:%d: %s\n", name, n, t)
 		}
 	}
 	for _, r := range []truncReason{reasonMaxResults, reasonBudget, reasonTooLarge, reasonUnreadable} {
@@ -282,6 +284,12 @@ func (s *Source) openArg(arg string) (rel string, root *os.Root, f *os.File, err
 		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	root, f, err = s.open(rel)
+	if err != nil && notFound(err) {
+		if raw, ok := s.fromShown(rel); ok {
+			rel = raw
+			root, f, err = s.open(rel)
+		}
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, fs.ErrPermission):
@@ -290,6 +298,27 @@ func (s *Source) openArg(arg string) (rel string, root *os.Root, f *os.File, err
 		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	return rel, root, f, nil
+}
+
+// fromShown finds the file a path shown by displayName names, component
+// by component: each is taken as it is when that exists, and as the bytes
+// its escapes stand for otherwise. It reports false when no component
+// needed decoding.
+func (s *Source) fromShown(rel string) (string, bool) {
+	if !strings.Contains(rel, "%") {
+		return "", false
+	}
+	cs := strings.Split(rel, "/")
+	dir, changed := s.root, false
+	for i, c := range cs {
+		if _, err := os.Lstat(filepath.Join(dir, c)); err != nil {
+			if raw, ok := componentFromDisplay(c); ok {
+				cs[i], changed = raw, true
+			}
+		}
+		dir = filepath.Join(dir, cs[i])
+	}
+	return strings.Join(cs, "/"), changed
 }
 
 func (s *Source) infoTool(_ context.Context, _ *server.ToolRequest, args pathArgs) (fileInfo, error) {
@@ -304,7 +333,7 @@ func (s *Source) infoTool(_ context.Context, _ *server.ToolRequest, args pathArg
 	if err != nil {
 		return fileInfo{}, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
-	info := fileInfo{Path: rel, URI: s.URI(rel), Size: fi.Size(), ModTime: dateTime(fi.ModTime().UTC().Format(time.RFC3339Nano))}
+	info := fileInfo{Path: displayName(rel), URI: s.URI(rel), Size: fi.Size(), ModTime: dateTime(fi.ModTime().UTC().Format(time.RFC3339Nano))}
 	switch {
 	case fi.IsDir():
 		info.Type, info.Size = kindDirectory, 0
@@ -358,15 +387,15 @@ func (s *Source) listTool(_ context.Context, _ *server.ToolRequest, args listArg
 		return dirListing{}, fmt.Errorf("%s: cannot list: %s", arg, errnoText(err))
 	}
 	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	out := dirListing{Path: rel, Entries: []dirEntry{}}
+	out := dirListing{Path: displayName(rel), Entries: []dirEntry{}}
 	var text strings.Builder
 	for _, d := range des {
 		if strings.HasPrefix(d.Name(), ".") {
 			continue
 		}
 		p := path.Join(rel, d.Name())
-		e := dirEntry{Name: d.Name(), Path: p}
-		line := d.Name() + "/"
+		e := dirEntry{Name: displayName(d.Name()), Path: displayName(p)}
+		line := e.Name + "/"
 		switch {
 		case d.IsDir():
 			e.Type = kindDirectory
@@ -376,7 +405,7 @@ func (s *Source) listTool(_ context.Context, _ *server.ToolRequest, args listArg
 				continue
 			}
 			e.Type, e.Size, e.URI = kindFile, ptr(fi.Size()), s.URI(p)
-			line = d.Name() + "\t" + strconv.FormatInt(fi.Size(), 10) + " bytes"
+			line = e.Name + "\t" + strconv.FormatInt(fi.Size(), 10) + " bytes"
 		default:
 			continue // symbolic links and special files are not served
 		}

@@ -274,7 +274,7 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	}
 	opts := append(obs.serverOptions(log),
 		server.WithLogger(log),
-		server.WithInstructions("Files under "+src.Root()+" are resources named by their file:// URI. "+
+		server.WithInstructions("Files under "+src.DisplayRoot()+" are resources named by their file:// URI. "+
 			"Subscribe to a file's URI with subscriptions/listen to learn when it changes."),
 	)
 	if cfg.secret != nil {
