@@ -31,6 +31,11 @@
 // ("caf\xe9.txt" is shown "caf%E9.txt"), and the tools take that form
 // back. The served directory's own path may be such a name too.
 //
+// The tools answer in bounded time and memory: search_files refuses a
+// regular expression whose program is too large (WithMaxRegexpSize),
+// stops at a time limit (WithSearchTimeout) and when its caller gives up,
+// even in the middle of a file. Stats says how often each limit bites.
+//
 // Reads never leave the directory: a URI must be the canonical spelling of
 // a path inside it, hidden components and ".." are refused, symbolic links
 // are neither listed nor followed, and the file is opened through an
@@ -67,6 +72,8 @@ const (
 	DefaultMaxReadBytes   = 8 << 20
 	DefaultMaxSearchBytes = 1 << 20
 	DefaultSearchBudget   = 64 << 20
+	DefaultSearchTimeout  = 10 * time.Second
+	DefaultMaxRegexpSize  = 2000
 	DefaultRootGrace      = time.Minute
 )
 
@@ -75,6 +82,8 @@ type config struct {
 	maxRead      int64
 	maxSearch    int64
 	searchBudget int64
+	searchTime   time.Duration
+	maxRegexp    int
 	maxFiles     int
 	rootGrace    time.Duration // < 0: wait forever
 	rootCheck    time.Duration
@@ -132,6 +141,37 @@ func WithSearchBudget(n int64) Option {
 	}
 }
 
+// WithSearchTimeout bounds how long one search_files call may take
+// (default DefaultSearchTimeout, ten seconds). A regular expression can
+// cost far more per byte than a plain string, so the bytes a search reads
+// (WithSearchBudget) do not bound its time by themselves. A search that
+// runs out of time answers with what it found so far and says so
+// (truncated, reason "search_timeout"), like one that ran out of bytes:
+// what was found is still true, and the caller can narrow the query.
+func WithSearchTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.searchTime = d
+		}
+	}
+}
+
+// WithMaxRegexpSize bounds the size of the program a search_files regular
+// expression compiles to, in instructions (default DefaultMaxRegexpSize,
+// 2000). RE2 matching takes time linear in the input but also in the
+// program's size, and a short pattern can compile to a large program:
+// (?:.*){0,1000}z is 15 characters and 3003 instructions, and costs about
+// a minute of CPU per MiB searched. A plain string of the longest query
+// (1000 characters) compiles to about 1000, so it always passes. A larger
+// pattern is refused with -32602, naming the limit and its size.
+func WithMaxRegexpSize(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxRegexp = n
+		}
+	}
+}
+
 // WithMaxFiles bounds how many files are listed (default
 // DefaultMaxFiles, 10000), which keeps list sizes predictable when the
 // source is pointed at a huge tree by mistake. Files beyond the bound are
@@ -180,6 +220,7 @@ type Source struct {
 	rootName string // root as text (see displayName)
 	rootURI  string
 	cfg      config
+	counts   counters
 	log      *slog.Logger
 	ready    chan struct{}
 	started  atomic.Bool
@@ -195,7 +236,8 @@ type Source struct {
 func New(dir string, opts ...Option) (*Source, error) {
 	cfg := config{
 		coalesce: 25 * time.Millisecond, maxRead: DefaultMaxReadBytes, maxSearch: DefaultMaxSearchBytes,
-		searchBudget: DefaultSearchBudget, maxFiles: DefaultMaxFiles, rootGrace: DefaultRootGrace,
+		searchBudget: DefaultSearchBudget, searchTime: DefaultSearchTimeout, maxRegexp: DefaultMaxRegexpSize,
+		maxFiles: DefaultMaxFiles, rootGrace: DefaultRootGrace,
 		rootCheck: 100 * time.Millisecond,
 	}
 	for _, o := range opts {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -133,6 +133,8 @@ const (
 	reasonMaxResults truncReason = "max_results"
 	// reasonBudget: the bytes one search may read were used up.
 	reasonBudget truncReason = "search_budget"
+	// reasonTimeout: the time one search may take was used up.
+	reasonTimeout truncReason = "search_timeout"
 	// reasonTooLarge: files over the search size limit were skipped.
 	reasonTooLarge truncReason = "file_too_large"
 	// reasonUnreadable: files that could not be read were skipped.
@@ -141,15 +143,15 @@ const (
 
 // JSONSchema lists the reasons in the tool's output schema.
 func (truncReason) JSONSchema() *jsonschema.Schema {
-	return &jsonschema.Schema{Enum: []any{string(reasonMaxResults), string(reasonBudget), string(reasonTooLarge), string(reasonUnreadable)}}
+	return &jsonschema.Schema{Enum: []any{string(reasonMaxResults), string(reasonBudget), string(reasonTimeout), string(reasonTooLarge), string(reasonUnreadable)}}
 }
 
 type searchResult struct {
 	Matches       []searchMatch `json:"matches"`
 	Truncated     bool          `json:"truncated" jsonschema:"More matches may exist: something was skipped or the search stopped early; reasons says why."`
-	Reasons       []truncReason `json:"reasons,omitempty" jsonschema:"Why the result is truncated: max_results (the result limit was reached), search_budget (the bytes a search may read were used up), file_too_large (files over the search size limit were skipped), unreadable (files that could not be read were skipped)."`
-	SkippedFiles  int           `json:"skippedFiles,omitzero" jsonschema:"Files not searched (too large, unreadable, or not reached)."`
-	FilesSearched int           `json:"filesSearched"`
+	Reasons       []truncReason `json:"reasons,omitempty" jsonschema:"Why the result is truncated: max_results (the result limit was reached), search_budget (the bytes a search may read were used up), search_timeout (the time a search may take was used up), file_too_large (files over the search size limit were skipped), unreadable (files that could not be read were skipped)."`
+	SkippedFiles  int           `json:"skippedFiles,omitzero" jsonschema:"Files not searched to the end (too large, unreadable, or not reached)."`
+	FilesSearched int           `json:"filesSearched" jsonschema:"Files searched to the end, or up to the last match returned."`
 
 	text string // one "path:line: text" per match
 }
@@ -158,39 +160,63 @@ type searchResult struct {
 // better than the JSON and says the same.
 func (r searchResult) ToolText() string { return r.text }
 
+// errSearchTimeout ends a search's own context when its time is up, so
+// that it can tell its time limit from the caller giving up.
+var errSearchTimeout = errors.New("search time limit reached")
+
 func (s *Source) searchTool(ctx context.Context, _ *server.ToolRequest, args searchArgs) (searchResult, error) {
 	limit := int(args.MaxResults)
 	if limit <= 0 {
 		limit = defaultSearchResults
 	}
 	limit = min(limit, maxSearchResults)
-	match := func(line []byte) bool { return bytes.Contains(line, []byte(args.Query)) }
+	m := &matcher{literal: []byte(args.Query), cost: 1}
 	if args.Regexp {
-		re, err := regexp.Compile(string(args.Query))
+		re, size, err := compileRegexp(string(args.Query), s.cfg.maxRegexp)
 		if err != nil {
-			return searchResult{}, fmt.Errorf("invalid regular expression: %w", err)
+			if _, tooLarge := errors.AsType[*jsonrpc.Error](err); tooLarge {
+				s.counts.regexpsRefused.Add(1)
+			}
+			return searchResult{}, err
 		}
-		match = re.Match
+		m.re, m.cost = re, size
 	}
+	sctx, cancel := context.WithTimeoutCause(ctx, s.cfg.searchTime, errSearchTimeout)
+	defer cancel()
 	res := searchResult{Matches: []searchMatch{}}
 	reasons := map[truncReason]bool{}
 	rels, metas := s.snapshot()
 	budget := s.cfg.searchBudget
 	var text strings.Builder
+	// stopped handles the end of the search's context: the caller's
+	// cancellation is an error, the time limit a truncated result.
+	stopped := func(remaining int) error {
+		if err := ctx.Err(); err != nil && !errors.Is(context.Cause(sctx), errSearchTimeout) {
+			return err
+		}
+		reasons[reasonTimeout] = true
+		res.SkippedFiles += remaining
+		s.counts.timedOut.Add(1)
+		return nil
+	}
 files:
 	for i, rel := range rels {
-		if err := ctx.Err(); err != nil {
-			return searchResult{}, err
+		if sctx.Err() != nil {
+			if err := stopped(len(rels) - i); err != nil {
+				return searchResult{}, err
+			}
+			break
 		}
-		m := metas[rel]
-		if m.size > s.cfg.maxSearch {
+		meta := metas[rel]
+		if meta.size > s.cfg.maxSearch {
 			reasons[reasonTooLarge] = true
 			res.SkippedFiles++
 			continue
 		}
-		if budget -= m.size; budget < 0 {
+		if budget -= meta.size; budget < 0 {
 			reasons[reasonBudget] = true
 			res.SkippedFiles += len(rels) - i
+			s.counts.overBudget.Add(1)
 			break
 		}
 		data, _, err := s.readFile(rel, s.cfg.maxSearch)
@@ -207,19 +233,27 @@ files:
 			res.SkippedFiles++
 			continue
 		}
-		res.FilesSearched++
 		if !looksText(data, false) {
+			res.FilesSearched++
 			continue // searched: binary files hold no lines to match
 		}
 		n := 0
 		for line := range bytes.Lines(data) {
 			n++
 			line = bytes.TrimRight(line, "\r\n")
-			if !match(line) {
+			ok, err := m.match(sctx, line)
+			if err != nil {
+				if err := stopped(len(rels) - i); err != nil {
+					return searchResult{}, err
+				}
+				break files
+			}
+			if !ok {
 				continue
 			}
 			if len(res.Matches) == limit {
 				reasons[reasonMaxResults] = true
+				res.FilesSearched++
 				break files
 			}
 			t := clip(line, maxLineText)
@@ -227,8 +261,9 @@ files:
 			res.Matches = append(res.Matches, searchMatch{Path: name, URI: s.URI(rel), Line: n, Text: t})
 			fmt.Fprintf(&text, "%s:%d: %s\n", name, n, t)
 		}
+		res.FilesSearched++
 	}
-	for _, r := range []truncReason{reasonMaxResults, reasonBudget, reasonTooLarge, reasonUnreadable} {
+	for _, r := range []truncReason{reasonMaxResults, reasonBudget, reasonTimeout, reasonTooLarge, reasonUnreadable} {
 		if reasons[r] {
 			res.Reasons = append(res.Reasons, r)
 		}
@@ -239,6 +274,9 @@ files:
 	}
 	if res.Truncated {
 		fmt.Fprintf(&text, "(truncated: %s; more matches may exist)", joinReasons(res.Reasons))
+		if reasons[reasonTimeout] {
+			fmt.Fprintf(&text, "\n(the search stopped at its time limit of %v; narrow the query or use a simpler pattern)", s.cfg.searchTime)
+		}
 	}
 	res.text = strings.TrimRight(text.String(), "\n")
 	return res, nil

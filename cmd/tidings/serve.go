@@ -49,6 +49,10 @@ type serveConfig struct {
 	// secret seals cursors and request state (--secret-file,
 	// TIDINGS_SECRET); nil draws a random key.
 	secret []byte
+	// searchTimeout and maxRegexp bound the work of one search_files
+	// call; zero keeps the default.
+	searchTimeout time.Duration
+	maxRegexp     int
 }
 
 // byteSize is a flag value in bytes, written as a number with an
@@ -165,6 +169,9 @@ at once); alert on tidings_bus_connected in /metrics instead.`,
 				return err
 			}
 			cfg.dir = dir
+			if err := checkToolLimits(cfg); err != nil {
+				return err
+			}
 			log, err := newLogger(cmd.ErrOrStderr(), logFormat, level)
 			if err != nil {
 				return err
@@ -194,6 +201,8 @@ at once); alert on tidings_bus_connected in /metrics instead.`,
 	f.Var(&cfg.maxRead, "max-read-bytes", "largest file resources/read returns")
 	f.Var(&cfg.maxSearch, "max-search-bytes", "largest file search_files looks into; larger ones are skipped and the result says so")
 	f.Var(&cfg.searchBudget, "search-budget", "most bytes one search_files call reads in all")
+	f.DurationVar(&cfg.searchTimeout, "search-timeout", dirsource.DefaultSearchTimeout, "longest one search_files call may take; a search that runs out of time answers with what it found and says so")
+	f.IntVar(&cfg.maxRegexp, "max-regexp-size", dirsource.DefaultMaxRegexpSize, "most instructions a search_files regular expression may compile to; larger ones are refused")
 	f.DurationVar(&cfg.rootGrace, "root-grace", dirsource.DefaultRootGrace, "how long DIR may be missing before serve exits with an error; 0 exits at once, a negative value waits forever")
 	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
 	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
@@ -240,6 +249,18 @@ func serveSecret(file, env string) ([]byte, error) {
 	return key, nil
 }
 
+// checkToolLimits refuses tool limits given as zero or less, which the
+// source would silently replace by its defaults.
+func checkToolLimits(cfg serveConfig) error {
+	switch {
+	case cfg.searchTimeout <= 0:
+		return fmt.Errorf("--search-timeout must be positive, not %v", cfg.searchTimeout)
+	case cfg.maxRegexp <= 0:
+		return fmt.Errorf("--max-regexp-size must be positive, not %d", cfg.maxRegexp)
+	}
+	return nil
+}
+
 // openBus dials the bus of --bus, bounded in time: a replica that cannot
 // reach its broker at start is better restarted than serving alone
 // unnoticed.
@@ -264,6 +285,8 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		dirsource.WithMaxReadBytes(int64(cfg.maxRead)),
 		dirsource.WithMaxSearchBytes(int64(cfg.maxSearch)),
 		dirsource.WithSearchBudget(int64(cfg.searchBudget)),
+		dirsource.WithSearchTimeout(cfg.searchTimeout),
+		dirsource.WithMaxRegexpSize(cfg.maxRegexp),
 		dirsource.WithRootGrace(cfg.rootGrace))
 	if err != nil {
 		return err

@@ -175,3 +175,17 @@ func TestServeDirectoryNamedNotInUTF8(t *testing.T) {
 		t.Errorf("answered %v of %v\n%s", answered, methods, errOut.String())
 	}
 }
+
+func TestServeRefusesToolLimitsOfZero(t *testing.T) {
+	for _, flag := range []string{"--search-timeout=0s", "--max-regexp-size=-1"} {
+		cmd := newRootCmd()
+		cmd.SetArgs([]string{"serve", t.TempDir(), "--stdio", flag})
+		cmd.SetIn(strings.NewReader(""))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		name := strings.SplitN(flag, "=", 2)[0]
+		if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), name+" must be positive") {
+			t.Errorf("%s: %v", flag, err)
+		}
+	}
+}
