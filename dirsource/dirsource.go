@@ -34,7 +34,9 @@
 // The tools answer in bounded time and memory: search_files refuses a
 // regular expression whose program is too large (WithMaxRegexpSize),
 // stops at a time limit (WithSearchTimeout) and when its caller gives up,
-// even in the middle of a file. Stats says how often each limit bites.
+// even in the middle of a file, and list_directory reads a directory
+// only up to the entries it shows (WithMaxDirEntries). Stats says how
+// often each limit bites.
 //
 // Reads never leave the directory: a URI must be the canonical spelling of
 // a path inside it, hidden components and ".." are refused, symbolic links
@@ -74,6 +76,7 @@ const (
 	DefaultSearchBudget   = 64 << 20
 	DefaultSearchTimeout  = 10 * time.Second
 	DefaultMaxRegexpSize  = 2000
+	DefaultMaxDirEntries  = 1000
 	DefaultRootGrace      = time.Minute
 )
 
@@ -84,6 +87,7 @@ type config struct {
 	searchBudget int64
 	searchTime   time.Duration
 	maxRegexp    int
+	maxDirList   int
 	maxFiles     int
 	rootGrace    time.Duration // < 0: wait forever
 	rootCheck    time.Duration
@@ -172,6 +176,20 @@ func WithMaxRegexpSize(n int) Option {
 	}
 }
 
+// WithMaxDirEntries bounds the entries one list_directory answer holds
+// (default DefaultMaxDirEntries, 1000). The directory is read in batches
+// and reading stops at the limit, so a directory of a million files costs
+// no more to list than one of a thousand; the answer then says it was cut
+// (truncated), and holds the entries the system returned first, sorted by
+// name, not the first by name of the whole directory.
+func WithMaxDirEntries(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxDirList = n
+		}
+	}
+}
+
 // WithMaxFiles bounds how many files are listed (default
 // DefaultMaxFiles, 10000), which keeps list sizes predictable when the
 // source is pointed at a huge tree by mistake. Files beyond the bound are
@@ -237,7 +255,7 @@ func New(dir string, opts ...Option) (*Source, error) {
 	cfg := config{
 		coalesce: 25 * time.Millisecond, maxRead: DefaultMaxReadBytes, maxSearch: DefaultMaxSearchBytes,
 		searchBudget: DefaultSearchBudget, searchTime: DefaultSearchTimeout, maxRegexp: DefaultMaxRegexpSize,
-		maxFiles: DefaultMaxFiles, rootGrace: DefaultRootGrace,
+		maxDirList: DefaultMaxDirEntries, maxFiles: DefaultMaxFiles, rootGrace: DefaultRootGrace,
 		rootCheck: 100 * time.Millisecond,
 	}
 	for _, o := range opts {
@@ -376,6 +394,7 @@ func (s *Source) read(_ context.Context, req *server.ResourceRequest) (*mcp.Read
 	switch {
 	case err == nil:
 	case errors.Is(err, errTooLarge):
+		s.counts.readsTooLarge.Add(1)
 		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Resource too large",
 			map[string]any{"uri": req.URI, "limit": s.cfg.maxRead})
 	case errors.Is(err, fs.ErrPermission):

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -26,7 +27,8 @@ const (
 	defaultSearchResults = 50
 	maxSearchResults     = 1000
 	maxLineText          = 240
-	maxDirList           = 1000
+	// dirBatch is how many entries list_directory reads at a time.
+	dirBatch = 256
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -396,7 +398,8 @@ type dirEntry struct {
 type dirListing struct {
 	Path      string     `json:"path"`
 	Entries   []dirEntry `json:"entries"`
-	Truncated bool       `json:"truncated"`
+	Truncated bool       `json:"truncated" jsonschema:"The directory holds more entries than one listing shows (limit); these are the first the system returned, sorted by name."`
+	Limit     int        `json:"limit,omitzero" jsonschema:"The most entries one listing shows, when truncated."`
 
 	text string // one entry per line, as ls prints them
 }
@@ -416,46 +419,68 @@ func (s *Source) listTool(_ context.Context, _ *server.ToolRequest, args listArg
 	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
 		return dirListing{}, fmt.Errorf("%s: not a directory", arg)
 	}
-	des, err := f.ReadDir(-1)
-	switch {
-	case err == nil:
-	case errors.Is(err, fs.ErrPermission):
-		return dirListing{}, fmt.Errorf("%s: %w", arg, errPermission)
-	default:
-		return dirListing{}, fmt.Errorf("%s: cannot list: %s", arg, errnoText(err))
-	}
-	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	out := dirListing{Path: displayName(rel), Entries: []dirEntry{}}
-	var text strings.Builder
-	for _, d := range des {
-		if strings.HasPrefix(d.Name(), ".") {
-			continue
-		}
-		p := path.Join(rel, d.Name())
-		e := dirEntry{Name: displayName(d.Name()), Path: displayName(p)}
-		line := e.Name + "/"
-		switch {
-		case d.IsDir():
-			e.Type = kindDirectory
-		case d.Type().IsRegular():
-			fi, err := d.Info()
-			if err != nil {
+	type kept struct {
+		name string
+		e    dirEntry
+	}
+	var entries []kept
+	limit := s.cfg.maxDirList
+	// Read in batches and stop at the limit: a huge directory must not
+	// cost its whole size to show a page of it.
+	for !out.Truncated {
+		des, err := f.ReadDir(dirBatch)
+		for _, d := range des {
+			if strings.HasPrefix(d.Name(), ".") {
 				continue
 			}
-			e.Type, e.Size, e.URI = kindFile, ptr(fi.Size()), s.URI(p)
-			line = e.Name + "\t" + strconv.FormatInt(fi.Size(), 10) + " bytes"
-		default:
-			continue // symbolic links and special files are not served
+			p := path.Join(rel, d.Name())
+			e := dirEntry{Name: displayName(d.Name()), Path: displayName(p)}
+			switch {
+			case d.IsDir():
+				e.Type = kindDirectory
+			case d.Type().IsRegular():
+				fi, err := d.Info()
+				if err != nil {
+					continue // gone meanwhile
+				}
+				e.Type, e.Size, e.URI = kindFile, ptr(fi.Size()), s.URI(p)
+			default:
+				continue // symbolic links and special files are not served
+			}
+			if len(entries) == limit {
+				out.Truncated = true
+				break
+			}
+			entries = append(entries, kept{d.Name(), e})
 		}
-		if len(out.Entries) == maxDirList {
-			out.Truncated = true
-			text.WriteString("(more entries not shown)\n")
+		if errors.Is(err, io.EOF) {
 			break
 		}
-		out.Entries = append(out.Entries, e)
-		text.WriteString(line + "\n")
+		switch {
+		case err == nil:
+		case errors.Is(err, fs.ErrPermission):
+			return dirListing{}, fmt.Errorf("%s: %w", arg, errPermission)
+		default:
+			return dirListing{}, fmt.Errorf("%s: cannot list: %s", arg, errnoText(err))
+		}
 	}
-	if len(out.Entries) == 0 {
+	slices.SortFunc(entries, func(a, b kept) int { return strings.Compare(a.name, b.name) })
+	var text strings.Builder
+	for _, k := range entries {
+		out.Entries = append(out.Entries, k.e)
+		if k.e.Type == kindDirectory {
+			text.WriteString(k.e.Name + "/\n")
+		} else {
+			text.WriteString(k.e.Name + "\t" + strconv.FormatInt(*k.e.Size, 10) + " bytes\n")
+		}
+	}
+	switch {
+	case out.Truncated:
+		s.counts.listingsCut.Add(1)
+		out.Limit = limit
+		fmt.Fprintf(&text, "(cut at %d entries, the most one listing shows; more are not shown)", limit)
+	case len(out.Entries) == 0:
 		text.WriteString("(empty)")
 	}
 	out.text = strings.TrimRight(text.String(), "\n")

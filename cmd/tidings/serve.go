@@ -23,6 +23,7 @@ import (
 	"tidings/bus"
 	"tidings/dirsource"
 	"tidings/mcp"
+	"tidings/metrics"
 	"tidings/server"
 	"tidings/stdio"
 	"tidings/streamhttp"
@@ -49,10 +50,11 @@ type serveConfig struct {
 	// secret seals cursors and request state (--secret-file,
 	// TIDINGS_SECRET); nil draws a random key.
 	secret []byte
-	// searchTimeout and maxRegexp bound the work of one search_files
-	// call; zero keeps the default.
+	// searchTimeout, maxRegexp and maxDirEntries bound the work of one
+	// search_files or list_directory call; zero keeps the default.
 	searchTimeout time.Duration
 	maxRegexp     int
+	maxDirEntries int
 }
 
 // byteSize is a flag value in bytes, written as a number with an
@@ -203,6 +205,7 @@ at once); alert on tidings_bus_connected in /metrics instead.`,
 	f.Var(&cfg.searchBudget, "search-budget", "most bytes one search_files call reads in all")
 	f.DurationVar(&cfg.searchTimeout, "search-timeout", dirsource.DefaultSearchTimeout, "longest one search_files call may take; a search that runs out of time answers with what it found and says so")
 	f.IntVar(&cfg.maxRegexp, "max-regexp-size", dirsource.DefaultMaxRegexpSize, "most instructions a search_files regular expression may compile to; larger ones are refused")
+	f.IntVar(&cfg.maxDirEntries, "max-dir-entries", dirsource.DefaultMaxDirEntries, "most entries one list_directory answer holds; a larger directory's listing says it was cut")
 	f.DurationVar(&cfg.rootGrace, "root-grace", dirsource.DefaultRootGrace, "how long DIR may be missing before serve exits with an error; 0 exits at once, a negative value waits forever")
 	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
 	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
@@ -257,6 +260,8 @@ func checkToolLimits(cfg serveConfig) error {
 		return fmt.Errorf("--search-timeout must be positive, not %v", cfg.searchTimeout)
 	case cfg.maxRegexp <= 0:
 		return fmt.Errorf("--max-regexp-size must be positive, not %d", cfg.maxRegexp)
+	case cfg.maxDirEntries <= 0:
+		return fmt.Errorf("--max-dir-entries must be positive, not %d", cfg.maxDirEntries)
 	}
 	return nil
 }
@@ -287,12 +292,16 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		dirsource.WithSearchBudget(int64(cfg.searchBudget)),
 		dirsource.WithSearchTimeout(cfg.searchTimeout),
 		dirsource.WithMaxRegexpSize(cfg.maxRegexp),
+		dirsource.WithMaxDirEntries(cfg.maxDirEntries),
 		dirsource.WithRootGrace(cfg.rootGrace))
 	if err != nil {
 		return err
 	}
 	obs, err := newObservability()
 	if err != nil {
+		return err
+	}
+	if err := metrics.RegisterFiles(obs.registry, src.Stats); err != nil {
 		return err
 	}
 	opts := append(obs.serverOptions(log),

@@ -177,7 +177,7 @@ func TestServeDirectoryNamedNotInUTF8(t *testing.T) {
 }
 
 func TestServeRefusesToolLimitsOfZero(t *testing.T) {
-	for _, flag := range []string{"--search-timeout=0s", "--max-regexp-size=-1"} {
+	for _, flag := range []string{"--search-timeout=0s", "--max-regexp-size=0", "--max-dir-entries=-1"} {
 		cmd := newRootCmd()
 		cmd.SetArgs([]string{"serve", t.TempDir(), "--stdio", flag})
 		cmd.SetIn(strings.NewReader(""))
