@@ -103,3 +103,31 @@ func (f *fixture) waitCount(b *testing.B, l *listener, n int, since time.Time) t
 		told = l.lastSent()
 	}
 }
+
+// BenchmarkListDirectory lists a directory with list_directory, which
+// answers with at most the entry limit (1000) of its entries: the cost of
+// a directory of 100,000 should be that of the entries shown, as for a
+// directory of 1000, not that of the whole directory. The files are made
+// after the source scanned the tree, so that only the tool reads them.
+func BenchmarkListDirectory(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			f := newFixture(b, nil)
+			dir := filepath.Join(f.root, "big")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%06d.txt", i)), nil, 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := f.tool(b, "list_directory", map[string]any{"path": "big"}); r.IsError || len(r.Structured["entries"].([]any)) != 1000 {
+					b.Fatalf("list_directory: %v", r.Content)
+				}
+			}
+		})
+	}
+}

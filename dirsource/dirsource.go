@@ -23,6 +23,21 @@
 // PartialMetaKey says how many files were left out; the list refills as
 // room appears.
 //
+// File names are bytes, and need not be UTF-8 (Linux allows any byte but
+// "/" and NUL), while JSON text must be. A URI carries a name's exact
+// bytes, percent-encoded, and reads the file back; in resource names,
+// descriptions and tool results, a path component that is not UTF-8 is
+// shown with each stray byte written %XX and "%" written %25
+// ("caf\xe9.txt" is shown "caf%E9.txt"), and the tools take that form
+// back. The served directory's own path may be such a name too.
+//
+// The tools answer in bounded time and memory: search_files refuses a
+// regular expression whose program is too large (WithMaxRegexpSize),
+// stops at a time limit (WithSearchTimeout) and when its caller gives up,
+// even in the middle of a file, and list_directory reads a directory
+// only up to the entries it shows (WithMaxDirEntries). Stats says how
+// often each limit bites.
+//
 // Reads never leave the directory: a URI must be the canonical spelling of
 // a path inside it, hidden components and ".." are refused, symbolic links
 // are neither listed nor followed, and the file is opened through an
@@ -59,6 +74,9 @@ const (
 	DefaultMaxReadBytes   = 8 << 20
 	DefaultMaxSearchBytes = 1 << 20
 	DefaultSearchBudget   = 64 << 20
+	DefaultSearchTimeout  = 10 * time.Second
+	DefaultMaxRegexpSize  = 2000
+	DefaultMaxDirEntries  = 1000
 	DefaultRootGrace      = time.Minute
 )
 
@@ -67,6 +85,9 @@ type config struct {
 	maxRead      int64
 	maxSearch    int64
 	searchBudget int64
+	searchTime   time.Duration
+	maxRegexp    int
+	maxDirList   int
 	maxFiles     int
 	rootGrace    time.Duration // < 0: wait forever
 	rootCheck    time.Duration
@@ -124,6 +145,51 @@ func WithSearchBudget(n int64) Option {
 	}
 }
 
+// WithSearchTimeout bounds how long one search_files call may take
+// (default DefaultSearchTimeout, ten seconds). A regular expression can
+// cost far more per byte than a plain string, so the bytes a search reads
+// (WithSearchBudget) do not bound its time by themselves. A search that
+// runs out of time answers with what it found so far and says so
+// (truncated, reason "search_timeout"), like one that ran out of bytes:
+// what was found is still true, and the caller can narrow the query.
+func WithSearchTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.searchTime = d
+		}
+	}
+}
+
+// WithMaxRegexpSize bounds the size of the program a search_files regular
+// expression compiles to, in instructions (default DefaultMaxRegexpSize,
+// 2000). RE2 matching takes time linear in the input but also in the
+// program's size, and a short pattern can compile to a large program:
+// (?:.*){0,1000}z is 15 characters and 3003 instructions, and costs about
+// a minute of CPU per MiB searched. A plain string of the longest query
+// (1000 characters) compiles to about 1000, so it always passes. A larger
+// pattern is refused with -32602, naming the limit and its size.
+func WithMaxRegexpSize(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxRegexp = n
+		}
+	}
+}
+
+// WithMaxDirEntries bounds the entries one list_directory answer holds
+// (default DefaultMaxDirEntries, 1000). The directory is read in batches
+// and reading stops at the limit, so a directory of a million files costs
+// no more to list than one of a thousand; the answer then says it was cut
+// (truncated), and holds the entries the system returned first, sorted by
+// name, not the first by name of the whole directory.
+func WithMaxDirEntries(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxDirList = n
+		}
+	}
+}
+
 // WithMaxFiles bounds how many files are listed (default
 // DefaultMaxFiles, 10000), which keeps list sizes predictable when the
 // source is pointed at a huge tree by mistake. Files beyond the bound are
@@ -168,12 +234,14 @@ type fileMeta struct {
 // Source serves one directory. Create it with New, attach it to a server
 // with Register, then keep it live with Run.
 type Source struct {
-	root    string // absolute, clean, symbolic links resolved
-	rootURI string
-	cfg     config
-	log     *slog.Logger
-	ready   chan struct{}
-	started atomic.Bool
+	root     string // absolute, clean, symbolic links resolved
+	rootName string // root as text (see displayName)
+	rootURI  string
+	cfg      config
+	counts   counters
+	log      *slog.Logger
+	ready    chan struct{}
+	started  atomic.Bool
 
 	mu  sync.Mutex
 	srv *server.Server
@@ -186,7 +254,8 @@ type Source struct {
 func New(dir string, opts ...Option) (*Source, error) {
 	cfg := config{
 		coalesce: 25 * time.Millisecond, maxRead: DefaultMaxReadBytes, maxSearch: DefaultMaxSearchBytes,
-		searchBudget: DefaultSearchBudget, maxFiles: DefaultMaxFiles, rootGrace: DefaultRootGrace,
+		searchBudget: DefaultSearchBudget, searchTime: DefaultSearchTimeout, maxRegexp: DefaultMaxRegexpSize,
+		maxDirList: DefaultMaxDirEntries, maxFiles: DefaultMaxFiles, rootGrace: DefaultRootGrace,
 		rootCheck: 100 * time.Millisecond,
 	}
 	for _, o := range opts {
@@ -214,18 +283,25 @@ func New(dir string, opts ...Option) (*Source, error) {
 		return nil, fmt.Errorf("dirsource: %s is not a directory", dir)
 	}
 	return &Source{
-		root:    resolved,
-		rootURI: fileURI(resolved),
-		cfg:     cfg,
-		log:     cfg.logger.With("dir", resolved),
-		ready:   make(chan struct{}),
-		st:      newState(),
+		root:     resolved,
+		rootName: filepath.FromSlash(displayName(filepath.ToSlash(resolved))),
+		rootURI:  fileURI(resolved),
+		cfg:      cfg,
+		log:      cfg.logger.With("dir", resolved),
+		ready:    make(chan struct{}),
+		st:       newState(),
 	}, nil
 }
 
 // Root returns the directory served, as an absolute path with symbolic
 // links resolved.
 func (s *Source) Root() string { return s.root }
+
+// DisplayRoot returns Root as valid UTF-8 text, for messages and server
+// instructions, which JSON carries as text: in a component of the path
+// that is not UTF-8, each byte outside a UTF-8 character is written %XX
+// and "%" is written %25. Root itself keeps the exact bytes.
+func (s *Source) DisplayRoot() string { return s.rootName }
 
 // URI returns the resource URI of a slash-separated path relative to the
 // root.
@@ -284,8 +360,8 @@ func (s *Source) Register(srv *server.Server) error {
 	err = srv.AddResourceTemplate(mcp.ResourceTemplate{
 		URITemplate: s.Template(),
 		Name:        "files",
-		Title:       "Files under " + s.root,
-		Description: "Any regular, non-hidden file under " + s.root + ", by absolute path.",
+		Title:       "Files under " + s.rootName,
+		Description: "Any regular, non-hidden file under " + s.rootName + ", by absolute path.",
 	}, s.read)
 	if err != nil {
 		return fmt.Errorf("dirsource: %w", err)
@@ -318,6 +394,7 @@ func (s *Source) read(_ context.Context, req *server.ResourceRequest) (*mcp.Read
 	switch {
 	case err == nil:
 	case errors.Is(err, errTooLarge):
+		s.counts.readsTooLarge.Add(1)
 		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "Resource too large",
 			map[string]any{"uri": req.URI, "limit": s.cfg.maxRead})
 	case errors.Is(err, fs.ErrPermission):
@@ -622,13 +699,23 @@ func (s *Source) commitLocked(obs []subtreeObs) {
 		for _, rel := range d.put {
 			m := s.st.files[rel].meta
 			size := m.size
-			res = append(res, mcp.Resource{URI: s.URI(rel), Name: rel, MimeType: m.mime, Size: &size})
+			res = append(res, mcp.Resource{URI: s.URI(rel), Name: displayName(rel), MimeType: m.mime, Size: &size})
 		}
 		if d.putPartial {
 			res = append(res, s.partialResource(s.st.partial))
 		}
-		if err := s.srv.AddResources(res, s.read); err != nil {
-			s.log.Error("dirsource: registering files", "err", err)
+		if refused := s.registerLocked(res); len(refused) > 0 {
+			uris := make([]string, 0, len(refused))
+			for _, i := range refused {
+				if i < len(d.put) {
+					s.st.reject(d.put[i])
+				}
+				uris = append(uris, res[i].URI)
+			}
+			// An earlier entry of a file whose new one was refused would
+			// stay listed, and never be removed: the bookkeeping now
+			// says the file is not listed.
+			s.srv.RemoveResources(uris...)
 		}
 	}
 	switch now := s.st.partial; {
@@ -644,6 +731,40 @@ func (s *Source) commitLocked(obs []subtreeObs) {
 	for _, rel := range d.updated {
 		s.srv.ResourceUpdated(s.URI(rel))
 	}
+}
+
+// registerLocked adds res to the server as one change, and returns the
+// indexes of those the server refused. The server refuses a whole batch
+// when any resource in it is invalid, and one bad entry must not keep the
+// others out of the list; so after a refusal each resource is checked the
+// way the server checks it, and the rest are added as one batch again
+// (one at a time only if that is refused too).
+func (s *Source) registerLocked(res []mcp.Resource) []int {
+	err := s.srv.AddResources(res, s.read)
+	if err == nil {
+		return nil
+	}
+	var refused []int
+	good := make([]mcp.Resource, 0, len(res))
+	for i, r := range res {
+		if _, err := jsonrpc.Marshal(r); err != nil {
+			s.log.Error("dirsource: the server cannot list a file; it is left out", "uri", r.URI, "err", err)
+			refused = append(refused, i)
+			continue
+		}
+		good = append(good, r)
+	}
+	if len(good) == 0 || s.srv.AddResources(good, s.read) == nil {
+		return refused
+	}
+	refused = refused[:0]
+	for i, r := range res {
+		if err := s.srv.AddResource(r, s.read); err != nil {
+			s.log.Error("dirsource: the server refused a file; it is left out", "uri", r.URI, "err", err)
+			refused = append(refused, i)
+		}
+	}
+	return refused
 }
 
 func (s *Source) commit(obs []subtreeObs) {

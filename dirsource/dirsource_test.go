@@ -52,8 +52,15 @@ type fixture struct {
 
 func newFixture(t testing.TB, files map[string]string, opts ...dirsource.Option) *fixture {
 	t.Helper()
+	return newFixtureNamed(t, "root", files, opts...)
+}
+
+// newFixtureNamed serves a directory of the given name in a fresh
+// temporary directory.
+func newFixtureNamed(t testing.TB, name string, files map[string]string, opts ...dirsource.Option) *fixture {
+	t.Helper()
 	base := t.TempDir()
-	root := filepath.Join(base, "root")
+	root := filepath.Join(base, name)
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)
 	}

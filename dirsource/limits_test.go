@@ -124,3 +124,38 @@ func TestSearchSaysWhatItSkipped(t *testing.T) {
 		t.Errorf("complete search = %v", r.Structured)
 	}
 }
+
+func TestListDirectoryIsCutAtItsLimit(t *testing.T) {
+	files := map[string]string{".hidden1": "h", ".hidden2": "h"}
+	for i := range 25 {
+		files[fmt.Sprintf("f%02d.txt", i)] = "x"
+	}
+	for i := range 5 {
+		files[fmt.Sprintf("d%d/x.txt", i)] = "x"
+	}
+	f := newFixture(t, files, dirsource.WithMaxDirEntries(10))
+	r := f.tool(t, "list_directory", map[string]any{})
+	if r.IsError {
+		t.Fatalf("list_directory: %v", r.Content)
+	}
+	entries := r.Structured["entries"].([]any)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.(map[string]any)["name"].(string))
+	}
+	if len(entries) != 10 || r.Structured["truncated"] != true || r.Structured["limit"] != 10.0 || !slices.IsSorted(names) {
+		t.Errorf("listing = %v, want 10 entries sorted by name, truncated at the limit of 10", r.Structured)
+	}
+	if !strings.HasSuffix(r.Content[0].Text, "(cut at 10 entries, the most one listing shows; more are not shown)") {
+		t.Errorf("text = %q", r.Content[0].Text)
+	}
+	if n := f.src.Stats().ListingsCut; n != 1 {
+		t.Errorf("ListingsCut = %d, want 1", n)
+	}
+	// Exactly the limit is not cut.
+	g := newFixture(t, map[string]string{"a": "a", "b": "b", ".c": "c"}, dirsource.WithMaxDirEntries(2))
+	if r := g.tool(t, "list_directory", map[string]any{}); r.Structured["truncated"] != false || r.Structured["limit"] != nil ||
+		len(r.Structured["entries"].([]any)) != 2 {
+		t.Errorf("listing at the limit = %v", r.Structured)
+	}
+}

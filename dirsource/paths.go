@@ -2,11 +2,13 @@ package dirsource
 
 import (
 	"bytes"
+	"fmt"
 	"mime"
 	"net/url"
 	"path"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -109,4 +111,67 @@ func looksText(b []byte, partial bool) bool {
 		}
 	}
 	return utf8.Valid(b)
+}
+
+// displayName returns a slash-separated path as valid UTF-8 text, for
+// resource names, tool results and descriptions, which JSON carries as
+// text. Linux allows any bytes but "/" and NUL in a name, and a name that
+// is not UTF-8 (a Latin-1 "café" from an old archive) cannot be put in
+// JSON as it is. Such a component is shown with every byte that is not
+// part of a UTF-8 character written %XX, and "%" itself written %25, so
+// that the text says which bytes are there and pathFromDisplay can go
+// back; a component that is valid UTF-8 is shown unchanged. URIs never
+// use this form: they percent-encode the exact bytes.
+func displayName(p string) string {
+	if utf8.ValidString(p) {
+		return p
+	}
+	var b strings.Builder
+	for i, c := range strings.Split(p, "/") {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		if utf8.ValidString(c) {
+			b.WriteString(c)
+			continue
+		}
+		for len(c) > 0 {
+			r, n := utf8.DecodeRuneInString(c)
+			switch {
+			case r == utf8.RuneError && n == 1:
+				fmt.Fprintf(&b, "%%%02X", c[0])
+			case r == '%':
+				b.WriteString("%25")
+			default:
+				b.WriteString(c[:n])
+			}
+			c = c[n:]
+		}
+	}
+	return b.String()
+}
+
+// componentFromDisplay undoes displayName for one component of a path a
+// client read from a tool result and passes back: %25 and the escapes of
+// bytes 80 to FF are decoded, when that yields a name that is not UTF-8
+// (which displayName would have shown so). It reports false when that
+// does not apply. A valid name can read like such an escape (a file
+// literally named "caf%E9.txt"), so the name as given is looked up first;
+// see Source.fromShown.
+func componentFromDisplay(c string) (string, bool) {
+	var b []byte
+	for i := 0; i < len(c); i++ {
+		if c[i] == '%' && i+2 < len(c) {
+			if v, err := strconv.ParseUint(c[i+1:i+3], 16, 8); err == nil && (v == '%' || v >= 0x80) {
+				b = append(b, byte(v))
+				i += 2
+				continue
+			}
+		}
+		b = append(b, c[i])
+	}
+	if utf8.Valid(b) {
+		return "", false
+	}
+	return string(b), true
 }

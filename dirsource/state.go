@@ -17,6 +17,10 @@ import (
 type fileState struct {
 	meta   fileMeta
 	listed bool
+	// refused: the server would not list it (see Source.registerLocked).
+	// It is neither listed nor waiting for room until its description
+	// changes.
+	refused bool
 }
 
 // dirNode indexes the known files and subdirectories of one directory by
@@ -36,6 +40,7 @@ type state struct {
 	dirs     map[string]*dirNode
 	overflow map[string]struct{}
 	listed   int
+	refused  int
 	// partial is the last published state of the partial-list
 	// resource: whether it is registered and the counts it carries.
 	partial partialInfo
@@ -183,10 +188,13 @@ func (st *state) apply(obs []subtreeObs, maxFiles int) delta {
 		if _, ok := found[rel]; ok {
 			continue
 		}
-		if fs.listed {
+		switch {
+		case fs.listed:
 			st.listed--
 			d.remove = append(d.remove, rel)
-		} else {
+		case fs.refused:
+			st.refused--
+		default:
 			delete(st.overflow, rel)
 		}
 		delete(st.files, rel)
@@ -212,6 +220,11 @@ func (st *state) apply(obs []subtreeObs, maxFiles int) delta {
 		}
 		if fs.listed && (old.size != s.meta.size || old.mime != s.meta.mime) {
 			d.put = append(d.put, rel) // the entry shows the size and type
+		}
+		if fs.refused && (old.size != s.meta.size || !old.mod.Equal(s.meta.mod) || old.mime != s.meta.mime) {
+			fs.refused = false // its entry would differ: try it again
+			st.refused--
+			st.overflow[rel] = struct{}{}
 		}
 	}
 
@@ -252,6 +265,24 @@ func (st *state) apply(obs []subtreeObs, maxFiles int) delta {
 	return d
 }
 
+// reject records that the server refused to list rel, which apply had
+// just taken into the list: it leaves the list, and does not wait for
+// room either, since it would be refused again.
+func (st *state) reject(rel string) {
+	fs := st.files[rel]
+	if fs == nil || fs.refused {
+		return
+	}
+	if fs.listed {
+		fs.listed = false
+		st.listed--
+	} else {
+		delete(st.overflow, rel)
+	}
+	fs.refused = true
+	st.refused++
+}
+
 // known returns every known file, listed or not, sorted by path.
 func (st *state) known() ([]string, map[string]fileMeta) {
 	m := make(map[string]fileMeta, len(st.files))
@@ -288,7 +319,7 @@ func (s *Source) partialResource(info partialInfo) mcp.Resource {
 		Title:    "Resource list is partial",
 		MimeType: "application/json",
 		Description: "Only " + strconv.Itoa(info.Listed) + " of " + strconv.Itoa(info.Listed+info.Unlisted) +
-			" files under " + s.root + " are listed (limit " + strconv.Itoa(info.Limit) + "). " +
+			" files under " + s.rootName + " are listed (limit " + strconv.Itoa(info.Limit) + "). " +
 			"Unlisted files can still be read by URI and searched with search_files.",
 		Meta: mcp.Meta{PartialMetaKey: jsontext.Value(b)},
 	}

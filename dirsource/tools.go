@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
-	"regexp"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -25,7 +27,8 @@ const (
 	defaultSearchResults = 50
 	maxSearchResults     = 1000
 	maxLineText          = 240
-	maxDirList           = 1000
+	// dirBatch is how many entries list_directory reads at a time.
+	dirBatch = 256
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -95,19 +98,19 @@ func (s *Source) addTools(srv *server.Server) error {
 		server.AddTypedTool(srv, mcp.Tool{
 			Name:        "search_files",
 			Title:       "Search files",
-			Description: "Search the text files under " + s.root + " for a string or regular expression; returns matching lines with their paths, URIs and line numbers.",
+			Description: "Search the text files under " + s.rootName + " for a string or regular expression; returns matching lines with their paths, URIs and line numbers.",
 			Annotations: readOnly(),
 		}, s.searchTool),
 		server.AddTypedTool(srv, mcp.Tool{
 			Name:        "file_info",
 			Title:       "File information",
-			Description: "Size, modification time and media type of a file or directory under " + s.root + ".",
+			Description: "Size, modification time and media type of a file or directory under " + s.rootName + ".",
 			Annotations: readOnly(),
 		}, s.infoTool),
 		server.AddTypedTool(srv, mcp.Tool{
 			Name:        "list_directory",
 			Title:       "List directory",
-			Description: "The files and subdirectories of a directory under " + s.root + ", hidden entries excluded.",
+			Description: "The files and subdirectories of a directory under " + s.rootName + ", hidden entries excluded.",
 			Annotations: readOnly(),
 		}, s.listTool),
 	)
@@ -132,6 +135,8 @@ const (
 	reasonMaxResults truncReason = "max_results"
 	// reasonBudget: the bytes one search may read were used up.
 	reasonBudget truncReason = "search_budget"
+	// reasonTimeout: the time one search may take was used up.
+	reasonTimeout truncReason = "search_timeout"
 	// reasonTooLarge: files over the search size limit were skipped.
 	reasonTooLarge truncReason = "file_too_large"
 	// reasonUnreadable: files that could not be read were skipped.
@@ -140,15 +145,15 @@ const (
 
 // JSONSchema lists the reasons in the tool's output schema.
 func (truncReason) JSONSchema() *jsonschema.Schema {
-	return &jsonschema.Schema{Enum: []any{string(reasonMaxResults), string(reasonBudget), string(reasonTooLarge), string(reasonUnreadable)}}
+	return &jsonschema.Schema{Enum: []any{string(reasonMaxResults), string(reasonBudget), string(reasonTimeout), string(reasonTooLarge), string(reasonUnreadable)}}
 }
 
 type searchResult struct {
 	Matches       []searchMatch `json:"matches"`
 	Truncated     bool          `json:"truncated" jsonschema:"More matches may exist: something was skipped or the search stopped early; reasons says why."`
-	Reasons       []truncReason `json:"reasons,omitempty" jsonschema:"Why the result is truncated: max_results (the result limit was reached), search_budget (the bytes a search may read were used up), file_too_large (files over the search size limit were skipped), unreadable (files that could not be read were skipped)."`
-	SkippedFiles  int           `json:"skippedFiles,omitzero" jsonschema:"Files not searched (too large, unreadable, or not reached)."`
-	FilesSearched int           `json:"filesSearched"`
+	Reasons       []truncReason `json:"reasons,omitempty" jsonschema:"Why the result is truncated: max_results (the result limit was reached), search_budget (the bytes a search may read were used up), search_timeout (the time a search may take was used up), file_too_large (files over the search size limit were skipped), unreadable (files that could not be read were skipped)."`
+	SkippedFiles  int           `json:"skippedFiles,omitzero" jsonschema:"Files not searched to the end (too large, unreadable, or not reached)."`
+	FilesSearched int           `json:"filesSearched" jsonschema:"Files searched to the end, or up to the last match returned."`
 
 	text string // one "path:line: text" per match
 }
@@ -157,39 +162,63 @@ type searchResult struct {
 // better than the JSON and says the same.
 func (r searchResult) ToolText() string { return r.text }
 
+// errSearchTimeout ends a search's own context when its time is up, so
+// that it can tell its time limit from the caller giving up.
+var errSearchTimeout = errors.New("search time limit reached")
+
 func (s *Source) searchTool(ctx context.Context, _ *server.ToolRequest, args searchArgs) (searchResult, error) {
 	limit := int(args.MaxResults)
 	if limit <= 0 {
 		limit = defaultSearchResults
 	}
 	limit = min(limit, maxSearchResults)
-	match := func(line []byte) bool { return bytes.Contains(line, []byte(args.Query)) }
+	m := &matcher{literal: []byte(args.Query), cost: 1}
 	if args.Regexp {
-		re, err := regexp.Compile(string(args.Query))
+		re, size, err := compileRegexp(string(args.Query), s.cfg.maxRegexp)
 		if err != nil {
-			return searchResult{}, fmt.Errorf("invalid regular expression: %w", err)
+			if _, tooLarge := errors.AsType[*jsonrpc.Error](err); tooLarge {
+				s.counts.regexpsRefused.Add(1)
+			}
+			return searchResult{}, err
 		}
-		match = re.Match
+		m.re, m.cost = re, size
 	}
+	sctx, cancel := context.WithTimeoutCause(ctx, s.cfg.searchTime, errSearchTimeout)
+	defer cancel()
 	res := searchResult{Matches: []searchMatch{}}
 	reasons := map[truncReason]bool{}
 	rels, metas := s.snapshot()
 	budget := s.cfg.searchBudget
 	var text strings.Builder
+	// stopped handles the end of the search's context: the caller's
+	// cancellation is an error, the time limit a truncated result.
+	stopped := func(remaining int) error {
+		if err := ctx.Err(); err != nil && !errors.Is(context.Cause(sctx), errSearchTimeout) {
+			return err
+		}
+		reasons[reasonTimeout] = true
+		res.SkippedFiles += remaining
+		s.counts.timedOut.Add(1)
+		return nil
+	}
 files:
 	for i, rel := range rels {
-		if err := ctx.Err(); err != nil {
-			return searchResult{}, err
+		if sctx.Err() != nil {
+			if err := stopped(len(rels) - i); err != nil {
+				return searchResult{}, err
+			}
+			break
 		}
-		m := metas[rel]
-		if m.size > s.cfg.maxSearch {
+		meta := metas[rel]
+		if meta.size > s.cfg.maxSearch {
 			reasons[reasonTooLarge] = true
 			res.SkippedFiles++
 			continue
 		}
-		if budget -= m.size; budget < 0 {
+		if budget -= meta.size; budget < 0 {
 			reasons[reasonBudget] = true
 			res.SkippedFiles += len(rels) - i
+			s.counts.overBudget.Add(1)
 			break
 		}
 		data, _, err := s.readFile(rel, s.cfg.maxSearch)
@@ -206,27 +235,37 @@ files:
 			res.SkippedFiles++
 			continue
 		}
-		res.FilesSearched++
 		if !looksText(data, false) {
+			res.FilesSearched++
 			continue // searched: binary files hold no lines to match
 		}
 		n := 0
 		for line := range bytes.Lines(data) {
 			n++
 			line = bytes.TrimRight(line, "\r\n")
-			if !match(line) {
+			ok, err := m.match(sctx, line)
+			if err != nil {
+				if err := stopped(len(rels) - i); err != nil {
+					return searchResult{}, err
+				}
+				break files
+			}
+			if !ok {
 				continue
 			}
 			if len(res.Matches) == limit {
 				reasons[reasonMaxResults] = true
+				res.FilesSearched++
 				break files
 			}
 			t := clip(line, maxLineText)
-			res.Matches = append(res.Matches, searchMatch{Path: rel, URI: s.URI(rel), Line: n, Text: t})
-			fmt.Fprintf(&text, "%s:%d: %s\n", rel, n, t)
+			name := displayName(rel)
+			res.Matches = append(res.Matches, searchMatch{Path: name, URI: s.URI(rel), Line: n, Text: t})
+			fmt.Fprintf(&text, "%s:%d: %s\n", name, n, t)
 		}
+		res.FilesSearched++
 	}
-	for _, r := range []truncReason{reasonMaxResults, reasonBudget, reasonTooLarge, reasonUnreadable} {
+	for _, r := range []truncReason{reasonMaxResults, reasonBudget, reasonTimeout, reasonTooLarge, reasonUnreadable} {
 		if reasons[r] {
 			res.Reasons = append(res.Reasons, r)
 		}
@@ -237,6 +276,9 @@ files:
 	}
 	if res.Truncated {
 		fmt.Fprintf(&text, "(truncated: %s; more matches may exist)", joinReasons(res.Reasons))
+		if reasons[reasonTimeout] {
+			fmt.Fprintf(&text, "\n(the search stopped at its time limit of %v; narrow the query or use a simpler pattern)", s.cfg.searchTime)
+		}
 	}
 	res.text = strings.TrimRight(text.String(), "\n")
 	return res, nil
@@ -282,6 +324,12 @@ func (s *Source) openArg(arg string) (rel string, root *os.Root, f *os.File, err
 		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	root, f, err = s.open(rel)
+	if err != nil && notFound(err) {
+		if raw, ok := s.fromShown(rel); ok {
+			rel = raw
+			root, f, err = s.open(rel)
+		}
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, fs.ErrPermission):
@@ -290,6 +338,27 @@ func (s *Source) openArg(arg string) (rel string, root *os.Root, f *os.File, err
 		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
 	return rel, root, f, nil
+}
+
+// fromShown finds the file a path shown by displayName names, component
+// by component: each is taken as it is when that exists, and as the bytes
+// its escapes stand for otherwise. It reports false when no component
+// needed decoding.
+func (s *Source) fromShown(rel string) (string, bool) {
+	if !strings.Contains(rel, "%") {
+		return "", false
+	}
+	cs := strings.Split(rel, "/")
+	dir, changed := s.root, false
+	for i, c := range cs {
+		if _, err := os.Lstat(filepath.Join(dir, c)); err != nil {
+			if raw, ok := componentFromDisplay(c); ok {
+				cs[i], changed = raw, true
+			}
+		}
+		dir = filepath.Join(dir, cs[i])
+	}
+	return strings.Join(cs, "/"), changed
 }
 
 func (s *Source) infoTool(_ context.Context, _ *server.ToolRequest, args pathArgs) (fileInfo, error) {
@@ -304,7 +373,7 @@ func (s *Source) infoTool(_ context.Context, _ *server.ToolRequest, args pathArg
 	if err != nil {
 		return fileInfo{}, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
-	info := fileInfo{Path: rel, URI: s.URI(rel), Size: fi.Size(), ModTime: dateTime(fi.ModTime().UTC().Format(time.RFC3339Nano))}
+	info := fileInfo{Path: displayName(rel), URI: s.URI(rel), Size: fi.Size(), ModTime: dateTime(fi.ModTime().UTC().Format(time.RFC3339Nano))}
 	switch {
 	case fi.IsDir():
 		info.Type, info.Size = kindDirectory, 0
@@ -329,7 +398,8 @@ type dirEntry struct {
 type dirListing struct {
 	Path      string     `json:"path"`
 	Entries   []dirEntry `json:"entries"`
-	Truncated bool       `json:"truncated"`
+	Truncated bool       `json:"truncated" jsonschema:"The directory holds more entries than one listing shows (limit); these are the first the system returned, sorted by name."`
+	Limit     int        `json:"limit,omitzero" jsonschema:"The most entries one listing shows, when truncated."`
 
 	text string // one entry per line, as ls prints them
 }
@@ -349,46 +419,68 @@ func (s *Source) listTool(_ context.Context, _ *server.ToolRequest, args listArg
 	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
 		return dirListing{}, fmt.Errorf("%s: not a directory", arg)
 	}
-	des, err := f.ReadDir(-1)
-	switch {
-	case err == nil:
-	case errors.Is(err, fs.ErrPermission):
-		return dirListing{}, fmt.Errorf("%s: %w", arg, errPermission)
-	default:
-		return dirListing{}, fmt.Errorf("%s: cannot list: %s", arg, errnoText(err))
+	out := dirListing{Path: displayName(rel), Entries: []dirEntry{}}
+	type kept struct {
+		name string
+		e    dirEntry
 	}
-	slices.SortFunc(des, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	out := dirListing{Path: rel, Entries: []dirEntry{}}
-	var text strings.Builder
-	for _, d := range des {
-		if strings.HasPrefix(d.Name(), ".") {
-			continue
-		}
-		p := path.Join(rel, d.Name())
-		e := dirEntry{Name: d.Name(), Path: p}
-		line := d.Name() + "/"
-		switch {
-		case d.IsDir():
-			e.Type = kindDirectory
-		case d.Type().IsRegular():
-			fi, err := d.Info()
-			if err != nil {
+	var entries []kept
+	limit := s.cfg.maxDirList
+	// Read in batches and stop at the limit: a huge directory must not
+	// cost its whole size to show a page of it.
+	for !out.Truncated {
+		des, err := f.ReadDir(dirBatch)
+		for _, d := range des {
+			if strings.HasPrefix(d.Name(), ".") {
 				continue
 			}
-			e.Type, e.Size, e.URI = kindFile, ptr(fi.Size()), s.URI(p)
-			line = d.Name() + "\t" + strconv.FormatInt(fi.Size(), 10) + " bytes"
-		default:
-			continue // symbolic links and special files are not served
+			p := path.Join(rel, d.Name())
+			e := dirEntry{Name: displayName(d.Name()), Path: displayName(p)}
+			switch {
+			case d.IsDir():
+				e.Type = kindDirectory
+			case d.Type().IsRegular():
+				fi, err := d.Info()
+				if err != nil {
+					continue // gone meanwhile
+				}
+				e.Type, e.Size, e.URI = kindFile, ptr(fi.Size()), s.URI(p)
+			default:
+				continue // symbolic links and special files are not served
+			}
+			if len(entries) == limit {
+				out.Truncated = true
+				break
+			}
+			entries = append(entries, kept{d.Name(), e})
 		}
-		if len(out.Entries) == maxDirList {
-			out.Truncated = true
-			text.WriteString("(more entries not shown)\n")
+		if errors.Is(err, io.EOF) {
 			break
 		}
-		out.Entries = append(out.Entries, e)
-		text.WriteString(line + "\n")
+		switch {
+		case err == nil:
+		case errors.Is(err, fs.ErrPermission):
+			return dirListing{}, fmt.Errorf("%s: %w", arg, errPermission)
+		default:
+			return dirListing{}, fmt.Errorf("%s: cannot list: %s", arg, errnoText(err))
+		}
 	}
-	if len(out.Entries) == 0 {
+	slices.SortFunc(entries, func(a, b kept) int { return strings.Compare(a.name, b.name) })
+	var text strings.Builder
+	for _, k := range entries {
+		out.Entries = append(out.Entries, k.e)
+		if k.e.Type == kindDirectory {
+			text.WriteString(k.e.Name + "/\n")
+		} else {
+			text.WriteString(k.e.Name + "\t" + strconv.FormatInt(*k.e.Size, 10) + " bytes\n")
+		}
+	}
+	switch {
+	case out.Truncated:
+		s.counts.listingsCut.Add(1)
+		out.Limit = limit
+		fmt.Fprintf(&text, "(cut at %d entries, the most one listing shows; more are not shown)", limit)
+	case len(out.Entries) == 0:
 		text.WriteString("(empty)")
 	}
 	out.text = strings.TrimRight(text.String(), "\n")

@@ -3,7 +3,8 @@
 // listens, change notifications sent and coalesced, and streams cut off
 // because their reader stopped reading; and, for a replica of several,
 // the health of its bus (RegisterBus) and of its shared state
-// (RegisterState).
+// (RegisterState); and, for a served directory, how its limits bite
+// (RegisterFiles).
 //
 // The series are cheap enough for the hot path: labels come from small
 // fixed sets (an unknown method is "other", an uncommon error code

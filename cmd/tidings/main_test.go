@@ -370,6 +370,8 @@ func testHTTP(t *testing.T, bin string) {
 		`tidings_notifications_sent_total 1`,
 		`tidings_request_duration_seconds_count{method="tools/list"} 1`,
 		`tidings_stream_cutoffs_total 0`,
+		`tidings_files_unlisted 0`,
+		`tidings_files_searches_timed_out_total 0`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(metrics, series) {

@@ -23,6 +23,7 @@ import (
 	"tidings/bus"
 	"tidings/dirsource"
 	"tidings/mcp"
+	"tidings/metrics"
 	"tidings/server"
 	"tidings/stdio"
 	"tidings/streamhttp"
@@ -49,6 +50,11 @@ type serveConfig struct {
 	// secret seals cursors and request state (--secret-file,
 	// TIDINGS_SECRET); nil draws a random key.
 	secret []byte
+	// searchTimeout, maxRegexp and maxDirEntries bound the work of one
+	// search_files or list_directory call; zero keeps the default.
+	searchTimeout time.Duration
+	maxRegexp     int
+	maxDirEntries int
 }
 
 // byteSize is a flag value in bytes, written as a number with an
@@ -165,6 +171,9 @@ at once); alert on tidings_bus_connected in /metrics instead.`,
 				return err
 			}
 			cfg.dir = dir
+			if err := checkToolLimits(cfg); err != nil {
+				return err
+			}
 			log, err := newLogger(cmd.ErrOrStderr(), logFormat, level)
 			if err != nil {
 				return err
@@ -194,6 +203,9 @@ at once); alert on tidings_bus_connected in /metrics instead.`,
 	f.Var(&cfg.maxRead, "max-read-bytes", "largest file resources/read returns")
 	f.Var(&cfg.maxSearch, "max-search-bytes", "largest file search_files looks into; larger ones are skipped and the result says so")
 	f.Var(&cfg.searchBudget, "search-budget", "most bytes one search_files call reads in all")
+	f.DurationVar(&cfg.searchTimeout, "search-timeout", dirsource.DefaultSearchTimeout, "longest one search_files call may take; a search that runs out of time answers with what it found and says so")
+	f.IntVar(&cfg.maxRegexp, "max-regexp-size", dirsource.DefaultMaxRegexpSize, "most instructions a search_files regular expression may compile to; larger ones are refused")
+	f.IntVar(&cfg.maxDirEntries, "max-dir-entries", dirsource.DefaultMaxDirEntries, "most entries one list_directory answer holds; a larger directory's listing says it was cut")
 	f.DurationVar(&cfg.rootGrace, "root-grace", dirsource.DefaultRootGrace, "how long DIR may be missing before serve exits with an error; 0 exits at once, a negative value waits forever")
 	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
 	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
@@ -240,6 +252,20 @@ func serveSecret(file, env string) ([]byte, error) {
 	return key, nil
 }
 
+// checkToolLimits refuses tool limits given as zero or less, which the
+// source would silently replace by its defaults.
+func checkToolLimits(cfg serveConfig) error {
+	switch {
+	case cfg.searchTimeout <= 0:
+		return fmt.Errorf("--search-timeout must be positive, not %v", cfg.searchTimeout)
+	case cfg.maxRegexp <= 0:
+		return fmt.Errorf("--max-regexp-size must be positive, not %d", cfg.maxRegexp)
+	case cfg.maxDirEntries <= 0:
+		return fmt.Errorf("--max-dir-entries must be positive, not %d", cfg.maxDirEntries)
+	}
+	return nil
+}
+
 // openBus dials the bus of --bus, bounded in time: a replica that cannot
 // reach its broker at start is better restarted than serving alone
 // unnoticed.
@@ -264,6 +290,9 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		dirsource.WithMaxReadBytes(int64(cfg.maxRead)),
 		dirsource.WithMaxSearchBytes(int64(cfg.maxSearch)),
 		dirsource.WithSearchBudget(int64(cfg.searchBudget)),
+		dirsource.WithSearchTimeout(cfg.searchTimeout),
+		dirsource.WithMaxRegexpSize(cfg.maxRegexp),
+		dirsource.WithMaxDirEntries(cfg.maxDirEntries),
 		dirsource.WithRootGrace(cfg.rootGrace))
 	if err != nil {
 		return err
@@ -272,9 +301,12 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	if err != nil {
 		return err
 	}
+	if err := metrics.RegisterFiles(obs.registry, src.Stats); err != nil {
+		return err
+	}
 	opts := append(obs.serverOptions(log),
 		server.WithLogger(log),
-		server.WithInstructions("Files under "+src.Root()+" are resources named by their file:// URI. "+
+		server.WithInstructions("Files under "+src.DisplayRoot()+" are resources named by their file:// URI. "+
 			"Subscribe to a file's URI with subscriptions/listen to learn when it changes."),
 	)
 	if cfg.secret != nil {

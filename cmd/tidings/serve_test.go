@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -122,5 +123,69 @@ func TestServeExitsWhenTheDirectoryIsGoneForGood(t *testing.T) {
 		}
 	case <-time.After(wait):
 		t.Fatal("serve kept running without its directory")
+	}
+}
+
+// TestServeDirectoryNamedNotInUTF8 serves, over stdio, a directory whose
+// own name and one file's name are Latin-1 bytes, not UTF-8: every
+// answer still encodes, the instructions included.
+func TestServeDirectoryNamedNotInUTF8(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "r\xe9sum\xe9s")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a.txt", "caf\xe9.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var in bytes.Buffer
+	methods := []string{"server/discover", "resources/list", "resources/templates/list", "tools/list"}
+	for i, m := range methods {
+		in.Write(append(request(t, i+1, m, nil), '\n'))
+	}
+	var out, errOut bytes.Buffer
+	cmd := newRootCmd()
+	cmd.SetArgs([]string{"serve", dir, "--stdio"})
+	cmd.SetIn(&in)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("serve: %v\n%s", err, errOut.String())
+	}
+	answered := map[float64]bool{}
+	for line := range strings.Lines(out.String()) {
+		var m message
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		if m.Error != nil || m.Result == nil {
+			t.Errorf("request %v: %s", m.ID, line)
+			continue
+		}
+		answered[m.ID.(float64)] = true
+		if m.ID == 1.0 && !strings.Contains(m.Result["instructions"].(string), "r%E9sum%E9s") {
+			t.Errorf("instructions = %q", m.Result["instructions"])
+		}
+		if m.ID == 2.0 && !strings.Contains(line, `"name":"caf%E9.txt"`) {
+			t.Errorf("resources/list = %s", line)
+		}
+	}
+	if len(answered) != len(methods) {
+		t.Errorf("answered %v of %v\n%s", answered, methods, errOut.String())
+	}
+}
+
+func TestServeRefusesToolLimitsOfZero(t *testing.T) {
+	for _, flag := range []string{"--search-timeout=0s", "--max-regexp-size=0", "--max-dir-entries=-1"} {
+		cmd := newRootCmd()
+		cmd.SetArgs([]string{"serve", t.TempDir(), "--stdio", flag})
+		cmd.SetIn(strings.NewReader(""))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		name := strings.SplitN(flag, "=", 2)[0]
+		if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), name+" must be positive") {
+			t.Errorf("%s: %v", flag, err)
+		}
 	}
 }
