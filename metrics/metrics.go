@@ -1,7 +1,8 @@
 // Package metrics exports what a tidings server does as Prometheus
 // series: requests by method and outcome with their latency, open
-// listens, change notifications sent and coalesced, and streams cut off
-// because their reader stopped reading; and, for a replica of several,
+// listens, change notifications sent and coalesced, streams cut off
+// because their reader stopped reading, and tasks failed because the
+// replica running them stopped; and, for a replica of several,
 // the health of its bus (RegisterBus) and of its shared state
 // (RegisterState); and, for a served directory, how its limits bite
 // (RegisterFiles).
@@ -27,7 +28,8 @@ import (
 
 // Metrics holds the series of one server. It implements
 // server.RefusalObserver, so requests refused before they are served
-// (a header mismatch, an unsupported version) are counted too.
+// (a header mismatch, an unsupported version) are counted too, and
+// server.TaskObserver, so tasks whose lease lapsed are.
 type Metrics struct {
 	requests      *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
@@ -35,6 +37,7 @@ type Metrics struct {
 	sent          prometheus.Counter
 	coalesced     prometheus.Counter
 	cutoffs       prometheus.Counter
+	leaseLapsed   prometheus.Counter
 	knownMethods  map[string]*methodSeries
 	knownOutcomes map[int]string
 }
@@ -76,6 +79,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "tidings_stream_cutoffs_total",
 			Help: "Streams cut because their reader stopped reading for longer than the write timeout.",
 		}),
+		leaseLapsed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidings_tasks_lease_lapsed_total",
+			Help: "Unfinished tasks failed by this replica because their lease lapsed: the replica running them stopped, or lost the task store.",
+		}),
 		knownMethods: map[string]*methodSeries{},
 		knownOutcomes: map[int]string{
 			jsonrpc.CodeInvalidParams:          "invalid_params",
@@ -98,7 +105,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			duration: m.duration.WithLabelValues(method),
 		}
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.listens, m.sent, m.coalesced, m.cutoffs} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.listens, m.sent, m.coalesced, m.cutoffs, m.leaseLapsed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
@@ -183,3 +190,6 @@ func (m *Metrics) Refused(method string, code int) {
 
 // CutOff counts a stream cut for a stuck reader.
 func (m *Metrics) CutOff() { m.cutoffs.Inc() }
+
+// TaskLeaseLapsed counts a task failed because its lease lapsed.
+func (m *Metrics) TaskLeaseLapsed() { m.leaseLapsed.Inc() }

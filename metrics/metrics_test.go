@@ -2,13 +2,17 @@ package metrics_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/goleak"
 
+	"tidings/bus"
 	"tidings/client"
 	"tidings/mcp"
 	"tidings/metrics"
@@ -70,14 +75,14 @@ func waitSeries(t *testing.T, url, series string, ok func(float64) bool) float64
 
 // newMeasuredServer serves a server with metrics: /mcp and /metrics on
 // one loopback listener, closed at the test's end.
-func newMeasuredServer(t *testing.T) (*server.Server, *httptest.Server) {
+func newMeasuredServer(t *testing.T, opts ...server.Option) (*server.Server, *httptest.Server) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.New(mcp.Implementation{Name: "m", Version: "1"}, m.ServerOptions()...)
+	srv := server.New(mcp.Implementation{Name: "m", Version: "1"}, append(m.ServerOptions(), opts...)...)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", streamhttp.New(srv))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -164,5 +169,89 @@ func TestRefusalsCounted(t *testing.T) {
 	}
 	if v := scrape(t, ts.URL+"/metrics", `tidings_requests_total{method="tools/list",outcome="header_mismatch"}`); v != 1 {
 		t.Errorf("header mismatches counted %v, want 1", v)
+	}
+}
+
+// cutStore is a task store that refuses every call once cut, as the
+// store of a replica that was killed is: nothing it does arrives.
+type cutStore struct {
+	bus.TaskStore
+	cut atomic.Bool
+}
+
+var errCut = errors.New("cut off")
+
+func (s *cutStore) Get(ctx context.Context, id string) ([]byte, uint64, error) {
+	if s.cut.Load() {
+		return nil, 0, errCut
+	}
+	return s.TaskStore.Get(ctx, id)
+}
+
+func (s *cutStore) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
+	if s.cut.Load() {
+		return 0, errCut
+	}
+	return s.TaskStore.Update(ctx, id, rec, rev)
+}
+
+// TestTaskLeaseLapsedCounted: a replica that fails a task because the
+// replica running it stopped renewing its lease counts it, once.
+func TestTaskLeaseLapsedCounted(t *testing.T) {
+	store := bus.NewLocalTasks()
+	runnerStore := &cutStore{TaskStore: store}
+	common := []server.Option{server.WithSecret([]byte("the replicas' shared secret, of 32 bytes or more")),
+		server.WithTaskLease(100 * time.Millisecond), server.WithLogger(slog.New(slog.DiscardHandler))}
+	runner := server.New(mcp.Implementation{Name: "runner", Version: "1"}, append(common, server.WithTaskStore(runnerStore))...)
+	defer func() {
+		runnerStore.cut.Store(false) // back, its task failed: it stops the work
+		if err := runner.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := runner.AddTool(mcp.Tool{Name: "job"}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rts := httptest.NewServer(streamhttp.New(runner))
+	defer rts.Close()
+	other, ts := newMeasuredServer(t, append(common, server.WithTaskStore(store))...)
+	defer func() { _ = other.Shutdown(context.Background()) }()
+	scrapeURL := ts.URL + "/metrics"
+	if v := scrape(t, scrapeURL, "tidings_tasks_lease_lapsed_total"); v != 0 {
+		t.Fatalf("before any task: %v", v)
+	}
+
+	rc := client.NewHTTP(rts.URL)
+	defer rc.Close()
+	raw, err := rc.Request(t.Context(), mcp.MethodToolsCall, map[string]any{"name": "job", "arguments": map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created mcp.Task
+	if err := json.Unmarshal(raw, &created); err != nil || created.TaskID == "" {
+		t.Fatalf("tools/call: %s (%v), want a task", raw, err)
+	}
+	runnerStore.cut.Store(true)
+	c := client.NewHTTP(ts.URL + "/mcp")
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		raw, err := c.Request(t.Context(), mcp.MethodTasksGet, map[string]any{"taskId": created.TaskID})
+		var task mcp.Task
+		if err == nil && json.Unmarshal(raw, &task) == nil && task.Status == mcp.TaskFailed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task is still %s, %v: %s", task.Status, err, raw)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the task, with a deadline
+	}
+	if v := scrape(t, scrapeURL, "tidings_tasks_lease_lapsed_total"); v != 1 {
+		t.Errorf("tidings_tasks_lease_lapsed_total = %v, want 1", v)
 	}
 }

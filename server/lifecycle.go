@@ -42,6 +42,7 @@ func (s *Server) Shutdown(ctx context.Context) (err error) {
 		}
 	}()
 	terr := s.tasks.close(ctx)
+	s.leases.close()
 	s.hub.Shutdown()
 	idle := s.writers.close()
 	for _, ch := range []<-chan struct{}{s.hub.Drained(), idle} {

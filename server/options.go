@@ -27,6 +27,7 @@ type config struct {
 	taskStore    bus.TaskStore
 	taskTTL      time.Duration
 	taskPoll     time.Duration
+	taskLease    time.Duration
 	// maxTasks and maxPrincipalTasks bound the tasks running on this
 	// replica, in all and for one principal.
 	maxTasks, maxPrincipalTasks int

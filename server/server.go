@@ -110,6 +110,9 @@ type Server struct {
 	ownerKey  []byte
 	tasks     *taskSet
 	taskTools atomic.Bool
+	// leases follows the leases of the tasks this replica's listens
+	// follow (WithTaskLease).
+	leases *leaseWatch
 
 	completeMu sync.RWMutex
 	complete   CompleteHandler
@@ -136,6 +139,7 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		now:       time.Now,
 		taskTTL:   defaultTaskTTL,
 		taskPoll:  defaultTaskPoll,
+		taskLease: defaultTaskLease,
 
 		maxTasks:          defaultMaxTasks,
 		maxPrincipalTasks: defaultMaxPrincipalTasks,
@@ -168,6 +172,7 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	if s.taskStore == nil {
 		s.taskStore = bus.NewLocalTasks()
 	}
+	s.leases = newLeaseWatch(s)
 	if len(cfg.middleware) > 0 {
 		s.handler = chain(cfg.middleware, s.routed)
 	}

@@ -166,10 +166,12 @@ func (tr *taskRun) call(req *ToolRequest) (res *mcp.CallToolResult, err error) {
 const storeCallTimeout = 5 * time.Second
 
 // load reads the task, as its runner, within ctx and storeCallTimeout.
+// Its lease is the runner's own to renew, not to find lapsed.
 func (tr *taskRun) load(ctx context.Context) (*taskRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	defer cancel()
-	return tr.s.loadTask(ctx, tr.id, tr.principal)
+	rec, _, err := tr.s.readTask(ctx, tr.id, tr.principal, tr.s.cfg.now())
+	return rec, err
 }
 
 // update changes the task (see updateTask), as its runner, within the
@@ -192,10 +194,21 @@ const maxCorruptReads = 3
 // the record; a finished or vanished task stops the work (a corrupt
 // record too, after maxCorruptReads reads), and the record read goes to
 // a round waiting for answers. A run of failed reads is logged once.
+// Every renewal interval (WithTaskLease) the read is a renewal of the
+// task's lease instead; one that failed is tried again at the next wake,
+// and soon after besides (from recordRetryMin, doubling up to a renewal
+// interval), so that a blip of the store does not cost a renewal's worth
+// of the lease.
 func (tr *taskRun) watch(ctx context.Context) {
 	tick := time.NewTicker(tr.s.cfg.taskPoll)
 	defer tick.Stop()
+	renewal := time.NewTicker(tr.s.leaseRenewal())
+	defer renewal.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	failed, corrupt := 0, 0
+	renew, wait := false, recordRetryMin
 	for {
 		select {
 		case <-ctx.Done():
@@ -203,8 +216,24 @@ func (tr *taskRun) watch(ctx context.Context) {
 		case <-tr.sub.Wake():
 			tr.sub.TakeTasks(nil)
 		case <-tick.C:
+		case <-renewal.C:
+			renew = true
+		case <-retry.C:
 		}
-		rec, err := tr.load(ctx)
+		var rec *taskRecord
+		var err error
+		if renew {
+			rec, err = tr.renew(ctx)
+			if renew = err != nil; renew {
+				retry.Reset(wait)
+				wait = min(2*wait, tr.s.leaseRenewal())
+			} else {
+				retry.Stop()
+				wait = recordRetryMin
+			}
+		} else {
+			rec, err = tr.load(ctx)
+		}
 		switch {
 		case errors.Is(err, errTaskNotFound):
 			tr.cancel(errTaskGone)

@@ -60,9 +60,11 @@ const maxListenTasks = 100
 // poll interval later. While the store fails (a broker outage), the
 // replica running a task keeps trying to record what the work did, its
 // outcome or its requests for input, until the store takes it, the TTL
-// passes or Shutdown gives up waiting. The server owns st from then on:
-// Shutdown closes it. Like every task option, it makes the server offer
-// tasks.
+// passes or Shutdown gives up waiting. An outage longer than the task's
+// lease (WithTaskLease) may end with another replica failing the task
+// first, as it would had the runner stopped. The server owns st from
+// then on: Shutdown closes it. Like every task option, it makes the
+// server offer tasks.
 func WithTaskStore(st bus.TaskStore) Option {
 	return func(c *config) { c.taskStore, c.taskOpts = st, true }
 }
@@ -132,9 +134,9 @@ func RequireTasks() ItemOption {
 // offersTasks reports whether the server advertises the tasks extension
 // and serves its methods. The rule is fixed at registration, never by
 // what a handler happens to do: WithCapabilities(Tasks), any task option
-// (WithTaskStore, WithTaskTTL, WithTaskPollInterval), or a tool
-// registered with RequireTasks. A server that does not offer tasks runs
-// the work of RunAsTask synchronously.
+// (WithTaskStore, WithTaskTTL, WithTaskPollInterval, WithTaskLease,
+// WithMaxTasks), or a tool registered with RequireTasks. A server that
+// does not offer tasks runs the work of RunAsTask synchronously.
 func (s *Server) offersTasks() bool {
 	return s.cfg.capabilities.tasks || s.cfg.taskOpts || s.taskTools.Load()
 }
@@ -265,6 +267,11 @@ type taskRecord struct {
 	Answers map[string]jsontext.Value   `json:"answers,omitempty"`
 	Result  jsontext.Value              `json:"result,omitzero"`
 	Error   jsontext.Value              `json:"error,omitzero"`
+	// Lease is when the replica running the task last promised to renew
+	// it by (see WithTaskLease): past it, an unfinished task's runner is
+	// taken for gone. Zero in a record written before leases were kept,
+	// or by a replica that keeps none, which never lapses.
+	Lease time.Time `json:"lease,omitzero"`
 }
 
 // ownerHash is what a record keeps of a principal: an HMAC-SHA-256 keyed
@@ -404,10 +411,16 @@ func (rec *taskRecord) wire(id string, detailed bool) mcp.Task {
 	return t
 }
 
-// loadTask reads the task id of principal from the store.
+// loadTask reads the task id of principal from the store, for a client
+// (tasks/get, a listen): an unfinished task whose lease lapsed is failed
+// first (see changeTask), so that no one is told it still runs.
 func (s *Server) loadTask(ctx context.Context, id, principal string) (*taskRecord, error) {
-	rec, _, err := s.readTask(ctx, id, principal, s.cfg.now())
-	return rec, err
+	now := s.cfg.now()
+	rec, _, err := s.readTask(ctx, id, principal, now)
+	if err != nil || !rec.lapsed(now) {
+		return rec, err
+	}
+	return s.changeTask(ctx, id, principal, func(*taskRecord) bool { return false })
 }
 
 // readTask reads the task id of principal from the store, with its
@@ -473,6 +486,13 @@ func pause(ctx context.Context, d time.Duration) error {
 // lands is published to the owner's listeners, here and, through the
 // bus, on every replica. It returns the record as it now is.
 func (s *Server) updateTask(ctx context.Context, id, principal string, change func(*taskRecord) bool) (*taskRecord, error) {
+	return s.swapTask(ctx, id, principal, change, true)
+}
+
+// swapTask is updateTask; with told false the change is one no client
+// sees (a lease renewed), which leaves lastUpdatedAt as it is and is
+// published to no one.
+func (s *Server) swapTask(ctx context.Context, id, principal string, change func(*taskRecord) bool, told bool) (*taskRecord, error) {
 	for try := range maxTaskSwaps {
 		if try > 0 {
 			if err := swapBackoff(ctx, try); err != nil {
@@ -487,7 +507,7 @@ func (s *Server) updateTask(ctx context.Context, id, principal string, change fu
 		if !change(rec) {
 			return rec, nil
 		}
-		if now.After(rec.Updated) {
+		if told && now.After(rec.Updated) {
 			rec.Updated = now
 		}
 		nb, err := rec.encode()
@@ -506,7 +526,9 @@ func (s *Server) updateTask(ctx context.Context, id, principal string, change fu
 		case err != nil:
 			return nil, fmt.Errorf("server: write task: %w", err)
 		}
-		s.publishTask(id, principal)
+		if told {
+			s.publishTask(id, principal)
+		}
 		return rec, nil
 	}
 	return nil, fmt.Errorf("server: task changed %d times while being written", maxTaskSwaps)
@@ -530,7 +552,8 @@ var errShuttingDown = jsonrpc.NewError(jsonrpc.CodeInternalError, "Internal erro
 func (s *Server) startTask(ctx context.Context, r *ToolRequest, work ToolHandler) error {
 	now := s.cfg.now()
 	rec := &taskRecord{V: taskRecordVersion, Owner: s.ownerHash(r.Principal), Status: mcp.TaskWorking,
-		Created: now, Updated: now, TTLMs: s.cfg.taskTTL.Milliseconds(), PollMs: s.cfg.taskPoll.Milliseconds()}
+		Created: now, Updated: now, TTLMs: s.cfg.taskTTL.Milliseconds(), PollMs: s.cfg.taskPoll.Milliseconds(),
+		Lease: now.Add(s.cfg.taskLease)}
 	b, err := rec.encode()
 	if err != nil {
 		s.log.Error("mcp: task not created", "tool", r.Name, "err", err)
@@ -589,11 +612,11 @@ func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request) 
 		if size > bus.MaxTaskRecord {
 			return invalid(req.ID, inputResponsesTooLarge)
 		}
-		_, err = s.updateTask(ctx, id, req.Principal, func(rec *taskRecord) bool {
+		_, err = s.changeTask(ctx, id, req.Principal, func(rec *taskRecord) bool {
 			return rec.answer(c.P.InputResponses)
 		})
 	case mcp.MethodTasksCancel:
-		_, err = s.updateTask(ctx, id, req.Principal, (*taskRecord).cancel)
+		_, err = s.changeTask(ctx, id, req.Principal, (*taskRecord).cancel)
 	}
 	switch {
 	case errors.Is(err, errTaskNotFound):
@@ -651,7 +674,8 @@ func (rec *taskRecord) cancel() bool {
 // grantTasks returns the tasks of ids (sorted, without repeats) that
 // exist and are principal's, with their records as read, or nil for
 // none: a listen follows only those, its acknowledgement says so, and it
-// sends those records as the tasks' first states.
+// sends those records as the tasks' first states. The listen (ctx)
+// follows their leases too (see leaseWatch).
 func (s *Server) grantTasks(ctx context.Context, principal string, ids []string) ([]string, []*taskRecord, error) {
 	var granted []string
 	var recs []*taskRecord
@@ -663,6 +687,7 @@ func (s *Server) grantTasks(ctx context.Context, principal string, ids []string)
 		if err != nil {
 			return nil, nil, err
 		}
+		s.leases.follow(ctx, id, principal, rec)
 		granted, recs = append(granted, id), append(recs, rec)
 	}
 	return granted, recs, nil
@@ -701,6 +726,7 @@ func (n *listenNotices) Task(ctx context.Context, id string) ([]byte, error) {
 		n.srv.log.Warn("mcp: a task's state could not be told; the listen ends", "err", err)
 		return nil, err
 	}
+	n.srv.leases.follow(ctx, id, n.principal, rec)
 	return n.taskNotice(id, rec), nil
 }
 

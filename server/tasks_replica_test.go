@@ -168,7 +168,10 @@ func TestTaskTTLServerClock(t *testing.T) {
 		defer mu.Unlock()
 		return now
 	}
-	h := taskServer(t, server.WithClock(clock), server.WithTaskTTL(time.Hour), server.WithTaskPollInterval(5*time.Millisecond))
+	// The clock jumps by an hour, with no renewal of the lease between:
+	// one longer than that keeps the task from lapsing first.
+	h := taskServer(t, server.WithClock(clock), server.WithTaskTTL(time.Hour), server.WithTaskPollInterval(5*time.Millisecond),
+		server.WithTaskLease(2*time.Hour))
 	blk := newBlocker()
 	addTaskTool(t, h.srv, "job", blk.work)
 	id := h.create(t, "job", nil)

@@ -1,6 +1,7 @@
 package clustertest_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,5 +10,11 @@ import (
 // TestMain fails the package when a test leaves a goroutine behind: every
 // replica, bus, broker, balancer, client and watcher a test starts must be
 // stopped by it, after a broker outage or a killed replica as after a
-// clean run.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// clean run. Started as a replica process (see replicaMain), the binary
+// is that replica instead, and runs no test.
+func TestMain(m *testing.M) {
+	if os.Getenv(replicaEnv) != "" {
+		os.Exit(replicaMain())
+	}
+	goleak.VerifyTestMain(m)
+}

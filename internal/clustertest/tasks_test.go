@@ -133,9 +133,9 @@ const (
 // the Go ReverseProxy, each with three replicas of its own sharing the
 // broker's task store; and over the local bus of one process, whose
 // replicas share one bus.LocalTasks, behind the Go proxy. The replicas
-// re-read a running task only once an hour: the runner hears of an
-// answer or a cancel made through another replica over the bus, or the
-// test times out.
+// re-read a running task only once an hour, and renew its lease as
+// seldom: the runner hears of an answer or a cancel made through another
+// replica over the bus, or the test times out.
 func forEachTaskSetUp(t *testing.T, fn func(t *testing.T, e *taskEnv), bopts ...bus.Option) {
 	for _, b := range append(buses(), busKind{"local", func(testing.TB) interface{ URL() string } { return noBroker{} }}) {
 		for _, lb := range balancers() {
@@ -153,7 +153,7 @@ func forEachTaskSetUp(t *testing.T, fn func(t *testing.T, e *taskEnv), bopts ...
 					jobs: make(chan string, 8), ended: make(chan jobEnd, 8), br: outage}
 				e.c = clustertest.Start(t, clustertest.Options{
 					Bus: br.URL(), Tasks: true, BusOptions: bopts,
-					Server: []server.Option{server.WithTaskPollInterval(time.Hour)},
+					Server: []server.Option{server.WithTaskPollInterval(time.Hour), server.WithTaskLease(time.Hour)},
 					ReplicaServer: func(r *clustertest.Replica) []server.Option {
 						return []server.Option{server.WithMiddleware(e.served.middleware(int(r.Name[0] - 'A')))}
 					},
