@@ -10,6 +10,23 @@
 // MCP-Protocol-Version, Mcp-Method, Mcp-Name and Mcp-Param-* headers
 // against the body before any handler runs.
 //
+// # Serving it
+//
+// Every write of an answer, a stream's events and a plain JSON body alike,
+// is bounded by [WithWriteTimeout], and a long body is written in pieces
+// of 64 KiB, each under it: a client that stops reading is cut off and
+// the answer's memory freed, while one that reads slowly gets it all. The
+// connection is the http.Server's to bound: set ReadHeaderTimeout and
+// IdleTimeout, bound the time a request body may take with
+// [http.ResponseController.SetReadDeadline] in a handler around this
+// one (lifted once the body is read: the connection is then read only to
+// notice the client leave), and cap the connections a client may open.
+// Leave ReadTimeout and WriteTimeout unset, or longer than a listen is to
+// last: they bound a whole exchange, and would cut a stream short. A body
+// cut by a read deadline is answered with 408 Request Timeout. tidings
+// serve does all of this; see its --max-conns-per-addr, --max-conns,
+// --idle-timeout, --header-timeout, --body-timeout and --write-timeout.
+//
 // # Behind a proxy
 //
 // A streamed answer is one long HTTP response, and a listen may last for
@@ -54,6 +71,13 @@
 //   - Host and Origin: SetURL sends the upstream's own host; a proxy that
 //     keeps the client's needs [WithAllowedHosts], and browser clients need
 //     [WithAllowedOrigins], since the Origin header passes through.
+//   - Connections per client address: behind a proxy every connection
+//     comes from the proxy's address, so a cap on connections per address
+//     in front of the handler (tidings serve's --max-conns-per-addr, 256
+//     by default) must be raised above the connections the proxy opens
+//     upstream, or disabled (--max-conns-per-addr 0) and the clients
+//     bounded at the proxy instead. The cap on connections in all
+//     (--max-conns) still holds.
 //
 // With nginx, which reads a whole request body before it goes upstream
 // (proxy_request_buffering, on by default) and so is clear of the above:

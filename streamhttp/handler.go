@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,9 +90,12 @@ func WithMaxDepth(n int) Option {
 	}
 }
 
-// WithWriteTimeout bounds how long one write to a stream may block
-// (default 10s). A listen whose reader stops reading is cut after it, so a
-// stuck client costs nothing for long.
+// WithWriteTimeout bounds how long one write of an answer may block
+// (default 10s), a stream's or a plain JSON body's. A listen whose reader
+// stops reading is cut after it, and so is a large answer whose reader
+// never reads, so a stuck client costs nothing for long. A body is
+// written in pieces, each under the timeout, so a client reading slowly
+// but steadily still gets it all.
 func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writeTimeout = d } }
 
 // WithPrincipal sets how a request's authorization context is named, for
@@ -246,17 +250,16 @@ func (h *Handler) logRefusal(header, value string, r *http.Request) {
 }
 
 // writeError writes a JSON-RPC error body with the given HTTP status.
-func writeError(w http.ResponseWriter, status int, id jsonrpc.ID, code int, msg string, data any) {
+func (h *Handler) writeError(w http.ResponseWriter, status int, id jsonrpc.ID, code int, msg string, data any) {
 	body := jsonrpc.AppendErrorResponse(nil, id, jsonrpc.NewError(code, msg, data))
-	writeJSON(w, status, body)
+	h.writeJSON(w, status, body)
 }
 
-func writeJSON(w http.ResponseWriter, status int, body []byte) {
-	hdr := w.Header()
-	hdr["Content-Type"] = []string{"application/json"}
-	hdr["Content-Length"] = []string{strconv.Itoa(len(body))}
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
+// writeJSON answers with status and body (nil for none), under the write
+// timeout.
+func (h *Handler) writeJSON(w http.ResponseWriter, status int, body []byte) {
+	a := answerWriter{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
+	a.plain(status, body)
 }
 
 // ServeHTTP answers one POST of the Streamable HTTP transport (and, for
@@ -266,12 +269,12 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.hostAllowed(r) {
 		h.logRefusal("Host", r.Host, r)
-		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Host not allowed", nil)
+		h.writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Host not allowed", nil)
 		return
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !h.originAllowed(origin) {
 		h.logRefusal("Origin", origin, r)
-		writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Origin not allowed", nil)
+		h.writeError(w, http.StatusForbidden, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Forbidden: Origin not allowed", nil)
 		return
 	}
 	sid := r.Header.Get(mcp.HeaderSessionID)
@@ -281,33 +284,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Method not allowed: use POST", nil)
+		h.writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Method not allowed: use POST", nil)
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, _ := strings.Cut(ct, ";"); !strings.EqualFold(strings.TrimSpace(mt), "application/json") {
-			writeError(w, http.StatusUnsupportedMediaType, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Unsupported Content-Type: send application/json", nil)
+			h.writeError(w, http.StatusUnsupportedMediaType, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Unsupported Content-Type: send application/json", nil)
 			return
 		}
 	}
 	body, err := readBody(r.Body, h.cfg.maxBody)
 	if err != nil {
-		if errors.Is(err, errTooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest,
+		switch {
+		case errors.Is(err, errTooLarge):
+			h.writeError(w, http.StatusRequestEntityTooLarge, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest,
 				"Request body too large (limit "+strconv.FormatInt(h.cfg.maxBody, 10)+" bytes)", nil)
-			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// A read deadline the server set on the body (see the package
+			// doc): the error says which.
+			h.writeError(w, http.StatusRequestTimeout, jsonrpc.ID{}, jsonrpc.CodeParseError, "Request Timeout: "+err.Error(), nil)
+		default:
+			h.writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "Parse error: could not read body", nil)
 		}
-		writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "Parse error: could not read body", nil)
 		return
 	}
 	msg, err := jsonrpc.Decode(body, h.cfg.maxDepth)
 	if err != nil {
 		var de *jsonrpc.DecodeError
 		if errors.As(err, &de) {
-			writeJSON(w, http.StatusBadRequest, jsonrpc.AppendErrorResponse(nil, de.ID, de.RPCError()))
+			h.writeJSON(w, http.StatusBadRequest, jsonrpc.AppendErrorResponse(nil, de.ID, de.RPCError()))
 			return
 		}
-		writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "Parse error", nil)
+		h.writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "Parse error", nil)
 		return
 	}
 	if !h.cfg.modernOnly && h.isLegacy(r, msg, sid) {
@@ -315,19 +323,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg.IsResponse() {
-		writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Invalid Request: clients do not send responses in this protocol version", nil)
+		h.writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Invalid Request: clients do not send responses in this protocol version", nil)
 		return
 	}
 	if msg.IsNotification() {
-		w.WriteHeader(http.StatusAccepted)
+		h.writeJSON(w, http.StatusAccepted, nil)
 		return
 	}
 	call, rep := engine.Parse(msg)
 	if rep != nil {
-		writeJSON(w, statusOf(rep), rep.Body)
+		h.writeJSON(w, statusOf(rep), rep.Body)
 		return
 	}
-	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
+	out := h.newResponder(w)
 	out.env.h = r.Header
 	reply := h.srv.Serve(r.Context(), call, h.principalOf(r), &out.env, out)
 	out.finish(reply)
@@ -447,19 +455,101 @@ func DecodeHeaderValue(v string) (string, error) { return xheader.Decode(v) }
 // or itself looks like a sentinel.
 func EncodeHeaderValue(v string) string { return xheader.Encode(v) }
 
+// writeChunk is the most one Write of an answer hands net/http, so that
+// a long body is written in pieces, each under the write timeout: a
+// reader that keeps reading, however slowly, is not cut, and one that
+// stops is cut within the timeout.
+const writeChunk = 64 << 10
+
+// answerWriter writes one request's answer, stream or plain JSON, with
+// every write under the write timeout. net/http sets no deadline of its
+// own here, so without one a client that asks for a large answer and
+// never reads would hold the handler's goroutine and the encoded body for
+// ever.
+type answerWriter struct {
+	w        http.ResponseWriter
+	rc       *http.ResponseController
+	timeout  time.Duration
+	broken   error // the first failed write's error; every later write fails with it
+	deadline time.Time
+}
+
+// arm moves the write deadline. Moving it costs a poller update; in a
+// burst of writes it is moved only once half of it is used up, so a stuck
+// write is still cut within timeout.
+func (a *answerWriter) arm() {
+	if a.timeout <= 0 {
+		return
+	}
+	if now := time.Now(); a.deadline.Sub(now) < a.timeout/2 {
+		a.deadline = now.Add(a.timeout)
+		_ = a.rc.SetWriteDeadline(a.deadline)
+	}
+}
+
+// write writes b and flushes it to the client.
+func (a *answerWriter) write(b []byte) error {
+	if a.broken != nil {
+		return a.broken
+	}
+	for {
+		n := min(len(b), writeChunk)
+		a.arm()
+		if _, err := a.w.Write(b[:n]); err != nil {
+			a.broken = err
+			return err
+		}
+		if b = b[n:]; len(b) == 0 {
+			break
+		}
+	}
+	a.arm()
+	if err := a.rc.Flush(); err != nil {
+		a.broken = err
+		return err
+	}
+	return nil
+}
+
+// plain answers with status and body (nil for none). It sets the length
+// even of an empty body, so that flushing it (which sends the headers)
+// does not turn the answer into a chunked one.
+func (a *answerWriter) plain(status int, body []byte) {
+	hdr := a.w.Header()
+	if body != nil {
+		hdr["Content-Type"] = []string{"application/json"}
+	}
+	if status != http.StatusNoContent && status != http.StatusNotModified && status >= 200 {
+		hdr["Content-Length"] = []string{strconv.Itoa(len(body))}
+	}
+	a.w.WriteHeader(status)
+	_ = a.write(body)
+	a.clearDeadline()
+}
+
+// clearDeadline lifts the write deadline before the connection serves its
+// next request. A broken answer keeps it, so that net/http's last flush
+// of what it still buffers is cut at once instead of blocking.
+func (a *answerWriter) clearDeadline() {
+	if !a.deadline.IsZero() && a.broken == nil {
+		_ = a.rc.SetWriteDeadline(time.Time{})
+		a.deadline = time.Time{}
+	}
+}
+
 // responder is the engine.Stream of one POST. It answers with plain JSON
 // unless something is sent before the response, in which case it switches
 // to SSE for the rest of the request.
 type responder struct {
-	mu       sync.Mutex
-	w        http.ResponseWriter
-	rc       *http.ResponseController
-	timeout  time.Duration
-	sse      bool
-	broken   error // the first failed write's error; every later write fails with it
-	buf      []byte
-	deadline time.Time
-	env      envelope
+	mu sync.Mutex
+	answerWriter
+	sse bool
+	buf []byte
+	env envelope
+}
+
+func (h *Handler) newResponder(w http.ResponseWriter) *responder {
+	return &responder{answerWriter: answerWriter{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}}
 }
 
 func (o *responder) startSSE() {
@@ -469,38 +559,6 @@ func (o *responder) startSSE() {
 	hdr["X-Accel-Buffering"] = []string{"no"}
 	o.w.WriteHeader(http.StatusOK)
 	o.sse = true
-}
-
-func (o *responder) write(b []byte) error {
-	if o.broken != nil {
-		return o.broken
-	}
-	if o.timeout > 0 {
-		// Moving the deadline costs a poller update; in a burst of writes
-		// it is moved only once half of it is used up, so a stuck write is
-		// still cut within timeout.
-		if now := time.Now(); o.deadline.Sub(now) < o.timeout/2 {
-			o.deadline = now.Add(o.timeout)
-			_ = o.rc.SetWriteDeadline(o.deadline)
-		}
-	}
-	_, err := o.w.Write(b)
-	if err == nil {
-		err = o.rc.Flush()
-	}
-	if err != nil {
-		o.broken = err
-	}
-	return err
-}
-
-// clearDeadline lifts the write deadline before the connection serves its
-// next request.
-func (o *responder) clearDeadline() {
-	if !o.deadline.IsZero() && o.broken == nil {
-		_ = o.rc.SetWriteDeadline(time.Time{})
-		o.deadline = time.Time{}
-	}
 }
 
 // Send writes one message as an SSE event.
@@ -535,7 +593,7 @@ func (o *responder) finish(rep engine.Reply) {
 	if rep.Body == nil {
 		if !o.sse {
 			// The client went away, or a notification: nothing to say.
-			o.w.WriteHeader(statusOf(&rep))
+			o.plain(statusOf(&rep), nil)
 		}
 		return
 	}
@@ -544,5 +602,5 @@ func (o *responder) finish(rep engine.Reply) {
 		_ = o.write(o.buf)
 		return
 	}
-	writeJSON(o.w, statusOf(&rep), rep.Body)
+	o.plain(statusOf(&rep), rep.Body)
 }

@@ -56,60 +56,60 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 	if sid == "" {
 		if msg.Method != mcp.MethodInitialize {
 			if msg.IsNotification() {
-				w.WriteHeader(http.StatusAccepted)
+				h.writeJSON(w, http.StatusAccepted, nil)
 				return
 			}
-			writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest,
+			h.writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest,
 				"Bad Request: no session; send initialize first, or use protocol version "+mcp.Version+" with _meta", nil)
 			return
 		}
 		call, rep := engine.Parse(msg)
 		if rep != nil {
-			writeJSON(w, statusOf(rep), rep.Body)
+			h.writeJSON(w, statusOf(rep), rep.Body)
 			return
 		}
 		ss, reply := h.sessions.Open(r.Context(), call, h.principalOf(r))
 		if ss != nil {
 			w.Header().Set(mcp.HeaderSessionID, ss.ID())
 		}
-		writeJSON(w, statusOf(&reply), reply.Body)
+		h.writeJSON(w, statusOf(&reply), reply.Body)
 		return
 	}
 	ss, ok := h.sessions.Get(sid, h.principalOf(r))
 	if !ok {
-		writeError(w, http.StatusNotFound, msg.ID, jsonrpc.CodeInvalidRequest, "Session not found: initialize again", nil)
+		h.writeError(w, http.StatusNotFound, msg.ID, jsonrpc.CodeInvalidRequest, "Session not found: initialize again", nil)
 		return
 	}
 	switch {
 	case msg.IsResponse():
 		ss.Deliver(msg)
-		w.WriteHeader(http.StatusAccepted)
+		h.writeJSON(w, http.StatusAccepted, nil)
 		return
 	case msg.IsNotification():
 		if msg.Method == mcp.NotifyCancelled {
 			ss.Cancel(msg)
 		}
-		w.WriteHeader(http.StatusAccepted)
+		h.writeJSON(w, http.StatusAccepted, nil)
 		return
 	case msg.Method == mcp.MethodInitialize:
-		writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Bad Request: the session is already initialized", nil)
+		h.writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Bad Request: the session is already initialized", nil)
 		return
 	}
 	call, rep := engine.Parse(msg)
 	if rep != nil {
-		writeJSON(w, statusOf(rep), rep.Body)
+		h.writeJSON(w, statusOf(rep), rep.Body)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	untrack, ok := ss.Track(msg.ID, cancel)
 	if !ok {
-		writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest,
+		h.writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest,
 			"Invalid Request: id "+msg.ID.Raw()+" is already in use by a request in flight", nil)
 		return
 	}
 	defer untrack()
-	out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
+	out := h.newResponder(w)
 	reply := ss.Serve(ctx, call, out)
 	out.finish(reply)
 }
@@ -119,20 +119,20 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 func (h *Handler) serveSessionMethod(w http.ResponseWriter, r *http.Request, sid string) {
 	ss, ok := h.sessions.Get(sid, h.principalOf(r))
 	if !ok {
-		writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Session not found: initialize again", nil)
+		h.writeError(w, http.StatusNotFound, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Session not found: initialize again", nil)
 		return
 	}
 	switch r.Method {
 	case http.MethodDelete:
 		ss.End()
-		w.WriteHeader(http.StatusOK)
+		h.writeJSON(w, http.StatusOK, nil)
 	case http.MethodGet:
-		out := &responder{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}
+		out := h.newResponder(w)
 		start := func() error {
 			out.mu.Lock()
 			defer out.mu.Unlock()
 			out.startSSE()
-			return out.rc.Flush()
+			return out.write(nil)
 		}
 		err := ss.Stream(r.Context(), out, start)
 		out.mu.Lock()
@@ -141,14 +141,14 @@ func (h *Handler) serveSessionMethod(w http.ResponseWriter, r *http.Request, sid
 		var refused *legacy.RefusedError
 		switch {
 		case errors.As(err, &refused):
-			writeJSON(w, http.StatusForbidden, jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, refused.Err))
+			h.writeJSON(w, http.StatusForbidden, jsonrpc.AppendErrorResponse(nil, jsonrpc.ID{}, refused.Err))
 		case errors.Is(err, legacy.ErrStreamOpen):
-			writeError(w, http.StatusConflict, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Conflict: the session already has a notification stream", nil)
+			h.writeError(w, http.StatusConflict, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Conflict: the session already has a notification stream", nil)
 		case err != nil:
 			panic(http.ErrAbortHandler)
 		}
 	default:
 		w.Header().Set("Allow", "GET, POST, DELETE")
-		writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Method not allowed", nil)
+		h.writeError(w, http.StatusMethodNotAllowed, jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "Method not allowed", nil)
 	}
 }

@@ -72,8 +72,12 @@ func (p *notePeer) start(t *testing.T) (*client.Client, *client.Watcher, *watchS
 	if err != nil {
 		t.Fatal(err)
 	}
+	v, err := c.ProtocolVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := newWatchState(nil)
-	st.discovered(d, era, nil)
+	st.discovered(d, era, v, nil)
 	opts := client.WatchOptions{Tools: true, OnEvent: st.apply, PollInterval: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 	st.follow(opts)
 	w := c.Watch(ctx, opts)

@@ -55,6 +55,8 @@ type serveConfig struct {
 	searchTimeout time.Duration
 	maxRegexp     int
 	maxDirEntries int
+	// conns bounds the HTTP connections and what a request may hold.
+	conns connLimits
 }
 
 // byteSize is a flag value in bytes, written as a number with an
@@ -163,7 +165,9 @@ could read in the process list. While the bus is down a replica keeps
 serving correct answers and hears of other replicas' changes once it is
 back: /readyz stays 200 and says "bus: disconnected" (the broker is
 shared, so failing readiness would take every replica out of rotation
-at once); alert on tidings_bus_connected in /metrics instead.`,
+at once); alert on tidings_bus_connected in /metrics instead.
+
+` + connHelp,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := serveDir(cfg.dir, cmd.Flags().Changed("dir"), args)
@@ -216,6 +220,7 @@ at once); alert on tidings_bus_connected in /metrics instead.`,
 	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-host")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-origin")
+	cfg.conns.register(cmd)
 	return cmd
 }
 
@@ -449,11 +454,14 @@ func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server
 
 // serveHTTP serves Streamable HTTP at /mcp until ctx ends.
 func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *server.Server, obs *observability) error {
+	if err := cfg.conns.check(); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return err
 	}
-	opts := []streamhttp.Option{streamhttp.WithLogger(log)}
+	opts := []streamhttp.Option{streamhttp.WithLogger(log), streamhttp.WithWriteTimeout(cfg.conns.writeTimeout)}
 	if len(cfg.allowedHosts) > 0 {
 		opts = append(opts, streamhttp.WithAllowedHosts(cfg.allowedHosts...))
 	}
@@ -466,13 +474,13 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 		return err
 	}
 	obs.mount(mux)
-	hs := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	hs, limited, err := cfg.conns.httpServer(ln, mux, cfg.maxFiles, log, obs)
+	if err != nil {
+		_ = ln.Close()
+		return err
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(limited) }()
 
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && len(cfg.allowedHosts) == 0 {
 		log.Warn("listening on a non-loopback address: requests are refused unless their Host is named with --allowed-host")

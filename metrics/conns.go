@@ -1,0 +1,77 @@
+package metrics
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ConnStats is what an HTTP server's connection limits have seen: the
+// numbers RegisterConns exports.
+type ConnStats struct {
+	// Open counts the connections open now, Idle those of them waiting
+	// between requests.
+	Open, Idle int
+	// MaxPerAddress and MaxTotal are the caps on open connections from
+	// one client address and in all (0: none).
+	MaxPerAddress, MaxTotal int
+	// RefusedPerAddress and RefusedTotal count connections refused at
+	// each cap; EvictedPerAddress and EvictedTotal the idle connections
+	// closed to make room under it.
+	RefusedPerAddress, RefusedTotal int64
+	EvictedPerAddress, EvictedTotal int64
+	// BodyTimeouts counts requests whose body did not arrive in time,
+	// WriteTimeouts answers cut off because their reader stopped reading.
+	BodyTimeouts, WriteTimeouts int64
+}
+
+// RegisterConns registers an HTTP server's connection limits with reg,
+// read from stats at each scrape:
+//
+//	tidings_http_connections_open                       connections open now
+//	tidings_http_connections_idle                       of them, idle between requests
+//	tidings_http_connections_max{limit}                 the caps: limit="per_address" or "total"
+//	tidings_http_connections_refused_total{limit}       connections refused at a cap
+//	tidings_http_connections_evicted_total{limit}       idle connections closed to make room
+//	tidings_http_body_timeouts_total                    requests whose body did not arrive in time
+//	tidings_http_write_timeouts_total                   answers cut off for a reader that stopped reading
+//
+// Refusals at limit="per_address" from a server behind a proxy mean the
+// per-address cap is below what the proxy opens; alert on open nearing
+// max{limit="total"}, and on refusals.
+func RegisterConns(reg prometheus.Registerer, stats func() ConnStats) error {
+	const (
+		maxName     = "tidings_http_connections_max"
+		maxHelp     = "The most connections open at once, from one client address (limit=per_address) or in all (limit=total); 0 sets no cap."
+		refusedName = "tidings_http_connections_refused_total"
+		refusedHelp = "Connections refused with a 503 because a cap on open connections was reached and none under it was idle."
+		evictedName = "tidings_http_connections_evicted_total"
+		evictedHelp = "Idle connections closed to make room for a new one under a cap on open connections."
+	)
+	perAddress, total := prometheus.Labels{"limit": "per_address"}, prometheus.Labels{"limit": "total"}
+	c := &statsCollector[ConnStats]{stats: stats, series: []series[ConnStats]{
+		gauge("tidings_http_connections_open", "HTTP connections open now.", func(s ConnStats) float64 { return float64(s.Open) }),
+		gauge("tidings_http_connections_idle", "HTTP connections open now and idle between requests: the first closed to make room.",
+			func(s ConnStats) float64 { return float64(s.Idle) }),
+		labelled(maxName, maxHelp, perAddress, prometheus.GaugeValue, func(s ConnStats) float64 { return float64(s.MaxPerAddress) }),
+		labelled(maxName, maxHelp, total, prometheus.GaugeValue, func(s ConnStats) float64 { return float64(s.MaxTotal) }),
+		labelled(refusedName, refusedHelp, perAddress, prometheus.CounterValue, func(s ConnStats) float64 { return float64(s.RefusedPerAddress) }),
+		labelled(refusedName, refusedHelp, total, prometheus.CounterValue, func(s ConnStats) float64 { return float64(s.RefusedTotal) }),
+		labelled(evictedName, evictedHelp, perAddress, prometheus.CounterValue, func(s ConnStats) float64 { return float64(s.EvictedPerAddress) }),
+		labelled(evictedName, evictedHelp, total, prometheus.CounterValue, func(s ConnStats) float64 { return float64(s.EvictedTotal) }),
+		counter("tidings_http_body_timeouts_total", "Requests whose body did not arrive within the body timeout.",
+			func(s ConnStats) int64 { return s.BodyTimeouts }),
+		counter("tidings_http_write_timeouts_total", "Answers, streamed or not, cut off because a write blocked for the write timeout: their reader stopped reading.",
+			func(s ConnStats) int64 { return s.WriteTimeouts }),
+	}}
+	if err := reg.Register(c); err != nil {
+		return fmt.Errorf("metrics: connections: %w", err)
+	}
+	return nil
+}
+
+// labelled is one labelled child of a series, such as the refusals at
+// one limit: the labels are fixed, so they are constant labels.
+func labelled[S any](name, help string, labels prometheus.Labels, kind prometheus.ValueType, value func(S) float64) series[S] {
+	return series[S]{prometheus.NewDesc(name, help, nil, labels), kind, value}
+}
