@@ -268,7 +268,9 @@ func FromContext(ctx context.Context) (*Info, bool) {
 }
 
 // Principal names the caller of a request that passed Require ("" for
-// any other); give it to streamhttp.WithPrincipal.
+// any other), as Info.Principal does — issuer and subject or client id,
+// kept apart so that no token can pass for another caller; give it to
+// streamhttp.WithPrincipal.
 func Principal(r *http.Request) string {
 	if i, ok := FromContext(r.Context()); ok {
 		return i.Principal()

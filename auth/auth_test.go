@@ -124,6 +124,11 @@ func (e *env) call(t testing.TB, authz, method, name string) reply {
 	return reply{resp.StatusCode, resp.Header, string(b)}
 }
 
+// principal is what the server calls the caller of sub at e's issuer.
+func (e *env) principal(sub string) string {
+	return (&auth.Info{Issuer: e.as.Issuer(), Subject: sub}).Principal()
+}
+
 func (e *env) list(t testing.TB, authz string) reply {
 	return e.call(t, authz, mcp.MethodToolsList, "")
 }
@@ -157,7 +162,7 @@ func TestValidTokenIsServed(t *testing.T) {
 	}
 	// The scheme name is case-insensitive (RFC 6750 §2.1, RFC 9110 §11.1).
 	r := e.call(t, "bEaReR "+tok, mcp.MethodToolsCall, "whoami")
-	if r.status != http.StatusOK || !strings.Contains(r.body, "principal="+testas.ClientID) {
+	if r.status != http.StatusOK || !strings.Contains(r.body, "principal="+e.principal(testas.ClientID)) {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 }
@@ -389,7 +394,7 @@ func TestTokenIsNotForwarded(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+e.as.Token(t))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK || seen.Load() != "|"+testas.ClientID {
+	if rec.Code != http.StatusOK || seen.Load() != "|"+e.principal(testas.ClientID) {
 		t.Fatalf("status %d; the wrapped handler saw %q", rec.Code, seen.Load())
 	}
 	if req.Header.Get("Authorization") == "" {
@@ -471,7 +476,7 @@ func TestScopesDeclaredAtRegistration(t *testing.T) {
 		t.Errorf("a session's call of the vault tool without the scope answered %s, want an error naming vault", body)
 	}
 	_, body = post(sid, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"whoami","arguments":{}}}`)
-	if !strings.Contains(body, "principal=sid1") {
+	if !strings.Contains(body, "principal="+e.principal(testas.ClientID)) {
 		t.Errorf("a session's call of an unscoped tool answered %s", body)
 	}
 }

@@ -28,7 +28,7 @@ func TestOpaqueTokenIsIntrospected(t *testing.T) {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	r := e.call(t, "Bearer "+tok, mcp.MethodToolsCall, "whoami")
-	if r.status != http.StatusOK || !strings.Contains(r.body, "principal="+testas.OpaqueClientID) {
+	if r.status != http.StatusOK || !strings.Contains(r.body, "principal="+e.principal(testas.OpaqueClientID)) {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	// The scopes come from the introspection answer.

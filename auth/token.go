@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,10 @@ var allowedAlgs = []jose.SignatureAlgorithm{
 
 // Info is what a validated access token says about the caller.
 type Info struct {
+	// Issuer is the authorization server that vouched for the token: the
+	// Guard's issuer, which a JWT's iss must equal and an introspection
+	// answer's, when it has one.
+	Issuer string
 	// Subject is the token's sub claim.
 	Subject string
 	// ClientID is the client_id claim (RFC 9068), if any.
@@ -37,18 +42,48 @@ type Info struct {
 	Expiry time.Time
 }
 
-// Principal names the caller: the subject, or "client:" and the client
-// id for a client-credentials token without one — apart from subjects,
-// so that no client can be taken for a user with the same name.
+// Principal names the caller as the rest of the server keys on it
+// (tasks, sessions, cursors, visibility, cache privacy): the issuer and
+// the subject, or, for a client-credentials token without a subject,
+// the issuer and the client id. It is "" when the token names neither.
+//
+// The name is one string with every part length-prefixed, as netstrings
+// are — the claim it came from ("sub" or "client"), then the issuer and
+// the value each as "<bytes>:<value>," — for example
+//
+//	sub:27:https://issuer.example.com,5:alice,
+//	client:27:https://issuer.example.com,3:svc,
+//
+// so that no value of one claim can spell a value of the other (a user
+// whose sub is "client:svc" is not the client svc), nor a subject of one
+// issuer that of another when several Guards, each with its issuer,
+// front one server. To name a caller in a visibility rule or an item
+// scope function, build its Info the same way:
+// (&auth.Info{Issuer: iss, Subject: "alice"}).Principal().
 func (i *Info) Principal() string {
-	if i.Subject != "" {
-		return i.Subject
-	}
-	if i.ClientID != "" {
-		// Apart from subjects, so that no client can be taken for a user.
-		return "client:" + i.ClientID
+	switch {
+	case i.Subject != "":
+		return principal("sub", i.Issuer, i.Subject)
+	case i.ClientID != "":
+		return principal("client", i.Issuer, i.ClientID)
 	}
 	return ""
+}
+
+// principal writes kind, then issuer and id as netstrings: each part's
+// length says where it ends, so whatever bytes the claims hold, two
+// different triples never make the same string.
+func principal(kind, issuer, id string) string {
+	b := make([]byte, 0, len(kind)+len(issuer)+len(id)+16)
+	b = append(b, kind...)
+	b = append(b, ':')
+	for _, part := range []string{issuer, id} {
+		b = strconv.AppendInt(b, int64(len(part)), 10)
+		b = append(b, ':')
+		b = append(b, part...)
+		b = append(b, ',')
+	}
+	return string(b)
 }
 
 // claims are the registered claims plus the ones scopes come from.
@@ -201,7 +236,7 @@ func (v *validator) accept(c *claims, introspected bool) (*Info, error) {
 	if c.IssuedAt != nil && now.Add(v.skew).Before(c.IssuedAt.Time()) {
 		return nil, invalid("the token was issued in the future")
 	}
-	info := &Info{Subject: c.Subject, ClientID: c.ClientID, Expiry: exp}
+	info := &Info{Issuer: v.issuer, Subject: c.Subject, ClientID: c.ClientID, Expiry: exp}
 	if info.Principal() == "" {
 		return nil, invalid("the token names neither a subject nor a client")
 	}

@@ -38,16 +38,22 @@
 // answer with their latest numbers, which keeps that window to the first
 // moments of each.
 //
-// Trust. Messages are neither signed nor encrypted by the bus: the
-// principals of an audience, the keys of changed items and resource URIs
-// travel as they are, and anyone who can publish on the subject or
-// channel can make every replica re-notify (at most one re-notification
-// every 250ms comes of it) or tell listeners of changes that did not
-// happen (they re-read and find none). So the broker must be private to
-// the deployment and its credentials kept so. Its transport security and
-// credentials come from the URL: user and password in it, rediss:// for
-// Redis over TLS, tls:// for NATS over TLS (both with the system's root
-// certificates).
+// Trust. With WithSecret (the key of server.WithSecret, which replicas
+// share anyway), every message carries an HMAC-SHA256 under a key drawn
+// from it, and a message without the right one is dropped and counted,
+// whatever it says: only a holder of the key can tell replicas of a
+// change, make them re-notify, or set what they report. Messages are not
+// encrypted: the principals of an audience, the keys of changed items
+// and resource URIs travel as they are. A message sent again by someone
+// who recorded it is still believed; the most it can do is make the
+// replicas re-notify (at most one re-notification every 250ms comes of
+// it). Without WithSecret, anyone who can publish on the subject or
+// channel can do that, and tell listeners of changes that did not happen
+// (they re-read and find none). Either way the broker should be private
+// to the deployment and its credentials kept so. Its transport security
+// and credentials come from the URL: user and password in it, rediss://
+// for Redis over TLS, tls:// for NATS over TLS (both with the system's
+// root certificates).
 //
 // Shared state. News is not state: a replica told that the tool list
 // changed answers tools/list from its own registries, which is right for
@@ -74,6 +80,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -158,6 +165,11 @@ type Stats struct {
 	Received, Stale int64
 	// Invalid counts messages that could not be read.
 	Invalid int64
+	// Unsigned counts messages a bus with a key (WithSecret) refused for
+	// carrying no MAC, and BadMAC those whose MAC is not its key's: from a
+	// replica without the key or with another, or forged. Neither is
+	// delivered, nor re-notified for.
+	Unsigned, BadMAC int64
 	// Gaps counts sequence gaps seen: an event skipped or out of order,
 	// or a heartbeat ahead of the events received.
 	Gaps int64
@@ -166,7 +178,11 @@ type Stats struct {
 	// within 250ms of the last are merged into one at its end.
 	Resyncs int64
 	// Lag is how long the last event received took from its sender's
-	// clock to this replica's, and MaxLag the longest so far.
+	// clock to this replica's, and MaxLag the longest so far. An event
+	// sent, by its sender's clock, more than a minute after it arrived or
+	// more than an hour before is left out of both: those are clocks set
+	// wrong (or a message made up), not delays, and one of them would
+	// hold MaxLag for the life of the process.
 	Lag, MaxLag time.Duration
 }
 
@@ -206,6 +222,12 @@ type Receiver interface {
 // heard from longest ago is forgotten (replicas that restarted long ago).
 const maxOrigins = 4096
 
+// The window of sender times taken for lag (see Stats.Lag).
+const (
+	maxLagAhead  = time.Minute
+	maxLagBehind = time.Hour
+)
+
 // flushTimeout bounds how long Close spends sending what is queued.
 const flushTimeout = 2 * time.Second
 
@@ -233,6 +255,10 @@ func New(c Conn, opts ...Option) Bus {
 		stopWatch: make(chan struct{}),
 		watchDone: make(chan struct{}),
 		origins:   make(map[string]*origin),
+	}
+	if cfg.key == nil {
+		n.log.Warn("bus: messages are neither signed nor checked: anyone who can publish on the broker can tell " +
+			"the replicas of changes and make them re-notify; give every replica the server's secret with bus.WithSecret")
 	}
 	n.connected.Store(true)
 	n.sendCtx, n.cancelSend = context.WithCancel(context.Background())
@@ -294,8 +320,13 @@ type node struct {
 
 	connected atomic.Bool
 	lastWarn  atomic.Int64 // unix nanos of the last rate-limited warning
-	st        struct {
+	// lastRefusal is the same for refused messages, apart so that a flood
+	// of them hides no other warning; refusedSince counts them since.
+	lastRefusal  atomic.Int64
+	refusedSince atomic.Int64
+	st           struct {
 		reconnects, published, dropped, received, stale, invalid, gaps, resyncs atomic.Int64
+		unsigned, badMAC                                                        atomic.Int64
 		lag, maxLag                                                             atomic.Int64
 	}
 }
@@ -364,12 +395,49 @@ func (n *node) Publish(e Event) {
 // warn logs at most once every ten seconds, so that an outage or a flood
 // of events does not flood the log too.
 func (n *node) warn(msg string, args ...any) {
+	if due(&n.lastWarn) {
+		n.log.Warn(msg, args...)
+	}
+}
+
+// warnEvery is the shortest time between two rate-limited warnings of
+// one kind.
+const warnEvery = 10 * time.Second
+
+// due reports whether a rate-limited warning whose last time is in last
+// may be logged now, and if so takes the turn.
+func due(last *atomic.Int64) bool {
 	now := time.Now().UnixNano()
-	last := n.lastWarn.Load()
-	if now-last < int64(10*time.Second) || !n.lastWarn.CompareAndSwap(last, now) {
+	l := last.Load()
+	return now-l >= int64(warnEvery) && last.CompareAndSwap(l, now)
+}
+
+// refuse counts a message that is not signed under this bus's key, and
+// says so in the log once in a while with how many there were.
+func (n *node) refuse(err error) {
+	if errors.Is(err, errBadMAC) {
+		n.st.badMAC.Add(1)
+	} else {
+		n.st.unsigned.Add(1)
+	}
+	k := n.refusedSince.Add(1)
+	if !due(&n.lastRefusal) {
 		return
 	}
-	n.log.Warn(msg, args...)
+	n.refusedSince.Add(-k)
+	n.log.Warn("bus: dropped messages not signed with this replica's bus key: a replica without the same "+
+		"secret (bus.WithSecret), or someone else publishing on the broker",
+		"dropped", k, "unsigned", n.st.unsigned.Load(), "bad_mac", n.st.badMAC.Load(), "last", clip(err.Error()))
+}
+
+// clip shortens what a stranger's message may have put in an error (a
+// member name, say) to what a log line needs.
+func clip(s string) string {
+	const most = 200
+	if len(s) <= most {
+		return s
+	}
+	return strings.ToValidUTF8(s[:most], "") + "…"
 }
 
 func (n *node) sendLoop() {
@@ -410,7 +478,7 @@ func (n *node) sendEvent(q queued) {
 		n.st.dropped.Add(1)
 		return
 	}
-	msg, err := encode(n.id, q.seq, time.Now(), false, q.e)
+	msg, err := encode(n.cfg.key, n.id, q.seq, time.Now(), false, q.e)
 	if err == nil {
 		err = n.send(msg)
 	}
@@ -453,7 +521,7 @@ func (n *node) lastBeat() {
 }
 
 func (n *node) sendBeat(ctx context.Context, seq uint64) {
-	msg, err := encode(n.id, seq, time.Now(), true, Event{})
+	msg, err := encode(n.cfg.key, n.id, seq, time.Now(), true, Event{})
 	if err == nil {
 		err = n.sendOn(ctx, msg)
 	}
@@ -525,6 +593,8 @@ func (n *node) Stats() Stats {
 		Received:   n.st.received.Load(),
 		Stale:      n.st.stale.Load(),
 		Invalid:    n.st.invalid.Load(),
+		Unsigned:   n.st.unsigned.Load(),
+		BadMAC:     n.st.badMAC.Load(),
 		Gaps:       n.st.gaps.Load(),
 		Resyncs:    n.st.resyncs.Load(),
 		Lag:        time.Duration(n.st.lag.Load()),
@@ -603,7 +673,11 @@ type receiver node
 
 func (r *receiver) Message(msg []byte) {
 	n := (*node)(r)
-	m, err := decode(msg)
+	m, err := decode(n.cfg.key, msg)
+	if errors.Is(err, errUnsigned) || errors.Is(err, errBadMAC) {
+		n.refuse(err) // not from a replica: nothing it says is believed, gaps included
+		return
+	}
 	if err != nil {
 		n.st.invalid.Add(1)
 		n.warn("bus: an unreadable message was received; re-notifying", "err", err)
@@ -625,19 +699,28 @@ func (r *receiver) Message(msg []byte) {
 	if !deliver {
 		return
 	}
-	lag := max(now.Sub(m.e.Sent), 0)
+	n.noteLag(now, m.e.Sent)
+	n.st.received.Add(1)
+	if h := n.handler.Load(); h != nil {
+		n.hmu.Lock()
+		h.h.Deliver(m.e)
+		n.hmu.Unlock()
+	}
+}
+
+// noteLag records how long an event sent at sent took to arrive at now,
+// unless sent is outside the window of times a sender's clock can say.
+func (n *node) noteLag(now, sent time.Time) {
+	if sent.After(now.Add(maxLagAhead)) || sent.Before(now.Add(-maxLagBehind)) {
+		return
+	}
+	lag := max(now.Sub(sent), 0)
 	n.st.lag.Store(int64(lag))
 	for {
 		old := n.st.maxLag.Load()
 		if int64(lag) <= old || n.st.maxLag.CompareAndSwap(old, int64(lag)) {
 			break
 		}
-	}
-	n.st.received.Add(1)
-	if h := n.handler.Load(); h != nil {
-		n.hmu.Lock()
-		h.h.Deliver(m.e)
-		n.hmu.Unlock()
 	}
 }
 

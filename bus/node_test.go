@@ -209,7 +209,7 @@ func TestCloseSaysGoodbye(t *testing.T) {
 type stalling struct{ Conn }
 
 func (s *stalling) Send(ctx context.Context, msg []byte) error {
-	if m, err := decode(msg); err == nil && !m.beat {
+	if m, err := decode(nil, msg); err == nil && !m.beat {
 		<-ctx.Done()
 		return ctx.Err()
 	}
@@ -289,7 +289,7 @@ func TestSequencePoisoning(t *testing.T) {
 	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 })
 	raw := l.Conn()
 	defer raw.Close()
-	msg, err := encode(a.Stats().Origin, math.MaxUint64-1, time.Now(), true, Event{})
+	msg, err := encode(nil, a.Stats().Origin, math.MaxUint64-1, time.Now(), true, Event{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ type config struct {
 	minBackoff  time.Duration
 	maxBackoff  time.Duration
 	sendTimeout time.Duration
+	// key signs and checks messages (see WithSecret); nil for none.
+	key []byte
 }
 
 func newConfig(opts []Option) config {
@@ -54,6 +56,33 @@ func WithQueue(n int) Option {
 	return func(c *config) {
 		if n > 0 {
 			c.queue = n
+		}
+	}
+}
+
+// WithSecret has the bus sign every message it sends, and refuse every
+// message that is not signed, under a key derived from secret: pass the
+// key given to server.WithSecret, which every replica shares already.
+// A message is then believed only if it comes from a replica that holds
+// the key; those that do not are dropped and counted
+// (Stats.Unsigned, Stats.BadMAC), with a warning at most every ten
+// seconds, and make no listener re-read: a broker that others can
+// publish on can no longer make replicas tell of changes that did not
+// happen, nor re-notify at will. Replicas with different keys, or with
+// a key and without, do not hear each other: during a change of key,
+// changes made through a replica reach only those that share its key
+// until every replica has restarted with the new one.
+//
+// Without it the bus signs nothing and believes every message, as a bus
+// must whose broker only the deployment can reach; New warns of it.
+// Signing proves who sent a message, not when: a message recorded off
+// the broker can be sent again, which at most makes the replicas
+// re-notify (see Bus). An empty secret is the same as none.
+func WithSecret(secret []byte) Option {
+	return func(c *config) {
+		c.key = nil
+		if len(secret) > 0 {
+			c.key = busKey(secret)
 		}
 	}
 }

@@ -1,31 +1,43 @@
 package bus
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/hub"
 )
 
 // The wire format is one JSON object per message, chosen over a binary
 // one so that a broker's own tools (nats sub, redis-cli subscribe) show
-// what travels:
+// what travels: an envelope holding the version, the MAC and the body,
 //
-//	{"v":1,"type":"change","origin":"<32 hex digits>","seq":7,"sent":<Unix ns>,
-//	 "kinds":1,"uri":"file:///a","audience":["alice"],"keys":["deploy"],"space":1}
+//	{"v":2,"mac":"<43 base64url digits>","body":{"type":"change",
+//	 "origin":"<32 hex digits>","seq":7,"sent":<Unix ns>,"kinds":1,
+//	 "uri":"file:///a","audience":["alice"],"keys":["deploy"],"space":1}}
+//
+// mac is the HMAC-SHA256 of the body's bytes exactly as they stand
+// between the braces, under the bus key (see WithSecret); a bus without
+// one leaves it out. The body is read from the very bytes the MAC
+// covers, so no two readers can disagree about what was signed.
 //
 // type is "change" or "beat" (a heartbeat, which carries the origin's
 // latest sequence number and nothing else). kinds is a bit set: 1 tools,
 // 2 prompts, 4 resources. Members that are absent are empty; an audience
 // or keys member that is present, even as [], limits the event (to no one
-// when empty). Unknown members are ignored, so later versions may add
-// some; a message of another version is unreadable, and unreadable
-// messages make the receiver re-notify.
-const wireVersion = 1
+// when empty). Unknown members, of the envelope as of the body, are
+// ignored, so later versions may add some; a message of another version
+// is unreadable, and unreadable messages make the receiver re-notify —
+// unless the receiver has a key, which then refuses it as unsigned.
+// Version 1 was the body alone, with "v":1 in it and no MAC.
+const wireVersion = 2
 
 // The limits of one message.
 const (
@@ -44,8 +56,24 @@ const (
 // allKinds is every list kind an event may name.
 const allKinds = hub.ToolsList | hub.PromptsList | hub.ResourcesList
 
+// The envelope around a body, written by hand so that the body's bytes
+// travel exactly as they were signed.
+const (
+	envelopeHead     = `{"v":2,`
+	envelopeMAC      = `"mac":"`
+	envelopeBody     = `"body":`
+	envelopeTail     = `}`
+	macText          = 43 // base64url digits of a SHA-256 MAC, unpadded
+	envelopeOverhead = len(envelopeHead) + len(envelopeMAC) + macText + len(`",`) + len(envelopeBody) + len(envelopeTail)
+)
+
+type envelope struct {
+	V    int            `json:"v"`
+	MAC  *string        `json:"mac"`
+	Body jsontext.Value `json:"body"`
+}
+
 type wireMsg struct {
-	V        int      `json:"v"`
 	Type     string   `json:"type"`
 	Origin   string   `json:"origin"`
 	Seq      uint64   `json:"seq"`
@@ -65,9 +93,35 @@ type message struct {
 	e    Event
 }
 
-// encode returns the message for e (or a heartbeat) from origin.
-func encode(origin string, seq uint64, sent time.Time, beat bool, e Event) ([]byte, error) {
-	w := wireMsg{V: wireVersion, Type: typeChange, Origin: origin, Seq: seq, Sent: sent.UnixNano()}
+// busKey derives the key that signs bus messages from the replicas'
+// shared secret, under a label of its own: the secret also keys cursors,
+// request state and task owners, and none of those may be taken for
+// another.
+func busKey(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("tidings bus message v2"))
+	return m.Sum(nil)
+}
+
+// macOf is the MAC of body under key, as it travels.
+func macOf(key, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write(body)
+	return base64.RawURLEncoding.AppendEncode(nil, m.Sum(nil))
+}
+
+// errUnsigned and errBadMAC are messages a bus with a key refuses: they
+// are not from a replica that holds it. They are counted, never taken
+// for a change that could not be read.
+var (
+	errUnsigned = errors.New("bus: a message without a MAC")
+	errBadMAC   = errors.New("bus: a message whose MAC is not this bus key's")
+)
+
+// encode returns the message for e (or a heartbeat) from origin, signed
+// under key when there is one.
+func encode(key []byte, origin string, seq uint64, sent time.Time, beat bool, e Event) ([]byte, error) {
+	w := wireMsg{Type: typeChange, Origin: origin, Seq: seq, Sent: sent.UnixNano()}
 	if beat {
 		w.Type = typeBeat
 	} else {
@@ -76,13 +130,25 @@ func encode(origin string, seq uint64, sent time.Time, beat bool, e Event) ([]by
 		}
 		w.Kinds, w.URI, w.Task, w.Audience, w.Keys, w.Space = uint32(e.Kinds), e.URI, e.Task, e.Audience, e.Keys, e.Space
 	}
-	b, err := json.Marshal(w)
+	body, err := json.Marshal(w)
 	if err != nil {
 		return nil, fmt.Errorf("bus: encoding an event: %w", err)
 	}
-	if len(b) > maxMessage {
-		return nil, fmt.Errorf("bus: an event of %d bytes is over the limit of %d", len(b), maxMessage)
+	// Sized as if signed, so that a bus cuts events into the same parts
+	// with a key or without.
+	if n := len(body) + envelopeOverhead; n > maxMessage {
+		return nil, fmt.Errorf("bus: an event of %d bytes is over the limit of %d", n, maxMessage)
 	}
+	b := make([]byte, 0, len(body)+envelopeOverhead)
+	b = append(b, envelopeHead...)
+	if key != nil {
+		b = append(b, envelopeMAC...)
+		b = append(b, macOf(key, body)...)
+		b = append(b, `",`...)
+	}
+	b = append(b, envelopeBody...)
+	b = append(b, body...)
+	b = append(b, envelopeTail...)
 	return b, nil
 }
 
@@ -105,17 +171,35 @@ func checkEvent(e Event) error {
 	return nil
 }
 
-// decode reads one message; it refuses anything it would not send.
-func decode(b []byte) (message, error) {
+// decode reads one message; it refuses anything it would not send. With
+// a key, a message must carry the MAC of its body under it: one that does
+// not is refused with errUnsigned or errBadMAC before its body is read.
+// Without one, a MAC is not checked.
+func decode(key []byte, b []byte) (message, error) {
 	if len(b) > maxMessage {
 		return message{}, fmt.Errorf("bus: a message of %d bytes is over the limit of %d", len(b), maxMessage)
 	}
-	var w wireMsg
-	if err := json.Unmarshal(b, &w); err != nil {
+	var env envelope
+	err := json.Unmarshal(b, &env)
+	switch {
+	case err != nil && key != nil:
+		return message{}, fmt.Errorf("%w: %w", errUnsigned, err)
+	case err != nil:
 		return message{}, fmt.Errorf("bus: decoding a message: %w", err)
+	case env.V != wireVersion && key != nil:
+		return message{}, fmt.Errorf("%w: version %d, want %d", errUnsigned, env.V, wireVersion)
+	case env.V != wireVersion:
+		return message{}, fmt.Errorf("bus: message version %d, want %d", env.V, wireVersion)
+	case key != nil && env.MAC == nil:
+		return message{}, errUnsigned
+	case key != nil && !hmac.Equal([]byte(*env.MAC), macOf(key, env.Body)):
+		return message{}, errBadMAC
+	case len(env.Body) == 0:
+		return message{}, errors.New("bus: a message without a body")
 	}
-	if w.V != wireVersion {
-		return message{}, fmt.Errorf("bus: message version %d, want %d", w.V, wireVersion)
+	var w wireMsg
+	if err := json.Unmarshal(env.Body, &w); err != nil {
+		return message{}, fmt.Errorf("bus: decoding a message: %w", err)
 	}
 	if !isOrigin(w.Origin) {
 		return message{}, fmt.Errorf("bus: %q is not an origin id", w.Origin)
@@ -178,7 +262,7 @@ var widestSent = time.Unix(0, math.MinInt64)
 // limit is halved first: halving the other would multiply the parts
 // without ever bringing it under.
 func split(origin string, e Event, out []part) []part {
-	if _, err := encode(origin, math.MaxUint64, widestSent, false, e); err == nil {
+	if _, err := encode(nil, origin, math.MaxUint64, widestSent, false, e); err == nil {
 		return append(out, part{e, true})
 	}
 	switch {

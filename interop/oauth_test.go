@@ -109,8 +109,8 @@ func TestTSClientOAuthWithGoServer(t *testing.T) {
 		t.Fatal("no request reached the server")
 	}
 	for _, c := range seen {
-		if c.principal != testas.ClientID || !slices.Contains(c.scopes, oauthScope) {
-			t.Errorf("the server saw caller %q with scopes %v, want %q with %q", c.principal, c.scopes, testas.ClientID, oauthScope)
+		if want := (&auth.Info{Issuer: as.Issuer(), Subject: testas.ClientID}).Principal(); c.principal != want || !slices.Contains(c.scopes, oauthScope) {
+			t.Errorf("the server saw caller %q with scopes %v, want %q with %q", c.principal, c.scopes, want, oauthScope)
 		}
 	}
 	// The SDK found the authorization server by discovery and used its

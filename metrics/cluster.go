@@ -21,13 +21,19 @@ import (
 //	tidings_bus_events_dropped_total      events not sent (queue full, broker down, too large)
 //	tidings_bus_events_stale_total        repeated or late events ignored
 //	tidings_bus_messages_invalid_total    messages that could not be read
+//	tidings_bus_messages_refused_total    messages not signed with the bus key, by reason:
+//	                                      "unsigned" (no MAC) or "bad_mac" (another key's, or forged)
 //	tidings_bus_gaps_total                sequence gaps seen (events lost on the way here)
 //	tidings_bus_resyncs_total             re-notifications of every listener (gaps, reconnects)
 //	tidings_bus_lag_seconds               sender-to-here delay of the last event received
 //	tidings_bus_lag_max_seconds           the longest such delay so far
 //
-// A replica whose bus is down still serves correct answers, but hears of
-// other replicas' changes late; alert on connected, dropped and gaps.
+// The lag leaves out events whose sender's clock is more than a minute
+// ahead or an hour behind (see bus.Stats.Lag). A replica whose bus is
+// down still serves correct answers, but hears of other replicas'
+// changes late; alert on connected, dropped and gaps, and on refused:
+// a replica started without the others' secret, or someone else
+// publishing on the broker.
 func RegisterBus(reg prometheus.Registerer, stats func() bus.Stats) error {
 	c := &statsCollector[bus.Stats]{stats: stats, series: []series[bus.Stats]{
 		gauge("tidings_bus_connected", "1 while this replica's connection to the bus broker is up, else 0.",
@@ -39,6 +45,8 @@ func RegisterBus(reg prometheus.Registerer, stats func() bus.Stats) error {
 		counter("tidings_bus_events_dropped_total", "Change events not sent: queue full, broker down or too large (peers re-notify).", func(s bus.Stats) int64 { return s.Dropped }),
 		counter("tidings_bus_events_stale_total", "Repeated or late change events that were not told again.", func(s bus.Stats) int64 { return s.Stale }),
 		counter("tidings_bus_messages_invalid_total", "Bus messages that could not be read.", func(s bus.Stats) int64 { return s.Invalid }),
+		labelled(counter("tidings_bus_messages_refused_total", refusedHelp, func(s bus.Stats) int64 { return s.Unsigned }), "reason", "unsigned"),
+		labelled(counter("tidings_bus_messages_refused_total", refusedHelp, func(s bus.Stats) int64 { return s.BadMAC }), "reason", "bad_mac"),
 		counter("tidings_bus_gaps_total", "Sequence gaps seen: events of another replica lost on the way here.", func(s bus.Stats) int64 { return s.Gaps }),
 		counter("tidings_bus_resyncs_total", "Times every local listener was told everything may have changed (after gaps, reconnects, unreadable messages).", func(s bus.Stats) int64 { return s.Resyncs }),
 		gauge("tidings_bus_lag_seconds", "Delay of the last event received, from its sender's clock to this replica's.", func(s bus.Stats) float64 { return s.Lag.Seconds() }),
@@ -49,6 +57,8 @@ func RegisterBus(reg prometheus.Registerer, stats func() bus.Stats) error {
 	}
 	return nil
 }
+
+const refusedHelp = "Bus messages dropped for not being signed with this replica's bus key (bus.WithSecret), by reason."
 
 // RegisterState registers what a server did with its shared state (see
 // server.WithSharedState) with reg, read from stats (usually
@@ -99,15 +109,24 @@ type series[S any] struct {
 	desc  *prometheus.Desc
 	kind  prometheus.ValueType
 	value func(S) float64
+	// name and help are kept for labelled, which makes desc again.
+	name, help string
+}
+
+// labelled is s with one constant label: several series of one name that
+// differ by it are one metric to Prometheus.
+func labelled[S any](s series[S], label, value string) series[S] {
+	s.desc = prometheus.NewDesc(s.name, s.help, nil, prometheus.Labels{label: value})
+	return s
 }
 
 func gauge[S any](name, help string, value func(S) float64) series[S] {
-	return series[S]{prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, value}
+	return series[S]{prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, value, name, help}
 }
 
 func counter[S any](name, help string, value func(S) int64) series[S] {
 	return series[S]{prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue,
-		func(s S) float64 { return float64(value(s)) }}
+		func(s S) float64 { return float64(value(s)) }, name, help}
 }
 
 func boolValue(b bool) float64 {

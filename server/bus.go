@@ -24,6 +24,12 @@ import (
 // run time (DisableTool and the like), WithSharedState on the same
 // broker, or a switch reaches only the replica it was made on while the
 // others are told a list changed that, for them, did not.
+//
+// The bus is opened before the server, so it does not take the secret
+// from here: open it with bus.WithSecret and the same key, and it signs
+// what it sends and believes only what the other replicas signed —
+// without that, anyone who can publish on the broker can tell this
+// server's listeners of changes and set its bus metrics.
 func WithBus(b bus.Bus) Option { return func(c *config) { c.bus = b } }
 
 // joinBus forwards the hub's local events to b and hands b's to the hub.

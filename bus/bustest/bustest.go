@@ -187,12 +187,14 @@ func (g gate) Up() {
 }
 
 // IsChange matches the messages that carry a change, not heartbeats. It
-// reads the wire format's type member.
+// reads the wire format's type member, in the body of the envelope.
 func IsChange(msg []byte) bool {
 	var m struct {
-		Type string `json:"type"`
+		Body struct {
+			Type string `json:"type"`
+		} `json:"body"`
 	}
-	return json.Unmarshal(msg, &m) == nil && m.Type == "change"
+	return json.Unmarshal(msg, &m) == nil && m.Body.Type == "change"
 }
 
 // FaultyState is a bus.State that a test can cut off from its store, as

@@ -159,7 +159,9 @@ the news. serve switches nothing on or off at run time, so it keeps no
 shared state beyond the files. Give every replica the same key for the
 cursors and request state it hands out, in a file (--secret-file) or in
 TIDINGS_SECRET, at least 32 bytes (surrounding white space is trimmed);
-without one each replica draws its own and refuses the others' cursors.
+it also signs the bus's messages, and a replica drops those not signed
+with it. Without one each replica draws its own and refuses the others'
+cursors, and the bus believes whoever can publish on the broker.
 There is deliberately no flag that takes the key itself, which anyone
 could read in the process list. While the bus is down a replica keeps
 serving correct answers and hears of other replicas' changes once it is
@@ -274,10 +276,12 @@ func checkToolLimits(cfg serveConfig) error {
 // openBus dials the bus of --bus, bounded in time: a replica that cannot
 // reach its broker at start is better restarted than serving alone
 // unnoticed.
-func openBus(ctx context.Context, rawURL string, log *slog.Logger) (bus.Bus, error) {
+func openBus(ctx context.Context, rawURL string, secret []byte, log *slog.Logger) (bus.Bus, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	b, err := bus.Open(ctx, rawURL, bus.WithLogger(log))
+	// The replicas' shared key signs the bus's messages too; without one
+	// the bus warns that it believes anyone.
+	b, err := bus.Open(ctx, rawURL, bus.WithLogger(log), bus.WithSecret(secret))
 	if err != nil {
 		return nil, fmt.Errorf("--bus: %w", err)
 	}
@@ -318,7 +322,7 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		opts = append(opts, server.WithSecret(cfg.secret))
 	}
 	if cfg.bus != "" {
-		b, err := openBus(ctx, cfg.bus, log)
+		b, err := openBus(ctx, cfg.bus, cfg.secret, log)
 		if err != nil {
 			return err
 		}
@@ -330,7 +334,8 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		}
 		opts = append(opts, server.WithBus(b))
 		if cfg.secret == nil {
-			log.Warn("joined a bus without a shared key: cursors from one replica are refused by the others; set --secret-file or TIDINGS_SECRET")
+			log.Warn("joined a bus without a shared key: cursors from one replica are refused by the others, " +
+				"and bus messages are not signed; set --secret-file or TIDINGS_SECRET")
 		}
 		log.Info("joined the bus", "origin", b.Stats().Origin)
 	}

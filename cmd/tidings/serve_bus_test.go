@@ -190,7 +190,8 @@ func (r *replicaServe) listResources(t *testing.T, cursor string) (next string, 
 // TestServeCluster: replicas of `serve --bus` on a real NATS server
 // serve one directory: a change seen by one reaches the others over the
 // bus, a cursor from one is good on another with the same key and
-// refused by one with another key; /readyz and /metrics tell the bus's
+// refused by one with another key, whose bus messages the others drop
+// and count as it drops theirs; /readyz and /metrics tell the bus's
 // health, and stay ready while the broker is down and back.
 func TestServeCluster(t *testing.T) {
 	nats := testbroker.StartNATS(t)
@@ -205,8 +206,15 @@ func TestServeCluster(t *testing.T) {
 	b := startReplica(t, dir, nats.URL(), key)
 	other := startReplica(t, dir, nats.URL(), []byte(strings.Repeat("o", 32)))
 	reps := []*replicaServe{a, b, other}
+	const refused = `tidings_bus_messages_refused_total{reason="bad_mac"}`
 	for _, r := range reps {
-		eventually(t, "replicas hearing each other", func() bool { return r.series(t, "tidings_bus_peers") == 2 })
+		peers := 1.0 // the one with the same key
+		if r == other {
+			peers = 0
+		}
+		eventually(t, "replicas hearing each other", func() bool {
+			return r.series(t, "tidings_bus_peers") == peers && r.series(t, refused) > 0
+		})
 		if !r.ready(t, "bus: connected") || r.series(t, "tidings_bus_connected") != 1 {
 			t.Fatalf("a fresh replica does not report its bus connected:\n%s", r.logs.String())
 		}

@@ -133,7 +133,8 @@ func newBoard(ctx context.Context, cfg config, log *slog.Logger) (*board, error)
 		rdb.Close()
 		return nil, err
 	}
-	bs, err := bus.Open(dctx, busURL, bus.WithLogger(log))
+	// The replicas' key signs the bus's messages too (none: unsigned).
+	bs, err := bus.Open(dctx, busURL, bus.WithLogger(log), bus.WithSecret([]byte(cfg.secret)))
 	if err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("join the replicas: %w", err)

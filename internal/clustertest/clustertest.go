@@ -114,7 +114,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		opts.Secret = []byte("clustertest: the replicas' shared key, 32 bytes or more")
 	}
 	bopts := append([]bus.Option{bus.WithBackoff(5*time.Millisecond, 100*time.Millisecond),
-		bus.WithLogger(slog.New(slog.DiscardHandler))}, opts.BusOptions...)
+		bus.WithLogger(slog.New(slog.DiscardHandler)), bus.WithSecret(opts.Secret)}, opts.BusOptions...)
 	var local *bus.Local
 	var localState *bus.LocalState
 	var localTasks *bus.LocalTasks

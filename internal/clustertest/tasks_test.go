@@ -770,10 +770,12 @@ func TestTaskPolledAtOnceElsewhere(t *testing.T) {
 func isTaskChange(id string) func([]byte) bool {
 	return func(msg []byte) bool {
 		var m struct {
-			Type string `json:"type"`
-			Task string `json:"task"`
+			Body struct {
+				Type string `json:"type"`
+				Task string `json:"task"`
+			} `json:"body"`
 		}
-		return json.Unmarshal(msg, &m) == nil && m.Type == "change" && m.Task == id
+		return json.Unmarshal(msg, &m) == nil && m.Body.Type == "change" && m.Body.Task == id
 	}
 }
 
