@@ -48,17 +48,16 @@ func RegisterConns(reg prometheus.Registerer, stats func() ConnStats) error {
 		evictedName = "tidings_http_connections_evicted_total"
 		evictedHelp = "Idle connections closed to make room for a new one under a cap on open connections."
 	)
-	perAddress, total := prometheus.Labels{"limit": "per_address"}, prometheus.Labels{"limit": "total"}
 	c := &statsCollector[ConnStats]{stats: stats, series: []series[ConnStats]{
 		gauge("tidings_http_connections_open", "HTTP connections open now.", func(s ConnStats) float64 { return float64(s.Open) }),
 		gauge("tidings_http_connections_idle", "HTTP connections open now and idle between requests: the first closed to make room.",
 			func(s ConnStats) float64 { return float64(s.Idle) }),
-		labelled(maxName, maxHelp, perAddress, prometheus.GaugeValue, func(s ConnStats) float64 { return float64(s.MaxPerAddress) }),
-		labelled(maxName, maxHelp, total, prometheus.GaugeValue, func(s ConnStats) float64 { return float64(s.MaxTotal) }),
-		labelled(refusedName, refusedHelp, perAddress, prometheus.CounterValue, func(s ConnStats) float64 { return float64(s.RefusedPerAddress) }),
-		labelled(refusedName, refusedHelp, total, prometheus.CounterValue, func(s ConnStats) float64 { return float64(s.RefusedTotal) }),
-		labelled(evictedName, evictedHelp, perAddress, prometheus.CounterValue, func(s ConnStats) float64 { return float64(s.EvictedPerAddress) }),
-		labelled(evictedName, evictedHelp, total, prometheus.CounterValue, func(s ConnStats) float64 { return float64(s.EvictedTotal) }),
+		labelled(gauge(maxName, maxHelp, func(s ConnStats) float64 { return float64(s.MaxPerAddress) }), "limit", "per_address"),
+		labelled(gauge(maxName, maxHelp, func(s ConnStats) float64 { return float64(s.MaxTotal) }), "limit", "total"),
+		labelled(counter(refusedName, refusedHelp, func(s ConnStats) int64 { return s.RefusedPerAddress }), "limit", "per_address"),
+		labelled(counter(refusedName, refusedHelp, func(s ConnStats) int64 { return s.RefusedTotal }), "limit", "total"),
+		labelled(counter(evictedName, evictedHelp, func(s ConnStats) int64 { return s.EvictedPerAddress }), "limit", "per_address"),
+		labelled(counter(evictedName, evictedHelp, func(s ConnStats) int64 { return s.EvictedTotal }), "limit", "total"),
 		counter("tidings_http_body_timeouts_total", "Requests whose body did not arrive within the body timeout.",
 			func(s ConnStats) int64 { return s.BodyTimeouts }),
 		counter("tidings_http_write_timeouts_total", "Answers, streamed or not, cut off because a write blocked for the write timeout: their reader stopped reading.",
@@ -68,10 +67,4 @@ func RegisterConns(reg prometheus.Registerer, stats func() ConnStats) error {
 		return fmt.Errorf("metrics: connections: %w", err)
 	}
 	return nil
-}
-
-// labelled is one labelled child of a series, such as the refusals at
-// one limit: the labels are fixed, so they are constant labels.
-func labelled[S any](name, help string, labels prometheus.Labels, kind prometheus.ValueType, value func(S) float64) series[S] {
-	return series[S]{prometheus.NewDesc(name, help, nil, labels), kind, value}
 }
