@@ -32,8 +32,9 @@ import (
 // bounds such waits itself (the Flow's AuthorizeTimeout does), and the
 // request's context is passed on to it.
 //
-// Only HTTP requests carry credentials: clients made by NewCommand or New
-// do not use an Authorizer. An Authorizer is called concurrently.
+// Only HTTP requests carry credentials, so WithAuthorizer is an
+// HTTPOption: NewCommand and New do not take it. An Authorizer is called
+// concurrently.
 type Authorizer interface {
 	// Authorize sets req's credentials: its Authorization header, and a
 	// DPoP proof header when the token is DPoP-bound. It may do network
@@ -55,7 +56,9 @@ type Authorizer interface {
 // own headers (WithAuthorization, WithHeader), so what it sets wins.
 // Views made with As do not use it: they speak for the authorization
 // they were given.
-func WithAuthorizer(a Authorizer) Option { return func(c *config) { c.authorizer = a } }
+func WithAuthorizer(a Authorizer) HTTPOption {
+	return httpOption(func(c *config) { c.authorizer = a })
+}
 
 // authContext names whose credentials an answer was given to: the cache
 // keeps an answer the server marked private under it, and serves it only

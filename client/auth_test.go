@@ -129,9 +129,9 @@ func (fx *authFixture) refusals() []string {
 	return slices.Clone(fx.refused)
 }
 
-func (fx *authFixture) client(t testing.TB, opts ...Option) *Client {
+func (fx *authFixture) client(t testing.TB, opts ...HTTPOption) *Client {
 	t.Helper()
-	c := NewHTTP(fx.url, append([]Option{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, opts...)...)
+	c := NewHTTP(fx.url, append([]HTTPOption{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, opts...)...)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -787,7 +787,7 @@ func TestCredentialsStayOutOfLogsAndErrors(t *testing.T) {
 	}
 	errs = append(errs, err)
 
-	for _, opt := range []Option{WithAuthorization("Bearer fixed-secret-5"), WithHeader("Authorization", "Bearer header-secret-6")} {
+	for _, opt := range []HTTPOption{WithAuthorization("Bearer fixed-secret-5"), WithHeader("Authorization", "Bearer header-secret-6")} {
 		_, err := fx.client(t, WithLogger(logger), opt).Tools(t.Context())
 		if err == nil {
 			t.Fatal("a refused token was accepted")

@@ -18,7 +18,7 @@ import (
 
 // primed returns a client whose era probe is done, so request counts
 // below see only the reads under test.
-func primed(t testing.TB, f *fixture, opts ...Option) *Client {
+func primed(t testing.TB, f *fixture, opts ...HTTPOption) *Client {
 	t.Helper()
 	c := f.client(t, opts...)
 	if _, err := c.Era(context.Background()); err != nil {
@@ -35,7 +35,7 @@ func TestCacheTTL(t *testing.T) {
 	}})
 	addTools(t, f.srv, "a", "b")
 	clock := newFakeClock()
-	c := primed(t, f, WithClock(clock.Now))
+	c := primed(t, f, withClock(clock.Now))
 	ctx := context.Background()
 
 	if st := c.Freshness(mcp.MethodToolsList, "").State; st != Missing {
@@ -108,7 +108,7 @@ func TestCacheKeyedByParams(t *testing.T) {
 	must(t, f.srv.AddResource(mcp.Resource{URI: "res://a"}, a.handler, server.WithResourceCache(server.CachePolicy{TTL: time.Hour})))
 	must(t, f.srv.AddResource(mcp.Resource{URI: "res://b"}, b.handler, server.WithResourceCache(server.CachePolicy{TTL: time.Minute})))
 	clock := newFakeClock()
-	c := primed(t, f, WithClock(clock.Now))
+	c := primed(t, f, withClock(clock.Now))
 	ctx := context.Background()
 	for range 2 {
 		ra, err := c.ReadResource(ctx, "res://a")
@@ -377,7 +377,7 @@ func TestServeStale(t *testing.T) {
 			}})
 			addTools(t, f.srv, "a")
 			clock := newFakeClock()
-			opts := []Option{WithClock(clock.Now)}
+			opts := []HTTPOption{withClock(clock.Now)}
 			if stale {
 				opts = append(opts, WithServeStale())
 			}

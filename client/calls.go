@@ -95,8 +95,16 @@ func (c *Client) answer(ctx context.Context, r mcp.InputRequest) (jsontext.Value
 	return nil, fmt.Errorf("unsupported input request method %q", r.Method)
 }
 
-// CallOption tunes one call.
-type CallOption func(*callOpts)
+// CallOption tunes one call of CallTool. It is of another kind than the
+// constructors' options (Option, HTTPOption, CommandOption): those set up
+// the client for all its calls, a CallOption is given to the one call it
+// concerns, so neither is accepted where the other is.
+type CallOption interface{ applyCall(*callOpts) }
+
+// callOption is a CallOption.
+type callOption func(*callOpts)
+
+func (o callOption) applyCall(c *callOpts) { o(c) }
 
 // WithProgress asks for progress notifications and hands them to fn.
 // When the server runs a tool call as a task (see WithTaskStatus), each
@@ -104,7 +112,7 @@ type CallOption func(*callOpts)
 // task's status message and a progress value one above the last, so
 // that a caller showing progress sees the task's as it goes.
 func WithProgress(fn func(progress float64, total *float64, message string)) CallOption {
-	return func(o *callOpts) { o.progress = fn }
+	return callOption(func(o *callOpts) { o.progress = fn })
 }
 
 // CallTool calls a tool. args is marshalled as the arguments object (nil
@@ -135,7 +143,7 @@ func (c *Client) CallTool(ctx context.Context, name string, args any, opts ...Ca
 	}
 	o := callOpts{name: &name}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyCall(&o)
 	}
 	var progress *progressFloor
 	if o.progress != nil {

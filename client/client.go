@@ -74,26 +74,67 @@ type config struct {
 	pinned     string
 }
 
-// Option configures a Client.
-type Option func(*config)
+// HTTPOption configures a client made by NewHTTP. Options that concern
+// only HTTP — headers, credentials, the http.Client, the listen's idle
+// timeout — are HTTPOptions and no other kind, so passing one to
+// NewCommand or New is a compile error rather than a setting that is
+// silently ignored. Every Option is an HTTPOption too.
+type HTTPOption interface{ applyHTTP(*config) }
+
+// CommandOption configures a client made by NewCommand. Options that
+// concern only the spawned server process — its environment, its stderr
+// — are CommandOptions and no other kind, so passing one to NewHTTP or
+// New is a compile error rather than a setting that is silently ignored.
+// Every Option is a CommandOption too.
+type CommandOption interface{ applyCommand(*config) }
+
+// Option configures a client made by any constructor: NewHTTP,
+// NewCommand or New. It says how the client behaves whatever carries its
+// messages (its handlers, cache, timeouts, protocol revision). An option
+// that only one transport honours is an HTTPOption or a CommandOption
+// instead, and New, whose Transport is the caller's own, accepts neither.
+// Options shared by both constructors are kept as a []Option and
+// appended one by one to the []HTTPOption or []CommandOption passed on.
+type Option interface {
+	HTTPOption
+	CommandOption
+	apply(*config)
+}
+
+// option is an Option: its function applies whatever the transport.
+type option func(*config)
+
+func (o option) apply(c *config)        { o(c) }
+func (o option) applyHTTP(c *config)    { o(c) }
+func (o option) applyCommand(c *config) { o(c) }
+
+// httpOption is an HTTPOption and nothing else.
+type httpOption func(*config)
+
+func (o httpOption) applyHTTP(c *config) { o(c) }
+
+// commandOption is a CommandOption and nothing else.
+type commandOption func(*config)
+
+func (o commandOption) applyCommand(c *config) { o(c) }
 
 // WithClientInfo sets the clientInfo sent with every request.
-func WithClientInfo(info mcp.Implementation) Option { return func(c *config) { c.info = info } }
+func WithClientInfo(info mcp.Implementation) Option { return option(func(c *config) { c.info = info }) }
 
 // WithElicitation declares the elicitation capability and answers
 // elicitation input requests with h.
-func WithElicitation(h ElicitHandler) Option { return func(c *config) { c.elicit = h } }
+func WithElicitation(h ElicitHandler) Option { return option(func(c *config) { c.elicit = h }) }
 
 // WithSampling declares the sampling capability and answers sampling
 // input requests with h.
-func WithSampling(h SamplingHandler) Option { return func(c *config) { c.sample = h } }
+func WithSampling(h SamplingHandler) Option { return option(func(c *config) { c.sample = h }) }
 
 // WithRoots declares the roots capability and answers roots input
 // requests with h.
-func WithRoots(h RootsHandler) Option { return func(c *config) { c.roots = h } }
+func WithRoots(h RootsHandler) Option { return option(func(c *config) { c.roots = h }) }
 
 // WithMaxRounds bounds the input-required rounds of one call (default 8).
-func WithMaxRounds(n int) Option { return func(c *config) { c.maxRounds = n } }
+func WithMaxRounds(n int) Option { return option(func(c *config) { c.maxRounds = n }) }
 
 // WithTimeout sets the per-request timeout (default 60s). Listens are
 // exempt; they are bounded by keep-alives instead. Over HTTP it bounds
@@ -101,47 +142,55 @@ func WithMaxRounds(n int) Option { return func(c *config) { c.maxRounds = n } }
 // set credentials or answer a refusal (a sign-in in the browser) is not
 // counted: the Authorizer bounds its own waits, and the caller's context
 // bounds everything.
-func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+func WithTimeout(d time.Duration) Option { return option(func(c *config) { c.timeout = d }) }
 
 // WithCacheSize bounds the number of cached answers (default 1024).
-func WithCacheSize(n int) Option { return func(c *config) { c.cacheSize = n } }
+func WithCacheSize(n int) Option { return option(func(c *config) { c.cacheSize = n }) }
 
 // WithListenIdleTimeout sets how long a listen stream may stay silent —
 // no notification and no keep-alive — before the client takes it for dead
 // and reconnects (default 60s, four missed keep-alives of a tidings
 // server; 0 disables). Without it a connection that died without a reset
-// would leave the client waiting, and stale, forever.
-func WithListenIdleTimeout(d time.Duration) Option { return func(c *config) { c.listenIdle = d } }
+// would leave the client waiting, and stale, forever. It is an HTTPOption:
+// a stdio server that dies closes its pipes, which the client sees at
+// once, and a Transport given to New watches its own connection.
+func WithListenIdleTimeout(d time.Duration) HTTPOption {
+	return httpOption(func(c *config) { c.listenIdle = d })
+}
 
 // WithServeStale makes reads return the last known answer when a refresh
 // fails, instead of the error.
-func WithServeStale() Option { return func(c *config) { c.serveStale = true } }
+func WithServeStale() Option { return option(func(c *config) { c.serveStale = true }) }
 
 // WithAuthorization sends value as the Authorization header of every
 // HTTP request: a fixed credential, such as "Bearer " and a long-lived
 // token. For tokens that expire or must be obtained first, use
 // WithAuthorizer.
-func WithAuthorization(value string) Option {
-	return func(c *config) { c.header.Set("Authorization", value) }
+func WithAuthorization(value string) HTTPOption {
+	return httpOption(func(c *config) { c.header.Set("Authorization", value) })
 }
 
 // WithHeader adds a header to every HTTP request. An Authorization header
 // given this way counts as the client's credentials, as with
 // WithAuthorization.
-func WithHeader(name, value string) Option { return func(c *config) { c.header.Add(name, value) } }
+func WithHeader(name, value string) HTTPOption {
+	return httpOption(func(c *config) { c.header.Add(name, value) })
+}
 
 // WithHTTPClient sets the HTTP client used for requests. Its Transport
 // may add credentials of its own (oauth2.Transport does); the client
 // then cannot tell in advance whose answers it will get, and caches
 // none of those the server marks private.
-func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.hc = hc } }
+func WithHTTPClient(hc *http.Client) HTTPOption { return httpOption(func(c *config) { c.hc = hc }) }
 
 // WithLogger sets where the client logs warnings (dropped invalid tools,
 // reconnects). Default: slog.Default.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+func WithLogger(l *slog.Logger) Option { return option(func(c *config) { c.logger = l }) }
 
-// WithClock replaces time.Now, for tests of TTL expiry.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+// withClock replaces time.Now, for the package's tests of TTL expiry.
+// It is not exported: a caller's own tests get a fake clock from
+// testing/synctest, which moves time.Now for the client as well.
+func withClock(now func() time.Time) Option { return option(func(c *config) { c.now = now }) }
 
 // WithStderr sets where a spawned server's stderr goes. By default it is
 // discarded: a server's diagnostics are not the client's output, and a
@@ -149,17 +198,19 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // Pass os.Stderr to see them, or a log writer. w is written from one
 // goroutine of the process (exec's copier) and must not block for long,
 // or the server blocks on its writes to stderr.
-func WithStderr(w io.Writer) Option {
-	return func(c *config) { c.stderr = w }
+func WithStderr(w io.Writer) CommandOption {
+	return commandOption(func(c *config) { c.stderr = w })
 }
 
 // WithEnv adds environment variables ("K=V") for a spawned server.
-func WithEnv(env ...string) Option { return func(c *config) { c.env = append(c.env, env...) } }
+func WithEnv(env ...string) CommandOption {
+	return commandOption(func(c *config) { c.env = append(c.env, env...) })
+}
 
 // WithServerLogs asks servers for log messages at level and above on
 // every request, and hands them to fn.
 func WithServerLogs(level mcp.LogLevel, fn func(level mcp.LogLevel, logger string, data jsontext.Value)) Option {
-	return func(c *config) { c.logLevel, c.onLog = level, fn }
+	return option(func(c *config) { c.logLevel, c.onLog = level, fn })
 }
 
 // WithProtocolVersion pins the protocol revision, one of Versions: the
@@ -169,7 +220,7 @@ func WithServerLogs(level mcp.LogLevel, fn func(level mcp.LogLevel, logger strin
 // fails the request with a *VersionError. Pin when the server is known,
 // to save the probe's round trip, or for a server that reacts badly to a
 // server/discover it does not know.
-func WithProtocolVersion(v string) Option { return func(c *config) { c.pinned = v } }
+func WithProtocolVersion(v string) Option { return option(func(c *config) { c.pinned = v }) }
 
 // Client talks to one MCP server. It is safe for concurrent use.
 type Client struct {
@@ -188,7 +239,9 @@ type Client struct {
 	life *lifetime
 }
 
-func newConfig(opts []Option) config {
+// newConfig returns the configuration opts make, each applied by apply:
+// the method of the option kind the constructor takes.
+func newConfig[O any](opts []O, apply func(O, *config)) config {
 	cfg := config{
 		info:       mcp.Implementation{Name: "tidings", Version: "0.1.0"},
 		maxRounds:  8,
@@ -199,7 +252,7 @@ func newConfig(opts []Option) config {
 		maxMsg:     defaultMaxMsg,
 	}
 	for _, o := range opts {
-		o(&cfg)
+		apply(o, &cfg)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
@@ -269,8 +322,8 @@ func (c *Client) answeredAs(r *outbound) authContext {
 
 // NewHTTP returns a client for the Streamable HTTP endpoint at url. It
 // does no I/O until the first call.
-func NewHTTP(url string, opts ...Option) *Client {
-	cfg := newConfig(opts)
+func NewHTTP(url string, opts ...HTTPOption) *Client {
+	cfg := newConfig(opts, HTTPOption.applyHTTP)
 	return newClient(newHTTPTransport(url, cfg), cfg, newLifetime())
 }
 
@@ -288,8 +341,8 @@ func NewHTTP(url string, opts ...Option) *Client {
 // requests fail with ErrDropped, and a Watcher reconnects and reconciles),
 // unless it keeps dying right after starting: then requests fail with
 // ErrServerGone.
-func NewCommand(ctx context.Context, name string, args []string, opts ...Option) (*Client, error) {
-	cfg := newConfig(opts)
+func NewCommand(ctx context.Context, name string, args []string, opts ...CommandOption) (*Client, error) {
+	cfg := newConfig(opts, CommandOption.applyCommand)
 	c := newClient(nil, cfg, newLifetime())
 	// The first start is bounded by ctx; restarts, which happen long after
 	// ctx may have ended, by the client's own life, which Close ends.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"time"
 
 	"tidings/client"
@@ -29,6 +30,9 @@ func names(tools []mcp.Tool) []string {
 // ExampleNewHTTP talks to a Streamable HTTP server on loopback: the first
 // call finds out which protocol it speaks, and the tool list is then
 // served from the cache for as long as the server says it stays fresh.
+// NewHTTP takes the options every constructor takes (Option) and those
+// only HTTP has (HTTPOption), such as headers; WithStderr, a
+// CommandOption, would not compile here.
 func ExampleNewHTTP() {
 	srv := server.New(mcp.Implementation{Name: "demo", Version: "1.0.0"})
 	_ = srv.AddTool(mcp.Tool{Name: "greet"}, greet)
@@ -36,7 +40,11 @@ func ExampleNewHTTP() {
 	ts := httptest.NewServer(streamhttp.New(srv))
 	defer ts.Close()
 
-	c := client.NewHTTP(ts.URL)
+	c := client.NewHTTP(ts.URL,
+		client.WithClientInfo(mcp.Implementation{Name: "example", Version: "1.0.0"}), // an Option
+		client.WithTimeout(10*time.Second),                                           // an Option
+		client.WithHeader("X-Team", "docs"),                                          // an HTTPOption
+	)
 	defer c.Close()
 	ctx := context.Background()
 	tools, err := c.Tools(ctx)
@@ -134,4 +142,33 @@ func ExampleClient_As() {
 	// Output:
 	// bob [greet]
 	// alice [admin greet]
+}
+
+// ExampleNewCommand runs a stdio server as a subprocess and calls its
+// tool. NewCommand takes the options every constructor takes (Option) and
+// those only a spawned process has (CommandOption), such as its
+// environment and where its stderr goes; WithHeader, an HTTPOption, would
+// not compile here. The server is this example's own binary, started
+// again as a server (see exampleServerEnv); a program names its server's
+// command instead, such as "tidings" with the arguments "serve", "--stdio".
+func ExampleNewCommand() {
+	ctx := context.Background()
+	c, err := client.NewCommand(ctx, os.Args[0], []string{"-test.run=^$"},
+		client.WithTimeout(10*time.Second),          // an Option
+		client.WithEnv(exampleServerEnv+"=greeter"), // a CommandOption
+		client.WithStderr(os.Stderr),                // a CommandOption
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	res, err := c.CallTool(ctx, "greet", nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(*res.Content[0].Text)
+	// Output:
+	// hello
 }

@@ -315,9 +315,9 @@ func newFixtureHandler(t testing.TB, h http.Handler) string {
 }
 
 // client returns a client for the fixture, closed at test end.
-func (f *fixture) client(t testing.TB, opts ...Option) *Client {
+func (f *fixture) client(t testing.TB, opts ...HTTPOption) *Client {
 	t.Helper()
-	c := NewHTTP(f.url, append([]Option{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, opts...)...)
+	c := NewHTTP(f.url, append([]HTTPOption{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, opts...)...)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -551,9 +551,9 @@ func rawServer(t testing.TB, fn func(n int, r rawRequest) (result string, errJSO
 	return ts, rec
 }
 
-func rawClient(t testing.TB, url string, opts ...Option) *Client {
+func rawClient(t testing.TB, url string, opts ...HTTPOption) *Client {
 	t.Helper()
-	c := NewHTTP(url, append([]Option{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, opts...)...)
+	c := NewHTTP(url, append([]HTTPOption{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, opts...)...)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

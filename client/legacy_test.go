@@ -171,9 +171,9 @@ func newLegacyFixHandler(t testing.TB, how refusal, hopts []streamhttp.Option, s
 	return f
 }
 
-func (f *legacyFix) client(t testing.TB, opts ...Option) *Client {
+func (f *legacyFix) client(t testing.TB, opts ...HTTPOption) *Client {
 	t.Helper()
-	c := NewHTTP(f.url, append([]Option{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, opts...)...)
+	c := NewHTTP(f.url, append([]HTTPOption{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, opts...)...)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

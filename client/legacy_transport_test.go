@@ -25,7 +25,7 @@ func TestSessionTransportDecorates(t *testing.T) {
 		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Session not found"}}`)
 	}))
 	t.Cleanup(func() { closeServer(ts) })
-	cfg := newConfig([]Option{WithLogger(quietLogger()), WithHTTPClient(ts.Client())})
+	cfg := newConfig([]HTTPOption{WithLogger(quietLogger()), WithHTTPClient(ts.Client())}, HTTPOption.applyHTTP)
 	c := newClient(newHTTPTransport(ts.URL, cfg), cfg, newLifetime())
 	t.Cleanup(func() { _ = c.Close() })
 	req := func() *outbound {

@@ -19,7 +19,7 @@ import (
 
 // mrtrClient answers every kind of input request and records what it was
 // asked.
-func mrtrClient(t testing.TB, f *fixture, opts ...Option) (*Client, *[]string) {
+func mrtrClient(t testing.TB, f *fixture, opts ...HTTPOption) (*Client, *[]string) {
 	t.Helper()
 	var mu sync.Mutex
 	asked := []string{}
@@ -28,7 +28,7 @@ func mrtrClient(t testing.TB, f *fixture, opts ...Option) (*Client, *[]string) {
 		asked = append(asked, s)
 		mu.Unlock()
 	}
-	c := primed(t, f, append([]Option{
+	c := primed(t, f, append([]HTTPOption{
 		WithElicitation(func(_ context.Context, p jsontext.Value) (*mcp.ElicitResult, error) {
 			note("elicit " + string(p))
 			return &mcp.ElicitResult{Action: "accept", Content: map[string]jsontext.Value{"ok": jsontext.Value("true")}}, nil

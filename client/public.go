@@ -53,7 +53,7 @@ type Request struct {
 // New returns a client that talks to a server through t. It does no I/O
 // until the first call; Close closes t.
 func New(t Transport, opts ...Option) *Client {
-	cfg := newConfig(opts)
+	cfg := newConfig(opts, Option.apply)
 	c := newClient(nil, cfg, newLifetime())
 	if st, ok := t.(*streamTransport); ok {
 		// Our own framing knows the rest of the protocol: the messages that

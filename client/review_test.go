@@ -105,7 +105,7 @@ func TestListSnapshotExpiresWithFirstPage(t *testing.T) {
 		}
 		return `{"tools":[{"name":"a","inputSchema":{"type":"object"}}],"nextCursor":"p2","resultType":"complete","ttlMs":10000,"cacheScope":"public"}`, ""
 	})
-	c := rawClient(t, ts.URL, WithClock(clock.Now))
+	c := rawClient(t, ts.URL, withClock(clock.Now))
 	tools, err := c.Tools(context.Background())
 	must(t, err)
 	if !slices.Equal(names(tools), []string{"a", "b"}) {

@@ -44,7 +44,7 @@ func TestStdioRestartAfterStartContextEnds(t *testing.T) {
 // the client's message bound is dropped; the connection and the server
 // process stay (a restart would lose the tool added first).
 func TestStdioOversizedLineKeepsServer(t *testing.T) {
-	small := Option(func(c *config) { c.maxMsg = 64 << 10 })
+	small := option(func(c *config) { c.maxMsg = 64 << 10 })
 	c, err := NewCommand(context.Background(), stdioServerPath(t), nil,
 		WithLogger(quietLogger()), WithTimeout(waitTimeout), WithStderr(testWriter{t}), small)
 	must(t, err)
@@ -154,7 +154,7 @@ func (f *ackTransport) close() error { return nil }
 // for the callback.
 func TestSlowOnEventNeverBlocksReader(t *testing.T) {
 	ft := &ackTransport{listens: make(chan func(*jsonrpc.Message), 1)}
-	c := newClient(ft, newConfig([]Option{WithLogger(quietLogger()), WithTimeout(waitTimeout)}), newLifetime())
+	c := newClient(ft, newConfig([]Option{WithLogger(quietLogger()), WithTimeout(waitTimeout)}, Option.apply), newLifetime())
 	t.Cleanup(func() { _ = c.Close() })
 	var uris []string
 	for i := range 70 {

@@ -42,7 +42,7 @@ var ErrTaskCancelled = errors.New("client: the server cancelled the task")
 // should not wait for, or to see how a server behaves without them;
 // CallTool follows tasks transparently, so callers do not need it to
 // keep getting plain results.
-func WithoutTasks() Option { return func(c *config) { c.noTasks = true } }
+func WithoutTasks() Option { return option(func(c *config) { c.noTasks = true }) }
 
 // WithTaskStatus hands fn every state the client learns of a task the
 // call runs as: the one it was created in, then each later one whose
@@ -51,7 +51,7 @@ func WithoutTasks() Option { return func(c *config) { c.noTasks = true } }
 // (to tell a user, or to log). fn runs on the calling goroutine, between
 // the client's requests for the task, so it should return quickly.
 func WithTaskStatus(fn func(mcp.Task)) CallOption {
-	return func(o *callOpts) { o.taskStatus = fn }
+	return callOption(func(o *callOpts) { o.taskStatus = fn })
 }
 
 // declaresTasks reports whether requests of method declare the tasks

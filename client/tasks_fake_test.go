@@ -359,7 +359,7 @@ func TestTaskStopCancels(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		f    *fakeTasks
-		opts []Option
+		opts []HTTPOption
 		want string // in the call's error
 	}{
 		{
@@ -368,7 +368,7 @@ func TestTaskStopCancels(t *testing.T) {
 				states:    []string{`"status":"input_required","pollIntervalMs":100,` + elicit},
 				updateErr: `{"code":-32602,"message":"unknown input key"}`,
 			},
-			opts: []Option{accept},
+			opts: []HTTPOption{accept},
 			want: "unknown input key",
 		},
 		{

@@ -429,7 +429,13 @@ func exerciseSDK1Server(t *testing.T, c *client.Client, elicited chan string) {
 func TestGoClientWithSDK1Server(t *testing.T) {
 	node, dir := sdk1Setup(t)
 	url := startSDK1Server(t, node, dir)
-	c, elicited := sdk1Client(t, func(opts ...client.Option) (*client.Client, error) { return client.NewHTTP(url, opts...), nil })
+	c, elicited := sdk1Client(t, func(opts ...client.Option) (*client.Client, error) {
+		var hopts []client.HTTPOption
+		for _, o := range opts {
+			hopts = append(hopts, o)
+		}
+		return client.NewHTTP(url, hopts...), nil
+	})
 	exerciseSDK1Server(t, c, elicited)
 }
 
@@ -439,7 +445,11 @@ func TestGoClientWithSDK1StdioServer(t *testing.T) {
 	node, dir := sdk1Setup(t)
 	var stderr lockedBuffer
 	c, elicited := sdk1Client(t, func(opts ...client.Option) (*client.Client, error) {
-		return client.NewCommand(t.Context(), node, []string{filepath.Join(dir, "sdk1-server.mjs"), "stdio"}, append(opts, client.WithStderr(&stderr))...)
+		copts := []client.CommandOption{client.WithStderr(&stderr)}
+		for _, o := range opts {
+			copts = append(copts, o)
+		}
+		return client.NewCommand(t.Context(), node, []string{filepath.Join(dir, "sdk1-server.mjs"), "stdio"}, copts...)
 	})
 	exerciseSDK1Server(t, c, elicited)
 	if t.Failed() {

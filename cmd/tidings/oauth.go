@@ -77,7 +77,7 @@ func readSecret(path string) (string, error) {
 // authorize its requests, and the flow and loopback listener to close
 // with it.
 type authorizer struct {
-	opt      client.Option
+	opt      client.HTTPOption
 	flow     *oauth.Flow
 	loopback *oauth.Loopback
 }

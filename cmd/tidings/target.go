@@ -114,13 +114,28 @@ type dialOut struct {
 // the client and whatever dial started for it.
 func dial(ctx context.Context, t target, f clientFlags, out dialOut) (c *client.Client, stop func(), err error) {
 	logger := slog.New(slog.NewTextHandler(out.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := []client.Option{
+	common := []client.Option{
 		client.WithClientInfo(mcp.Implementation{Name: "tidings", Version: version()}),
 		client.WithTimeout(f.timeout),
 		client.WithLogger(logger),
 	}
 	if f.protocol != "" {
-		opts = append(opts, client.WithProtocolVersion(f.protocol))
+		common = append(common, client.WithProtocolVersion(f.protocol))
+	}
+	if t.url == "" {
+		opts := []client.CommandOption{client.WithStderr(out.log)}
+		for _, o := range common {
+			opts = append(opts, o)
+		}
+		c, err = client.NewCommand(ctx, t.command[0], t.command[1:], opts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("starting %s: %w", t.command[0], err)
+		}
+		return c, func() { c.Close() }, nil
+	}
+	var opts []client.HTTPOption
+	for _, o := range common {
+		opts = append(opts, o)
 	}
 	for _, h := range f.headers {
 		name, value, ok := strings.Cut(h, ":")
@@ -130,27 +145,19 @@ func dial(ctx context.Context, t target, f clientFlags, out dialOut) (c *client.
 		}
 		opts = append(opts, client.WithHeader(name, strings.TrimSpace(value)))
 	}
-	if t.url != "" {
-		if !f.oauth {
-			c := client.NewHTTP(t.url, opts...)
-			return c, func() { c.Close() }, nil
-		}
-		a, err := newAuthorizer(f, out.prompt, logger, out.share)
-		if err != nil {
-			return nil, nil, err
-		}
-		c := client.NewHTTP(t.url, append(opts, a.opt)...)
-		return c, func() {
-			c.Close()
-			a.close()
-		}, nil
+	if !f.oauth {
+		c := client.NewHTTP(t.url, opts...)
+		return c, func() { c.Close() }, nil
 	}
-	opts = append(opts, client.WithStderr(out.log))
-	c, err = client.NewCommand(ctx, t.command[0], t.command[1:], opts...)
+	a, err := newAuthorizer(f, out.prompt, logger, out.share)
 	if err != nil {
-		return nil, nil, fmt.Errorf("starting %s: %w", t.command[0], err)
+		return nil, nil, err
 	}
-	return c, func() { c.Close() }, nil
+	c = client.NewHTTP(t.url, append(opts, a.opt)...)
+	return c, func() {
+		c.Close()
+		a.close()
+	}, nil
 }
 
 // exitError ends the process with a given status once its message (if

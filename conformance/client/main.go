@@ -89,8 +89,8 @@ func run(ctx context.Context, log *slog.Logger, scenario, url, rawCtx string) er
 }
 
 // newClient returns a client that identifies itself and logs to log.
-func newClient(log *slog.Logger, url string, opts ...client.Option) *client.Client {
-	base := []client.Option{
+func newClient(log *slog.Logger, url string, opts ...client.HTTPOption) *client.Client {
+	base := []client.HTTPOption{
 		client.WithClientInfo(mcp.Implementation{Name: "tidings-conformance-client", Version: "0.1.0"}),
 		client.WithLogger(log),
 		client.WithTimeout(10 * time.Second),

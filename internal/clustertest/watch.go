@@ -28,7 +28,7 @@ type Watch struct {
 func NewWatch(t testing.TB, name, url, user string, opts client.WatchOptions) *Watch {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: 4}
-	copts := []client.Option{client.WithHTTPClient(&http.Client{Transport: tr})}
+	copts := []client.HTTPOption{client.WithHTTPClient(&http.Client{Transport: tr})}
 	if user != "" {
 		copts = append(copts, client.WithHeader(PrincipalHeader, user))
 	}
