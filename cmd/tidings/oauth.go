@@ -31,6 +31,9 @@ func (f *clientFlags) check(cmd *cobra.Command, t target) error {
 	if f.protocol != "" && !slices.Contains(client.Versions(), f.protocol) {
 		return fmt.Errorf("--protocol %s: not a revision this client speaks (%s)", f.protocol, strings.Join(client.Versions(), ", "))
 	}
+	if t.url == "" && len(f.headers) > 0 {
+		return fmt.Errorf("--header %q is an HTTP header; a stdio server (a command after --) gets none", f.headers[0])
+	}
 	if !f.oauth {
 		for _, name := range []string{"oauth-redirect", "oauth-store", "oauth-client-id", "oauth-client-issuer", "oauth-client-secret-file"} {
 			if cmd.Flags().Changed(name) {

@@ -36,6 +36,7 @@ func TestOAuthFlagsRefused(t *testing.T) {
 	}{
 		{[]string{"call", "--oauth", "tools", "--", "tidings", "serve", "--stdio"}, "stdio"},
 		{[]string{"watch", "--oauth", "--", "tidings", "serve", "--stdio"}, "stdio"},
+		{[]string{"call", "-H", "X-Team: blue", "tools", "--", "tidings", "serve", "--stdio"}, "--header \"X-Team: blue\" is an HTTP header"},
 		{[]string{"call", "--oauth-redirect", "127.0.0.1:0", "http://127.0.0.1:1/mcp", "tools"}, "--oauth-redirect is for --oauth"},
 		{[]string{"watch", "--oauth-store", store, "http://127.0.0.1:1/mcp"}, "--oauth-store is for --oauth"},
 		{[]string{"call", "--oauth", "-H", "authorization: Bearer x", "http://127.0.0.1:1/mcp", "tools"}, "Authorization header"},
