@@ -401,7 +401,7 @@ func (e *envelope) Route(c *engine.Call, params []engine.HeaderParam) error {
 		if !ok {
 			return errors.New("missing " + mcp.HeaderName + " header")
 		}
-		dec, err := DecodeHeaderValue(got)
+		dec, err := xheader.Decode(got)
 		if err != nil {
 			return errors.New(mcp.HeaderName + " has invalid characters")
 		}
@@ -445,15 +445,6 @@ func single(h http.Header, name string) (string, bool) {
 	}
 	return v[0], true
 }
-
-// DecodeHeaderValue undoes the "=?base64?...?=" sentinel used for values
-// that are not header-safe, and rejects values with invalid characters.
-func DecodeHeaderValue(v string) (string, error) { return xheader.Decode(v) }
-
-// EncodeHeaderValue returns v as a header value, using the base64
-// sentinel when v is not header-safe, has leading or trailing whitespace,
-// or itself looks like a sentinel.
-func EncodeHeaderValue(v string) string { return xheader.Encode(v) }
 
 // writeChunk is the most one Write of an answer hands net/http, so that
 // a long body is written in pieces, each under the write timeout: a

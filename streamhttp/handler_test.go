@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -167,9 +168,9 @@ func TestHeaderValuesAccepted(t *testing.T) {
 		{"plain Mcp-Name", call("echo", `{}`), hdr("echo")},
 		{"base64 Mcp-Name of an ASCII name", call("echo", `{}`), hdr("=?base64?ZWNobw==?=")},
 		{"base64 Mcp-Name of a non-ASCII name", request(1, mcp.MethodPromptsGet, `"name":"café"`),
-			headers(mcp.MethodPromptsGet, streamhttp.EncodeHeaderValue("café"))},
+			headers(mcp.MethodPromptsGet, xheader.Encode("café"))},
 		{"string param", call("echo", `{"region":"eu-west"}`), hdr("echo", "Mcp-Param-Region", "eu-west")},
-		{"string param in base64", call("echo", `{"region":" padded "}`), hdr("echo", "Mcp-Param-Region", streamhttp.EncodeHeaderValue(" padded "))},
+		{"string param in base64", call("echo", `{"region":" padded "}`), hdr("echo", "Mcp-Param-Region", xheader.Encode(" padded "))},
 		{"integer 42 vs header 42.0", call("echo", `{"count":42}`), hdr("echo", "Mcp-Param-Count", "42.0")},
 		{"integer 42 vs header 42", call("echo", `{"count":42}`), hdr("echo", "Mcp-Param-Count", "42")},
 		{"absent arguments, no headers", call("echo", `{"note":"x"}`), hdr("echo")},
