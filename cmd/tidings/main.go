@@ -17,10 +17,7 @@
 // call sends one request (discover, a whole list, a tool call, a read or
 // a prompt) and prints the answer as JSON.
 //
-//	tidings bench fanout [--listeners N] [--changes C] [--stalled K] [--json]
-//
-// bench fanout measures how fast a change reaches many listens over
-// loopback HTTP, and at what memory cost, against a naive broadcaster.
+// The load harness is a command of its own, cmd/tidings-bench.
 //
 // tidings --version reports the module version (go install
 // tidings/cmd/tidings@VERSION, or go build in a VCS checkout); a build
@@ -61,7 +58,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version(),
 	}
-	root.AddCommand(newServeCmd(), newWatchCmd(), newCallCmd(), newBenchCmd())
+	root.AddCommand(newServeCmd(), newWatchCmd(), newCallCmd())
 	return root
 }
 

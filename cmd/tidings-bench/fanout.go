@@ -20,17 +20,7 @@ import (
 // its child process.
 const listenerProcessCmd = "fanout-listeners"
 
-func newBenchCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure the server on this machine",
-		Args:  cobra.NoArgs,
-	}
-	cmd.AddCommand(newBenchFanoutCmd(), newBenchListenersCmd())
-	return cmd
-}
-
-func newBenchFanoutCmd() *cobra.Command {
+func newFanoutCmd() *cobra.Command {
 	var cfg loadtest.Config
 	var asJSON, inProcess, quiet bool
 	cmd := &cobra.Command{
@@ -79,7 +69,7 @@ The open file limit is raised as far as allowed. Progress goes to stderr.`,
 					return fmt.Errorf("finding this binary for the listener process: %w", err)
 				}
 				cfg.ListenerProcess = func(ctx context.Context) *exec.Cmd {
-					return exec.CommandContext(ctx, exe, "bench", listenerProcessCmd)
+					return exec.CommandContext(ctx, exe, listenerProcessCmd)
 				}
 			}
 			if !quiet {
@@ -104,8 +94,7 @@ The open file limit is raised as far as allowed. Progress goes to stderr.`,
 			// every change, stalled listens or not.
 			for _, r := range rep.Runs {
 				if r.Server == loadtest.ServerTidings && (r.TimedOut || r.Unexpected > 0) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "tidings: %s with %d stalled listens timed out or sent unexpected messages\n", r.Server, r.Stalled)
-					return &exitError{code: 1}
+					return fmt.Errorf("%s with %d stalled listens timed out or sent unexpected messages", r.Server, r.Stalled)
 				}
 			}
 			return nil
@@ -124,12 +113,12 @@ The open file limit is raised as far as allowed. Progress goes to stderr.`,
 	return cmd
 }
 
-// newBenchListenersCmd is the child process of bench fanout: it opens
-// and reads listens as the parent asks on stdin, answering on stdout.
-func newBenchListenersCmd() *cobra.Command {
+// newListenersCmd is the child process of fanout: it opens and reads
+// listens as the parent asks on stdin, answering on stdout.
+func newListenersCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    listenerProcessCmd,
-		Short:  "The listener process of bench fanout (internal)",
+		Short:  "The listener process of fanout (internal)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -7,8 +7,28 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// buildBinary compiles this command, as a user would run it.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go tool is needed to build the binary: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "tidings-bench")
+	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
 
 // TestBenchFanout runs the built binary as a user would, with the listens
 // read by its hidden child command, and checks the JSON report: every
@@ -16,10 +36,10 @@ import (
 // listens or not, while the naive broadcaster was held up by them.
 func TestBenchFanout(t *testing.T) {
 	bin := buildBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "bench", "fanout", "--listeners", "20", "--changes", "2",
+	cmd := exec.CommandContext(ctx, bin, "fanout", "--listeners", "20", "--changes", "2",
 		"--stalled", "1", "--timeout", "1s", "--json", "--quiet")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
