@@ -133,15 +133,43 @@ var legendLines = [...]string{
 // list is followed, then the "updated" label), and names are cut with
 // an ellipsis rather than dropped.
 func renderView(m viewModel) string {
-	// Every line goes through printable: the strings in it are the
-	// server's, and control characters in them must not drive the terminal
-	// or break the layout.
-	line := func(format string, a ...any) string {
-		return strings.TrimRight(fit(printable(fmt.Sprintf(format, a...)), m.Width), " ")
+	r := viewRender{m: m}
+	top := append(r.header(), "")
+	top = append(top, r.lists()...)
+	bottom := r.bottom()
+	middle := r.middle()
+	if m.Height > 0 {
+		room := m.Height - len(top) - len(bottom)
+		if room < 3 { // the log and keys give way to the changes' header
+			bottom = nil
+			room = m.Height - len(top)
+		}
+		middle = middle[:min(len(middle), max(room, 0))]
+		for len(middle) < room { // the keys stay on the last row
+			middle = append(middle, "")
+		}
 	}
-	var top []string
-	add := func(format string, a ...any) { top = append(top, line(format, a...)) }
+	lines := append(append(top, middle...), bottom...)
+	if m.Height > 0 && len(lines) > m.Height {
+		lines = lines[:m.Height]
+	}
+	return strings.Join(lines, "\n")
+}
 
+// viewRender draws the parts of one frame of m.
+type viewRender struct{ m viewModel }
+
+// line formats one line of the view, fitted to its width. Every line goes
+// through printable: the strings in it are the server's, and control
+// characters in them must not drive the terminal or break the layout.
+func (r viewRender) line(format string, a ...any) string {
+	return strings.TrimRight(fit(printable(fmt.Sprintf(format, a...)), r.m.Width), " ")
+}
+
+// header is the top of the view: the title, who the server is, the
+// protocol, the connection's state and what the listen was granted.
+func (r viewRender) header() []string {
+	m := r.m
 	title := "tidings watch  " + m.Target
 	clock := m.Now.Format("15:04:05")
 	if m.Width > 0 && utf8.RuneCountInString(title)+2+len(clock) <= m.Width {
@@ -149,20 +177,41 @@ func renderView(m viewModel) string {
 	} else {
 		title += "  " + clock
 	}
-	add("%s", title)
+	out := []string{r.line("%s", title), r.line("server    %s", serverText(m)), r.line("%s", protocolText(m))}
+	if o := m.Outage; o != nil {
+		out = append(out, r.line("state     %s", outageText(o, m.State, m.Now)))
+		// An error's cause comes last ("connection refused"): keep it.
+		const label = "          last error: "
+		errW := 0
+		if m.Width > 0 {
+			errW = max(m.Width-len(label), 1)
+		}
+		out = append(out, r.line("%s%s", label, fitMiddle(printable(o.LastErr), errW)))
+	} else {
+		out = append(out, r.line("state     %-10s  notifications %d  re-reads %d  reconnects %d",
+			m.State, m.Stats.Notifications, m.Stats.Rereads, m.Stats.Reconnects))
+	}
+	return append(out, r.line("%-9s %s", grantLabel(m.Era), grantedText(m.Granted, untaggedParts(m), len(m.URIs))))
+}
 
+// serverText says who the server is, as far as it is known.
+func serverText(m viewModel) string {
 	switch {
 	case m.Server != nil:
 		s := m.Server.Name + " " + m.Server.Version
 		if m.Server.Title != "" {
 			s += " (" + m.Server.Title + ")"
 		}
-		add("server    %s", s)
+		return s
 	case m.DiscoverErr != "":
-		add("server    unknown: %s", m.DiscoverErr)
-	default:
-		add("server    …")
+		return "unknown: " + m.DiscoverErr
 	}
+	return "…"
+}
+
+// protocolText is the protocol line: the revision spoken, and those the
+// server supports.
+func protocolText(m viewModel) string {
 	proto := "protocol  "
 	switch m.Era {
 	case "":
@@ -179,23 +228,13 @@ func renderView(m viewModel) string {
 	if len(m.Versions) > 0 {
 		proto += "   server supports " + strings.Join(m.Versions, ", ")
 	}
-	add("%s", proto)
-	if o := m.Outage; o != nil {
-		add("state     %s", outageText(o, m.State, m.Now))
-		// An error's cause comes last ("connection refused"): keep it.
-		const label = "          last error: "
-		errW := 0
-		if m.Width > 0 {
-			errW = max(m.Width-len(label), 1)
-		}
-		add("%s%s", label, fitMiddle(printable(o.LastErr), errW))
-	} else {
-		add("state     %-10s  notifications %d  re-reads %d  reconnects %d",
-			m.State, m.Stats.Notifications, m.Stats.Rereads, m.Stats.Reconnects)
-	}
-	add("%-9s %s", grantLabel(m.Era), grantedText(m.Granted, untaggedParts(m), len(m.URIs)))
-	add("")
+	return proto
+}
 
+// lists draws each list with its freshness, how it is followed and its
+// items, then the followed resources.
+func (r viewRender) lists() []string {
+	m := r.m
 	nameW, howW := 0, 8
 	for _, l := range m.Lists {
 		nameW = max(nameW, len(l.Name))
@@ -226,9 +265,10 @@ func renderView(m viewModel) string {
 		probe := listView{Name: "resources", Known: true, Items: make([]string, 1000)}
 		showHow = m.Width-utf8.RuneCountInString(head(probe, true)) >= min(50, m.Width*3/5)
 	}
+	var out []string
 	for _, l := range m.Lists {
 		if !l.Followed {
-			add("%-*s    -  not offered by the server", nameW, l.Name)
+			out = append(out, r.line("%-*s    -  not offered by the server", nameW, l.Name))
 			continue
 		}
 		h := head(l, showHow)
@@ -236,98 +276,88 @@ func renderView(m viewModel) string {
 		if m.Width > 0 {
 			avail = max(m.Width-utf8.RuneCountInString(h), 0)
 		}
-		add("%s%s", h, itemsText(l.Items, avail))
+		out = append(out, r.line("%s%s", h, itemsText(l.Items, avail)))
 	}
-
-	if len(m.URIs) > 0 {
-		add("")
-		add("followed resources")
-		for _, u := range m.URIs {
-			updated := "not yet"
-			if !u.Updated.IsZero() {
-				updated = u.Updated.Format("15:04:05")
-			}
-			h := fmt.Sprintf("  %-9s ", stateText(u.Freshness, u.Live, m.Now))
-			if showHow {
-				h += fmt.Sprintf("%-*s  updated %-8s  ", howW, howText(u.Notice, m.Granted), updated)
-			} else {
-				h += fmt.Sprintf(" %-8s  ", updated)
-			}
-			avail := 0
-			if m.Width > 0 {
-				avail = max(m.Width-utf8.RuneCountInString(h), 1)
-			}
-			add("%s%s", h, fitMiddle(u.URI, avail))
+	if len(m.URIs) == 0 {
+		return out
+	}
+	out = append(out, "", r.line("followed resources"))
+	for _, u := range m.URIs {
+		updated := "not yet"
+		if !u.Updated.IsZero() {
+			updated = u.Updated.Format("15:04:05")
 		}
+		h := fmt.Sprintf("  %-9s ", stateText(u.Freshness, u.Live, m.Now))
+		if showHow {
+			h += fmt.Sprintf("%-*s  updated %-8s  ", howW, howText(u.Notice, m.Granted), updated)
+		} else {
+			h += fmt.Sprintf(" %-8s  ", updated)
+		}
+		avail := 0
+		if m.Width > 0 {
+			avail = max(m.Width-utf8.RuneCountInString(h), 1)
+		}
+		out = append(out, r.line("%s%s", h, fitMiddle(u.URI, avail)))
 	}
+	return out
+}
 
-	// The bottom: the spawned server's log, then the keys.
-	var bottom []string
+// bottom is the spawned server's log, then the keys.
+func (r viewRender) bottom() []string {
+	m := r.m
+	var out []string
 	switch {
 	case m.LogFile != "":
-		bottom = append(bottom, "", line("log       %s", m.LogFile))
+		out = append(out, "", r.line("log       %s", m.LogFile))
 	case m.LogPane:
-		bottom = append(bottom, "", line("log"))
+		out = append(out, "", r.line("log"))
 		n := min(len(m.Log), 3)
 		if m.Height > 0 && m.Height < 24 {
 			n = min(n, 1)
 		}
 		if n == 0 {
-			bottom = append(bottom, line("  (nothing yet)"))
+			out = append(out, r.line("  (nothing yet)"))
 		}
 		for _, l := range m.Log[len(m.Log)-n:] {
-			bottom = append(bottom, line("  %s", l))
+			out = append(out, r.line("  %s", l))
 		}
 	}
-	if m.Keys {
-		keys := "?: legend  q: quit"
-		if m.Legend {
-			keys = "?: recent changes  q: quit"
-		}
-		if m.Outage != nil {
-			keys += "  r: retry now"
-		}
-		bottom = append(bottom, "", line("%s", keys))
-	} else {
-		bottom = append(bottom, "", line("live: a listen keeps it current  fresh: inside its TTL  stale: to be read again  unknown: listen lost"))
+	if !m.Keys {
+		return append(out, "", r.line("live: a listen keeps it current  fresh: inside its TTL  stale: to be read again  unknown: listen lost"))
 	}
-
-	// The middle takes what is left: the recent changes, or the legend.
-	middle := []string{"", "recent changes"}
+	keys := "?: legend  q: quit"
 	if m.Legend {
-		middle = []string{"", "legend"}
+		keys = "?: recent changes  q: quit"
+	}
+	if m.Outage != nil {
+		keys += "  r: retry now"
+	}
+	return append(out, "", r.line("%s", keys))
+}
+
+// middle is what takes the rows left: the recent changes, or the legend.
+func (r viewRender) middle() []string {
+	m := r.m
+	if m.Legend {
+		out := []string{"", "legend"}
 		for _, l := range legendLines {
-			middle = append(middle, line("  %s", l))
+			out = append(out, r.line("  %s", l))
 		}
-	} else {
-		if len(m.Changes) == 0 {
-			middle = append(middle, line("  (none yet)"))
-		}
-		for i := len(m.Changes) - 1; i >= 0; i-- {
-			c := m.Changes[i]
-			text := c.Text
-			if c.Count > 1 {
-				text += fmt.Sprintf(" (×%d)", c.Count)
-			}
-			middle = append(middle, line("  %s  %s", c.At.Format("15:04:05"), text))
-		}
+		return out
 	}
-	if m.Height > 0 {
-		room := m.Height - len(top) - len(bottom)
-		if room < 3 { // the log and keys give way to the changes' header
-			bottom = nil
-			room = m.Height - len(top)
-		}
-		middle = middle[:min(len(middle), max(room, 0))]
-		for len(middle) < room { // the keys stay on the last row
-			middle = append(middle, "")
-		}
+	out := []string{"", "recent changes"}
+	if len(m.Changes) == 0 {
+		out = append(out, r.line("  (none yet)"))
 	}
-	lines := append(append(top, middle...), bottom...)
-	if m.Height > 0 && len(lines) > m.Height {
-		lines = lines[:m.Height]
+	for i := len(m.Changes) - 1; i >= 0; i-- {
+		c := m.Changes[i]
+		text := c.Text
+		if c.Count > 1 {
+			text += fmt.Sprintf(" (×%d)", c.Count)
+		}
+		out = append(out, r.line("  %s  %s", c.At.Format("15:04:05"), text))
 	}
-	return strings.Join(lines, "\n")
+	return out
 }
 
 // outageText is the one status line of a spell without a listen: since

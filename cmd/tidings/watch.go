@@ -194,195 +194,222 @@ type liveView struct {
 // set it draws the live view; otherwise it prints one line (or JSON
 // object) per event to out.
 func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, out io.Writer, view *liveView) error {
-	st := newWatchState(cfg.uris)
-	redraw := make(chan struct{}, 1)
-	rediscover := make(chan struct{}, 1)
-	poke := func(ch chan struct{}) {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+	r := &watchRun{
+		c: c, t: t, cfg: cfg, out: out, view: view, st: newWatchState(cfg.uris),
+		redraw: make(chan struct{}, 1), rediscover: make(chan struct{}, 1),
+		gone: make(chan struct{}), writeErr: make(chan error, 1), fatal: make(chan error, 1),
 	}
-	gone := make(chan struct{})
-	var goneOnce sync.Once
-	writeErr := make(chan error, 1)
-	// An HTTP endpoint that has never answered as an MCP server, and
-	// whose failure shows it is none (see notMCP), ends the watch: no
-	// retry would change a 404 or a web page into a server.
-	fatal := make(chan error, 1)
-	var spoke atomic.Bool
-	var connects atomic.Int32
-	var known atomic.Bool // a Discover succeeded
-	notServer := func(err error) {
-		if spoke.Load() {
-			return
-		}
-		if ferr := notMCPError(t, err); ferr != nil {
-			select {
-			case fatal <- ferr:
-			default:
-			}
-		}
-	}
-
-	onEvent := func(e client.Event) {
-		// A spawned server that crashed is started again; one that keeps
-		// exiting at once is given up, and then every request fails with
-		// ErrClosed.
-		if t.command != nil && e.Kind == client.Disconnected && errors.Is(e.Err, client.ErrClosed) {
-			goneOnce.Do(func() { close(gone) })
-		}
-		switch e.Kind {
-		case client.Connected:
-			spoke.Store(true)
-		case client.Disconnected:
-			notServer(e.Err)
-		}
-		if view != nil {
-			st.apply(e)
-			// A reconnection may have reached another server; the first
-			// connection's server is discovered already, unless that
-			// failed.
-			if e.Kind == client.Connected && (connects.Add(1) > 1 || !known.Load()) {
-				poke(rediscover)
-			}
-			poke(redraw)
-			return
-		}
-		line, err := []byte(eventLine(e)), error(nil)
-		if cfg.json {
-			line, err = eventJSON(e)
-		}
-		if err == nil {
-			_, err = out.Write(append(line, '\n'))
-		}
-		if err != nil {
-			select {
-			case writeErr <- fmt.Errorf("writing events: %w", err):
-			default:
-			}
-		}
-	}
-
 	opts := client.WatchOptions{
 		Tools: true, Prompts: true, Resources: true,
 		URIs:         cfg.uris,
-		OnEvent:      onEvent,
+		OnEvent:      r.onEvent,
 		PollInterval: cfg.pollInterval,
 		MinBackoff:   minBackoff,
 		MaxBackoff:   maxBackoff,
 	}
-	// Follow only the lists the server offers, when it can tell us now; a
-	// server that is not up yet is followed in full as it comes.
-	if d, err := c.Discover(ctx); err == nil {
-		spoke.Store(true)
-		known.Store(true)
-		caps := d.Capabilities
-		opts.Tools, opts.Prompts, opts.Resources = caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil
-		era, _ := c.Era(ctx) // known once Discover succeeded
-		v, _ := c.ProtocolVersion(ctx)
-		st.discovered(d, era, v, nil)
-	} else if ctx.Err() != nil {
-		return nil
-	} else if ferr := notMCPError(t, err); ferr != nil {
-		return ferr
+	if err := r.discoverFirst(ctx, &opts); err != nil || ctx.Err() != nil {
+		return err
 	}
-	st.follow(opts)
-	ws := &watchers{c: c, ctx: ctx, opts: opts}
-	ws.start()
-	defer ws.close()
-
-	finish := func() error {
-		// A signal that also reached a spawned server (Ctrl-C in a
-		// terminal) may make it exit first: that is still a clean end.
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errServerExited
-	}
+	r.st.follow(opts)
+	r.ws = &watchers{c: c, ctx: ctx, opts: opts}
+	r.ws.start()
+	defer r.ws.close()
 	if view == nil {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-gone:
-			return finish()
-		case err := <-writeErr:
+		case <-r.gone:
+			return r.finish(ctx)
+		case err := <-r.writeErr:
 			return err
-		case err := <-fatal:
+		case err := <-r.fatal:
 			return err
 		}
 	}
-	if view.log != nil {
-		view.log.setNotify(func() { poke(redraw) })
-	}
+	return r.live(ctx)
+}
 
-	// The server's identity is read in the background, at the start and
-	// after every (re)connection, as the server behind a URL may have been
-	// replaced.
+// watchRun is one run of watch: the state the events build up, and the
+// signals between the Watcher's events, the background discovery and
+// the loop that prints or draws.
+type watchRun struct {
+	c    *client.Client
+	t    target
+	cfg  watchConfig
+	out  io.Writer
+	view *liveView // nil: one line per event
+	st   *watchState
+	ws   *watchers
+
+	redraw, rediscover chan struct{}
+	// gone is closed when a spawned server is given up for good.
+	gone     chan struct{}
+	goneOnce sync.Once
+	writeErr chan error
+	// fatal ends the watch of an HTTP endpoint that has never answered
+	// as an MCP server and whose failure shows it is none (see notMCP):
+	// no retry would change a 404 or a web page into a server.
+	fatal    chan error
+	spoke    atomic.Bool  // the server answered as MCP once
+	connects atomic.Int32 // Connected events so far
+	known    atomic.Bool  // a Discover succeeded
+}
+
+// poke wakes whoever waits on ch, without blocking.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// notServer ends the watch when err shows that the endpoint, which never
+// answered as MCP, is not an MCP server.
+func (r *watchRun) notServer(err error) {
+	if r.spoke.Load() {
+		return
+	}
+	if ferr := notMCPError(r.t, err); ferr != nil {
+		select {
+		case r.fatal <- ferr:
+		default:
+		}
+	}
+}
+
+// onEvent takes one of the Watcher's events: into the view's state, or
+// printed as a line (or JSON object).
+func (r *watchRun) onEvent(e client.Event) {
+	// A spawned server that crashed is started again; one that keeps
+	// exiting at once is given up, and then every request fails with
+	// ErrClosed.
+	if r.t.command != nil && e.Kind == client.Disconnected && errors.Is(e.Err, client.ErrClosed) {
+		r.goneOnce.Do(func() { close(r.gone) })
+	}
+	switch e.Kind {
+	case client.Connected:
+		r.spoke.Store(true)
+	case client.Disconnected:
+		r.notServer(e.Err)
+	}
+	if r.view != nil {
+		r.st.apply(e)
+		// A reconnection may have reached another server; the first
+		// connection's server is discovered already, unless that failed.
+		if e.Kind == client.Connected && (r.connects.Add(1) > 1 || !r.known.Load()) {
+			poke(r.rediscover)
+		}
+		poke(r.redraw)
+		return
+	}
+	line, err := []byte(eventLine(e)), error(nil)
+	if r.cfg.json {
+		line, err = eventJSON(e)
+	}
+	if err == nil {
+		_, err = r.out.Write(append(line, '\n'))
+	}
+	if err != nil {
+		select {
+		case r.writeErr <- fmt.Errorf("writing events: %w", err):
+		default:
+		}
+	}
+}
+
+// discoverFirst asks the server what it offers, so that only the lists
+// it has are followed; a server that is not up yet is followed in full
+// as it comes. It returns the error that ends the watch, if any.
+func (r *watchRun) discoverFirst(ctx context.Context, opts *client.WatchOptions) error {
+	d, err := r.c.Discover(ctx)
+	switch {
+	case err == nil:
+		r.spoke.Store(true)
+		r.known.Store(true)
+		caps := d.Capabilities
+		opts.Tools, opts.Prompts, opts.Resources = caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil
+		era, _ := r.c.Era(ctx) // known once Discover succeeded
+		v, _ := r.c.ProtocolVersion(ctx)
+		r.st.discovered(d, era, v, nil)
+	case ctx.Err() != nil:
+	default:
+		if ferr := notMCPError(r.t, err); ferr != nil {
+			return ferr
+		}
+	}
+	return nil
+}
+
+// finish is the end of a watch whose spawned server was given up. A
+// signal that also reached it (Ctrl-C in a terminal) may make it exit
+// first: that is still a clean end.
+func (r *watchRun) finish(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errServerExited
+}
+
+// discoverLoop reads the server's identity again whenever rediscover is
+// poked (after a reconnection, as the server behind a URL may have been
+// replaced), until ctx ends.
+func (r *watchRun) discoverLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.rediscover:
+		}
+		d, err := r.c.Discover(ctx)
+		var era client.Era
+		var v string
+		if err == nil {
+			era, err = r.c.Era(ctx)
+		}
+		if err == nil {
+			v, err = r.c.ProtocolVersion(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			r.spoke.Store(true)
+			r.known.Store(true)
+		} else {
+			r.notServer(err)
+		}
+		r.st.discovered(d, era, v, err)
+		poke(r.redraw)
+	}
+}
+
+// The escape sequences of the live view: enterView hides the cursor and
+// clears the screen, leaveView shows a normal screen (for a sign-in
+// prompt), and restoreCursor puts the cursor back below the last frame.
+const (
+	enterView     = "\x1b[?25l\x1b[H\x1b[2J"
+	leaveView     = "\x1b[?25h\x1b[H\x1b[2J"
+	restoreCursor = "\x1b[?25h\r\n"
+)
+
+// live draws the view until the watch ends: at every event, every
+// second, and at each key.
+func (r *watchRun) live(ctx context.Context) error {
+	view := r.view
+	if view.log != nil {
+		view.log.setNotify(func() { poke(r.redraw) })
+	}
 	dctx, stopDiscover := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		stopDiscover()
 		wg.Wait()
 	}()
-	if !known.Load() {
-		poke(rediscover) // the first Discover above failed: try again here
+	if !r.known.Load() {
+		poke(r.rediscover) // the first Discover failed: try again here
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-dctx.Done():
-				return
-			case <-rediscover:
-			}
-			d, err := c.Discover(dctx)
-			var era client.Era
-			var v string
-			if err == nil {
-				era, err = c.Era(dctx)
-			}
-			if err == nil {
-				v, err = c.ProtocolVersion(dctx)
-			}
-			if dctx.Err() != nil {
-				return
-			}
-			if err == nil {
-				spoke.Store(true)
-				known.Store(true)
-			} else {
-				notServer(err)
-			}
-			st.discovered(d, era, v, err)
-			poke(redraw)
-		}
-	}()
+	wg.Go(func() { r.discoverLoop(dctx) })
 
-	legend := false
-	draw := func() error {
-		cols, rows, _ := terminalSize(view.term)
-		m := st.snapshot(time.Now(), c, ws.w.State(), ws.stats(), t.String())
-		m.Width, m.Height = cols, rows
-		m.Keys, m.Legend = view.keys != nil, legend
-		m.LogFile = view.logFile
-		if view.log != nil {
-			m.Log = view.log.lines()
-			m.LogPane = t.command != nil || len(m.Log) > 0
-		}
-		var b strings.Builder
-		b.WriteString("\x1b[H") // home, then overwrite line by line
-		for i, line := range strings.Split(renderView(m), "\n") {
-			if i > 0 {
-				b.WriteString("\r\n")
-			}
-			b.WriteString(line + "\x1b[K")
-		}
-		b.WriteString("\x1b[J") // clear whatever the last frame left below
-		_, err := io.WriteString(view.term, b.String())
-		return err
-	}
 	var loans <-chan termLoan // nil without --oauth: none come
 	if view.share != nil {
 		var stopDrawing func()
@@ -392,25 +419,23 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 		}
 		defer stopDrawing()
 	}
-	// Hide the cursor while drawing and clear the screen once; restore
-	// the cursor below the last frame when done.
-	const enter = "\x1b[?25l\x1b[H\x1b[2J"
-	if _, err := io.WriteString(view.term, enter); err != nil {
+	if _, err := io.WriteString(view.term, enterView); err != nil {
 		return err
 	}
-	defer func() { _, _ = io.WriteString(view.term, "\x1b[?25h\r\n") }()
+	defer func() { _, _ = io.WriteString(view.term, restoreCursor) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	legend := false
 	for {
-		if err := draw(); err != nil {
+		if err := r.draw(legend); err != nil {
 			return fmt.Errorf("drawing: %w", err)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-gone:
-			return finish()
-		case err := <-fatal:
+		case <-r.gone:
+			return r.finish(ctx)
+		case err := <-r.fatal:
 			return err
 		case k := <-view.keys:
 			switch k {
@@ -419,31 +444,69 @@ func runWatch(ctx context.Context, c *client.Client, t target, cfg watchConfig, 
 			case '?', 'h':
 				legend = !legend
 			case 'r', 'R':
-				// Not while an attempt is under way: that is a retry already.
-				if st.down() && ws.w.State() != client.Connecting {
-					ws.restart()
-					st.restarted()
-				}
+				r.retry()
 			}
 		case l := <-loans:
-			// A sign-in prompt needs a normal screen for its URL: leave
-			// it, and come back once the prompt is done.
-			if _, err := io.WriteString(view.term, "\x1b[?25h\x1b[H\x1b[2J"); err != nil {
-				return fmt.Errorf("drawing: %w", err)
+			if done, err := r.lend(ctx, l); done || err != nil {
+				return err
 			}
-			close(l.given)
-			select {
-			case <-l.back:
-			case <-ctx.Done():
-				return nil
-			}
-			if _, err := io.WriteString(view.term, enter); err != nil {
-				return fmt.Errorf("drawing: %w", err)
-			}
-		case <-redraw:
+		case <-r.redraw:
 		case <-tick.C:
 		}
 	}
+}
+
+// retry reconnects at once while the listen is down; not while an
+// attempt is under way, which is a retry already.
+func (r *watchRun) retry() {
+	if r.st.down() && r.ws.w.State() != client.Connecting {
+		r.ws.restart()
+		r.st.restarted()
+	}
+}
+
+// lend gives the terminal to a sign-in prompt, which needs a normal
+// screen for its URL, and takes it back once the prompt is done. done
+// reports that the watch ended meanwhile.
+func (r *watchRun) lend(ctx context.Context, l termLoan) (done bool, err error) {
+	if _, err := io.WriteString(r.view.term, leaveView); err != nil {
+		return true, fmt.Errorf("drawing: %w", err)
+	}
+	close(l.given)
+	select {
+	case <-l.back:
+	case <-ctx.Done():
+		return true, nil
+	}
+	if _, err := io.WriteString(r.view.term, enterView); err != nil {
+		return true, fmt.Errorf("drawing: %w", err)
+	}
+	return false, nil
+}
+
+// draw renders one frame over the last one.
+func (r *watchRun) draw(legend bool) error {
+	view := r.view
+	cols, rows, _ := terminalSize(view.term)
+	m := r.st.snapshot(time.Now(), r.c, r.ws.w.State(), r.ws.stats(), r.t.String())
+	m.Width, m.Height = cols, rows
+	m.Keys, m.Legend = view.keys != nil, legend
+	m.LogFile = view.logFile
+	if view.log != nil {
+		m.Log = view.log.lines()
+		m.LogPane = r.t.command != nil || len(m.Log) > 0
+	}
+	var b strings.Builder
+	b.WriteString("\x1b[H") // home, then overwrite line by line
+	for i, line := range strings.Split(renderView(m), "\n") {
+		if i > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString(line + "\x1b[K")
+	}
+	b.WriteString("\x1b[J") // clear whatever the last frame left below
+	_, err := io.WriteString(view.term, b.String())
+	return err
 }
 
 // watchers holds the watcher of a live view. The client has no way to
