@@ -106,3 +106,17 @@ func (s *Source) andExcludedText() string {
 	}
 	return ""
 }
+
+// unwatchExcluded drops the watches of directories that a changed
+// .gitignore now excludes, so that excluding a large tree at run time
+// frees its watches as excluding it from the start would have.
+func (s *Source) unwatchExcluded(wt *watcher) {
+	if wt.w == nil {
+		return
+	}
+	for _, p := range wt.w.WatchList() {
+		if rel, ok := s.relOf(p); ok && rel != "" && s.excluded(rel, true) {
+			_ = wt.w.Remove(p)
+		}
+	}
+}

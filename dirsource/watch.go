@@ -117,6 +117,7 @@ func (s *Source) Run(ctx context.Context) error {
 				// The new rules first: a file excluded by them must not
 				// be listed, even for a moment.
 				s.rescan(wt, lost)
+				s.unwatchExcluded(wt)
 				if !lost {
 					s.flush(wt, pending)
 				}
