@@ -38,6 +38,11 @@
 // only up to the entries it shows (WithMaxDirEntries). Stats says how
 // often each limit bites.
 //
+// With WithGitignore the tree's .gitignore files exclude what they name,
+// with git's rules, and WithExclude adds patterns of the same syntax that
+// decide before them: excluded files are not listed, not readable by URI
+// and not seen by the tools, and excluded directories are not watched.
+//
 // Reads never leave the directory: a URI must be the canonical spelling of
 // a path inside it, hidden components and ".." are refused, symbolic links
 // are neither listed nor followed, and the file is opened through an
@@ -63,6 +68,7 @@ import (
 	"syscall"
 	"time"
 
+	"tidings/internal/gitignore"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -93,6 +99,8 @@ type config struct {
 	rootCheck    time.Duration
 	logger       *slog.Logger
 	noTools      bool
+	gitignore    bool     // WithGitignore
+	exclude      []string // WithExclude
 }
 
 // Option configures a Source.
@@ -243,6 +251,11 @@ type Source struct {
 	ready    chan struct{}
 	started  atomic.Bool
 
+	// ignore holds the exclusion rules in force: WithExclude's and
+	// the .gitignore files read by the last scan of each subtree. Only
+	// scans replace it (a changed copy), and scans never run at once.
+	ignore atomic.Pointer[gitignore.Set]
+
 	mu  sync.Mutex
 	srv *server.Server
 	st  state
@@ -282,7 +295,13 @@ func New(dir string, opts ...Option) (*Source, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("dirsource: %s is not a directory", dir)
 	}
-	return &Source{
+	var first *gitignore.Rules
+	if len(cfg.exclude) > 0 {
+		if first, err = gitignore.Compile(cfg.exclude); err != nil {
+			return nil, fmt.Errorf("dirsource: exclude: %w", err)
+		}
+	}
+	src := &Source{
 		root:     resolved,
 		rootName: filepath.FromSlash(displayName(filepath.ToSlash(resolved))),
 		rootURI:  fileURI(resolved),
@@ -290,7 +309,9 @@ func New(dir string, opts ...Option) (*Source, error) {
 		log:      cfg.logger.With("dir", resolved),
 		ready:    make(chan struct{}),
 		st:       newState(),
-	}, nil
+	}
+	src.ignore.Store(gitignore.NewSet(first))
+	return src, nil
 }
 
 // Root returns the directory served, as an absolute path with symbolic
@@ -361,7 +382,7 @@ func (s *Source) Register(srv *server.Server) error {
 		URITemplate: s.Template(),
 		Name:        "files",
 		Title:       "Files under " + s.rootName,
-		Description: "Any regular, non-hidden file under " + s.rootName + ", by absolute path.",
+		Description: "Any regular, non-hidden" + s.notExcludedText() + " file under " + s.rootName + ", by absolute path.",
 	}, s.read)
 	if err != nil {
 		return fmt.Errorf("dirsource: %w", err)
@@ -463,7 +484,7 @@ func (s *Source) relFromURI(uri string) (string, bool) {
 		return "", false
 	}
 	rel := filepath.ToSlash(r)
-	if hidden(rel) {
+	if hidden(rel) || s.excluded(rel, false) {
 		return "", false
 	}
 	return rel, true
@@ -619,7 +640,9 @@ type adder interface{ Add(string) error }
 // scan walks the subtree at relDir and returns its listable files. Every
 // directory is handed to w (when not nil) before its entries are read, so
 // a file created during the walk is either seen by the walk or reported
-// by the watcher.
+// by the watcher. Excluded directories are neither entered nor watched;
+// the .gitignore files of the others are read as the walk enters them,
+// and replace those the subtree had when the walk is done.
 func (s *Source) scan(relDir string, w adder) (map[string]fileMeta, error) {
 	root, err := os.OpenRoot(s.root)
 	if err != nil {
@@ -628,6 +651,12 @@ func (s *Source) scan(relDir string, w adder) (map[string]fileMeta, error) {
 	defer root.Close()
 	start := filepath.Join(s.root, filepath.FromSlash(relDir))
 	found := map[string]fileMeta{}
+	set := s.ignore.Load()
+	if s.cfg.gitignore {
+		set = set.Clone()
+		set.DropUnder(relDir)
+		defer func() { s.ignore.Store(set) }()
+	}
 	err = filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
 		rel, ok := s.relOf(p)
 		if !ok {
@@ -649,8 +678,19 @@ func (s *Source) scan(relDir string, w adder) (map[string]fileMeta, error) {
 			}
 			return nil
 		}
+		// The walk does not enter excluded directories, so only the start
+		// can be excluded through a directory above it.
+		if p == start && set.Ignored(rel, d.IsDir()) || p != start && set.Matches(rel, d.IsDir()) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
 		switch {
 		case d.IsDir():
+			if s.cfg.gitignore {
+				s.readIgnoreFile(root, rel, set)
+			}
 			if w != nil {
 				if err := w.Add(p); err != nil {
 					if p == s.root {

@@ -110,7 +110,7 @@ func (s *Source) addTools(srv *server.Server) error {
 		server.AddTypedTool(srv, mcp.Tool{
 			Name:        "list_directory",
 			Title:       "List directory",
-			Description: "The files and subdirectories of a directory under " + s.rootName + ", hidden entries excluded.",
+			Description: "The files and subdirectories of a directory under " + s.rootName + ", hidden" + s.andExcludedText() + " entries excluded.",
 			Annotations: readOnly(),
 		}, s.listTool),
 	)
@@ -337,6 +337,12 @@ func (s *Source) openArg(arg string) (rel string, root *os.Root, f *os.File, err
 	default:
 		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
 	}
+	// Excluded paths are answered like missing ones: they are not served.
+	if fi, err := f.Stat(); err != nil || s.excluded(rel, fi.IsDir()) {
+		f.Close()
+		root.Close()
+		return "", nil, nil, fmt.Errorf("%s: %w", arg, errNoSuchPath)
+	}
 	return rel, root, f, nil
 }
 
@@ -426,15 +432,16 @@ func (s *Source) listTool(_ context.Context, _ *server.ToolRequest, args listArg
 	}
 	var entries []kept
 	limit := s.cfg.maxDirList
+	ignored := s.ignore.Load() // the directory itself is not excluded (openArg)
 	// Read in batches and stop at the limit: a huge directory must not
 	// cost its whole size to show a page of it.
 	for !out.Truncated {
 		des, err := f.ReadDir(dirBatch)
 		for _, d := range des {
-			if strings.HasPrefix(d.Name(), ".") {
+			p := path.Join(rel, d.Name())
+			if strings.HasPrefix(d.Name(), ".") || ignored.Matches(p, d.IsDir()) {
 				continue
 			}
-			p := path.Join(rel, d.Name())
 			e := dirEntry{Name: displayName(d.Name()), Path: displayName(p)}
 			switch {
 			case d.IsDir():

@@ -63,8 +63,9 @@ func (s *Source) Run(ctx context.Context) error {
 
 	pending := map[string]fsnotify.Op{}
 	// rescan: look at the whole tree again; lost: and report every file
-	// as updated, because events were lost.
-	rescan, lost, rootEvent := false, false, false
+	// as updated, because events were lost; rules: a .gitignore changed,
+	// so what is excluded may have.
+	rescan, lost, rootEvent, rules := false, false, false, false
 	for {
 		var events <-chan fsnotify.Event
 		var errs <-chan error
@@ -88,7 +89,9 @@ func (s *Source) Run(ctx context.Context) error {
 				} else {
 					rescan = true // its permissions changed: what is readable may have
 				}
-			case hidden(rel):
+			case s.isIgnoreFile(rel):
+				rescan, rules = true, true
+			case hidden(rel) || s.excludedEither(rel):
 				continue
 			default:
 				pending[ev.Name] |= ev.Op
@@ -110,6 +113,14 @@ func (s *Source) Run(ctx context.Context) error {
 			switch {
 			case rootEvent || !wt.intact(s.root):
 				wt = s.rewatch(wt)
+			case rules:
+				// The new rules first: a file excluded by them must not
+				// be listed, even for a moment.
+				s.rescan(wt, lost)
+				s.unwatchExcluded(wt)
+				if !lost {
+					s.flush(wt, pending)
+				}
 			case rescan:
 				if !lost {
 					s.flush(wt, pending) // their writes count as such
@@ -119,14 +130,14 @@ func (s *Source) Run(ctx context.Context) error {
 				s.flush(wt, pending)
 			}
 			clear(pending)
-			rescan, lost, rootEvent = false, false, false
+			rescan, lost, rootEvent, rules = false, false, false, false
 		case <-check.C:
 			if wt.w != nil && wt.intact(s.root) {
 				continue
 			}
 			if wt.w != nil {
 				clear(pending)
-				rescan, lost, rootEvent = false, false, false
+				rescan, lost, rootEvent, rules = false, false, false, false
 			}
 			wt = s.rewatch(wt)
 			if wt.w == nil && s.cfg.rootGrace >= 0 && time.Since(wt.goneSince) > s.cfg.rootGrace {
@@ -242,6 +253,10 @@ func (s *Source) flush(wt *watcher, pending map[string]fsnotify.Op) {
 		switch {
 		case err == nil && fi.Mode().IsRegular():
 			found := map[string]fileMeta{}
+			if s.excluded(rel, false) {
+				obs = append(obs, subtreeObs{prefix: rel}) // as if gone
+				continue
+			}
 			if m, ok := s.metaOf(root, rel, fi); ok {
 				found[rel] = m
 			}

@@ -22,6 +22,7 @@ import (
 	"tidings/auth"
 	"tidings/bus"
 	"tidings/dirsource"
+	"tidings/internal/gitignore"
 	"tidings/mcp"
 	"tidings/metrics"
 	"tidings/server"
@@ -57,6 +58,11 @@ type serveConfig struct {
 	maxDirEntries int
 	// conns bounds the HTTP connections and what a request may hold.
 	conns connLimits
+	// exclude and noGitignore choose what is left out besides hidden
+	// files: --exclude patterns, and the tree's .gitignore files unless
+	// --no-gitignore.
+	exclude     []string
+	noGitignore bool
 }
 
 // byteSize is a flag value in bytes, written as a number with an
@@ -126,6 +132,13 @@ func newServeCmd() *cobra.Command {
 		Long: `Serve every regular, non-hidden file under DIR as an MCP resource, with
 the tools search_files, file_info and list_directory.
 
+What DIR's .gitignore files exclude (the root's and its subdirectories',
+with git's pattern rules; .git itself is always left out) is not served:
+not listed, not readable by URI, not seen by the tools, not watched. A
+changed .gitignore takes effect at once. --exclude adds patterns of the
+same syntax, applied from DIR and deciding before any .gitignore;
+--no-gitignore serves what the .gitignore files name too.
+
 Clients that listen (subscriptions/listen) are told when files appear or
 disappear (notifications/resources/list_changed) and when a file they
 subscribed to changes in any way a read would show — written, truncated,
@@ -180,6 +193,9 @@ at once); alert on tidings_bus_connected in /metrics instead.
 			if err := checkToolLimits(cfg); err != nil {
 				return err
 			}
+			if _, err := gitignore.Compile(cfg.exclude); err != nil {
+				return fmt.Errorf("--exclude: %w", err)
+			}
 			log, err := newLogger(cmd.ErrOrStderr(), logFormat, level)
 			if err != nil {
 				return err
@@ -212,6 +228,8 @@ at once); alert on tidings_bus_connected in /metrics instead.
 	f.DurationVar(&cfg.searchTimeout, "search-timeout", dirsource.DefaultSearchTimeout, "longest one search_files call may take; a search that runs out of time answers with what it found and says so")
 	f.IntVar(&cfg.maxRegexp, "max-regexp-size", dirsource.DefaultMaxRegexpSize, "most instructions a search_files regular expression may compile to; larger ones are refused")
 	f.IntVar(&cfg.maxDirEntries, "max-dir-entries", dirsource.DefaultMaxDirEntries, "most entries one list_directory answer holds; a larger directory's listing says it was cut")
+	f.StringArrayVar(&cfg.exclude, "exclude", nil, "leave out what this .gitignore-style pattern matches, from DIR, e.g. '*.tmp' or 'dist/' (repeatable)")
+	f.BoolVar(&cfg.noGitignore, "no-gitignore", false, "serve what DIR's .gitignore files exclude too")
 	f.DurationVar(&cfg.rootGrace, "root-grace", dirsource.DefaultRootGrace, "how long DIR may be missing before serve exits with an error; 0 exits at once, a negative value waits forever")
 	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
 	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
@@ -294,7 +312,11 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	if cfg.maxFiles <= 0 {
 		return fmt.Errorf("--max-files must be positive, not %d", cfg.maxFiles)
 	}
-	src, err := dirsource.New(cfg.dir, dirsource.WithLogger(log),
+	ignore := []dirsource.Option{dirsource.WithExclude(cfg.exclude...)}
+	if !cfg.noGitignore {
+		ignore = append(ignore, dirsource.WithGitignore())
+	}
+	src, err := dirsource.New(cfg.dir, append(ignore, dirsource.WithLogger(log),
 		dirsource.WithMaxFiles(cfg.maxFiles),
 		dirsource.WithMaxReadBytes(int64(cfg.maxRead)),
 		dirsource.WithMaxSearchBytes(int64(cfg.maxSearch)),
@@ -302,7 +324,7 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		dirsource.WithSearchTimeout(cfg.searchTimeout),
 		dirsource.WithMaxRegexpSize(cfg.maxRegexp),
 		dirsource.WithMaxDirEntries(cfg.maxDirEntries),
-		dirsource.WithRootGrace(cfg.rootGrace))
+		dirsource.WithRootGrace(cfg.rootGrace))...)
 	if err != nil {
 		return err
 	}

@@ -189,3 +189,66 @@ func TestServeRefusesToolLimitsOfZero(t *testing.T) {
 		}
 	}
 }
+
+// TestServeGitignore serves a checkout over stdio: what its .gitignore
+// and --exclude name is left out, unless --no-gitignore.
+func TestServeGitignore(t *testing.T) {
+	dir := t.TempDir()
+	for rel, body := range map[string]string{
+		".gitignore":                "node_modules/\n",
+		"node_modules/dep/index.js": "x",
+		"main.go":                   "package main",
+		"scratch.tmp":               "x",
+	} {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(flags ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		cmd := newRootCmd()
+		cmd.SetArgs(append([]string{"serve", dir, "--stdio"}, flags...))
+		cmd.SetIn(bytes.NewReader(append(request(t, 1, "resources/list", nil), '\n')))
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		if err := cmd.ExecuteContext(context.Background()); err != nil {
+			t.Fatalf("serve %v: %v\n%s", flags, err, errOut.String())
+		}
+		return out.String()
+	}
+	for _, c := range []struct {
+		flags     []string
+		want, not []string
+	}{
+		{nil, []string{"main.go", "scratch.tmp"}, []string{"index.js"}},
+		{[]string{"--exclude", "*.tmp", "--exclude", "/main.go"}, nil, []string{"main.go", "scratch.tmp", "index.js"}},
+		{[]string{"--no-gitignore"}, []string{"main.go", "scratch.tmp", "node_modules/dep/index.js"}, nil},
+		{[]string{"--no-gitignore", "--exclude", "*.tmp"}, []string{"main.go", "index.js"}, []string{"scratch.tmp"}},
+	} {
+		out := list(c.flags...)
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("serve %v: %s not listed: %s", c.flags, w, out)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(out, n) {
+				t.Errorf("serve %v: %s listed: %s", c.flags, n, out)
+			}
+		}
+	}
+
+	cmd := newRootCmd()
+	cmd.SetArgs([]string{"serve", dir, "--stdio", "--exclude", "#generated"})
+	cmd.SetIn(strings.NewReader(""))
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), `--exclude: pattern "#generated" is a comment`) {
+		t.Errorf("serve --exclude '#generated' = %v, want a refusal that says the pattern is a comment", err)
+	}
+}
