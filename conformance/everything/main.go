@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/server"
 	"tidings/streamhttp"
 )
@@ -60,14 +61,14 @@ func (o options) serverOptions(ctx context.Context, log *slog.Logger) (opts []se
 	if o.bus != "" {
 		ctx, cancel := context.WithTimeout(ctx, busDialTimeout)
 		defer cancel()
-		b, err := bus.Open(ctx, o.bus, bus.WithLogger(log))
+		b, err := brokers.Open(ctx, o.bus, bus.WithLogger(log))
 		if err != nil {
 			return nil, nil, fmt.Errorf("join the other copies: %w", err)
 		}
 		// The tasks live where the bus is: a client polls, answers and
 		// cancels a task through whichever copy the balancer picks, and
 		// the copy running it hears of that over the bus.
-		ts, err := bus.OpenTasks(ctx, o.bus, bus.WithLogger(log))
+		ts, err := brokers.OpenTasks(ctx, o.bus, bus.WithLogger(log))
 		if err != nil {
 			_ = b.Close()
 			return nil, nil, fmt.Errorf("share the tasks of the other copies: %w", err)

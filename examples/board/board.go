@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -134,12 +135,12 @@ func newBoard(ctx context.Context, cfg config, log *slog.Logger) (*board, error)
 		return nil, err
 	}
 	// The replicas' key signs the bus's messages too (none: unsigned).
-	bs, err := bus.Open(dctx, busURL, bus.WithLogger(log), bus.WithSecret([]byte(cfg.secret)))
+	bs, err := brokers.Open(dctx, busURL, bus.WithLogger(log), bus.WithSecret([]byte(cfg.secret)))
 	if err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("join the replicas: %w", err)
 	}
-	st, err := bus.OpenState(dctx, busURL, bus.WithLogger(log))
+	st, err := brokers.OpenState(dctx, busURL, bus.WithLogger(log))
 	if err != nil {
 		bs.Close()
 		rdb.Close()

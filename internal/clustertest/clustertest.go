@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/bus/bustest"
 	"tidings/hub"
 	"tidings/internal/engine"
@@ -129,7 +130,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), Wait)
 			var err error
-			conn, err = bus.Dial(ctx, opts.Bus, bopts...)
+			conn, err = brokers.Dial(ctx, opts.Bus, bopts...)
 			cancel()
 			if err != nil {
 				t.Fatalf("clustertest: replica %d: %v", i, err)
@@ -208,7 +209,7 @@ func openState(url string, local *bus.LocalState) (bus.State, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	defer cancel()
-	st, err := bus.OpenState(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
+	st, err := brokers.OpenState(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, fmt.Errorf("shared state: %w", err)
 	}
@@ -223,7 +224,7 @@ func openTasks(url string, local *bus.LocalTasks) (bus.TaskStore, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	defer cancel()
-	ts, err := bus.OpenTasks(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
+	ts, err := brokers.OpenTasks(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, fmt.Errorf("task store: %w", err)
 	}
