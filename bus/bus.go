@@ -61,18 +61,19 @@
 // Shared state. News is not state: a replica told that the tool list
 // changed answers tools/list from its own registries, which is right for
 // what every replica registers in code and wrong for what one replica
-// switched off at run time. State (brokers.OpenState, NewLocalState) keeps such
-// switches in the same broker — a Redis hash, a NATS JetStream key-value
-// bucket — and server.WithSharedState has each replica load it before it
-// tells its listeners of a list change.
+// switched off at run time. State (brokers.OpenState, NewLocalState) keeps
+// such switches in the same broker — a Redis hash, a NATS JetStream
+// key-value bucket — and server.WithSharedState has each replica load it
+// before it tells its listeners of a list change.
 //
-// Tasks. A task of the tasks extension is created through one replica
-// and polled, answered and cancelled through any: a TaskStore (brokers.OpenTasks,
-// NewLocalTasks) keeps its record in the same broker again — a Redis hash
-// per task, an entry of another JetStream bucket — changed only by
-// compare-and-swap, so that replicas changing one task at once never lose
-// a change, and dropped by the broker once it expires. An event's Task
-// says which task changed; each replica reads it from the store.
+// Tasks. A task of the tasks extension is created through one replica and
+// polled, answered and cancelled through any: a TaskStore
+// (brokers.OpenTasks, NewLocalTasks) keeps its record in the same broker
+// again — a Redis hash per task, an entry of another JetStream bucket —
+// changed only by compare-and-swap, so that replicas changing one task at
+// once never lose a change, and dropped by the broker once it expires. An
+// event's Task says which task changed; each replica reads it from the
+// store.
 package bus
 
 import (

@@ -27,7 +27,7 @@ import (
 // The Redis keys: one hash per board (task → "open" or "done") and the
 // set of board names. The replicas meet on the pub/sub channel busChannel,
 // and share which tools are on in the hash busChannel+":state" (see
-// bus.OpenState), where the reports flag is the field tool:sprint_report.
+// brokers.OpenState), where the reports flag is the field tool:sprint_report.
 const (
 	boardKeyPrefix = "board:"
 	boardsKey      = "boards"

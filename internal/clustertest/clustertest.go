@@ -53,20 +53,20 @@ const PrincipalHeader = "X-User"
 type Options struct {
 	// Replicas is how many (default 3).
 	Replicas int
-	// Bus is the URL of the broker the replicas join (bus.Dial); empty
+	// Bus is the URL of the broker the replicas join (brokers.Dial); empty
 	// joins them through one bus.Local.
 	Bus string
 	// BusOptions apply to every replica's bus, after the defaults: quick
 	// reconnects, and no log.
 	BusOptions []bus.Option
 	// SharedState gives the replicas one server.WithSharedState: each
-	// opens the state of the Bus URL (bus.OpenState), or all share one
+	// opens the state of the Bus URL (brokers.OpenState), or all share one
 	// bus.LocalState, so that what is switched on and off agrees.
 	SharedState bool
 	// Tasks gives every replica a server.WithTaskStore that all of them
 	// reach, as replicas behind a balancer need: a task created through
 	// one is polled, answered, cancelled and followed through any other.
-	// Each opens the task store of the Bus URL (bus.OpenTasks), or all
+	// Each opens the task store of the Bus URL (brokers.OpenTasks), or all
 	// share one bus.LocalTasks when Bus is empty.
 	Tasks bool
 	// Secret is the key every replica shares (default a fixed test key).
