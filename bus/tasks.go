@@ -21,10 +21,10 @@ import (
 // Every store takes the same ids and records, so that a server tested
 // with LocalTasks meets the limits of the brokers it is deployed on: an
 // id is 1 to 256 of the characters RFC 3986 leaves unreserved (letters,
-// digits and "-._~"), what the server's random URL-safe ids are made of;
-// a record is at most MaxTaskRecord bytes (see brokers.OpenTasks for why). Create
-// refuses others with an error; Get and Update report ErrNoTask for an id
-// that could never have been created.
+// digits and "-._~"), what the server's random URL-safe ids are made
+// of; a record is at most MaxTaskRecord bytes (see brokers.OpenTasks
+// for why). Create refuses others with an error; Get and Update report
+// ErrNoTask for an id that could never have been created.
 //
 // Its methods are safe for concurrent use. They do I/O, and callers must
 // not hold locks across them.
@@ -176,9 +176,10 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // writes: the first is never worth another try, the second often is.
 const MaxTaskRecord = brokerkit.MaxTaskRecord
 
-// checkTaskID and checkTask are the checks every store makes before it
-// sends anything (see brokerkit).
-var (
-	checkTaskID = brokerkit.CheckTaskID
-	checkTask   = brokerkit.CheckTask
-)
+// checkTaskID is the check of an id every store makes before it reads
+// (see brokerkit.CheckTaskID).
+func checkTaskID(id string) error { return brokerkit.CheckTaskID(id) }
+
+// checkTask is the check of a write every store makes before it sends
+// anything (see brokerkit.CheckTask).
+func checkTask(op, id string, rec []byte) error { return brokerkit.CheckTask(op, id, rec) }

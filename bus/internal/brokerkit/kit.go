@@ -16,11 +16,18 @@ import (
 // Config is what the options of package bus (bus.Option) set, read by
 // bus.New and by each broker's connection, state and task store.
 type Config struct {
-	Heartbeat   time.Duration
-	Queue       int
-	Logger      *slog.Logger
-	MinBackoff  time.Duration
-	MaxBackoff  time.Duration
+	// Heartbeat is how often a bus tells its peers its latest number
+	// (bus.WithHeartbeat); a Redis connection also takes three of them
+	// of silence for a stuck subscription.
+	Heartbeat time.Duration
+	// Queue bounds the events waiting to be sent (bus.WithQueue).
+	Queue int
+	// Logger is where losses, reconnects and drops are logged.
+	Logger *slog.Logger
+	// MinBackoff and MaxBackoff bound the delay between reconnects
+	// (bus.WithBackoff; see Backoff).
+	MinBackoff, MaxBackoff time.Duration
+	// SendTimeout bounds one Send of a bus.
 	SendTimeout time.Duration
 	// Key signs and checks messages (see bus.WithSecret); nil for none.
 	Key []byte
