@@ -26,7 +26,7 @@ type redisState struct {
 // later losses are reported by the methods' errors, and the client
 // reconnects on its own. It takes the options of Dial for a uniform
 // signature; none applies to it.
-func OpenState(ctx context.Context, rawURL string, _ ...bus.Option) (bus.State, error) {
+func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.State, error) {
 	c, err := dial(ctx, rawURL, "state", nil)
 	if err != nil {
 		return nil, err

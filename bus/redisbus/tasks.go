@@ -84,7 +84,7 @@ return next
 // methods' errors, within their context's deadline, and the client
 // reconnects on its own. It takes the options of Dial for a uniform
 // signature; none applies to it.
-func OpenTasks(ctx context.Context, rawURL string, _ ...bus.Option) (bus.TaskStore, error) {
+func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.TaskStore, error) {
 	// No command is sent twice. go-redis retries a command whose reply it
 	// lost with its connection, after the server may have run it; a create
 	// or an update run twice would answer ErrTaskExists or ErrTaskConflict
