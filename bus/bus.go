@@ -10,8 +10,11 @@
 // principals and 4096 keys; a larger event is split, and one that cannot
 // be split small enough is not sent (see below). Events travel through
 // a Conn: a broker connection (NATS, Redis pub/sub) or, in one process,
-// a Local group. New turns a Conn into a Bus; Open dials a broker by URL
-// and does both.
+// a Local group. New turns a Conn into a Bus. The brokers live in
+// packages of their own, natsbus and redisbus, so that a program that
+// imports bus (or the server, which does) links no broker's client unless
+// it asks for one; package brokers opens either by URL (brokers.Open
+// dials and does New).
 //
 // The guarantee. Brokers deliver at most once, so the bus does not try to
 // deliver exactly once; it makes sure that nothing is lost in the end.
@@ -58,18 +61,19 @@
 // Shared state. News is not state: a replica told that the tool list
 // changed answers tools/list from its own registries, which is right for
 // what every replica registers in code and wrong for what one replica
-// switched off at run time. State (OpenState, NewLocalState) keeps such
-// switches in the same broker — a Redis hash, a NATS JetStream key-value
-// bucket — and server.WithSharedState has each replica load it before it
-// tells its listeners of a list change.
+// switched off at run time. State (brokers.OpenState, NewLocalState) keeps
+// such switches in the same broker — a Redis hash, a NATS JetStream
+// key-value bucket — and server.WithSharedState has each replica load it
+// before it tells its listeners of a list change.
 //
-// Tasks. A task of the tasks extension is created through one replica
-// and polled, answered and cancelled through any: a TaskStore (OpenTasks,
-// NewLocalTasks) keeps its record in the same broker again — a Redis hash
-// per task, an entry of another JetStream bucket — changed only by
-// compare-and-swap, so that replicas changing one task at once never lose
-// a change, and dropped by the broker once it expires. An event's Task
-// says which task changed; each replica reads it from the store.
+// Tasks. A task of the tasks extension is created through one replica and
+// polled, answered and cancelled through any: a TaskStore
+// (brokers.OpenTasks, NewLocalTasks) keeps its record in the same broker
+// again — a Redis hash per task, an entry of another JetStream bucket —
+// changed only by compare-and-swap, so that replicas changing one task at
+// once never lose a change, and dropped by the broker once it expires. An
+// event's Task says which task changed; each replica reads it from the
+// store.
 package bus
 
 import (
@@ -85,6 +89,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tidings/bus/internal/brokerkit"
 	"tidings/hub"
 )
 
@@ -188,8 +193,9 @@ type Stats struct {
 
 // Conn is a broker connection that carries encoded messages to every
 // other connection on the same bus, at most once: it may lose, repeat or
-// reorder messages, which the Bus built on it detects. Dial returns the
-// ones this package has; other brokers can be added by implementing it.
+// reorder messages, which the Bus built on it detects. natsbus.Dial and
+// redisbus.Dial return one (brokers.Dial picks by URL) and Local.Conn an
+// in-process one; other brokers can be added by implementing it.
 type Conn interface {
 	// Send publishes msg. It must not keep msg after it returns, and may
 	// fail (the bus counts the message as dropped) but should not block
@@ -245,9 +251,9 @@ func New(c Conn, opts ...Option) Bus {
 	n := &node{
 		conn:      c,
 		cfg:       cfg,
-		log:       cfg.logger,
+		log:       cfg.Logger,
 		id:        hex.EncodeToString(id[:]),
-		queue:     make(chan queued, cfg.queue),
+		queue:     make(chan queued, cfg.Queue),
 		kick:      make(chan struct{}, 1),
 		stopSend:  make(chan struct{}),
 		sendDone:  make(chan struct{}),
@@ -256,7 +262,7 @@ func New(c Conn, opts ...Option) Bus {
 		watchDone: make(chan struct{}),
 		origins:   make(map[string]*origin),
 	}
-	if cfg.key == nil {
+	if cfg.Key == nil {
 		n.log.Warn("bus: messages are neither signed nor checked: anyone who can publish on the broker can tell " +
 			"the replicas of changes and make them re-notify; give every replica the server's secret with bus.WithSecret")
 	}
@@ -442,7 +448,7 @@ func clip(s string) string {
 
 func (n *node) sendLoop() {
 	defer close(n.sendDone)
-	tick := time.NewTicker(n.cfg.heartbeat)
+	tick := time.NewTicker(n.cfg.Heartbeat)
 	defer tick.Stop()
 	n.beat() // the hello: peers learn of us, and of our numbering, before our first event
 	for {
@@ -478,7 +484,7 @@ func (n *node) sendEvent(q queued) {
 		n.st.dropped.Add(1)
 		return
 	}
-	msg, err := encode(n.cfg.key, n.id, q.seq, time.Now(), false, q.e)
+	msg, err := encode(n.cfg.Key, n.id, q.seq, time.Now(), false, q.e)
 	if err == nil {
 		err = n.send(msg)
 	}
@@ -521,7 +527,7 @@ func (n *node) lastBeat() {
 }
 
 func (n *node) sendBeat(ctx context.Context, seq uint64) {
-	msg, err := encode(n.cfg.key, n.id, seq, time.Now(), true, Event{})
+	msg, err := encode(n.cfg.Key, n.id, seq, time.Now(), true, Event{})
 	if err == nil {
 		err = n.sendOn(ctx, msg)
 	}
@@ -533,7 +539,7 @@ func (n *node) sendBeat(ctx context.Context, seq uint64) {
 func (n *node) send(msg []byte) error { return n.sendOn(n.sendCtx, msg) }
 
 func (n *node) sendOn(parent context.Context, msg []byte) error {
-	ctx, cancel := context.WithTimeout(parent, n.cfg.sendTimeout)
+	ctx, cancel := context.WithTimeout(parent, n.cfg.SendTimeout)
 	defer cancel()
 	if err := n.conn.Send(ctx, msg); err != nil {
 		return fmt.Errorf("bus: send: %w", err)
@@ -673,7 +679,7 @@ type receiver node
 
 func (r *receiver) Message(msg []byte) {
 	n := (*node)(r)
-	m, err := decode(n.cfg.key, msg)
+	m, err := decode(n.cfg.Key, msg)
 	if errors.Is(err, errUnsigned) || errors.Is(err, errBadMAC) {
 		n.refuse(err) // not from a replica: nothing it says is believed, gaps included
 		return
@@ -805,7 +811,7 @@ func (n *node) forgetOldest() bool {
 // its silence is the only sign.
 func (n *node) watchLoop() {
 	defer close(n.watchDone)
-	tick := time.NewTicker(n.cfg.heartbeat)
+	tick := time.NewTicker(n.cfg.Heartbeat)
 	defer tick.Stop()
 	for {
 		select {
@@ -814,7 +820,7 @@ func (n *node) watchLoop() {
 		case now := <-tick.C:
 			if k := n.silence(now); k > 0 {
 				n.log.Warn("bus: peers went silent; re-notifying local listeners", "peers", k,
-					"silence", silentAfter*n.cfg.heartbeat)
+					"silence", silentAfter*n.cfg.Heartbeat)
 				n.resync()
 			}
 		}
@@ -824,7 +830,7 @@ func (n *node) watchLoop() {
 // silence marks the peers not heard from in silentAfter intervals as
 // silent and returns how many it marked.
 func (n *node) silence(now time.Time) int {
-	limit := silentAfter * n.cfg.heartbeat
+	limit := silentAfter * n.cfg.Heartbeat
 	n.rmu.Lock()
 	defer n.rmu.Unlock()
 	k := 0
@@ -865,4 +871,4 @@ func (n *node) kickBeat() {
 
 // errClosed is what a Conn of a closed Local group, or a closed Conn,
 // returns from Send.
-var errClosed = errors.New("bus: connection closed")
+var errClosed = brokerkit.ErrClosed

@@ -3,9 +3,7 @@ package bus_test
 import (
 	"context"
 	"fmt"
-	"log"
 	"net/http/httptest"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -78,20 +76,4 @@ func Example() {
 	// first read: [note://motd]
 	// changed: [note://motd]
 	// goodbye
-}
-
-// ExampleOpen joins a replica to the others through a NATS server; every
-// replica behind the balancer is started the same way, with the same
-// secret.
-func ExampleOpen() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	b, err := bus.Open(ctx, "nats://127.0.0.1:4222/tidings.docs")
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv := server.New(mcp.Implementation{Name: "docs", Version: "1.0.0"},
-		server.WithBus(b), server.WithSecret([]byte(os.Getenv("DOCS_SECRET"))))
-	defer srv.Shutdown(context.Background()) // closes the bus too
-	fmt.Println(b.Stats().Connected)
 }

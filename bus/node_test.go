@@ -223,7 +223,7 @@ func TestBackoff(t *testing.T) {
 	for n, step := range []time.Duration{10, 20, 40, 80, 80, 80} {
 		step *= time.Millisecond
 		for range 20 {
-			if d := c.backoff(n + 1); d < step/2 || d > step {
+			if d := c.Backoff(n + 1); d < step/2 || d > step {
 				t.Fatalf("attempt %d waits %v, want within [%v, %v]", n+1, d, step/2, step)
 			}
 		}

@@ -2,40 +2,23 @@ package bus
 
 import (
 	"log/slog"
-	"math/rand/v2"
 	"time"
+
+	"tidings/bus/internal/brokerkit"
 )
 
-// Option tunes a Bus (New, Open) or a broker connection (Dial, Open).
+// Option tunes a Bus (New) or a broker connection (the Dial, OpenState
+// and OpenTasks of natsbus, redisbus and brokers, which take the same
+// options, so that one list configures a replica's bus and its stores).
+// Each names the parts it applies to.
 type Option func(*config)
 
-type config struct {
-	heartbeat   time.Duration
-	queue       int
-	logger      *slog.Logger
-	minBackoff  time.Duration
-	maxBackoff  time.Duration
-	sendTimeout time.Duration
-	// key signs and checks messages (see WithSecret); nil for none.
-	key []byte
-}
+// config is what the options set. It is defined in brokerkit, so that
+// the broker adapters read the same settings without package bus
+// showing them.
+type config = brokerkit.Config
 
-func newConfig(opts []Option) config {
-	c := config{
-		heartbeat:   5 * time.Second,
-		queue:       1024,
-		minBackoff:  100 * time.Millisecond,
-		maxBackoff:  10 * time.Second,
-		sendTimeout: 2 * time.Second,
-	}
-	for _, o := range opts {
-		o(&c)
-	}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
-	return c
-}
+func newConfig(opts []Option) config { return brokerkit.Apply(opts) }
 
 // WithHeartbeat sets how often the bus tells its peers its latest
 // sequence number (default 5s): a peer that missed the last events of a
@@ -44,7 +27,7 @@ func newConfig(opts []Option) config {
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
-			c.heartbeat = d
+			c.Heartbeat = d
 		}
 	}
 }
@@ -55,7 +38,7 @@ func WithHeartbeat(d time.Duration) Option {
 func WithQueue(n int) Option {
 	return func(c *config) {
 		if n > 0 {
-			c.queue = n
+			c.Queue = n
 		}
 	}
 }
@@ -80,16 +63,16 @@ func WithQueue(n int) Option {
 // re-notify (see Bus). An empty secret is the same as none.
 func WithSecret(secret []byte) Option {
 	return func(c *config) {
-		c.key = nil
+		c.Key = nil
 		if len(secret) > 0 {
-			c.key = busKey(secret)
+			c.Key = busKey(secret)
 		}
 	}
 }
 
 // WithLogger sets where the bus logs connection losses, reconnects and
 // drops (default slog.Default). Warnings are rate-limited.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l } }
 
 // WithBackoff bounds the delay between reconnect attempts (defaults
 // 100ms and 10s): it doubles from min after each failed attempt up to
@@ -98,20 +81,10 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) {
 		if min > 0 {
-			c.minBackoff = min
+			c.MinBackoff = min
 		}
-		if max >= c.minBackoff {
-			c.maxBackoff = max
+		if max >= c.MinBackoff {
+			c.MaxBackoff = max
 		}
 	}
-}
-
-// backoff returns the delay before reconnect attempt n (from 1).
-func (c *config) backoff(n int) time.Duration {
-	d := c.minBackoff
-	for i := 1; i < n && d < c.maxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, c.maxBackoff)
-	return d/2 + rand.N(d/2+1)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/bus/internal/brokerkit"
 	"tidings/hub"
 )
 
@@ -44,8 +45,9 @@ const (
 	maxMessage  = 64 << 10
 	maxAudience = 1024
 	maxKeys     = 4096
-	// maxTaskID bounds a task id on the wire; the server's are far shorter.
-	maxTaskID = 256
+	// maxTaskID bounds a task id on the wire, as in a task store; the
+	// server's are far shorter.
+	maxTaskID = brokerkit.MaxTaskID
 )
 
 const (

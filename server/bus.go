@@ -14,7 +14,10 @@ import (
 // replica runs the same code, so the same rules). When b may have lost
 // changes, every listener here is told everything it follows. Local
 // listeners never wait on b. The server owns b from then on: Shutdown
-// closes it. One bus serves one server.
+// closes it. One bus serves one server. It is bus.New over a bus.Local
+// in one process, or over a broker's connection: brokers.Open by URL, or
+// natsbus.Dial or redisbus.Dial, which this package does not import, so
+// that a server links no broker's client unless its program asks for one.
 //
 // A deployment of several replicas needs three things besides the bus:
 // the same items registered in code on every replica (the bus says what

@@ -14,7 +14,8 @@ import (
 )
 
 // Two replicas of one server share a bus and a state (here in-process;
-// in a deployment, bus.Open and bus.OpenState on one broker URL). A tool
+// in a deployment, brokers.Open and brokers.OpenState on one broker URL,
+// from package tidings/bus/brokers). A tool
 // disabled through replica A is gone from replica B's list too, and a
 // client watching B is told, and reads a list that already shows it.
 func ExampleWithSharedState() {

@@ -19,7 +19,8 @@ import (
 // WithSharedState makes what is switched on and off at run time —
 // EnableTool, DisableTool, EnablePrompt, DisablePrompt, EnableResource,
 // DisableResource, SetEnabled — the same on every replica that is given
-// the same st (see bus.OpenState), instead of a setting of the replica the
+// the same st (brokers.OpenState on the bus's URL, or a bus.LocalState
+// in one process), instead of a setting of the replica the
 // call happened to reach. Every replica registers the same items in code;
 // st holds only which of them are off, under keys made of the kind and the
 // name ("tool:NAME", "prompt:NAME", "resource:URI"). A key no item here is

@@ -50,21 +50,21 @@ const (
 // store read when the listen starts and whenever it changes.
 const maxListenTasks = 100
 
-// WithTaskStore keeps the server's tasks in st instead of in this
-// process (bus.NewLocalTasks, the default). Replicas behind a balancer
-// need a store they all reach, since a client polls, answers and
-// cancels a task through whichever replica it lands on, and one secret
-// (WithSecret), which keys the tasks' owners; give them a bus
-// too (WithBus), or the replica running a task hears of an answer or a
-// cancel made elsewhere only when it next reads the store, up to one
-// poll interval later. While the store fails (a broker outage), the
-// replica running a task keeps trying to record what the work did, its
-// outcome or its requests for input, until the store takes it, the TTL
-// passes or Shutdown gives up waiting. An outage longer than the task's
-// lease (WithTaskLease) may end with another replica failing the task
-// first, as it would had the runner stopped. The server owns st from
-// then on: Shutdown closes it. Like every task option, it makes the
-// server offer tasks.
+// WithTaskStore keeps the server's tasks in st instead of in this process
+// (bus.NewLocalTasks, the default). Replicas behind a balancer need a store
+// they all reach (brokers.OpenTasks on the bus's URL), since a client
+// polls, answers and cancels a task through whichever replica it lands on,
+// and one secret (WithSecret), which keys the tasks' owners; give them a
+// bus too (WithBus), or the replica running a task hears of an answer or a
+// cancel made elsewhere only when it next reads the store, up to one poll
+// interval later. While the store fails (a broker outage), the replica
+// running a task keeps trying to record what the work did, its outcome or
+// its requests for input, until the store takes it, the TTL passes or
+// Shutdown gives up waiting. An outage longer than the task's lease
+// (WithTaskLease) may end with another replica failing the task first, as
+// it would had the runner stopped. The server owns st from then on:
+// Shutdown closes it. Like every task option, it makes the server offer
+// tasks.
 func WithTaskStore(st bus.TaskStore) Option {
 	return func(c *config) { c.taskStore, c.taskOpts = st, true }
 }

@@ -21,6 +21,7 @@ import (
 
 	"tidings/auth"
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/dirsource"
 	"tidings/internal/gitignore"
 	"tidings/mcp"
@@ -299,7 +300,7 @@ func openBus(ctx context.Context, rawURL string, secret []byte, log *slog.Logger
 	defer cancel()
 	// The replicas' shared key signs the bus's messages too; without one
 	// the bus warns that it believes anyone.
-	b, err := bus.Open(ctx, rawURL, bus.WithLogger(log), bus.WithSecret(secret))
+	b, err := brokers.Open(ctx, rawURL, bus.WithLogger(log), bus.WithSecret(secret))
 	if err != nil {
 		return nil, fmt.Errorf("--bus: %w", err)
 	}

@@ -7,16 +7,17 @@
 //
 // Several copies can run as replicas behind a load balancer
 // (scripts/conformance-cluster does): copies started with the same
-// -secret accept each other's cursors and request state, so a list can be
-// paged, and a multi round-trip request answered, through any of them.
-// The key is the SHA-256 of the -secret string, so any string will do
-// and the same string always gives the same key; the key is only as hard
-// to guess as the string. Without -secret every copy draws a random key
-// of its own. Copies given the same -bus also keep their tasks (of the
-// tasks extension) in that broker's task store (bus.OpenTasks), so a task
-// created through one copy is polled, answered, cancelled and followed
-// through any; without -bus each copy keeps its tasks in its own process,
-// known only to the copy that created them.
+// -secret accept each other's cursors and request state, so a list can
+// be paged, and a multi round-trip request answered, through any of
+// them. The key is the SHA-256 of the -secret string, so any string
+// will do and the same string always gives the same key; the key is
+// only as hard to guess as the string. Without -secret every copy draws
+// a random key of its own. Copies given the same -bus also keep their
+// tasks (of the tasks extension) in that broker's task store
+// (brokers.OpenTasks), so a task created through one copy is polled,
+// answered, cancelled and followed through any; without -bus each copy
+// keeps its tasks in its own process, known only to the copy that
+// created them.
 package main
 
 import (
@@ -34,6 +35,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/server"
 	"tidings/streamhttp"
 )
@@ -60,14 +62,14 @@ func (o options) serverOptions(ctx context.Context, log *slog.Logger) (opts []se
 	if o.bus != "" {
 		ctx, cancel := context.WithTimeout(ctx, busDialTimeout)
 		defer cancel()
-		b, err := bus.Open(ctx, o.bus, bus.WithLogger(log))
+		b, err := brokers.Open(ctx, o.bus, bus.WithLogger(log))
 		if err != nil {
 			return nil, nil, fmt.Errorf("join the other copies: %w", err)
 		}
 		// The tasks live where the bus is: a client polls, answers and
 		// cancels a task through whichever copy the balancer picks, and
 		// the copy running it hears of that over the bus.
-		ts, err := bus.OpenTasks(ctx, o.bus, bus.WithLogger(log))
+		ts, err := brokers.OpenTasks(ctx, o.bus, bus.WithLogger(log))
 		if err != nil {
 			_ = b.Close()
 			return nil, nil, fmt.Errorf("share the tasks of the other copies: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -26,7 +27,7 @@ import (
 // The Redis keys: one hash per board (task → "open" or "done") and the
 // set of board names. The replicas meet on the pub/sub channel busChannel,
 // and share which tools are on in the hash busChannel+":state" (see
-// bus.OpenState), where the reports flag is the field tool:sprint_report.
+// brokers.OpenState), where the reports flag is the field tool:sprint_report.
 const (
 	boardKeyPrefix = "board:"
 	boardsKey      = "boards"
@@ -134,12 +135,12 @@ func newBoard(ctx context.Context, cfg config, log *slog.Logger) (*board, error)
 		return nil, err
 	}
 	// The replicas' key signs the bus's messages too (none: unsigned).
-	bs, err := bus.Open(dctx, busURL, bus.WithLogger(log), bus.WithSecret([]byte(cfg.secret)))
+	bs, err := brokers.Open(dctx, busURL, bus.WithLogger(log), bus.WithSecret([]byte(cfg.secret)))
 	if err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("join the replicas: %w", err)
 	}
-	st, err := bus.OpenState(dctx, busURL, bus.WithLogger(log))
+	st, err := brokers.OpenState(dctx, busURL, bus.WithLogger(log))
 	if err != nil {
 		bs.Close()
 		rdb.Close()

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/bus/bustest"
 	"tidings/hub"
 	"tidings/internal/engine"
@@ -52,20 +53,20 @@ const PrincipalHeader = "X-User"
 type Options struct {
 	// Replicas is how many (default 3).
 	Replicas int
-	// Bus is the URL of the broker the replicas join (bus.Dial); empty
+	// Bus is the URL of the broker the replicas join (brokers.Dial); empty
 	// joins them through one bus.Local.
 	Bus string
 	// BusOptions apply to every replica's bus, after the defaults: quick
 	// reconnects, and no log.
 	BusOptions []bus.Option
 	// SharedState gives the replicas one server.WithSharedState: each
-	// opens the state of the Bus URL (bus.OpenState), or all share one
+	// opens the state of the Bus URL (brokers.OpenState), or all share one
 	// bus.LocalState, so that what is switched on and off agrees.
 	SharedState bool
 	// Tasks gives every replica a server.WithTaskStore that all of them
 	// reach, as replicas behind a balancer need: a task created through
 	// one is polled, answered, cancelled and followed through any other.
-	// Each opens the task store of the Bus URL (bus.OpenTasks), or all
+	// Each opens the task store of the Bus URL (brokers.OpenTasks), or all
 	// share one bus.LocalTasks when Bus is empty.
 	Tasks bool
 	// Secret is the key every replica shares (default a fixed test key).
@@ -129,7 +130,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), Wait)
 			var err error
-			conn, err = bus.Dial(ctx, opts.Bus, bopts...)
+			conn, err = brokers.Dial(ctx, opts.Bus, bopts...)
 			cancel()
 			if err != nil {
 				t.Fatalf("clustertest: replica %d: %v", i, err)
@@ -208,7 +209,7 @@ func openState(url string, local *bus.LocalState) (bus.State, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	defer cancel()
-	st, err := bus.OpenState(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
+	st, err := brokers.OpenState(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, fmt.Errorf("shared state: %w", err)
 	}
@@ -223,7 +224,7 @@ func openTasks(url string, local *bus.LocalTasks) (bus.TaskStore, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	defer cancel()
-	ts, err := bus.OpenTasks(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
+	ts, err := brokers.OpenTasks(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, fmt.Errorf("task store: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/client"
 	"tidings/internal/clustertest"
 	"tidings/jsonrpc"
@@ -65,13 +66,13 @@ func replicaMain() int {
 	quiet := bus.WithLogger(slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Wait)
 	defer cancel()
-	conn, err := bus.Dial(ctx, url, quiet, bus.WithBackoff(5*time.Millisecond, 100*time.Millisecond))
+	conn, err := brokers.Dial(ctx, url, quiet, bus.WithBackoff(5*time.Millisecond, 100*time.Millisecond))
 	if err != nil {
 		log.Error("bus", "err", err)
 		return 1
 	}
 	b := bus.New(conn, quiet)
-	ts, err := bus.OpenTasks(ctx, url, quiet)
+	ts, err := brokers.OpenTasks(ctx, url, quiet)
 	if err != nil {
 		_ = b.Close()
 		log.Error("task store", "err", err)

@@ -29,7 +29,8 @@ const startWait = 10 * time.Second
 
 // Broker is a broker a test can take down and bring back.
 type Broker interface {
-	// URL is what bus.Open, bus.OpenState and bus.OpenTasks dial to reach it.
+	// URL is what brokers.Open, brokers.OpenState and brokers.OpenTasks
+	// (and natsbus's or redisbus's own) dial to reach it.
 	URL() string
 	// Down stops it, as a crash would; Up starts it again on the same
 	// address, with what it had stored. Down is also run at the end of

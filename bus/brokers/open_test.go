@@ -1,4 +1,4 @@
-package bus_test
+package brokers_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 )
 
 // TestDialRefuses: a URL that names no bus this package has, or a bad
@@ -24,7 +25,7 @@ func TestDialRefuses(t *testing.T) {
 		"nats://user:secret@127.0.0.1:1/a b>": "subject",
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := bus.Dial(ctx, url)
+		c, err := brokers.Dial(ctx, url)
 		cancel()
 		if err == nil {
 			c.Close()
@@ -50,7 +51,7 @@ func TestOpen(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		b, err := bus.Open(ctx, nb.url())
+		b, err := brokers.Open(ctx, nb.url())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ func TestOpen(t *testing.T) {
 			t.Error(err)
 		}
 		// Without a deadline, Dial bounds itself.
-		c, err := bus.Dial(context.Background(), nb.url())
+		c, err := brokers.Dial(context.Background(), nb.url())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +72,7 @@ func TestOpen(t *testing.T) {
 		br.down()
 		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if b, err := bus.Open(ctx, nb.url()); err == nil {
+		if b, err := brokers.Open(ctx, nb.url()); err == nil {
 			b.Close()
 			t.Error("opened a bus on a broker that is down")
 		}
@@ -90,7 +91,7 @@ func TestOpenState(t *testing.T) {
 		"redis://127.0.0.1:1/0?chanel=x":   "chanel",
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := bus.OpenState(ctx, url)
+		st, err := brokers.OpenState(ctx, url)
 		cancel()
 		if err == nil {
 			st.Close()
@@ -138,7 +139,7 @@ func TestOpenState(t *testing.T) {
 		}
 		short, cancel2 := context.WithTimeout(context.Background(), time.Second)
 		defer cancel2()
-		if st, err := bus.OpenState(short, br.(realBroker).URL()); err == nil {
+		if st, err := brokers.OpenState(short, br.(realBroker).URL()); err == nil {
 			st.Close()
 			t.Error("opened the state of a broker that is down")
 		}
@@ -158,7 +159,7 @@ func TestOpenTasksRefuses(t *testing.T) {
 		"redis://127.0.0.1:1/0?chanel=x":   "chanel",
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := bus.OpenTasks(ctx, url)
+		st, err := brokers.OpenTasks(ctx, url)
 		cancel()
 		if err == nil {
 			st.Close()
@@ -192,28 +193,28 @@ func TestErrorsHideThePassword(t *testing.T) {
 	for _, u := range badURLs {
 		for name, open := range map[string]func(context.Context) error{
 			"Dial": func(ctx context.Context) error {
-				c, err := bus.Dial(ctx, u)
+				c, err := brokers.Dial(ctx, u)
 				if err == nil {
 					c.Close()
 				}
 				return err
 			},
 			"Open": func(ctx context.Context) error {
-				b, err := bus.Open(ctx, u)
+				b, err := brokers.Open(ctx, u)
 				if err == nil {
 					b.Close()
 				}
 				return err
 			},
 			"OpenState": func(ctx context.Context) error {
-				s, err := bus.OpenState(ctx, u)
+				s, err := brokers.OpenState(ctx, u)
 				if err == nil {
 					s.Close()
 				}
 				return err
 			},
 			"OpenTasks": func(ctx context.Context) error {
-				s, err := bus.OpenTasks(ctx, u)
+				s, err := brokers.OpenTasks(ctx, u)
 				if err == nil {
 					s.Close()
 				}

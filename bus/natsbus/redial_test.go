@@ -1,10 +1,11 @@
-package bus
+package natsbus
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"tidings/bus"
 	"tidings/internal/testbroker"
 )
 
@@ -13,7 +14,7 @@ import (
 // new one instead of leaving the replica deaf and mute until it restarts.
 func TestNATSClientGivesUp(t *testing.T) {
 	br := testbroker.StartNATS(t)
-	dial := func() Conn {
+	dial := func() bus.Conn {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		c, err := Dial(ctx, br.URL(), quiet()...)
@@ -23,18 +24,18 @@ func TestNATSClientGivesUp(t *testing.T) {
 		return c
 	}
 	ca := dial()
-	a, b := New(ca, quiet()...), New(dial(), quiet()...)
+	a, b := bus.New(ca, quiet()...), bus.New(dial(), quiet()...)
 	rec := &recorder{}
 	b.Handle(rec)
 	closeAll(t, a, b)
-	waitUntil(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 })
+	testbroker.WaitFor(t, "B to hear of A", func() bool { return b.Stats().Peers == 1 })
 
 	nc, _ := ca.(*natsConn).current()
 	nc.Close() // what the client does by itself when it gives up
-	waitUntil(t, "A to be connected again", func() bool {
+	testbroker.WaitFor(t, "A to be connected again", func() bool {
 		st := a.Stats()
 		return st.Connected && st.Reconnects == 1
 	})
 	a.Publish(toolsChanged)
-	waitUntil(t, "B to receive A's event", func() bool { n, _ := rec.counts(); return n == 1 })
+	testbroker.WaitFor(t, "B to receive A's event", func() bool { n, _ := rec.counts(); return n == 1 })
 }

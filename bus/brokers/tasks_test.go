@@ -1,4 +1,4 @@
-package bus_test
+package brokers_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/internal/testbroker"
 )
 
@@ -52,7 +53,7 @@ func openTasks(t testing.TB, url string) bus.TaskStore {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	s, err := bus.OpenTasks(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)),
+	s, err := brokers.OpenTasks(ctx, url, bus.WithLogger(slog.New(slog.DiscardHandler)),
 		bus.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

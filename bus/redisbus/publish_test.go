@@ -1,4 +1,4 @@
-package bus_test
+package redisbus_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tidings/bus"
+	"tidings/bus/redisbus"
 	"tidings/internal/testbroker"
 )
 
@@ -31,10 +32,12 @@ func TestRedisRefusedPublishIsNotASilentSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := strings.Replace(rb.URL(), "redis://", "redis://listener:pw@", 1)
-	b, err := bus.Open(ctx, u, bus.WithHeartbeat(20*time.Millisecond))
+	opts := []bus.Option{bus.WithHeartbeat(20 * time.Millisecond)}
+	c, err := redisbus.Dial(ctx, u, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := bus.New(c, opts...)
 	defer b.Close()
 	// The subscription's idle limit is one second here (three
 	// heartbeats, at least a second); watch through three of them.

@@ -1,4 +1,4 @@
-package bus_test
+package brokers_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/bus/bustest"
 	"tidings/client"
 	"tidings/hub"
@@ -29,7 +30,7 @@ func state(t testing.TB, br broker) bus.State {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	st, err := bus.OpenState(ctx, br.(realBroker).URL())
+	st, err := brokers.OpenState(ctx, br.(realBroker).URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,19 @@
-package bus
+package redisbus
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"tidings/bus"
+	"tidings/bus/internal/brokerkit"
 )
 
-// redisTasks is a TaskStore in Redis: a hash per task, under
+// redisTasks is a bus.TaskStore in Redis: a hash per task, under
 // "<channel>:task:<id>", with the fields "rev" (the revision, from 1) and
 // "rec" (the record), and Redis's own expiry set on the key at Create.
 // Redis drops a key once its expiry passes and never returns it after,
@@ -62,107 +64,94 @@ redis.call('HSET', KEYS[1], 'rec', ARGV[2])
 return next
 `
 
-func openRedisTasks(ctx context.Context, u *url.URL) (*redisTasks, error) {
-	opt, channel, err := redisOptions(u)
-	if err != nil {
-		return nil, err
-	}
+// OpenTasks connects to the task store of the replicas that Dial joins
+// with the same URL: a hash per task, "<channel>:task:<id>" (default
+// channel "tidings"), in the URL's db, so replicas must name the same db.
+//
+// Compare-and-swap is linearisable, and so is Get: each Create and Update
+// is one Lua script, which checks the revision and writes with nothing in
+// between, and the one server the URL names answers every call.
+// Revisions count from 1 for each task (and again from 1 for a task
+// created anew under an id that expired, which is why ids are not to be
+// reused). The key expires at the task's expiry, to the millisecond
+// (rounded up), by the server's clock, and Redis frees it. No command is
+// sent twice: when Create or Update fail otherwise (the server went away
+// mid-call), the write may or may not have landed, and the caller is
+// told.
+//
+// OpenTasks fails once ctx ends (within 5s if ctx has no deadline) if
+// the server cannot be reached; later losses are reported by the
+// methods' errors, within their context's deadline, and the client
+// reconnects on its own. It takes the options of Dial for a uniform
+// signature; none applies to it.
+func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.TaskStore, error) {
 	// No command is sent twice. go-redis retries a command whose reply it
 	// lost with its connection, after the server may have run it; a create
 	// or an update run twice would answer ErrTaskExists or ErrTaskConflict
 	// for a write that landed, and a caller who then reads, changes and
 	// writes again would apply its change twice. The caller is told of the
 	// lost reply instead.
-	opt.MaxRetries = -1
-	s := &redisTasks{client: redis.NewClient(opt), prefix: channel + ":task:",
-		create: redis.NewScript(redisCreate), update: redis.NewScript(redisUpdate)}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
+	c, err := dial(ctx, rawURL, "tasks", func(o *redis.Options) { o.MaxRetries = -1 })
+	if err != nil {
+		return nil, err
 	}
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		_ = s.client.Close()
-		return nil, fmt.Errorf("bus: tasks at %s: %w", u.Redacted(), err)
-	}
-	return s, nil
+	return &redisTasks{client: c.Client, prefix: c.channel + ":task:",
+		create: redis.NewScript(redisCreate), update: redis.NewScript(redisUpdate)}, nil
 }
 
 func (s *redisTasks) Create(ctx context.Context, id string, rec []byte, expires time.Time) error {
-	if err := checkTask("create", id, rec); err != nil {
+	if err := brokerkit.CheckTask("create", id, rec); err != nil {
 		return err
 	}
-	n, err := s.create.Run(ctx, s.client, []string{s.prefix + id}, rec, ceilMilli(expires)).Int64()
+	n, err := s.create.Run(ctx, s.client, []string{s.prefix + id}, rec, brokerkit.CeilMilli(expires)).Int64()
 	switch {
 	case err != nil:
-		return fmt.Errorf("bus: create task %q in redis: %w", id, err)
+		return fmt.Errorf("redisbus: create task %q in redis: %w", id, err)
 	case n == 0:
-		return ErrTaskExists
+		return bus.ErrTaskExists
 	}
 	return nil
 }
 
 func (s *redisTasks) Get(ctx context.Context, id string) ([]byte, uint64, error) {
-	if err := checkTaskID(id); err != nil {
+	if err := brokerkit.CheckTaskID(id); err != nil {
 		return nil, 0, err
 	}
 	v, err := s.client.HMGet(ctx, s.prefix+id, "rev", "rec").Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("bus: get task %q from redis: %w", id, err)
+		return nil, 0, fmt.Errorf("redisbus: get task %q from redis: %w", id, err)
 	}
 	if v[0] == nil {
-		return nil, 0, ErrNoTask
+		return nil, 0, bus.ErrNoTask
 	}
 	revs, ok1 := v[0].(string)
 	rec, ok2 := v[1].(string)
 	rev, err := strconv.ParseUint(revs, 10, 64)
 	if !ok1 || !ok2 || err != nil || rev == 0 {
-		return nil, 0, fmt.Errorf("bus: get task %q from redis: key %q is not a task (revision %.20q)", id, s.prefix+id, v[0])
+		return nil, 0, fmt.Errorf("redisbus: get task %q from redis: key %q is not a task (revision %.20q)", id, s.prefix+id, v[0])
 	}
 	return []byte(rec), rev, nil
 }
 
 func (s *redisTasks) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
-	if err := checkTask("update", id, rec); err != nil {
+	if err := brokerkit.CheckTask("update", id, rec); err != nil {
 		return 0, err
 	}
 	n, err := s.update.Run(ctx, s.client, []string{s.prefix + id}, strconv.FormatUint(rev, 10), rec).Int64()
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("bus: update task %q in redis: %w", id, err)
+		return 0, fmt.Errorf("redisbus: update task %q in redis: %w", id, err)
 	case n == 0:
-		return 0, ErrNoTask
+		return 0, bus.ErrNoTask
 	case n < 0:
-		return 0, ErrTaskConflict
+		return 0, bus.ErrTaskConflict
 	}
 	return uint64(n), nil
 }
 
 func (s *redisTasks) Close() error {
 	if err := s.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
-		return fmt.Errorf("bus: close redis tasks: %w", err)
+		return fmt.Errorf("redisbus: close redis tasks: %w", err)
 	}
 	return nil
-}
-
-// maxMilli is the last millisecond of year 9999: later expiries are kept
-// to it, within what Redis and time.Time both count.
-const maxMilli = 253402300799999
-
-// ceilMilli is t in Unix milliseconds, rounded up, so that a record
-// stored to the millisecond never ends before the expiry it was given,
-// and kept within 1 (long past: the record is dropped at once) and
-// maxMilli, so that Redis never refuses it.
-func ceilMilli(t time.Time) int64 {
-	if t.Year() < 1970 {
-		return 1
-	}
-	if t.Year() > 9999 {
-		return maxMilli
-	}
-	ms := t.UnixMilli()
-	if t.Nanosecond()%int(time.Millisecond) != 0 {
-		ms++
-	}
-	return max(ms, 1)
 }

@@ -1,22 +1,23 @@
-package bus
+package natsbus
 
 import (
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"tidings/bus"
+	"tidings/bus/internal/brokerkit"
 )
 
-// natsState is a State in a JetStream key-value bucket: an entry per key,
-// "1" or "0". Keys are stored base64url-encoded, since a bucket's keys
-// allow fewer characters than tool names and resource URIs hold.
+// natsState is a bus.State in a JetStream key-value bucket: an entry per
+// key, "1" or "0". Keys are stored base64url-encoded, since a bucket's
+// keys allow fewer characters than tool names and resource URIs hold.
 type natsState struct {
 	nc     *nats.Conn
 	kv     jetstream.KeyValue
@@ -24,24 +25,30 @@ type natsState struct {
 	once   sync.Once
 }
 
-func openNATSState(ctx context.Context, u *url.URL, cfg config) (*natsState, error) {
-	subject, err := natsSubject(u)
+// OpenState connects to the shared state of the replicas that Dial joins
+// with the same URL: the JetStream key-value bucket named after the
+// subject (default "tidings"), '.' and '_' escaped as "_2E" and "_5F".
+// The server needs JetStream. A bucket that does not exist is created
+// with the server's defaults (file storage, one replica, one value kept
+// per key); create it beforehand to choose otherwise — it is used as
+// found. OpenState fails once ctx ends (within 5s if ctx has no
+// deadline) if the store cannot be reached; later losses are reported by
+// the methods' errors, and the connection is regained on its own. Of the
+// options, WithLogger and WithBackoff apply.
+func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.State, error) {
+	ep, err := parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	bucket, err := bucketName(subject)
+	bucket, err := bucketName(ep.subject)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := boundDial(ctx)
+	ctx, cancel := bounded(ctx)
 	defer cancel()
-	timeout, err := dialTimeout(ctx, u)
-	if err != nil {
-		return nil, err
-	}
 	s := &natsState{}
-	if s.nc, s.closed, err = dialNATSStore(u, timeout, cfg, "tidings state"); err != nil {
-		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
+	if s.nc, s.closed, err = ep.dial(ctx, settings(opts), "state"); err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(s.nc)
 	if err != nil {
@@ -52,37 +59,9 @@ func openNATSState(ctx context.Context, u *url.URL, cfg config) (*natsState, err
 	}
 	if err != nil {
 		s.Close()
-		return nil, fmt.Errorf("bus: state at %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("natsbus: state at %s: %w", ep.redacted, err)
 	}
 	return s, nil
-}
-
-// dialNATSStore connects a client for a store in JetStream (the state,
-// the tasks), and returns it with the channel its closed callback closes.
-// The client reconnects on its own, for ever, with the bus's backoff. Its
-// error does not show the URL; the callers say what they dialled,
-// redacted.
-func dialNATSStore(u *url.URL, timeout time.Duration, cfg config, name string) (*nats.Conn, chan struct{}, error) {
-	closed := make(chan struct{})
-	server := (&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}).String()
-	nc, err := nats.Connect(server,
-		nats.Name(name),
-		nats.Timeout(timeout),
-		nats.MaxReconnects(-1),
-		nats.CustomReconnectDelay(cfg.backoff),
-		// A write made while disconnected fails at once instead of waiting
-		// in a buffer, to land later over whatever was written meanwhile:
-		// the caller is told, and writes again if it still means to.
-		nats.ReconnectBufSize(-1),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			cfg.logger.Debug("bus: NATS reports an error on a store connection", "name", name, "err", err)
-		}),
-	)
-	if err != nil {
-		return nil, nil, err
-	}
-	return nc, closed, nil
 }
 
 // bucketName names the key-value bucket of a subject. Bucket names
@@ -93,7 +72,7 @@ func bucketName(subject string) (string, error) {
 	if strings.ContainsFunc(subject, func(r rune) bool {
 		return !(r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 	}) {
-		return "", fmt.Errorf("bus: subject %q cannot name a key-value bucket (letters, digits, '-', '_' and '.' only)", subject)
+		return "", fmt.Errorf("natsbus: subject %q cannot name a key-value bucket (letters, digits, '-', '_' and '.' only)", subject)
 	}
 	return strings.NewReplacer("_", "_5F", ".", "_2E").Replace(subject), nil
 }
@@ -120,17 +99,17 @@ func (s *natsState) Load(ctx context.Context) (map[string]bool, error) {
 	// acknowledged Put included.
 	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("bus: load state from bucket %q: %w", s.kv.Bucket(), err)
+		return nil, fmt.Errorf("natsbus: load state from bucket %q: %w", s.kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
 	m := make(map[string]bool)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("bus: load state from bucket %q: %w", s.kv.Bucket(), ctx.Err())
+			return nil, fmt.Errorf("natsbus: load state from bucket %q: %w", s.kv.Bucket(), ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("bus: load state from bucket %q: the watcher ended", s.kv.Bucket())
+				return nil, fmt.Errorf("natsbus: load state from bucket %q: the watcher ended", s.kv.Bucket())
 			}
 			if e == nil {
 				return m, nil
@@ -139,7 +118,7 @@ func (s *natsState) Load(ctx context.Context) (map[string]bool, error) {
 			if err != nil {
 				continue // not one of ours
 			}
-			if on, ok := parseStateValue(string(e.Value())); ok {
+			if on, ok := brokerkit.ParseStateValue(string(e.Value())); ok {
 				m[string(key)] = on
 			}
 		}
@@ -147,8 +126,8 @@ func (s *natsState) Load(ctx context.Context) (map[string]bool, error) {
 }
 
 func (s *natsState) Set(ctx context.Context, key string, on bool) error {
-	if _, err := s.kv.Put(ctx, base64.RawURLEncoding.EncodeToString([]byte(key)), []byte(stateValue(on))); err != nil {
-		return fmt.Errorf("bus: set %q in bucket %q: %w", key, s.kv.Bucket(), err)
+	if _, err := s.kv.Put(ctx, base64.RawURLEncoding.EncodeToString([]byte(key)), []byte(brokerkit.StateValue(on))); err != nil {
+		return fmt.Errorf("natsbus: set %q in bucket %q: %w", key, s.kv.Bucket(), err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package bus_test
+package brokers_test
 
 import (
 	"context"

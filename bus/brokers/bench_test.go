@@ -1,4 +1,4 @@
-package bus_test
+package brokers_test
 
 import (
 	"slices"
@@ -20,7 +20,7 @@ import (
 // measured for the same changes (added-p50-µs, added-p99-µs: the
 // difference of the percentiles).
 //
-//	go test -run '^$' -bench Delivery -count 3 ./bus/
+//	go test -run '^$' -bench Delivery -count 3 ./bus/brokers
 func BenchmarkDelivery(b *testing.B) {
 	b.Run("same-replica", func(b *testing.B) {
 		c := newCluster(b, localBroker{bus.NewLocal(), bus.NewLocalState()}, 1, clusterOpts{})

@@ -1,20 +1,22 @@
-package bus
+package natsbus
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"tidings/bus"
+	"tidings/bus/internal/brokerkit"
 )
 
-// natsTasks is a TaskStore in a JetStream key-value bucket: an entry per
+// natsTasks is a bus.TaskStore in a JetStream key-value bucket: an entry per
 // task, its revision the entry's, which the stream numbers and checks. A
 // value is an envelope (see taskValue) holding the record and its expiry,
 // which Get and Update check by this process's clock; the broker drops
@@ -107,28 +109,59 @@ const natsTTLGrace = time.Second
 // expires then, by its envelope, but the broker keeps it until deleted.
 const natsMaxTTL = 100 * 365 * 24 * time.Hour
 
-func openNATSTasks(ctx context.Context, u *url.URL, cfg config) (*natsTasks, error) {
-	subject, err := natsSubject(u)
+// OpenTasks connects to the task store of the replicas that Dial joins
+// with the same URL: the JetStream key-value bucket "<state bucket>_tasks"
+// (see OpenState), default "tidings_tasks". The server needs JetStream
+// with per-key TTLs (NATS 2.11 or later).
+//
+// Compare-and-swap is the stream's: it takes a write only if the entry's
+// revision (its sequence in the stream) is still the one read, and
+// revisions grow across the bucket. Every Get is answered by the
+// stream's leader, which acknowledged the write, and which, newly
+// elected, answers only once it holds every write its predecessors
+// acknowledged: the bucket allows no direct gets, which any replica or
+// mirror answers from what it has applied, perhaps not yet a write the
+// leader has acknowledged.
+//
+// The expiry is stored with the record, and Get and Update report
+// bus.ErrNoTask once this process's clock passes it; every write of an
+// entry also gives it a TTL of what is left, rounded up to the second,
+// plus a second, so that the broker drops it by itself shortly after (it
+// leaves a marker for a second). Create over a task that has expired but
+// is not yet dropped replaces it.
+//
+// A bucket that does not exist is created with file storage, one
+// replica, values of at most a record and its framing, per-key TTLs and
+// no direct gets; create it beforehand to choose otherwise, with a limit
+// marker TTL and allow_direct false on its stream (the nats tool and
+// jetstream.CreateKeyValue allow direct gets: update the stream after) —
+// it is used as found, one without per-key TTLs or that allows direct
+// gets is refused, and a bucket TTL (max age) set on it drops tasks that
+// long after their last write, whatever their expiry. A bucket scaled to
+// more replicas later keeps reading through its leader.
+//
+// OpenTasks fails once ctx ends (within 5s if ctx has no deadline) if
+// the store cannot be reached; later losses are reported by the methods'
+// errors, within their context's deadline, and the connection is
+// regained on its own. Of the options, WithLogger and WithBackoff apply.
+func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.TaskStore, error) {
+	ep, err := parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	bucket, err := tasksBucket(subject)
+	bucket, err := tasksBucket(ep.subject)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := boundDial(ctx)
+	ctx, cancel := bounded(ctx)
 	defer cancel()
-	timeout, err := dialTimeout(ctx, u)
-	if err != nil {
-		return nil, err
-	}
 	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + ".", seen: make(map[string]seenRev)}
-	if s.nc, s.closed, err = dialNATSStore(u, timeout, cfg, "tidings tasks"); err != nil {
-		return nil, fmt.Errorf("bus: tasks at %s: %w", u.Redacted(), err)
+	if s.nc, s.closed, err = ep.dial(ctx, settings(opts), "tasks"); err != nil {
+		return nil, err
 	}
 	if err := s.open(ctx, bucket); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("bus: tasks at %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("natsbus: tasks at %s: %w", ep.redacted, err)
 	}
 	return s, nil
 }
@@ -217,7 +250,7 @@ func tasksStream(bucket string) jetstream.StreamConfig {
 		MaxMsgs:           -1,
 		MaxBytes:          -1,
 		MaxConsumers:      -1,
-		MaxMsgSize:        maxTaskRecord + 4<<10, // the record and its framing, see maxTaskRecord
+		MaxMsgSize:        bus.MaxTaskRecord + 4<<10, // the record and its framing, see bus.MaxTaskRecord
 		Duplicates:        2 * time.Minute,
 		AllowRollup:       true,
 		DenyDelete:        true,
@@ -262,11 +295,11 @@ func ttlOpts(exp time.Time) []jetstream.PublishOpt {
 }
 
 func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires time.Time) error {
-	if err := checkTask("create", id, rec); err != nil {
+	if err := brokerkit.CheckTask("create", id, rec); err != nil {
 		return err
 	}
 	key := natsTaskKey(id)
-	exp := time.UnixMilli(ceilMilli(expires))
+	exp := time.UnixMilli(brokerkit.CeilMilli(expires))
 	val := encodeTaskValue(exp, rec)
 	var opts []jetstream.KVCreateOpt
 	if ttl, ok := natsTTL(exp, time.Now()); ok {
@@ -293,19 +326,19 @@ func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires t
 			return s.fail("create", id, err)
 		}
 		if old, _, err := decodeTaskValue(e.Value()); err != nil || time.Now().Before(old) {
-			return ErrTaskExists
+			return bus.ErrTaskExists
 		}
 		rev, err = s.put(ctx, key, val, e.Revision(), exp)
 		if err != nil {
 			if errors.Is(err, errRevision) {
-				return ErrTaskExists // another replica replaced it first
+				return bus.ErrTaskExists // another replica replaced it first
 			}
 			return s.fail("create", id, err)
 		}
 		s.remember(id, rev, exp)
 		return nil
 	}
-	return ErrTaskExists
+	return bus.ErrTaskExists
 }
 
 // errRevision is a write the stream refused because the entry's revision
@@ -337,25 +370,25 @@ func (s *natsTasks) get(ctx context.Context, op, id string) (rec []byte, rev uin
 	e, err := s.kv.Get(ctx, natsTaskKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		s.forget(id)
-		return nil, 0, time.Time{}, ErrNoTask
+		return nil, 0, time.Time{}, bus.ErrNoTask
 	}
 	if err != nil {
 		return nil, 0, time.Time{}, s.fail(op, id, err)
 	}
 	exp, rec, err = decodeTaskValue(e.Value())
 	if err != nil {
-		return nil, 0, time.Time{}, fmt.Errorf("bus: %s task %q in bucket %q: %w", op, id, s.kv.Bucket(), err)
+		return nil, 0, time.Time{}, fmt.Errorf("natsbus: %s task %q in bucket %q: %w", op, id, s.kv.Bucket(), err)
 	}
 	if !time.Now().Before(exp) {
 		s.forget(id)
-		return nil, 0, time.Time{}, ErrNoTask
+		return nil, 0, time.Time{}, bus.ErrNoTask
 	}
 	s.remember(id, e.Revision(), exp)
 	return rec, e.Revision(), exp, nil
 }
 
 func (s *natsTasks) Get(ctx context.Context, id string) ([]byte, uint64, error) {
-	if err := checkTaskID(id); err != nil {
+	if err := brokerkit.CheckTaskID(id); err != nil {
 		return nil, 0, err
 	}
 	rec, rev, _, err := s.get(ctx, "get", id)
@@ -363,7 +396,7 @@ func (s *natsTasks) Get(ctx context.Context, id string) ([]byte, uint64, error) 
 }
 
 // Update must keep the entry's expiry, and report a record that has
-// expired as ErrNoTask, not a conflict. It knows the expiry without a
+// expired as bus.ErrNoTask, not a conflict. It knows the expiry without a
 // read when rev is the revision this store last read or wrote, as it is
 // when a server reads a task and then changes it; else it reads the
 // entry first, as the server's Get did, and a revision other than rev is
@@ -371,7 +404,7 @@ func (s *natsTasks) Get(ctx context.Context, id string) ([]byte, uint64, error) 
 // since is overwritten; when it is refused, a read tells a conflict from
 // an entry dropped as it expired.
 func (s *natsTasks) Update(ctx context.Context, id string, rec []byte, rev uint64) (uint64, error) {
-	if err := checkTask("update", id, rec); err != nil {
+	if err := brokerkit.CheckTask("update", id, rec); err != nil {
 		return 0, err
 	}
 	exp, ok := s.expiryOf(id, rev)
@@ -381,20 +414,20 @@ func (s *natsTasks) Update(ctx context.Context, id string, rec []byte, rev uint6
 			return 0, err
 		}
 		if cur != rev {
-			return 0, ErrTaskConflict
+			return 0, bus.ErrTaskConflict
 		}
 		exp = e
 	} else if !time.Now().Before(exp) {
 		s.forget(id)
-		return 0, ErrNoTask
+		return 0, bus.ErrNoTask
 	}
 	next, err := s.put(ctx, natsTaskKey(id), encodeTaskValue(exp, rec), rev, exp)
 	if errors.Is(err, errRevision) {
 		// Changed since read, or dropped as it expired.
-		if _, _, _, err := s.get(ctx, "update", id); errors.Is(err, ErrNoTask) {
-			return 0, ErrNoTask
+		if _, _, _, err := s.get(ctx, "update", id); errors.Is(err, bus.ErrNoTask) {
+			return 0, bus.ErrNoTask
 		}
-		return 0, ErrTaskConflict
+		return 0, bus.ErrTaskConflict
 	}
 	if err != nil {
 		return 0, s.fail("update", id, err)
@@ -408,9 +441,9 @@ func (s *natsTasks) Update(ctx context.Context, id string, rec []byte, rev uint6
 // outbound buffer, a deadline) leave to be guessed.
 func (s *natsTasks) fail(op, id string, err error) error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
-		return fmt.Errorf("bus: %s task %q in bucket %q: not connected to NATS (%v): %w", op, id, s.kv.Bucket(), st, err)
+		return fmt.Errorf("natsbus: %s task %q in bucket %q: not connected to NATS (%v): %w", op, id, s.kv.Bucket(), st, err)
 	}
-	return fmt.Errorf("bus: %s task %q in bucket %q: %w", op, id, s.kv.Bucket(), err)
+	return fmt.Errorf("natsbus: %s task %q in bucket %q: %w", op, id, s.kv.Bucket(), err)
 }
 
 func (s *natsTasks) Close() error {

@@ -1,4 +1,4 @@
-package bus_test
+package brokers_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/brokers"
 	"tidings/internal/testbroker"
 )
 
@@ -67,7 +68,7 @@ func dial(t testing.TB, url string, opts []bus.Option) bus.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := bus.Dial(ctx, url, opts...)
+	c, err := brokers.Dial(ctx, url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

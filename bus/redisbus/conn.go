@@ -1,26 +1,27 @@
-package bus
+package redisbus
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"tidings/bus"
+	"tidings/bus/internal/brokerkit"
 )
 
-// redisConn is a Conn over Redis pub/sub: one pooled client to publish,
-// one subscription to receive, and the receiving loop reconnects it with
-// the bus's backoff.
+// redisConn is a bus.Conn over Redis pub/sub: one pooled client to
+// publish, one subscription to receive, and the receiving loop
+// reconnects it with the bus's backoff.
 type redisConn struct {
-	client  *redis.Client
+	client  *client
 	channel string
-	cfg     config
+	cfg     brokerkit.Config
 
 	// sentAt is when a Send last succeeded (Unix ns). Own messages come
 	// back on the subscription, so silence means a stuck subscription
@@ -34,19 +35,29 @@ type redisConn struct {
 	once   sync.Once
 }
 
-// dialRedis connects to redis://[user:password@]host:port[/db][?channel=name]
-// (rediss:// for TLS); other parameters are go-redis's own.
-func dialRedis(ctx context.Context, u *url.URL, cfg config) (*redisConn, error) {
-	opt, channel, err := redisOptions(u)
+// Dial connects to the Redis server rawURL names, subscribed to its
+// channel and ready when it returns, or fails once ctx ends (within 5s
+// if ctx has no deadline):
+//
+//	redis://[user:password@]host:port[/db][?channel=name]   (rediss:// for TLS; default channel "tidings")
+//
+// Replicas that share a channel on one Redis form one bus; pass the Conn
+// to bus.New. Redis channels span every database of a server, so db
+// selects nothing for pub/sub. A subscription that stays silent for
+// three heartbeats while events go out is taken for stuck and renewed.
+// Of the options, WithHeartbeat (that silence), WithBackoff (the delay
+// between reconnects) and WithLogger apply.
+func Dial(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Conn, error) {
+	cl, err := dial(ctx, rawURL, "bus", nil)
 	if err != nil {
 		return nil, err
 	}
-	c := &redisConn{client: redis.NewClient(opt), channel: channel, cfg: cfg, done: make(chan struct{})}
-	wait := 5 * time.Second // for the subscription's confirmation
+	c := &redisConn{client: cl, channel: cl.channel, cfg: settings(opts), done: make(chan struct{})}
+	wait := dialWait // for the subscription's confirmation
 	if dl, ok := ctx.Deadline(); ok {
 		wait = max(time.Until(dl), time.Millisecond)
 	}
-	c.ps = c.client.Subscribe(ctx, channel)
+	c.ps = c.client.Subscribe(ctx, c.channel)
 	msg, err := c.ps.ReceiveTimeout(ctx, wait)
 	if err == nil {
 		if s, ok := msg.(*redis.Subscription); !ok || s.Kind != "subscribe" {
@@ -55,33 +66,9 @@ func dialRedis(ctx context.Context, u *url.URL, cfg config) (*redisConn, error) 
 	}
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("bus: subscribe to %q at %s: %w", channel, u.Redacted(), err)
+		return nil, fmt.Errorf("redisbus: subscribe to %q at %s: %w", c.channel, cl.redacted, err)
 	}
 	return c, nil
-}
-
-// redisOptions reads redis://[user:password@]host:port[/db][?channel=name]
-// into go-redis options and the channel name (default "tidings"); other
-// parameters are go-redis's own.
-func redisOptions(u *url.URL) (*redis.Options, string, error) {
-	q := u.Query()
-	channel := q.Get("channel")
-	if channel == "" {
-		channel = "tidings"
-	}
-	q.Del("channel")
-	rest := *u
-	rest.RawQuery = q.Encode()
-	opt, err := redis.ParseURL(rest.String())
-	if err != nil {
-		return nil, "", fmt.Errorf("bus: %s: %w", u.Redacted(), err)
-	}
-	opt.ContextTimeoutEnabled = true
-	opt.DisableIdentity = true
-	opt.MaxRetries = 1    // once, past a pooled connection the server closed; then the event is dropped
-	opt.DialerRetries = 1 // the receiving loop paces reconnects with the bus's own backoff
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return opt, channel, nil
 }
 
 func (c *redisConn) Send(ctx context.Context, msg []byte) error {
@@ -117,10 +104,10 @@ func (c *redisConn) renew(ctx context.Context) {
 	_ = old.Close()
 }
 
-func (c *redisConn) Run(ctx context.Context, r Receiver) error {
+func (c *redisConn) Run(ctx context.Context, r bus.Receiver) error {
 	// Every replica's heartbeats come back to it on its own subscription,
 	// so a subscription that stays silent for three intervals is stuck.
-	idle := max(3*c.cfg.heartbeat, time.Second)
+	idle := max(3*c.cfg.Heartbeat, time.Second)
 	up, attempt := true, 0
 	for {
 		ps := c.pubsub()
@@ -152,7 +139,7 @@ func (c *redisConn) Run(ctx context.Context, r Receiver) error {
 				r.Down(err)
 			}
 			attempt++
-			t := time.NewTimer(c.cfg.backoff(attempt))
+			t := time.NewTimer(c.cfg.Backoff(attempt))
 			select {
 			case <-ctx.Done():
 				t.Stop()

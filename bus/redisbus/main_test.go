@@ -1,0 +1,12 @@
+package redisbus
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a test leaves a goroutine behind: every
+// connection, store, bus and redis-server a test starts must be stopped
+// by it.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,63 @@
+package redisbus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"tidings/bus"
+	"tidings/bus/internal/brokerkit"
+)
+
+// redisState is a bus.State in one Redis hash: a field per key, "1" or "0".
+// A hash makes Load one HGETALL and Set one HSET, each atomic.
+type redisState struct {
+	client *redis.Client
+	hash   string
+}
+
+// OpenState connects to the shared state of the replicas that Dial joins
+// with the same URL: the hash "<channel>:state" (default
+// "tidings:state") in the URL's db. Unlike pub/sub channels, hashes live
+// in one database, so replicas must name the same db. Load is one
+// HGETALL and Set one HSET, each atomic. OpenState fails once ctx ends
+// (within 5s if ctx has no deadline) if the server cannot be reached;
+// later losses are reported by the methods' errors, and the client
+// reconnects on its own. It takes the options of Dial for a uniform
+// signature; none applies to it.
+func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.State, error) {
+	c, err := dial(ctx, rawURL, "state", nil)
+	if err != nil {
+		return nil, err
+	}
+	return &redisState{client: c.Client, hash: c.channel + ":state"}, nil
+}
+
+func (s *redisState) Load(ctx context.Context) (map[string]bool, error) {
+	all, err := s.client.HGetAll(ctx, s.hash).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisbus: load state from redis hash %q: %w", s.hash, err)
+	}
+	m := make(map[string]bool, len(all))
+	for k, v := range all {
+		if on, ok := brokerkit.ParseStateValue(v); ok {
+			m[k] = on
+		}
+	}
+	return m, nil
+}
+
+func (s *redisState) Set(ctx context.Context, key string, on bool) error {
+	if err := s.client.HSet(ctx, s.hash, key, brokerkit.StateValue(on)).Err(); err != nil {
+		return fmt.Errorf("redisbus: set %q in redis hash %q: %w", key, s.hash, err)
+	}
+	return nil
+}
+
+func (s *redisState) Close() error {
+	if err := s.client.Close(); err != nil {
+		return fmt.Errorf("redisbus: close redis state: %w", err)
+	}
+	return nil
+}
