@@ -503,6 +503,12 @@ func (o *responder) clearDeadline() {
 	}
 }
 
+// maxKeptBuffer bounds the buffer a stream keeps between writes. A
+// listen's acknowledgement echoes its filter, which may be megabytes,
+// and a listen lasts for hours: a buffer kept at that size would cost
+// each listen as much again as everything it follows.
+const maxKeptBuffer = 64 << 10
+
 // Send writes one message as an SSE event.
 func (o *responder) Send(msg []byte) error {
 	o.mu.Lock()
@@ -511,7 +517,11 @@ func (o *responder) Send(msg []byte) error {
 		o.startSSE()
 	}
 	o.buf = sse.AppendEvent(o.buf[:0], msg)
-	return o.write(o.buf)
+	err := o.write(o.buf)
+	if cap(o.buf) > maxKeptBuffer {
+		o.buf = nil
+	}
+	return err
 }
 
 // KeepAlive writes an SSE comment.
