@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tidings/server"
+	"tidings/streamhttp"
 )
 
 // listenLimitNames are the limits of server.WithListenLimits, as
@@ -40,6 +41,32 @@ func RegisterListens(reg prometheus.Registerer, stats func() server.ListenStats)
 	}
 	if err := reg.Register(c); err != nil {
 		return fmt.Errorf("metrics: listens: %w", err)
+	}
+	return nil
+}
+
+// RegisterSessions registers what a handler's 2025-11-25 sessions hold
+// and how they ended with reg, read from stats (usually
+// Handler.SessionStats) at each scrape:
+//
+//	tidings_sessions_open             2025-11-25 sessions live now
+//	tidings_sessions_evicted_total    sessions ended for a newer one of the same principal at its quota
+//	tidings_sessions_expired_total    sessions ended for being idle
+//	tidings_sessions_refused_total    initialize refused because the session table was full
+//
+// Refusals mean the table is full (streamhttp.WithSessionLimits): new
+// clients of that era are turned away until sessions end or expire.
+func RegisterSessions(reg prometheus.Registerer, stats func() streamhttp.SessionStats) error {
+	c := &statsCollector[streamhttp.SessionStats]{stats: stats, series: []series[streamhttp.SessionStats]{
+		gauge("tidings_sessions_open", "2025-11-25 sessions live now.", func(s streamhttp.SessionStats) float64 { return float64(s.Open) }),
+		counter("tidings_sessions_evicted_total", "2025-11-25 sessions ended to admit a newer one of the same principal at its quota.",
+			func(s streamhttp.SessionStats) int64 { return s.Evicted }),
+		counter("tidings_sessions_expired_total", "2025-11-25 sessions ended for being idle.", func(s streamhttp.SessionStats) int64 { return s.Expired }),
+		counter("tidings_sessions_refused_total", "initialize requests refused because the session table was full.",
+			func(s streamhttp.SessionStats) int64 { return s.Refused }),
+	}}
+	if err := reg.Register(c); err != nil {
+		return fmt.Errorf("metrics: sessions: %w", err)
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ func TestListenLimitSeries(t *testing.T) {
 	if err := metrics.RegisterListens(reg, srv.ListenStats); err != nil {
 		t.Fatal(err)
 	}
+	if err := metrics.RegisterSessions(reg, h.SessionStats); err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -81,6 +84,9 @@ func TestListenLimitSeries(t *testing.T) {
 	}
 	if v := scrape(t, url, `tidings_listen_uris_followed`); v != 3 {
 		t.Errorf("URIs followed = %v, want the open listen's 3", v)
+	}
+	if v := scrape(t, url, `tidings_sessions_open`); v != 0 {
+		t.Errorf("sessions open = %v, want 0", v)
 	}
 	open.Body.Close()
 	waitSeries(t, url, `tidings_listen_uris_followed`, func(v float64) bool { return v == 0 })

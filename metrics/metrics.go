@@ -1,9 +1,10 @@
 // Package metrics exports what a tidings server does as Prometheus
 // series: requests by method and outcome with their latency, open
 // listens, change notifications sent and coalesced, and streams cut off
-// because their reader stopped reading; what listens hold against their
-// limits (RegisterListens); and, for a replica of several, the health of
-// its bus (RegisterBus) and of its shared state (RegisterState).
+// because their reader stopped reading; what listens and 2025-11-25
+// sessions hold against their limits (RegisterListens,
+// RegisterSessions); and, for a replica of several, the health of its
+// bus (RegisterBus) and of its shared state (RegisterState).
 //
 // The series are cheap enough for the hot path: labels come from small
 // fixed sets (an unknown method is "other", an uncommon error code

@@ -13,6 +13,7 @@
 package legacy
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,6 +48,10 @@ type Session struct {
 	srv       engine.Server
 	lastSeen  atomic.Int64 // unix nanoseconds
 	table     *Table       // nil for a connection's own session
+	// lruElem and ownElem place the session in its table's lists (under
+	// the table's lock).
+	lruElem, ownElem *list.Element
+
 	// follows holds the server's allowance of the URIs the session
 	// subscribes to: they are the session's to keep, stream or none.
 	follows engine.Lease
