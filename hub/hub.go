@@ -13,6 +13,8 @@ package hub
 
 import (
 	"errors"
+	mbits "math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -93,8 +95,8 @@ type Hub struct {
 	mu      sync.RWMutex
 	kinds   [3]map[*Subscription]struct{}
 	all     map[*Subscription]struct{}
-	byURI   map[string][]ref // by URI, the subscriptions that follow it
-	byTask  map[string][]ref // by task id, the subscriptions that follow it
+	byURI   map[string]followers // by URI, the subscriptions that follow it
+	byTask  map[string][]ref     // by task id, the subscriptions that follow it
 	closed  bool
 	done    chan struct{}
 	drained chan struct{}
@@ -112,9 +114,18 @@ type ref struct {
 	idx int
 }
 
+// followers are the subscriptions that follow one URI, and the URI
+// itself: every subscription keeps this one copy of it, however many
+// follow it, so that a URI a thousand listens follow is held once, not
+// a thousand times (a listen's URIs may be as long as a request allows).
+type followers struct {
+	uri  string
+	refs []ref
+}
+
 // New returns an empty hub.
 func New() *Hub {
-	h := &Hub{byURI: make(map[string][]ref), byTask: make(map[string][]ref), all: make(map[*Subscription]struct{}),
+	h := &Hub{byURI: make(map[string]followers), byTask: make(map[string][]ref), all: make(map[*Subscription]struct{}),
 		done: make(chan struct{}), drained: make(chan struct{})}
 	for i := range h.kinds {
 		h.kinds[i] = make(map[*Subscription]struct{})
@@ -129,14 +140,26 @@ func (h *Hub) SetObserver(fn func(Event)) { h.observer = fn }
 // Subscription is one listener's pending state. Its owner waits on Wake,
 // then calls Take to drain what changed.
 type Subscription struct {
-	hub    *Hub
-	filter Filter
-	uris   []string
-	tasks  []string
-	bits   atomic.Uint32
-	flags  []atomic.Bool
-	tflags []atomic.Bool
-	ending atomic.Bool
+	hub       *Hub
+	principal string
+	tasks     []string
+	bits      atomic.Uint32
+	tflags    []atomic.Bool
+	ending    atomic.Bool
+	// closed (under the hub's lock) keeps Follow from indexing a closed
+	// subscription again.
+	closed bool
+
+	// uris are the URIs followed, each the hub's one copy of it, and
+	// flags their pending bits, bit i%64 of word i/64 for uris[i]:
+	// a followed URI costs a string header and a bit here. Publishers set
+	// bits atomically under the hub's read lock; Follow and Unfollow
+	// change the slices under the hub's lock and mu, and Take reads them
+	// under mu, so that none of them needs the hub's lock to drain.
+	mu    sync.Mutex
+	uris  []string
+	flags []uint64
+
 	// merged counts changes that found their bit or flag already set:
 	// changes the subscription's next notification stands for as well.
 	merged atomic.Int64
@@ -146,12 +169,17 @@ type Subscription struct {
 
 // Subscribe registers a subscription for f. Duplicate URIs and task ids
 // are folded, so that each is one flag, and one change of it one entry
-// in Take or TakeTasks.
+// in Take or TakeTasks. The subscription keeps none of f's slices: a URI
+// is kept as the hub's one copy of it (f.URIs may be let go of), and
+// the first subscription to follow a URI lends the hub its string.
 func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
-	s := &Subscription{hub: h, filter: f, wake: make(chan struct{}, 1)}
-	s.uris, s.tasks = distinct(f.URIs), distinct(f.Tasks)
-	s.flags = make([]atomic.Bool, len(s.uris))
+	s := &Subscription{hub: h, principal: f.Principal, wake: make(chan struct{}, 1)}
+	s.tasks = distinct(f.Tasks)
 	s.tflags = make([]atomic.Bool, len(s.tasks))
+	if len(f.URIs) > 0 {
+		s.uris = make([]string, 0, len(f.URIs))
+		s.flags = make([]uint64, 0, words(len(f.URIs)))
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -162,8 +190,12 @@ func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 			h.kinds[i][s] = struct{}{}
 		}
 	}
-	for i, u := range s.uris {
-		h.byURI[u] = append(h.byURI[u], ref{s, i})
+	for _, u := range f.URIs {
+		fl := h.byURI[u]
+		if n := len(fl.refs); n > 0 && fl.refs[n-1].sub == s {
+			continue // a repeat: this subscription's ref is the newest
+		}
+		h.follow(s, u, fl)
 	}
 	for i, t := range s.tasks {
 		h.byTask[t] = append(h.byTask[t], ref{s, i})
@@ -172,6 +204,26 @@ func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 	h.count.Add(1)
 	return s, nil
 }
+
+// follow indexes uri, whose followers are fl, as s's next URI. The
+// caller holds h.mu and knows that s does not follow uri yet.
+func (h *Hub) follow(s *Subscription, uri string, fl followers) {
+	if fl.uri == "" {
+		fl.uri = uri
+	}
+	i := len(s.uris)
+	s.uris = append(s.uris, fl.uri)
+	if i%64 == 0 {
+		s.flags = append(s.flags, 0)
+	}
+	fl.refs = append(fl.refs, ref{s, i})
+	// Keyed by the hub's own copy: assigning under a string key stores
+	// the key given, and the caller's copy would stay alive as the key.
+	h.byURI[fl.uri] = fl
+}
+
+// words is how many flag words hold n flags.
+func words(n int) int { return (n + 63) / 64 }
 
 // distinct returns keys without their repeats, in the order each first
 // appears.
@@ -254,9 +306,9 @@ func (h *Hub) MarkAllDirty() {
 			seen[s] = struct{}{}
 		}
 	}
-	for _, refs := range h.byURI {
-		for _, r := range refs {
-			r.sub.flags[r.idx].Store(true)
+	for _, fl := range h.byURI {
+		for _, r := range fl.refs {
+			r.sub.mark(r.idx)
 			r.sub.bits.Or(uint32(resourceBit))
 			seen[r.sub] = struct{}{}
 		}
@@ -284,7 +336,7 @@ func (h *Hub) deliver(e Event) {
 		if e.Sees == nil {
 			return true
 		}
-		p := s.filter.Principal
+		p := s.principal
 		ok, asked := seen[p]
 		if !asked {
 			if seen == nil {
@@ -312,9 +364,9 @@ func (h *Hub) deliver(e Event) {
 		}
 	}
 	if e.URI != "" {
-		for _, r := range h.byURI[e.URI] {
+		for _, r := range h.byURI[e.URI].refs {
 			if admits(r.sub) {
-				if r.sub.flags[r.idx].Swap(true) {
+				if r.sub.mark(r.idx) {
 					r.sub.merged.Add(1)
 				}
 				r.sub.bits.Or(uint32(resourceBit))
@@ -340,11 +392,19 @@ func (s *Subscription) admits(audience []string) bool {
 		return true
 	}
 	for _, p := range audience {
-		if p == s.filter.Principal {
+		if p == s.principal {
 			return true
 		}
 	}
 	return false
+}
+
+// mark sets the pending flag of uris[i] and reports whether it was set
+// already. The caller holds the hub's lock, read or write, which keeps
+// Follow and Unfollow from moving the flags.
+func (s *Subscription) mark(i int) bool {
+	bit := uint64(1) << (i % 64)
+	return atomic.OrUint64(&s.flags[i/64], bit)&bit != 0
 }
 
 func (s *Subscription) poke() {
@@ -353,9 +413,6 @@ func (s *Subscription) poke() {
 	default:
 	}
 }
-
-// Filter returns the filter the subscription was made with.
-func (s *Subscription) Filter() Filter { return s.filter }
 
 // Ending reports that the hub is shutting down; it becomes true before the
 // subscription's wake channel is poked for it.
@@ -374,11 +431,16 @@ func (s *Subscription) Take(buf []string) (Kind, []string) {
 		s.bits.Or(uint32(taskBit))
 	}
 	if bits&resourceBit != 0 {
-		for i := range s.flags {
-			if s.flags[i].Swap(false) {
-				buf = append(buf, s.uris[i])
+		s.mu.Lock()
+		for w := range s.flags {
+			if atomic.LoadUint64(&s.flags[w]) == 0 {
+				continue // a load is cheaper than a swap, and most words are clear
+			}
+			for set := atomic.SwapUint64(&s.flags[w], 0); set != 0; set &= set - 1 {
+				buf = append(buf, s.uris[w*64+mbits.TrailingZeros64(set)])
 			}
 		}
+		s.mu.Unlock()
 	}
 	return bits &^ (resourceBit | taskBit), buf
 }
@@ -428,12 +490,109 @@ func (s *Subscription) Close() {
 			delete(h.kinds[i], s)
 		}
 		delete(h.all, s)
-		unindex(h.byURI, s.uris, s)
+		s.closed = true
+		for _, u := range s.uris {
+			h.unfollow(s, u)
+		}
 		unindex(h.byTask, s.tasks, s)
 		if h.count.Add(-1) == 0 && h.closed {
 			close(h.drained)
 		}
 	})
+}
+
+// Follow adds uri to what the subscription follows: a change of uri
+// published once Follow has returned reaches it. It does nothing for a
+// URI followed already, or once the subscription is closed. Its cost is
+// that of one URI, however many the subscription follows, so that a
+// subscription can grow one URI at a time (a 2025-11-25 session's
+// resources/subscribe) without being made again.
+func (s *Subscription) Follow(uri string) {
+	h := s.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fl := h.byURI[uri]
+	if s.closed || slices.ContainsFunc(fl.refs, func(r ref) bool { return r.sub == s }) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.follow(s, uri, fl)
+}
+
+// Unfollow takes uri out of what the subscription follows, with any
+// change of it still pending: once Unfollow has returned, Take never
+// returns uri, unless it is followed again. Like Follow, it costs one
+// URI's work.
+func (s *Subscription) Unfollow(uri string) {
+	h := s.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := h.unfollow(s, uri)
+	if !ok {
+		return
+	}
+	// The last URI moves into the hole, flag and all, so that the slices
+	// stay dense.
+	last := len(s.uris) - 1
+	s.clear(i)
+	if i != last {
+		moved := s.uris[last]
+		s.uris[i] = moved
+		if s.clear(last) {
+			s.mark(i)
+		}
+		fl := h.byURI[moved]
+		for k := range fl.refs {
+			if fl.refs[k].sub == s {
+				fl.refs[k].idx = i
+				break
+			}
+		}
+	}
+	s.uris[last] = ""
+	s.uris = s.uris[:last]
+	if last%64 == 0 {
+		s.flags = s.flags[:len(s.flags)-1]
+	}
+}
+
+// clear clears the pending flag of uris[i] and reports whether it was
+// set. The caller holds the hub's lock.
+func (s *Subscription) clear(i int) bool {
+	bit := uint64(1) << (i % 64)
+	return atomic.AndUint64(&s.flags[i/64], ^bit)&bit != 0
+}
+
+// unfollow removes s from the followers of uri, dropping a URI nobody
+// follows any more, and returns the index s knew it by. Refs past the
+// end of what is kept are zeroed, so that the backing array does not
+// keep a closed subscription alive. The caller holds h.mu.
+func (h *Hub) unfollow(s *Subscription, uri string) (int, bool) {
+	fl, ok := h.byURI[uri]
+	if !ok {
+		return 0, false
+	}
+	k := slices.IndexFunc(fl.refs, func(r ref) bool { return r.sub == s })
+	if k < 0 {
+		return 0, false
+	}
+	idx := fl.refs[k].idx
+	if len(fl.refs) == 1 {
+		delete(h.byURI, uri)
+		return idx, true
+	}
+	last := len(fl.refs) - 1
+	fl.refs[k] = fl.refs[last]
+	fl.refs[last] = ref{}
+	fl.refs = fl.refs[:last]
+	h.byURI[fl.uri] = fl
+	return idx, true
 }
 
 // unindex removes s from index under each of keys, and drops a key no

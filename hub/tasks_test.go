@@ -67,7 +67,11 @@ func TestCloseUnindexesTasks(t *testing.T) {
 	for _, i := range []int{2, 3, 1, 4, 0, 5} {
 		subs[i].Close()
 		subs[i].Close() // a second Close is nothing
-		for _, index := range []map[string][]ref{h.byTask, h.byURI} {
+		uriRefs := map[string][]ref{}
+		for u, fl := range h.byURI {
+			uriRefs[u] = fl.refs
+		}
+		for _, index := range []map[string][]ref{h.byTask, uriRefs} {
 			for key, refs := range index {
 				for _, r := range refs {
 					if r.sub == subs[i] {

@@ -125,7 +125,13 @@ func gauge[S any](name, help string, value func(S) float64) series[S] {
 }
 
 func counter[S any](name, help string, value func(S) int64) series[S] {
-	return series[S]{prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue,
+	return labelledCounter(name, help, nil, value)
+}
+
+// labelledCounter is a counter of one series of a family told apart by
+// constant labels.
+func labelledCounter[S any](name, help string, labels prometheus.Labels, value func(S) int64) series[S] {
+	return series[S]{prometheus.NewDesc(name, help, nil, labels), prometheus.CounterValue,
 		func(s S) float64 { return float64(value(s)) }, name, help}
 }
 

@@ -2,10 +2,12 @@
 // series: requests by method and outcome with their latency, open
 // listens, change notifications sent and coalesced, streams cut off
 // because their reader stopped reading, and tasks failed because the
-// replica running them stopped; the connection limits of an HTTP server
-// (RegisterConns); for a replica of several, the health of its bus
-// (RegisterBus) and of its shared state (RegisterState); and, for a
-// served directory, how its limits bite (RegisterFiles).
+// replica running them stopped; what listens and 2025-11-25 sessions
+// hold against their limits (RegisterListens, RegisterSessions); the
+// connection limits of an HTTP server (RegisterConns); for a replica of
+// several, the health of its bus (RegisterBus) and of its shared state
+// (RegisterState); and, for a served directory, how its limits bite
+// (RegisterFiles).
 //
 // The series are cheap enough for the hot path: labels come from small
 // fixed sets (an unknown method is "other", an uncommon error code

@@ -32,9 +32,9 @@ func TestChangeToldOnlyToWhoMaySeeIt(t *testing.T) {
 	bob := (&harness{t: t, srv: h.srv, principal: "bob"}).startListen("b", filter)
 	bob.ack(t)
 
-	tbl := legacy.NewTable(engine.Of(h.srv), 10, time.Hour)
+	tbl := legacy.NewTable(engine.Of(h.srv), 10, 10, time.Hour)
 	lsrvBob := &lsrv{Server: h.srv, tbl: tbl}
-	ss, rep := tbl.Open(context.Background(), legacyCall(t, lsrvBob, 0, mcp.MethodInitialize, map[string]any{
+	ss, rep, _ := tbl.Open(context.Background(), legacyCall(t, lsrvBob, 0, mcp.MethodInitialize, map[string]any{
 		"protocolVersion": mcp.LegacyVersion, "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "bob", "version": "1"},
 	}), "bob")
@@ -114,10 +114,10 @@ func TestLegacySubscribeRefusesHidden(t *testing.T) {
 		return !(l == server.ListResources && key == "res://alice") || p == "alice"
 	}))
 	mustAddResource(t, h.srv, "res://alice", textResource("res://alice", "a"))
-	tbl := legacy.NewTable(engine.Of(h.srv), 10, time.Hour)
+	tbl := legacy.NewTable(engine.Of(h.srv), 10, 10, time.Hour)
 	srv := &lsrv{Server: h.srv, tbl: tbl}
 	open := func(who string) *legacy.Session {
-		ss, rep := tbl.Open(context.Background(), legacyCall(t, srv, 0, mcp.MethodInitialize, map[string]any{
+		ss, rep, _ := tbl.Open(context.Background(), legacyCall(t, srv, 0, mcp.MethodInitialize, map[string]any{
 			"protocolVersion": mcp.LegacyVersion, "capabilities": map[string]any{},
 			"clientInfo": map[string]any{"name": who, "version": "1"},
 		}), who)

@@ -34,7 +34,8 @@ type lsrv struct {
 }
 
 func (s *lsrv) Initialize(c *engine.Call) (*legacy.Session, engine.Reply) {
-	return s.tbl.Open(context.Background(), c, "")
+	ss, rep, _ := s.tbl.Open(context.Background(), c, "")
+	return ss, rep
 }
 
 func (s *lsrv) ServeLegacy(ctx context.Context, ss *legacy.Session, c *engine.Call, _ string, out engine.Stream) engine.Reply {
@@ -378,7 +379,7 @@ func legacyServerLimits(t testing.TB, max int, idle time.Duration, opts ...serve
 	h.srv.SetCompletionHandler(func(context.Context, *server.CompleteRequest) (*mcp.Completion, error) {
 		return &mcp.Completion{Values: []string{"one"}}, nil
 	})
-	return &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), max, idle)}
+	return &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), max, max, idle)}
 }
 
 func TestLegacyInitialize(t *testing.T) {
@@ -824,7 +825,7 @@ func TestLegacySubscribeRace(t *testing.T) {
 // stream and a modern listen on the same server.
 func TestLegacyStreamIsolation(t *testing.T) {
 	h := newHarness(t)
-	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, time.Hour)}
+	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, 10, time.Hour)}
 	mustAddResource(t, srv.Server, "res://x", textResource("res://x", "x"))
 	mustAddResource(t, srv.Server, "res://y", textResource("res://y", "y"))
 	mustAddResource(t, srv.Server, "res://z", textResource("res://z", "z"))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -41,9 +40,6 @@ func (s *Server) grant(principal string, f mcp.SubscriptionFilter) (mcp.Subscrip
 	}
 	return g, hf
 }
-
-// maxListenURIs bounds one listen's URI set, which bounds its memory.
-const maxListenURIs = 10000
 
 // listenNotices tags every notification of one listen with its
 // subscription id, the listen request's id. It reads the tasks the
@@ -90,13 +86,24 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		return invalid(req.ID, "Invalid params: missing notifications filter")
 	}
 	f := *c.P.Notifications
-	if len(f.ResourceSubscriptions) > maxListenURIs {
-		return invalid(req.ID, "Invalid params: too many resourceSubscriptions (limit "+strconv.Itoa(maxListenURIs)+")")
+	// A listen lasts for hours and its params may be megabytes: once
+	// read, the call lets go of them, whoever keeps the call itself.
+	c.P.Notifications, c.Msg.Params = nil, nil
+	if len(f.ResourceSubscriptions) > s.cfg.listens.URIsPerListen {
+		return engine.ErrorReply(req.ID, s.follows.refusal(limitURIsPerListen))
 	}
 	if r := s.checkListenTasks(req, f.TaskIDs); r != nil {
 		return *r
 	}
 	granted, hf := s.grant(req.Principal, f)
+	// The lease holds the listen's share of the limits until it ends;
+	// it is taken before the hub is subscribed to, so that no caller
+	// holds more than its allowance even for a moment.
+	held := s.follows.lease(ctx, req.Principal)
+	if err := held.Grow(1, len(hf.URIs)); err != nil {
+		return engine.ErrorReply(req.ID, err)
+	}
+	defer held.Release()
 	var taskIDs []string
 	if len(f.TaskIDs) > 0 && s.offersTasks() {
 		// The subscription follows every task asked for and is made
@@ -126,6 +133,9 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	if err != nil {
 		return s.internal(req.ID, err)
 	}
+	// The hub keeps its own copy of each URI, shared by every listen
+	// that follows it; the request's copies can go.
+	granted.ResourceSubscriptions, hf.URIs, f.ResourceSubscriptions = nil, nil, nil
 	n := newListenNotices(s, req.Principal, req.ID)
 	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
 		[]byte(`{"_meta":`+n.idMeta+`,"notifications":`+string(gb)+`}`))

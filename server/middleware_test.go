@@ -94,7 +94,7 @@ func TestMiddlewareWrapsEveryMethod(t *testing.T) {
 	l.stop(t)
 
 	// The same policy for a 2025-11-25 session.
-	tbl := legacy.NewTable(engine.Of(h.srv), 10, time.Hour)
+	tbl := legacy.NewTable(engine.Of(h.srv), 10, 10, time.Hour)
 	srv := &lsrv{Server: h.srv, tbl: tbl}
 	ss := openSession(t, srv, nil)
 	lr, _ := serve(t, srv, ss, 6, mcp.MethodToolsCall, map[string]any{"name": "forbidden"})
@@ -185,7 +185,7 @@ func TestMiddlewareGuardsSessions(t *testing.T) {
 	}
 	h := newHarness(t, server.WithMiddleware(deny))
 	mustAddResource(t, h.srv, "res://x", textResource("res://x", "x"))
-	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, time.Hour)}
+	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, 10, time.Hour)}
 	ss := openSession(t, srv, nil)
 	for i, method := range []string{mcp.MethodPing, mcp.MethodLoggingSetLevel, mcp.MethodResourcesSubscribe, mcp.MethodResourcesRead} {
 		r, _ := serve(t, srv, ss, i+1, method, map[string]any{"uri": "res://x", "level": "info"})
@@ -256,7 +256,7 @@ func TestRequireScopes(t *testing.T) {
 	l := h.startListen(5, P{"notifications": P{"resourceSubscriptions": []string{"res://r", "res://t/1"}}})
 	l.ack(t)
 	l.stop(t)
-	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, time.Hour)}
+	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, 10, time.Hour)}
 	lr, _ := serve(t, srv, openSession(t, srv, nil), 6, mcp.MethodResourcesSubscribe, map[string]any{"uri": "res://r"})
 	lr.ok(t)
 	mu.Lock()

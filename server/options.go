@@ -31,6 +31,8 @@ type config struct {
 	// maxTasks and maxPrincipalTasks bound the tasks running on this
 	// replica, in all and for one principal.
 	maxTasks, maxPrincipalTasks int
+	// listens bounds what listens hold (WithListenLimits).
+	listens ListenLimits
 	// taskOpts is set by any task option: the server then offers tasks.
 	taskOpts bool
 }

@@ -58,6 +58,12 @@ func (c *seam) Introduction() engine.Introduction {
 	return engine.Introduction{Info: s.info, Capabilities: caps, Instructions: s.cfg.instructions}
 }
 
+// Follows returns an empty lease on what principal's listens and
+// sessions may follow.
+func (c *seam) Follows(ctx context.Context, principal string) engine.Lease {
+	return c.follows.lease(ctx, principal)
+}
+
 // Grant returns what the server honours of a subscription filter.
 func (c *seam) Grant(principal string, f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Filter) {
 	return c.srv().grant(principal, f)
@@ -252,7 +258,11 @@ func (s *Server) routed(ctx context.Context, req *Request) error {
 	if r, _ := ctx.Value(ctxKey{}).(*Request); r != req {
 		ctx = context.WithValue(ctx, ctxKey{}, req) // a middleware's own context
 	}
-	req.reply = req.route(s, ctx, req.call, req)
+	// The request lets go of the call, which a listen holds no longer
+	// than it needs (see listen).
+	call := req.call
+	req.call = nil
+	req.reply = req.route(s, ctx, call, req)
 	if req.reply.Err != nil {
 		return req.reply.Err
 	}

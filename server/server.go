@@ -100,6 +100,9 @@ type Server struct {
 	resources *registry[*resource]
 	templates *registry[*template]
 
+	// follows bounds what listens hold (WithListenLimits).
+	follows *followSet
+
 	// shared runs the shared state (WithSharedState); nil without.
 	shared *sharedState
 
@@ -143,6 +146,7 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 
 		maxTasks:          defaultMaxTasks,
 		maxPrincipalTasks: defaultMaxPrincipalTasks,
+		listens:           DefaultListenLimits(),
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -168,6 +172,7 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 		taskStore: cfg.taskStore,
 		ownerKey:  taskOwnerKey(cfg.secret),
 		tasks:     newTaskSet(cfg.maxTasks, cfg.maxPrincipalTasks),
+		follows:   newFollowSet(cfg.listens),
 	}
 	if s.taskStore == nil {
 		s.taskStore = bus.NewLocalTasks()

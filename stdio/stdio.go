@@ -151,7 +151,8 @@ func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer,
 		defer close(written)
 		c.writeReplies()
 	}()
-	ctx, cancel := context.WithCancel(ctx)
+	// The server bounds what the listens of one connection hold.
+	ctx, cancel := context.WithCancel(engine.WithConn(ctx, &engine.Conn{}))
 	defer func() {
 		cancel()
 		c.wg.Wait()

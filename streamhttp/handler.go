@@ -34,6 +34,7 @@ type config struct {
 	principal      func(*http.Request) string
 	modernOnly     bool
 	maxSessions    int
+	maxPrincipal   int // sessions of one principal
 	sessionIdle    time.Duration
 	logger         *slog.Logger
 }
@@ -116,10 +117,18 @@ func WithoutLegacy() Option { return func(c *config) { c.modernOnly = true } }
 // is visible without one line per request.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
+// The defaults of WithSessionLimits and WithSessionsPerPrincipal.
+const (
+	DefaultMaxSessions          = 10000
+	DefaultSessionsPerPrincipal = 1000
+)
+
 // WithSessionLimits bounds the sessions of 2025-11-25 clients: at most
-// max at once (the least recently used is evicted to admit a new one),
-// and idle ones expire after idle. Defaults: 10000 and 30 minutes.
-// Values ≤ 0 keep the default.
+// max at once, and idle ones expire after idle. Defaults:
+// DefaultMaxSessions and 30 minutes. Values ≤ 0 keep the default. Once max sessions are open,
+// initialize is refused with HTTP 503 and a -32603 error naming the
+// limit, until sessions end or expire: no caller's sessions are evicted
+// to make room for another's (see WithSessionsPerPrincipal).
 func WithSessionLimits(max int, idle time.Duration) Option {
 	return func(c *config) {
 		if max > 0 {
@@ -127,6 +136,21 @@ func WithSessionLimits(max int, idle time.Duration) Option {
 		}
 		if idle > 0 {
 			c.sessionIdle = idle
+		}
+	}
+}
+
+// WithSessionsPerPrincipal bounds the 2025-11-25 sessions one principal
+// (see WithPrincipal) may hold at once (default DefaultSessionsPerPrincipal;
+// n ≤ 0 keeps it); the unauthenticated callers share one allowance. A
+// principal at its quota that opens another session loses its own least
+// recently used one, so that a client opening sessions in a loop takes
+// the place of nobody's sessions but its own, and at most n of the
+// table's.
+func WithSessionsPerPrincipal(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxPrincipal = n
 		}
 	}
 }
@@ -147,7 +171,8 @@ func New(srv *server.Server, opts ...Option) *Handler {
 		maxBody:        4 << 20,
 		maxDepth:       jsonrpc.DefaultMaxDepth,
 		writeTimeout:   10 * time.Second,
-		maxSessions:    10000,
+		maxSessions:    DefaultMaxSessions,
+		maxPrincipal:   DefaultSessionsPerPrincipal,
 		sessionIdle:    30 * time.Minute,
 	}
 	for _, o := range opts {
@@ -158,7 +183,7 @@ func New(srv *server.Server, opts ...Option) *Handler {
 	}
 	h := &Handler{srv: engine.Of(srv), cfg: cfg}
 	if !cfg.modernOnly {
-		h.sessions = legacy.NewTable(h.srv, cfg.maxSessions, cfg.sessionIdle)
+		h.sessions = legacy.NewTable(h.srv, cfg.maxSessions, cfg.maxPrincipal, cfg.sessionIdle)
 	}
 	return h
 }
@@ -171,6 +196,27 @@ func (h *Handler) SessionCount() int {
 		return 0
 	}
 	return h.sessions.Len()
+}
+
+// SessionStats is what the handler's 2025-11-25 sessions hold and how
+// they ended, for monitoring (see metrics.RegisterSessions).
+type SessionStats struct {
+	// Open is the number of live sessions.
+	Open int
+	// Evicted counts sessions ended for a newer one of the same
+	// principal at its quota (WithSessionsPerPrincipal); Expired,
+	// sessions ended for being idle; Refused, initialize requests
+	// refused because the table was full (WithSessionLimits).
+	Evicted, Expired, Refused int64
+}
+
+// SessionStats returns what the sessions hold now and did so far.
+func (h *Handler) SessionStats() SessionStats {
+	if h.sessions == nil {
+		return SessionStats{}
+	}
+	st := h.sessions.Stats()
+	return SessionStats{Open: st.Open, Evicted: st.Evicted, Expired: st.Expired, Refused: st.Refused}
 }
 
 func isLoopbackHost(host string) bool {
@@ -552,6 +598,12 @@ func (o *responder) startSSE() {
 	o.sse = true
 }
 
+// maxKeptBuffer bounds the buffer a stream keeps between writes. A
+// listen's acknowledgement echoes its filter, which may be megabytes,
+// and a listen lasts for hours: a buffer kept at that size would cost
+// each listen as much again as everything it follows.
+const maxKeptBuffer = 64 << 10
+
 // Send writes one message as an SSE event.
 func (o *responder) Send(msg []byte) error {
 	o.mu.Lock()
@@ -560,7 +612,11 @@ func (o *responder) Send(msg []byte) error {
 		o.startSSE()
 	}
 	o.buf = sse.AppendEvent(o.buf[:0], msg)
-	return o.write(o.buf)
+	err := o.write(o.buf)
+	if cap(o.buf) > maxKeptBuffer {
+		o.buf = nil
+	}
+	return err
 }
 
 // KeepAlive writes an SSE comment.

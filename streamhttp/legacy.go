@@ -68,11 +68,17 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 			h.writeJSON(w, statusOf(rep), rep.Body)
 			return
 		}
-		ss, reply := h.sessions.Open(r.Context(), call, h.principalOf(r))
+		ss, reply, err := h.sessions.Open(r.Context(), call, h.principalOf(r))
+		status := statusOf(&reply)
+		if errors.Is(err, legacy.ErrFull) {
+			// Full for now: a client, or a balancer, may try again
+			// later or elsewhere.
+			status = http.StatusServiceUnavailable
+		}
 		if ss != nil {
 			w.Header().Set(mcp.HeaderSessionID, ss.ID())
 		}
-		h.writeJSON(w, statusOf(&reply), reply.Body)
+		h.writeJSON(w, status, reply.Body)
 		return
 	}
 	ss, ok := h.sessions.Get(sid, h.principalOf(r))

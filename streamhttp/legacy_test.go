@@ -486,11 +486,12 @@ func TestLegacyHTTPExpiry(t *testing.T) {
 	}
 }
 
-// TestLegacyHTTPSessionCap opens many sessions over HTTP: the count stays
-// at the cap and the oldest is forgotten (404).
+// TestLegacyHTTPSessionCap opens many sessions over HTTP as one
+// principal whose quota is the whole table: the count stays at the cap
+// and the oldest is forgotten (404).
 func TestLegacyHTTPSessionCap(t *testing.T) {
 	const max = 50
-	f := newFixture(t, nil, streamhttp.WithSessionLimits(max, time.Hour))
+	f := newFixture(t, nil, streamhttp.WithSessionLimits(max, time.Hour), streamhttp.WithSessionsPerPrincipal(max))
 	first := legacyInitialize(t, f, nil)
 	body := legacyBody(0, mcp.MethodInitialize, map[string]any{"protocolVersion": mcp.LegacyVersion, "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "flood", "version": "1"}})
 	for i := 0; i < 20*max; i++ {

@@ -15,6 +15,7 @@ import (
 	"tidings/bus"
 	"tidings/metrics"
 	"tidings/server"
+	"tidings/streamhttp"
 )
 
 // newLogger returns the logger of a command: text (one key=value line per
@@ -45,6 +46,8 @@ type observability struct {
 	late     lateMiddleware
 	// bus, with --bus, reports the bus's health to /readyz and /metrics.
 	bus func() bus.Stats
+	// sessions, over HTTP, reports the 2025-11-25 sessions to /metrics.
+	sessions func() streamhttp.SessionStats
 }
 
 // watchBus reports b's health in /metrics and /readyz.

@@ -64,6 +64,8 @@ type serveConfig struct {
 	// --no-gitignore.
 	exclude     []string
 	noGitignore bool
+	// limits bound listens and 2025-11-25 sessions (--max-listens…).
+	limits streamLimits
 }
 
 // byteSize is a flag value in bytes, written as a number with an
@@ -236,6 +238,7 @@ at once); alert on tidings_bus_connected in /metrics instead.
 	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
 	f.StringArrayVar(&cfg.authScopes, "auth-scope", nil, "scope every request's token must grant (repeatable)")
 	f.StringVar(&cfg.bus, "bus", "", "join the other replicas on this bus: nats://HOST:PORT[/SUBJECT] or redis://HOST:PORT[/DB][?channel=NAME] (default $TIDINGS_BUS)")
+	cfg.limits.register(f)
 	f.StringVar(&secretFile, "secret-file", "", "file holding the key that seals cursors, the same on every replica (or set TIDINGS_SECRET); at least 32 bytes")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "auth-issuer")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
@@ -340,6 +343,7 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		server.WithLogger(log),
 		server.WithInstructions("Files under "+src.DisplayRoot()+" are resources named by their file:// URI. "+
 			"Subscribe to a file's URI with subscriptions/listen to learn when it changes."),
+		server.WithListenLimits(cfg.limits.listens),
 	)
 	if cfg.secret != nil {
 		opts = append(opts, server.WithSecret(cfg.secret))
@@ -367,6 +371,9 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		opts...,
 	)
 	if err := src.Register(srv); err != nil {
+		return err
+	}
+	if err := obs.watchListens(srv); err != nil {
 		return err
 	}
 
@@ -451,7 +458,9 @@ func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server
 		if cfg.authAudience != "" || len(cfg.authScopes) > 0 {
 			return errors.New("--auth-audience and --auth-scope need --auth-issuer")
 		}
-		mux.Handle("/mcp", streamhttp.New(srv, opts...))
+		h := streamhttp.New(srv, opts...)
+		obs.sessions = h.SessionStats
+		mux.Handle("/mcp", h)
 		return nil
 	}
 	audience := cfg.authAudience
@@ -467,7 +476,9 @@ func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server
 	// scopes of 2025-11-25 requests, which name their item only in the
 	// body.
 	obs.late.set(g.Middleware())
-	mux.Handle("/mcp", g.Require(streamhttp.New(srv, append(opts, streamhttp.WithPrincipal(auth.Principal))...)))
+	h := streamhttp.New(srv, append(opts, streamhttp.WithPrincipal(auth.Principal))...)
+	obs.sessions = h.SessionStats
+	mux.Handle("/mcp", g.Require(h))
 	md, err := url.Parse(g.MetadataURL())
 	if err != nil {
 		return fmt.Errorf("metadata URL: %w", err)
@@ -489,7 +500,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 	if err != nil {
 		return err
 	}
-	opts := []streamhttp.Option{streamhttp.WithLogger(log), streamhttp.WithWriteTimeout(cfg.conns.writeTimeout)}
+	opts := append([]streamhttp.Option{streamhttp.WithLogger(log), streamhttp.WithWriteTimeout(cfg.conns.writeTimeout)}, cfg.limits.handlerOptions()...)
 	if len(cfg.allowedHosts) > 0 {
 		opts = append(opts, streamhttp.WithAllowedHosts(cfg.allowedHosts...))
 	}
@@ -498,6 +509,10 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 	}
 	mux := http.NewServeMux()
 	if err := mountMCP(mux, cfg, log, srv, obs, "http://"+ln.Addr().String()+"/mcp", opts); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	if err := obs.watchSessions(); err != nil {
 		_ = ln.Close()
 		return err
 	}

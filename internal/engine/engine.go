@@ -101,6 +101,48 @@ type Server interface {
 	KeepAlive() time.Duration
 	// StreamObserver hears of every stream's notifications (nil: none).
 	StreamObserver() StreamObserver
+	// Follows returns an empty lease on the allowances of what
+	// principal's listens and sessions follow, and of the connection ctx
+	// carries (see WithConn): an earlier era's session grows it by the
+	// resources it subscribes to.
+	Follows(ctx context.Context, principal string) Lease
+}
+
+// Lease is what one listen or session holds of the server's allowances
+// of listens and followed resource URIs.
+type Lease interface {
+	// Grow takes listens more open listens and uris more followed URIs,
+	// or takes nothing and returns the error that names the limit they
+	// would pass.
+	Grow(listens, uris int) *jsonrpc.Error
+	// Shrink gives back uris followed URIs.
+	Shrink(uris int)
+	// Release gives back everything the lease holds; it is safe to call
+	// more than once.
+	Release()
+}
+
+// Conn is one transport connection that carries many requests, and
+// listens among them: a stdio connection. A server bounds what the
+// listens of one connection hold; Listens and URIs are those holdings,
+// kept by the server under its own lock.
+type Conn struct {
+	Listens, URIs int
+}
+
+type connKey struct{}
+
+// WithConn returns ctx carrying c: the requests served with it count
+// against c's allowances as well as their principal's.
+func WithConn(ctx context.Context, c *Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// ConnOf returns the connection ctx carries, or nil: a Streamable HTTP
+// request is its own, and only its principal's allowances bound it.
+func ConnOf(ctx context.Context) *Conn {
+	c, _ := ctx.Value(connKey{}).(*Conn)
+	return c
 }
 
 // Era describes a request served through Dispatch: what the client

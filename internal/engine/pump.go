@@ -75,10 +75,6 @@ type PumpOptions struct {
 	OnKeepAlive func()
 	// Stop, when closed, ends the pump as ctx does.
 	Stop <-chan struct{}
-	// Refresh, when it fires, makes the pump run OnRefresh (a session's
-	// subscriptions changed, so the Source now drains another one).
-	Refresh   <-chan struct{}
-	OnRefresh func() error
 	// Observer, when set, hears of each flush and of a cut-off.
 	Observer StreamObserver
 }
@@ -130,10 +126,6 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 			return Stopped, nil
 		case <-o.Stop:
 			return Stopped, nil
-		case <-o.Refresh:
-			if err := o.OnRefresh(); err != nil {
-				return Lost, err
-			}
 		case <-tick:
 			if wrote {
 				wrote = false
@@ -204,13 +196,7 @@ func flushTasks(ctx context.Context, out Stream, n TaskNotices, ids []string) (s
 	return sent, nil
 }
 
-// Flush sends the notifications for kinds and uris.
-func Flush(out Stream, n Notices, kinds hub.Kind, uris []string) error {
-	_, err := flush(out, n, kinds, uris)
-	return err
-}
-
-// flush is Flush that also counts the notifications written.
+// flush sends the notifications for kinds and uris, and counts them.
 func flush(out Stream, n Notices, kinds hub.Kind, uris []string) (sent int, err error) {
 	for _, l := range mcp.Lists() {
 		if kinds.Has(l) {

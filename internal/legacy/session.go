@@ -13,6 +13,7 @@
 package legacy
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -38,9 +39,6 @@ func Versions() []string { return []string{mcp.LegacyVersion, "2025-06-18", "202
 // IsVersion reports whether v is served through sessions.
 func IsVersion(v string) bool { return slices.Contains(Versions(), v) }
 
-// maxURIs bounds one session's subscriptions, which bounds its memory.
-const maxURIs = 10000
-
 // Session is one client's session.
 type Session struct {
 	id        string
@@ -50,11 +48,17 @@ type Session struct {
 	srv       engine.Server
 	lastSeen  atomic.Int64 // unix nanoseconds
 	table     *Table       // nil for a connection's own session
+	// lruElem and ownElem place the session in its table's lists (under
+	// the table's lock).
+	lruElem, ownElem *list.Element
+
+	// follows holds the server's allowance of the URIs the session
+	// subscribes to: they are the session's to keep, stream or none.
+	follows engine.Lease
 
 	mu        sync.Mutex
 	logLevel  int
 	uris      map[string]bool
-	changed   chan struct{} // poked when uris change
 	pending   map[string]chan *jsonrpc.Message
 	inflight  map[string]context.CancelFunc
 	streaming bool
@@ -62,11 +66,11 @@ type Session struct {
 	endOnce   sync.Once
 	nextID    atomic.Int64
 
-	// subs (under mu) are the hub subscriptions of the open stream, oldest
-	// first; the last has the current filter. A subscribe or unsubscribe
-	// adds one before it answers, so no change published after the answer
-	// is missed; the stream drains and retires the older ones.
-	subs []*hub.Subscription
+	// sub (under mu) is the hub subscription of the open stream, nil
+	// without one. A subscribe or unsubscribe changes it by its one URI
+	// before it answers, so no change published after the answer is
+	// missed, and none of a URI unsubscribed is told after it.
+	sub *hub.Subscription
 }
 
 // ID returns the session id (visible ASCII, unguessable).
@@ -88,7 +92,12 @@ func (ss *Session) End() {
 	ss.end()
 }
 
-func (ss *Session) end() { ss.endOnce.Do(func() { close(ss.ended) }) }
+func (ss *Session) end() {
+	ss.endOnce.Do(func() {
+		ss.follows.Release()
+		close(ss.ended)
+	})
+}
 
 func newSessionID() string {
 	var b [16]byte
@@ -121,7 +130,7 @@ func Open(ctx context.Context, srv engine.Server, c *engine.Call, principal stri
 	era := engine.Era{Version: version, Capabilities: p.Capabilities, Principal: principal, LogLevel: -1, Encoder: encoder{}}
 	rep := srv.Run(ctx, c, era, func(context.Context) engine.Reply {
 		var r engine.Reply
-		ss, r = open(srv, c, p, version, principal)
+		ss, r = open(ctx, srv, c, p, version, principal)
 		return r
 	})
 	if ss != nil && (rep.Err != nil || rep.Body == nil) {
@@ -131,10 +140,10 @@ func Open(ctx context.Context, srv engine.Server, c *engine.Call, principal stri
 	return ss, rep
 }
 
-func open(srv engine.Server, c *engine.Call, p initParams, version, principal string) (*Session, engine.Reply) {
+func open(ctx context.Context, srv engine.Server, c *engine.Call, p initParams, version, principal string) (*Session, engine.Reply) {
 	ss := &Session{
 		id: newSessionID(), version: version, caps: p.Capabilities, principal: principal, srv: srv,
-		logLevel: -1, uris: map[string]bool{}, changed: make(chan struct{}, 1),
+		follows: srv.Follows(ctx, principal), logLevel: -1, uris: map[string]bool{},
 		pending: map[string]chan *jsonrpc.Message{}, inflight: map[string]context.CancelFunc{}, ended: make(chan struct{}),
 	}
 	ss.lastSeen.Store(srv.Now().UnixNano())
@@ -255,24 +264,22 @@ func (ss *Session) subscribe(c *engine.Call) (engine.Reply, bool) {
 		}
 	}
 	ss.mu.Lock()
-	if m.Method == mcp.MethodResourcesSubscribe {
-		if len(ss.uris) >= maxURIs && !ss.uris[uri] {
-			ss.mu.Unlock()
-			return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: too many subscriptions", nil), true
+	defer ss.mu.Unlock()
+	switch {
+	case m.Method == mcp.MethodResourcesSubscribe && !ss.uris[uri]:
+		if err := ss.follows.Grow(0, 1); err != nil {
+			return engine.ErrorReply(m.ID, err), true
 		}
 		ss.uris[uri] = true
-	} else {
-		delete(ss.uris, uri)
-	}
-	if len(ss.subs) > 0 {
-		if sub, err := ss.srv.Hub().Subscribe(ss.filterLocked()); err == nil {
-			ss.subs = append(ss.subs, sub)
+		if ss.sub != nil {
+			ss.sub.Follow(uri)
 		}
-	}
-	ss.mu.Unlock()
-	select {
-	case ss.changed <- struct{}{}:
-	default:
+	case m.Method == mcp.MethodResourcesUnsubscribe && ss.uris[uri]:
+		delete(ss.uris, uri)
+		ss.follows.Shrink(1)
+		if ss.sub != nil {
+			ss.sub.Unfollow(uri)
+		}
 	}
 	return empty(m.ID), true
 }

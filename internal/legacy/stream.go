@@ -3,7 +3,6 @@ package legacy
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"tidings/hub"
 	"tidings/internal/engine"
@@ -33,14 +32,6 @@ func (n notices) Updated(uri string) []byte {
 	p, _ := jsonrpc.Marshal(map[string]string{"uri": uri})
 	return jsonrpc.AppendNotification(nil, mcp.NotifyResourceUpdated, p)
 }
-
-// current is the session's newest subscription, as a pump Source.
-type current struct{ sub *hub.Subscription }
-
-func (c *current) Wake() <-chan struct{}                  { return c.sub.Wake() }
-func (c *current) Take(buf []string) (hub.Kind, []string) { return c.sub.Take(buf) }
-func (c *current) Ending() bool                           { return c.sub.Ending() }
-func (c *current) TakeMerged() int                        { return c.sub.TakeMerged() }
 
 // Stream sends the session's notifications to out until ctx ends, the
 // session ends, or the server shuts down: list changes of every kind the
@@ -84,7 +75,7 @@ func (ss *Session) stream(ctx context.Context, out engine.Stream, start func() e
 	sub, err := ss.srv.Hub().Subscribe(ss.filterLocked())
 	if err == nil {
 		ss.streaming = true
-		ss.subs = []*hub.Subscription{sub}
+		ss.sub = sub
 	}
 	ss.mu.Unlock()
 	if err != nil {
@@ -92,47 +83,20 @@ func (ss *Session) stream(ctx context.Context, out engine.Stream, start func() e
 	}
 	defer func() {
 		ss.mu.Lock()
-		for _, o := range ss.subs {
-			o.Close()
-		}
-		ss.subs = nil
+		ss.sub.Close()
+		ss.sub = nil
 		ss.streaming = false
 		ss.mu.Unlock()
 	}()
 	if err := start(); err != nil {
 		return err
 	}
-	n := notices{ss}
-	src := &current{sub: sub}
-	var uris []string
-	refresh := func() error {
-		// Drain and retire the subscriptions a subscribe or unsubscribe
-		// replaced; the pump then drains the newest.
-		ss.mu.Lock()
-		last := len(ss.subs) - 1
-		retired := slices.Clone(ss.subs[:last])
-		src.sub = ss.subs[last]
-		ss.subs = []*hub.Subscription{src.sub}
-		ss.mu.Unlock()
-		for _, o := range retired {
-			var k hub.Kind
-			k, uris = o.Take(uris[:0])
-			err := engine.Flush(out, n, k, uris)
-			o.Close()
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	end := engine.Pump(ctx, src, out, n, engine.PumpOptions{
+	end := engine.Pump(ctx, sub, out, notices{ss}, engine.PumpOptions{
 		KeepAlive: ss.srv.KeepAlive(),
 		// An open stream is a session in use, however long it stays
 		// quiet: it must not expire as idle under its client.
 		OnKeepAlive: func() { ss.lastSeen.Store(ss.srv.Now().UnixNano()) },
 		Stop:        ss.ended,
-		Refresh:     ss.changed,
-		OnRefresh:   refresh,
 		Observer:    ss.srv.StreamObserver(),
 	})
 	if end == engine.Lost {

@@ -121,8 +121,12 @@ func noopTool(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error)
 }
 
 func startTidings(writeTimeout time.Duration) (*tidingsTarget, error) {
+	// Every listener is the one anonymous principal, and there may be
+	// more of them than a principal, or a server, may keep by default.
+	room := server.Allowance{Listens: MaxListeners}
 	srv := server.New(mcp.Implementation{Name: "tidings-bench", Version: "0"},
-		server.WithLogger(slog.New(slog.DiscardHandler)))
+		server.WithLogger(slog.New(slog.DiscardHandler)),
+		server.WithListenLimits(server.ListenLimits{PerPrincipal: room, Total: room}))
 	if err := srv.AddTool(mcp.Tool{Name: "base"}, noopTool); err != nil {
 		return nil, err
 	}
