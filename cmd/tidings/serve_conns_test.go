@@ -6,8 +6,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,7 +51,8 @@ func TestServeUnderHostileClients(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "small.txt"), []byte("small"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	base, stop := serveInProcess(t, dir, "--max-read-bytes", "16MiB", "--write-timeout", "500ms", "--body-timeout", "500ms")
+	base, stop := serveInProcess(t, dir, "--max-read-bytes", "16MiB", "--write-timeout", "500ms", "--body-timeout", "500ms",
+		"--max-listens-per-principal", "6")
 	defer stop()
 	addr := strings.TrimPrefix(base, "http://")
 	good := clientFrom("127.0.0.2")
@@ -141,6 +145,41 @@ func TestServeUnderHostileClients(t *testing.T) {
 		t.Fatalf("a body that stopped: %d %q", resp.StatusCode, body)
 	}
 	waitMetric(t, good, base, "tidings_http_body_timeouts_total", 1)
+
+	// Large listens from the anonymous callers, who share one allowance
+	// of six listens (the Watcher's above is one): five of 10,000 URIs
+	// are held, the next and one over the per-listen URI cap refused,
+	// each naming its limit.
+	bulk := client.NewHTTP(base+"/mcp", client.WithHTTPClient(clientFrom("127.0.0.7")), client.WithLogger(slog.New(slog.DiscardHandler)))
+	defer bulk.Close()
+	lctx, endListens := context.WithCancel(context.Background())
+	var held sync.WaitGroup
+	defer func() {
+		endListens()
+		held.Wait()
+	}()
+	uris := func(n int) map[string]any {
+		list := make([]string, n)
+		for i := range list {
+			list[i] = fmt.Sprintf("file:///nowhere/%0380d", i) // about 400 bytes each
+		}
+		return map[string]any{"notifications": map[string]any{"resourceSubscriptions": list}}
+	}
+	before := metric(t, good, base, "tidings_listen_uris_followed")
+	for range 5 {
+		held.Go(func() { _, _ = bulk.Request(lctx, mcp.MethodListen, uris(10000)) })
+	}
+	waitMetric(t, good, base, "tidings_listen_uris_followed", before+5*10000)
+	_, err := bulk.Request(context.Background(), mcp.MethodListen, uris(1))
+	if rpc, ok := errors.AsType[*client.RPCError](err); !ok || !strings.Contains(rpc.Message, "limit 6") {
+		t.Fatalf("a sixth listen of one caller: %v, want a refusal naming its limit of 6", err)
+	}
+	_, err = bulk.Request(context.Background(), mcp.MethodListen, uris(10001))
+	if rpc, ok := errors.AsType[*client.RPCError](err); !ok || rpc.Code != -32602 || !strings.Contains(rpc.Message, "10000") {
+		t.Fatalf("a listen of 10001 URIs: %v, want -32602 naming the cap of 10000", err)
+	}
+	waitMetric(t, good, base, `tidings_listen_refusals_total{limit="listensPerPrincipal"}`, 1)
+	served(t, good, base)
 
 	// The listen lived through it all, and still hears of changes.
 	if err := os.WriteFile(filepath.Join(dir, "late.txt"), []byte("late"), 0o644); err != nil {
