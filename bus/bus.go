@@ -108,11 +108,10 @@ type Event struct {
 	Audience []string
 	// Keys, when not nil, limits the event to the principals who may see
 	// at least one of the items they name, and Space says which kind of
-	// item they are (the server uses its List): a visibility-limited
-	// change carries its keys, not its verdicts, so that each replica can
-	// ask its own visibility rules.
+	// item they are: a visibility-limited change carries its keys, not
+	// its verdicts, so that each replica can ask its own visibility rules.
 	Keys  []string
-	Space uint8
+	Space Space
 
 	// Origin, Seq and Sent say where a delivered event came from: the
 	// sending replica's origin id, its number for the event and when it
@@ -121,6 +120,20 @@ type Event struct {
 	Seq    uint64
 	Sent   time.Time
 }
+
+// Space names a kind of item whose keys an event carries: the kinds
+// whose visibility a server decides (server.WithVisibility). It travels
+// by name, so that replicas whose code numbers the kinds differently
+// still agree on which one a change is of.
+type Space string
+
+// The key spaces.
+const (
+	SpaceTools     Space = "tools"
+	SpacePrompts   Space = "prompts"
+	SpaceResources Space = "resources"
+	SpaceTemplates Space = "templates"
+)
 
 // Handler hears what the other replicas publish. Its methods are called
 // one at a time, from the bus's goroutines, and must be quick and must

@@ -22,7 +22,8 @@ import (
 //
 //	{"v":2,"mac":"<43 base64url digits>","body":{"type":"change",
 //	 "origin":"<32 hex digits>","seq":7,"sent":<Unix ns>,"kinds":1,
-//	 "uri":"file:///a","audience":["alice"],"keys":["deploy"],"space":1}}
+//	 "uri":"file:///a","audience":["alice"],"keys":["deploy"],"space":1,
+//	 "keyspace":"tools"}}
 //
 // mac is the HMAC-SHA256 of the body's bytes exactly as they stand
 // between the braces, under the bus key (see WithSecret); a bus without
@@ -33,7 +34,12 @@ import (
 // latest sequence number and nothing else). kinds is a bit set: 1 tools,
 // 2 prompts, 4 resources. Members that are absent are empty; an audience
 // or keys member that is present, even as [], limits the event (to no one
-// when empty). Unknown members, of the envelope as of the body, are
+// when empty). keyspace names the kind of item the keys are keys of (a
+// Space, by name), and space says the same by number (1 tools, 2 prompts,
+// 3 resources, 4 templates) for the replicas that predate keyspace; a
+// reader prefers the name, and the numbers are fixed here, apart from any
+// constant in code, so that a replica whose code orders its kinds anew
+// still means what the others read. Unknown members, of the envelope as of the body, are
 // ignored, so later versions may add some; a message of another version
 // is unreadable, and unreadable messages make the receiver re-notify —
 // unless the receiver has a key, which then refuses it as unsigned.
@@ -85,7 +91,54 @@ type wireMsg struct {
 	Task     string   `json:"task,omitzero"`
 	Audience []string `json:"audience,omitzero"`
 	Keys     []string `json:"keys,omitzero"`
-	Space    uint8    `json:"space,omitzero"`
+	// Space is the key space by number, for replicas that predate
+	// Keyspace; Keyspace is it by name.
+	Space    uint8  `json:"space,omitzero"`
+	Keyspace string `json:"keyspace,omitzero"`
+}
+
+// spaceNumbers are the key spaces' numbers on the wire: those of the
+// server's List when the wire carried no name, kept whatever List becomes.
+var spaceNumbers = [...]struct {
+	s Space
+	n uint8
+}{{SpaceTools, 1}, {SpacePrompts, 2}, {SpaceResources, 3}, {SpaceTemplates, 4}}
+
+// spaceNumber is the wire number of s, 0 for none.
+func spaceNumber(s Space) uint8 {
+	for _, sn := range spaceNumbers {
+		if sn.s == s {
+			return sn.n
+		}
+	}
+	return 0
+}
+
+// wireOf is e's body on the wire, apart from the type and the numbering.
+func wireOf(e Event) wireMsg {
+	return wireMsg{Kinds: uint32(e.Kinds), URI: e.URI, Task: e.Task, Audience: e.Audience, Keys: e.Keys,
+		Space: spaceNumber(e.Space), Keyspace: string(e.Space)}
+}
+
+// event is the event w carries, apart from where it came from; it
+// refuses what wireOf would not write. The key space is read by name
+// when there is one, and by number otherwise.
+func (w wireMsg) event() (Event, error) {
+	if w.Kinds > math.MaxUint8 {
+		return Event{}, fmt.Errorf("bus: unknown list kinds %#x", w.Kinds)
+	}
+	e := Event{Kinds: hub.Kind(w.Kinds), URI: w.URI, Task: w.Task, Audience: w.Audience, Keys: w.Keys, Space: Space(w.Keyspace)}
+	if w.Keyspace == "" && w.Space != 0 {
+		for _, sn := range spaceNumbers {
+			if sn.n == w.Space {
+				e.Space = sn.s
+			}
+		}
+		if e.Space == "" {
+			return Event{}, fmt.Errorf("bus: unknown key space %d", w.Space)
+		}
+	}
+	return e, nil
 }
 
 // message is a decoded message: an event, or a heartbeat (beat), whose
@@ -123,15 +176,17 @@ var (
 // encode returns the message for e (or a heartbeat) from origin, signed
 // under key when there is one.
 func encode(key []byte, origin string, seq uint64, sent time.Time, beat bool, e Event) ([]byte, error) {
-	w := wireMsg{Type: typeChange, Origin: origin, Seq: seq, Sent: sent.UnixNano()}
+	var w wireMsg
 	if beat {
 		w.Type = typeBeat
 	} else {
 		if err := checkEvent(e); err != nil {
 			return nil, err
 		}
-		w.Kinds, w.URI, w.Task, w.Audience, w.Keys, w.Space = uint32(e.Kinds), e.URI, e.Task, e.Audience, e.Keys, e.Space
+		w = wireOf(e)
+		w.Type = typeChange
 	}
+	w.Origin, w.Seq, w.Sent = origin, seq, sent.UnixNano()
 	body, err := json.Marshal(w)
 	if err != nil {
 		return nil, fmt.Errorf("bus: encoding an event: %w", err)
@@ -167,8 +222,10 @@ func checkEvent(e Event) error {
 		return fmt.Errorf("bus: an audience of %d is over the limit of %d", len(e.Audience), maxAudience)
 	case len(e.Keys) > maxKeys:
 		return fmt.Errorf("bus: %d keys are over the limit of %d", len(e.Keys), maxKeys)
-	case e.Keys == nil && e.Space != 0:
+	case e.Keys == nil && e.Space != "":
 		return errors.New("bus: a key space without keys")
+	case e.Space != "" && spaceNumber(e.Space) == 0:
+		return fmt.Errorf("bus: unknown key space %q", string(e.Space))
 	}
 	return nil
 }
@@ -206,14 +263,12 @@ func decode(key []byte, b []byte) (message, error) {
 	if !isOrigin(w.Origin) {
 		return message{}, fmt.Errorf("bus: %q is not an origin id", w.Origin)
 	}
-	m := message{e: Event{Origin: w.Origin, Seq: w.Seq, Sent: time.Unix(0, w.Sent)}}
 	switch w.Type {
 	case typeBeat:
-		if w.Kinds != 0 || w.URI != "" || w.Task != "" || w.Audience != nil || w.Keys != nil || w.Space != 0 {
+		if w.Kinds != 0 || w.URI != "" || w.Task != "" || w.Audience != nil || w.Keys != nil || w.Space != 0 || w.Keyspace != "" {
 			return message{}, errors.New("bus: a heartbeat carries a change")
 		}
-		m.beat = true
-		return m, nil
+		return message{beat: true, e: Event{Origin: w.Origin, Seq: w.Seq, Sent: time.Unix(0, w.Sent)}}, nil
 	case typeChange:
 	default:
 		return message{}, fmt.Errorf("bus: unknown message type %q", w.Type)
@@ -221,14 +276,15 @@ func decode(key []byte, b []byte) (message, error) {
 	if w.Seq == 0 {
 		return message{}, errors.New("bus: an event without a sequence number")
 	}
-	if w.Kinds > math.MaxUint8 {
-		return message{}, fmt.Errorf("bus: unknown list kinds %#x", w.Kinds)
-	}
-	m.e.Kinds, m.e.URI, m.e.Task, m.e.Audience, m.e.Keys, m.e.Space = hub.Kind(w.Kinds), w.URI, w.Task, w.Audience, w.Keys, w.Space
-	if err := checkEvent(m.e); err != nil {
+	e, err := w.event()
+	if err != nil {
 		return message{}, err
 	}
-	return m, nil
+	if err := checkEvent(e); err != nil {
+		return message{}, err
+	}
+	e.Origin, e.Seq, e.Sent = w.Origin, w.Seq, time.Unix(0, w.Sent)
+	return message{e: e}, nil
 }
 
 // isOrigin reports whether s looks like an origin id: 32 lowercase hex

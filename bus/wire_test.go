@@ -27,8 +27,8 @@ func TestWireRoundTrip(t *testing.T) {
 		"both":           {Kinds: hub.PromptsList | hub.ResourcesList, URI: "res://x"},
 		"audience":       {Kinds: hub.ToolsList, Audience: []string{"alice", ""}},
 		"empty audience": {Kinds: hub.ToolsList, Audience: []string{}},
-		"keys":           {Kinds: hub.ToolsList, Keys: []string{"deploy", "secret"}, Space: 1},
-		"empty keys":     {Kinds: hub.ResourcesList, Keys: []string{}, Space: 4},
+		"keys":           {Kinds: hub.ToolsList, Keys: []string{"deploy", "secret"}, Space: SpaceTools},
+		"empty keys":     {Kinds: hub.ResourcesList, Keys: []string{}, Space: SpaceTemplates},
 	} {
 		b, err := encode(nil, testOrigin, 7, sent, false, e)
 		if err != nil {
@@ -56,14 +56,50 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWireKeyspaceByName: every key space survives encode and decode, and
+// travels by name and by its fixed number; a message of a replica that
+// sends the number alone reads as the same space, and one whose name and
+// number disagree reads as its name.
+func TestWireKeyspaceByName(t *testing.T) {
+	for _, tc := range []struct {
+		s    Space
+		name string
+		n    int
+	}{{SpaceTools, "tools", 1}, {SpacePrompts, "prompts", 2}, {SpaceResources, "resources", 3}, {SpaceTemplates, "templates", 4}} {
+		e := Event{Kinds: hub.ResourcesList, Keys: []string{"k"}, Space: tc.s}
+		b, err := encode(testKey, testOrigin, 2, time.Unix(0, 1), false, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf(`"space":%d,"keyspace":%q}`, tc.n, tc.name); !strings.Contains(string(b), want) {
+			t.Errorf("%s encoded as %s, want %s in it", tc.name, b, want)
+		}
+		if m, err := decode(testKey, b); err != nil || m.e.Space != tc.s {
+			t.Errorf("%s read back as %q, %v", b, m.e.Space, err)
+		}
+		body := fmt.Sprintf(`{"type":"change","origin":"%s","seq":2,"sent":1,"kinds":4,"keys":["k"],"space":%d}`, testOrigin, tc.n)
+		old := `{"v":2,"mac":"` + string(macOf(testKey, []byte(body))) + `","body":` + body + `}`
+		if m, err := decode(testKey, []byte(old)); err != nil || m.e.Space != tc.s {
+			t.Errorf("%s (numbered only) read as %q, %v; want %q", old, m.e.Space, err, tc.s)
+		}
+	}
+	body := `{"type":"change","origin":"` + testOrigin + `","seq":2,"kinds":1,"keys":["k"],"space":3,"keyspace":"tools"}`
+	if m, err := decode(nil, []byte(`{"v":2,"body":`+body+`}`)); err != nil || m.e.Space != SpaceTools {
+		t.Errorf("%s read as %q, %v; want the name's %q", body, m.e.Space, err, SpaceTools)
+	}
+	if _, err := encode(nil, testOrigin, 2, time.Unix(0, 1), false, Event{Kinds: hub.ToolsList, Keys: []string{"k"}, Space: "widgets"}); err == nil {
+		t.Error("an unknown key space was encoded")
+	}
+}
+
 // testKey is a bus key, as WithSecret derives one.
 var testKey = busKey([]byte("0123456789abcdef0123456789abcdef"))
 
 // TestWireFormat pins the format other replicas (of other versions) read,
 // unsigned and signed, and the key's derivation from the secret.
 func TestWireFormat(t *testing.T) {
-	e := Event{Kinds: hub.ToolsList, Audience: []string{"alice"}, Keys: []string{"k"}, Space: 1}
-	body := `{"type":"change","origin":"` + testOrigin + `","seq":3,"sent":42,"kinds":1,"audience":["alice"],"keys":["k"],"space":1}`
+	e := Event{Kinds: hub.ToolsList, Audience: []string{"alice"}, Keys: []string{"k"}, Space: SpaceTools}
+	body := `{"type":"change","origin":"` + testOrigin + `","seq":3,"sent":42,"kinds":1,"audience":["alice"],"keys":["k"],"space":1,"keyspace":"tools"}`
 	b, err := encode(nil, testOrigin, 3, time.Unix(0, 42), false, e)
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +205,10 @@ func TestDecodeRefuses(t *testing.T) {
 		"huge kinds":     env(head + `"type":"change","seq":1,"kinds":257}`),
 		"beat w/ change": env(head + `"type":"beat","seq":1,"kinds":1}`),
 		"space w/o keys": env(head + `"type":"change","seq":1,"kinds":1,"space":2}`),
+		"name w/o keys":  env(head + `"type":"change","seq":1,"kinds":1,"keyspace":"tools"}`),
+		"unknown space":  env(head + `"type":"change","seq":1,"kinds":1,"keys":["a"],"space":5}`),
+		"unknown name":   env(head + `"type":"change","seq":1,"kinds":1,"keys":["a"],"keyspace":"widgets","space":1}`),
+		"beat w/ name":   env(head + `"type":"beat","seq":1,"keyspace":"tools"}`),
 		"duplicate name": env(head + `"type":"change","seq":1,"seq":2,"kinds":1}`),
 		"bad utf-8":      env(head + `"type":"change","seq":1,"uri":"` + "\xff" + `"}`),
 		"too large":      env(head + `"type":"change","seq":1,"uri":"` + strings.Repeat("a", maxMessage) + `"}`),
@@ -188,7 +228,7 @@ func TestSplit(t *testing.T) {
 	for i := range keys {
 		keys[i] = strings.Repeat("k", 20) + string(rune('a'+i%26)) + strings.Repeat("x", i%7)
 	}
-	e := Event{Kinds: hub.ResourcesList, Keys: keys, Space: 3, Audience: []string{"alice"}}
+	e := Event{Kinds: hub.ResourcesList, Keys: keys, Space: SpaceResources, Audience: []string{"alice"}}
 	parts := split(testOrigin, e, nil)
 	if len(parts) < 2 {
 		t.Fatalf("%d keys in %d part", len(keys), len(parts))
@@ -233,7 +273,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		for _, e := range []Event{
 			{Kinds: hub.ToolsList},
 			{URI: "res://a", Audience: []string{"alice"}},
-			{Kinds: hub.ResourcesList, Keys: []string{"a", "b"}, Space: 3},
+			{Kinds: hub.ResourcesList, Keys: []string{"a", "b"}, Space: SpaceResources},
 			{Kinds: hub.PromptsList, Audience: []string{}, Keys: []string{}},
 			{Task: "T1", Audience: []string{"sub:1:i,1:a,"}},
 		} {
@@ -278,7 +318,7 @@ func FuzzDecodeEvent(f *testing.F) {
 // over its limit is cut by audience, into a few parts, not into one part
 // per key.
 func TestSplitHalvesTheListOverItsLimit(t *testing.T) {
-	e := Event{Kinds: hub.ToolsList, Space: 1}
+	e := Event{Kinds: hub.ToolsList, Space: SpaceTools}
 	for i := range 1000 {
 		e.Keys = append(e.Keys, fmt.Sprintf("k%04d", i))
 	}

@@ -79,15 +79,10 @@ type Event struct {
 	// whom it reports true: a change of items only some callers may see
 	// is told only to them. It is asked once per distinct principal and
 	// event, under the hub's read lock, so it must be quick and must not
-	// publish.
+	// publish. It is a function and cannot leave the process: a
+	// publisher that forwards an event elsewhere sends what it built Sees
+	// from along with it.
 	Sees func(principal string) bool
-	// Keys and Space name what Sees was built from: the keys of the
-	// changed items and the publisher's name for their kind (the server
-	// uses its List). The hub does not read them. Sees is a function and
-	// cannot leave the process, so a bus carries these instead and the
-	// receiving replica builds Sees again from its own visibility rules.
-	Keys  []string
-	Space uint8
 }
 
 // Hub routes events to subscriptions. The zero value is not usable; call New.
@@ -288,8 +283,9 @@ func (h *Hub) Publish(e Event) {
 	}
 }
 
-// PublishRemote delivers an event that came from another replica; it is
-// not passed to the observer, so it is never echoed back onto the bus.
+// PublishRemote delivers e without passing it to the observer: an event
+// that came from another replica, which must not be echoed back onto the
+// bus, or one whose publisher forwards it itself.
 func (h *Hub) PublishRemote(e Event) { h.deliver(e) }
 
 // MarkAllDirty tells every subscription that everything its filter covers

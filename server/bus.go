@@ -36,14 +36,70 @@ import (
 func WithBus(b bus.Bus) Option { return func(c *config) { c.bus = b } }
 
 // joinBus forwards the hub's local events to b and hands b's to the hub.
+// A change the server publishes itself goes to b through publish, with
+// the keys of the items it changed; the hub's observer forwards what is
+// published straight to the hub, which names none.
 func (s *Server) joinBus(b bus.Bus) {
-	s.hub.SetObserver(func(e hub.Event) { b.Publish(toBusEvent(e)) })
+	s.hub.SetObserver(func(e hub.Event) { b.Publish(change{Event: e}.onBus()) })
+	for _, r := range []interface{ joinBus(bus.Bus) }{s.tools, s.prompts, s.resources, s.templates} {
+		r.joinBus(b)
+	}
 	b.Handle((*busHandler)(s))
 }
 
-// toBusEvent is e as it travels to the other replicas.
-func toBusEvent(e hub.Event) bus.Event {
-	return bus.Event{Kinds: e.Kinds, URI: e.URI, Task: e.Task, Audience: e.Audience, Keys: e.Keys, Space: e.Space}
+// change is one change as the server publishes it: the hub's event, and,
+// when visibility limits it, the keys of the changed items and the list
+// they belong to, which Sees was built from. The hub never reads those;
+// the bus carries them, so that another replica builds Sees again from
+// its own visibility rules, and the shared state compares them.
+type change struct {
+	hub.Event
+	keys []string
+	list List
+}
+
+// publish tells this replica's listeners of c and then, through b (nil:
+// no bus), the other replicas.
+func publish(h *hub.Hub, b bus.Bus, c change) {
+	h.PublishRemote(c.Event) // not through the observer: b hears of c below, keys and all
+	if b != nil {
+		b.Publish(c.onBus())
+	}
+}
+
+// spaces are the lists whose items' keys travel, by their key space.
+var spaces = [...]struct {
+	l List
+	s bus.Space
+}{{ListTools, bus.SpaceTools}, {ListPrompts, bus.SpacePrompts}, {ListResources, bus.SpaceResources}, {ListTemplates, bus.SpaceTemplates}}
+
+// onBus is c as it travels to the other replicas.
+func (c change) onBus() bus.Event {
+	e := bus.Event{Kinds: c.Kinds, URI: c.URI, Task: c.Task, Audience: c.Audience, Keys: c.keys}
+	if c.keys != nil {
+		for _, sp := range spaces {
+			if sp.l == c.list {
+				e.Space = sp.s
+			}
+		}
+	}
+	return e
+}
+
+// changeOf is the change e tells of, without Sees; ok is false when e
+// names keys of a kind of item this server does not know.
+func changeOf(e bus.Event) (c change, ok bool) {
+	c = change{Event: hub.Event{Kinds: e.Kinds, URI: e.URI, Task: e.Task, Audience: e.Audience}, keys: e.Keys}
+	if e.Keys == nil {
+		return c, true
+	}
+	for _, sp := range spaces {
+		if sp.s == e.Space {
+			c.list = sp.l
+			return c, true
+		}
+	}
+	return c, false
 }
 
 // busHandler is the Server as its bus sees it.
@@ -52,25 +108,22 @@ type busHandler Server
 // Deliver tells this replica's listeners of another replica's change.
 func (h *busHandler) Deliver(e bus.Event) {
 	s := (*Server)(h)
-	// Keys and Space stay with the event: the shared state reads them to
-	// tell which changed items an event it holds already covers.
-	he := hub.Event{Kinds: e.Kinds, URI: e.URI, Task: e.Task, Audience: e.Audience, Keys: e.Keys, Space: e.Space}
+	c, known := changeOf(e)
 	if e.Kinds == 0 && e.URI == "" {
 		// Only a task changed: listeners read it from the task store, so
 		// the shared state has nothing to load first.
-		s.hub.PublishRemote(he)
+		s.hub.PublishRemote(c.Event)
 		return
 	}
 	if v := s.cfg.visible; v != nil && e.Keys != nil {
-		l := List(e.Space)
-		if l < 0 || l >= numLists {
+		if !known {
 			// A kind of item this server does not know: it cannot tell
 			// who may see the change, so it tells everyone everything.
 			h.Resync()
 			return
 		}
-		keys := e.Keys
-		he.Sees = func(p string) bool {
+		l, keys := c.list, c.keys
+		c.Sees = func(p string) bool {
 			for _, k := range keys {
 				if v(p, l, k) {
 					return true
@@ -80,10 +133,10 @@ func (h *busHandler) Deliver(e bus.Event) {
 		}
 	}
 	if s.shared != nil {
-		s.shared.remote(he) // told once the shared state is loaded
+		s.shared.remote(c) // told once the shared state is loaded
 		return
 	}
-	s.hub.PublishRemote(he)
+	s.hub.PublishRemote(c.Event)
 }
 
 // Resync tells every listener here that everything it follows may have

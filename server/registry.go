@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"tidings/bus"
 	"tidings/hub"
 	"tidings/mcp"
 )
@@ -39,6 +40,7 @@ type registry[T any] struct {
 	snap atomic.Pointer[snapshot[T]]
 	list mcp.List
 	hub  *hub.Hub
+	bus  bus.Bus     // the other replicas (WithBus), nil for none
 	used atomic.Bool // set once anything was ever registered
 	// sees, when set (WithVisibility), reports whether a principal may
 	// see the item keyed key: a change is told only to those who may see
@@ -55,20 +57,24 @@ type registry[T any] struct {
 
 // changed tells the hub, and through it the other replicas, that the
 // items keyed keys changed.
-func (r *registry[T]) changed(keys []string) { r.hub.Publish(r.event(keys)) }
+func (r *registry[T]) changed(keys []string) { publish(r.hub, r.bus, r.event(keys)) }
+
+// joinBus has the registry's changes told to the other replicas through
+// b; New calls it before anything is registered.
+func (r *registry[T]) joinBus(b bus.Bus) { r.bus = b }
 
 // notifyLocal tells this replica's listeners only that the items keyed
 // keys changed: the other replicas hear of it otherwise, or already have.
-func (r *registry[T]) notifyLocal(keys []string) { r.hub.PublishRemote(r.event(keys)) }
+func (r *registry[T]) notifyLocal(keys []string) { r.hub.PublishRemote(r.event(keys).Event) }
 
 // event is the change of the items keyed keys (nil for unknown keys).
-func (r *registry[T]) event(keys []string) hub.Event {
-	e := hub.Event{Kinds: hub.Of(r.list)}
+func (r *registry[T]) event(keys []string) change {
+	e := change{Event: hub.Event{Kinds: hub.Of(r.list)}}
 	if r.sees != nil {
 		if keys == nil {
 			keys = []string{}
 		}
-		e.Keys, e.Space = keys, uint8(r.space)
+		e.keys, e.list = keys, r.space
 		e.Sees = func(principal string) bool {
 			for _, k := range keys {
 				if r.sees(principal, k) {

@@ -508,12 +508,12 @@ func (s *Server) RequiredScopes(principal, method, name string) []string {
 // ResourceUpdated tells every listener subscribed to uri that its content
 // changed. Call it whenever a read of uri would now return something else.
 func (s *Server) ResourceUpdated(uri string) {
-	e := hub.Event{URI: uri}
+	c := change{Event: hub.Event{URI: uri}}
 	if v := s.cfg.visible; v != nil {
-		e.Sees = func(p string) bool { return v(p, ListResources, uri) }
-		e.Keys, e.Space = []string{uri}, uint8(ListResources)
+		c.Sees = func(p string) bool { return v(p, ListResources, uri) }
+		c.keys, c.list = []string{uri}, ListResources
 	}
-	s.hub.Publish(e)
+	publish(s.hub, s.cfg.bus, c)
 }
 
 // ---- completion ----

@@ -163,7 +163,7 @@ type switchable interface {
 	switchLocal(key string, on bool) (registered, changed bool)
 	applyState(state map[string]bool) []string
 	notifyLocal(keys []string)
-	event(keys []string) hub.Event
+	event(keys []string) change
 }
 
 func (s *Server) switchable(l List) switchable {
@@ -226,7 +226,7 @@ type sharedState struct {
 	mu        sync.Mutex
 	gen       uint64
 	unwritten map[string]*intent // key → this replica's latest change not yet in the store
-	events    []hub.Event        // remote list changes to tell once loaded
+	events    []change           // remote list changes to tell once loaded
 	overflow  bool               // more than stateMaxQueued: tell everyone everything
 	resync    bool               // the bus may have lost events
 	owed      bool               // a load is due (start, a failed load)
@@ -333,9 +333,9 @@ func (sh *sharedState) sync(done chan<- error) {
 
 // remote holds a list change from another replica until the state is
 // loaded; other events need no load and are told at once.
-func (sh *sharedState) remote(e hub.Event) {
+func (sh *sharedState) remote(e change) {
 	if e.Kinds&sharedKinds == 0 {
-		sh.srv.hub.PublishRemote(e)
+		sh.srv.hub.PublishRemote(e.Event)
 		return
 	}
 	sh.mu.Lock()
@@ -466,7 +466,7 @@ func (sh *sharedState) round(ctx context.Context) bool {
 		sh.srv.hub.MarkAllDirty()
 	} else {
 		for _, e := range events {
-			sh.srv.hub.PublishRemote(e)
+			sh.srv.hub.PublishRemote(e.Event)
 		}
 	}
 	err := errors.Join(werr, lerr)
@@ -537,7 +537,7 @@ func (sh *sharedState) write(ctx context.Context) error {
 	}
 	if b := sh.srv.cfg.bus; b != nil {
 		for sw, keys := range landed {
-			b.Publish(toBusEvent(sw.event(keys)))
+			b.Publish(sw.event(keys).onBus())
 		}
 	}
 	return err
@@ -547,7 +547,7 @@ func (sh *sharedState) write(ctx context.Context) error {
 // changes stay as they are. The changed items that no event in events
 // covers are told to the listeners here; with all, every listener is to be
 // told everything afterwards, and none is told here.
-func (sh *sharedState) load(ctx context.Context, events []hub.Event, all bool) error {
+func (sh *sharedState) load(ctx context.Context, events []change, all bool) error {
 	octx, cancel := context.WithTimeout(ctx, stateOpTimeout)
 	m, err := sh.st.Load(octx)
 	cancel()
@@ -593,7 +593,7 @@ func (sh *sharedState) load(ctx context.Context, events []hub.Event, all bool) e
 	// so the re-telling ends.
 	if b := sh.srv.cfg.bus; b != nil {
 		for l, keys := range changed {
-			b.Publish(toBusEvent(sh.srv.switchable(l).event(keys)))
+			b.Publish(sh.srv.switchable(l).event(keys).onBus())
 		}
 	}
 	if all {
@@ -614,15 +614,15 @@ func (sh *sharedState) load(ctx context.Context, events []hub.Event, all bool) e
 // callers who may see its keys covers those keys only (a caller who may
 // see another changed item is not among its recipients); one limited to
 // an audience covers none, since who else may see an item is unknown.
-func uncovered(events []hub.Event, kind hub.Kind, l List, keys []string) []string {
+func uncovered(events []change, kind hub.Kind, l List, keys []string) []string {
 	named := make(map[string]bool)
 	for _, e := range events {
 		switch {
 		case e.Kinds&kind == 0 || e.Audience != nil:
 		case e.Sees == nil:
 			return nil
-		case List(e.Space) == l:
-			for _, k := range e.Keys {
+		case e.list == l:
+			for _, k := range e.keys {
 				named[k] = true
 			}
 		}

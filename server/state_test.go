@@ -268,7 +268,7 @@ func TestSharedStateLoadTellsUncoveredKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other.Publish(bus.Event{Kinds: hub.ToolsList, Keys: []string{"a"}, Space: uint8(server.ListTools)})
+	other.Publish(bus.Event{Kinds: hub.ToolsList, Keys: []string{"a"}, Space: bus.SpaceTools})
 	l.rec.waitUntil(t, "bob to be told that b changed", func(ns []notif) bool {
 		return countMethod(ns, mcp.NotifyToolsListChanged) > 0
 	})
