@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/internal/engine"
 )
 
 type config struct {
@@ -183,17 +184,15 @@ func chain(mw []Middleware, h MethodHandler) MethodHandler {
 
 // StreamObserver hears what happens on change streams (2026-07-28 listens
 // and 2025-11-25 session streams), for metrics. Its methods run on the
-// streams' own goroutines and must not block.
-type StreamObserver interface {
-	// Notified reports the notifications one stream just wrote (sent) and
-	// how many further changes they stood for (merged): three changes to
-	// the tool list before the stream could write make one notification
-	// and two merged changes.
-	Notified(sent, merged int)
-	// CutOff reports a stream ended because its reader stopped reading
-	// for longer than the transport's write timeout.
-	CutOff()
-}
+// streams' own goroutines and must not block. Notified(sent, merged)
+// reports the notifications one stream just wrote and how many further
+// changes they stood for: three changes to the tool list before the
+// stream could write make one notification and two merged changes.
+// CutOff reports a stream ended because its reader stopped reading for
+// longer than the transport's write timeout. It is the interface the
+// streams themselves are written against, so that an observer given here
+// reaches them as it is.
+type StreamObserver = engine.StreamObserver
 
 // RefusalObserver is a StreamObserver that also hears of each request
 // refused before any handler or middleware ran: a header mismatch, an

@@ -25,11 +25,15 @@ type Source interface {
 	TakeMerged() int
 }
 
-// StreamObserver hears what happens on change streams, for metrics. Its
-// methods run on the streams' own goroutines and must not block.
+// StreamObserver hears what happens on change streams (2026-07-28 listens
+// and 2025-11-25 session streams), for metrics; server.StreamObserver is
+// this interface, under the name a program sees. Its methods run on the
+// streams' own goroutines and must not block.
 type StreamObserver interface {
-	// Notified reports the notifications one flush wrote (sent) and the
-	// changes folded into them (merged).
+	// Notified reports the notifications one stream just wrote (sent) and
+	// how many further changes they stood for (merged): three changes to
+	// the tool list before the stream could write make one notification
+	// and two merged changes.
 	Notified(sent, merged int)
 	// CutOff reports a stream ended because its reader stopped reading
 	// for longer than the transport's write timeout.
