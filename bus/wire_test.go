@@ -284,6 +284,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte(`{"v":2,"body":{"type":"change","origin":"` + testOrigin + `","seq":1,"kinds":1,"extra":{"x":[1,2]}},"more":null}`))
+	f.Add([]byte(`{"v":2,"body":{"type":"change","origin":"` + testOrigin + `","seq":1,"kinds":4,"keys":["a"],"space":3}}`))
 	f.Add([]byte(`{"v":1,"type":"change","origin":"` + testOrigin + `","seq":1,"kinds":1}`))
 	f.Add([]byte(`{"v":2,"mac":"","body":{}}`))
 	f.Add([]byte(`{}`))
