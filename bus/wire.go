@@ -36,13 +36,14 @@ import (
 // or keys member that is present, even as [], limits the event (to no one
 // when empty). keyspace names the kind of item the keys are keys of (a
 // Space, by name), and space says the same by number (1 tools, 2 prompts,
-// 3 resources, 4 templates) for the replicas that predate keyspace; a
-// reader prefers the name, and the numbers are fixed here, apart from any
-// constant in code, so that a replica whose code orders its kinds anew
-// still means what the others read. Unknown members, of the envelope as of the body, are
-// ignored, so later versions may add some; a message of another version
-// is unreadable, and unreadable messages make the receiver re-notify —
-// unless the receiver has a key, which then refuses it as unsigned.
+// 3 resources, 4 templates) for the replicas of version 2 that predate
+// keyspace; a reader prefers the name. The numbers are fixed here, apart
+// from any constant in code, so that a replica whose code orders its
+// kinds anew still means what the others read. Unknown members, of the
+// envelope as of the body, are ignored, so later versions may add some;
+// a message of another version is unreadable, and unreadable messages
+// make the receiver re-notify — unless the receiver has a key, which then
+// refuses it as unsigned.
 // Version 1 was the body alone, with "v":1 in it and no MAC.
 const wireVersion = 2
 

@@ -55,8 +55,8 @@ type registry[T any] struct {
 	state map[string]bool
 }
 
-// changed tells the hub, and through it the other replicas, that the
-// items keyed keys changed.
+// changed tells this replica's listeners, and then the other replicas,
+// that the items keyed keys changed.
 func (r *registry[T]) changed(keys []string) { publish(r.hub, r.bus, r.event(keys)) }
 
 // joinBus has the registry's changes told to the other replicas through
