@@ -122,6 +122,10 @@ type Method struct {
 	Needs Capability
 	// Handler is the key of the method's handler.
 	Handler Handler
+	// AsksInput marks a method whose handler may answer input_required
+	// (MRTR-1), and that reads the answers back in inputResponses and
+	// requestState.
+	AsksInput bool
 	// Notification marks a method sent as a notification.
 	Notification bool
 }
@@ -133,14 +137,14 @@ var table = [...]Method{
 	{Name: mcp.MethodDiscover, Eras: Modern, Handler: HandleDiscover},
 	{Name: mcp.MethodToolsList, Params: []string{"cursor"}, Eras: Modern | Legacy, Needs: NeedsTools, Handler: HandleToolsList},
 	{Name: mcp.MethodToolsCall, Params: []string{"name", "arguments", "inputResponses", "requestState"}, MCPName: FromName,
-		Eras: Modern | Legacy, Needs: NeedsTools, Handler: HandleToolsCall},
+		Eras: Modern | Legacy, Needs: NeedsTools, Handler: HandleToolsCall, AsksInput: true},
 	{Name: mcp.MethodPromptsList, Params: []string{"cursor"}, Eras: Modern | Legacy, Needs: NeedsPrompts, Handler: HandlePromptsList},
 	{Name: mcp.MethodPromptsGet, Params: []string{"name", "arguments", "inputResponses", "requestState"}, MCPName: FromName,
-		Eras: Modern | Legacy, Needs: NeedsPrompts, Handler: HandlePromptsGet},
+		Eras: Modern | Legacy, Needs: NeedsPrompts, Handler: HandlePromptsGet, AsksInput: true},
 	{Name: mcp.MethodResourcesList, Params: []string{"cursor"}, Eras: Modern | Legacy, Needs: NeedsResources, Handler: HandleResourcesList},
 	{Name: mcp.MethodResourcesTemplates, Params: []string{"cursor"}, Eras: Modern | Legacy, Needs: NeedsResources, Handler: HandleTemplatesList},
 	{Name: mcp.MethodResourcesRead, Params: []string{"uri", "inputResponses", "requestState"}, MCPName: FromURI,
-		Eras: Modern | Legacy, Needs: NeedsResources, Handler: HandleResourcesRead},
+		Eras: Modern | Legacy, Needs: NeedsResources, Handler: HandleResourcesRead, AsksInput: true},
 	{Name: mcp.MethodComplete, Params: []string{"ref", "argument", "context"}, Eras: Modern | Legacy, Needs: NeedsCompletions, Handler: HandleComplete},
 	{Name: mcp.MethodListen, Params: []string{"notifications"}, Eras: Modern, Handler: HandleListen},
 	{Name: mcp.MethodTasksGet, Params: []string{"taskId"}, MCPName: FromTaskID, Eras: Modern, Needs: NeedsTasks, Handler: HandleTasksGet},

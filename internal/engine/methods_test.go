@@ -116,6 +116,9 @@ func TestTableIsConsistent(t *testing.T) {
 		if p, ok := from[m.MCPName]; ok && !slices.Contains(m.Params, p) {
 			t.Errorf("%s mirrors %s in Mcp-Name but does not read it", m.Name, p)
 		}
+		if m.AsksInput && !(slices.Contains(m.Params, "inputResponses") && slices.Contains(m.Params, "requestState")) {
+			t.Errorf("%s may ask for input but does not read the answers", m.Name)
+		}
 		if m.Handler.Core() != (m.Handler > NoHandler && m.Handler < NumCoreHandlers) {
 			t.Errorf("%s: Core disagrees with the handler's key", m.Name)
 		}
