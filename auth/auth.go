@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"tidings/internal/engine"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -352,9 +353,7 @@ func (g *Guard) Middleware() server.Middleware {
 }
 
 func nameOf(method string, h http.Header) string {
-	switch method {
-	case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead:
-	default:
+	if m, _ := engine.Lookup(method); !m.NamesItem() {
 		return ""
 	}
 	if len(h.Values(mcp.HeaderName)) != 1 {

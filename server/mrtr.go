@@ -126,7 +126,7 @@ func (s *Server) inputRequired(req *Request, name string, args jsontext.Value, i
 func (s *Server) handlerError(ctx context.Context, req *Request, name string, args jsontext.Value, err error) engine.Reply {
 	var ir *InputRequired
 	if errors.As(err, &ir) {
-		if req.Method != mcp.MethodPromptsGet && req.Method != mcp.MethodResourcesRead {
+		if m, _ := engine.Lookup(req.Method); !m.AsksInput {
 			return s.internal(req.ID, fmt.Errorf("%s handler asked for input, which only tools/call, prompts/get and resources/read may", req.Method))
 		}
 		return s.inputRequired(req, name, args, ir)

@@ -9,55 +9,51 @@ import (
 	"tidings/mcp"
 )
 
-// isPrimitive reports whether method is one both protocol eras share.
-func isPrimitive(method string) bool {
-	switch method {
-	case mcp.MethodToolsList, mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodResourcesTemplates,
-		mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead, mcp.MethodComplete:
-		return true
-	}
-	return false
+// handlers are the core's handlers, indexed by the method table's keys
+// (see engine.Lookup): adding a method is its entry in the table and its
+// handler here. The array is never written.
+var handlers = [engine.NumCoreHandlers]router{
+	engine.HandleToolsList: func(s *Server, _ context.Context, c *engine.Call, req *Request) engine.Reply {
+		return listPage(s, s.tools, ListTools, "tools", c, req)
+	},
+	engine.HandlePromptsList: func(s *Server, _ context.Context, c *engine.Call, req *Request) engine.Reply {
+		return listPage(s, s.prompts, ListPrompts, "prompts", c, req)
+	},
+	engine.HandleResourcesList: func(s *Server, _ context.Context, c *engine.Call, req *Request) engine.Reply {
+		return listPage(s, s.resources, ListResources, "resources", c, req)
+	},
+	engine.HandleTemplatesList: func(s *Server, _ context.Context, c *engine.Call, req *Request) engine.Reply {
+		return listPage(s, s.templates, ListTemplates, "resourceTemplates", c, req)
+	},
+	engine.HandleToolsCall:     (*Server).callTool,
+	engine.HandlePromptsGet:    (*Server).getPrompt,
+	engine.HandleResourcesRead: (*Server).readResource,
+	engine.HandleComplete:      (*Server).completeCall,
+	engine.HandleDiscover: func(s *Server, _ context.Context, _ *engine.Call, req *Request) engine.Reply {
+		return s.discover(req)
+	},
+	engine.HandleListen:      (*Server).listen,
+	engine.HandleTasksGet:    (*Server).tasksGet,
+	engine.HandleTasksUpdate: (*Server).tasksUpdate,
+	engine.HandleTasksCancel: (*Server).tasksCancel,
 }
 
-// primitive serves the methods both protocol eras share: the lists, tool
-// calls, prompts, reads and completion, each only while the server
-// advertises its capability. ok is false for any other method.
-func (s *Server) primitive(ctx context.Context, c *engine.Call, req *Request) (r engine.Reply, ok bool) {
-	switch c.Msg.Method {
-	case mcp.MethodToolsList:
-		if s.advertisesTools() {
-			return listPage(s, s.tools, ListTools, "tools", c, req), true
-		}
-	case mcp.MethodPromptsList:
-		if s.advertisesPrompts() {
-			return listPage(s, s.prompts, ListPrompts, "prompts", c, req), true
-		}
-	case mcp.MethodResourcesList:
-		if s.advertisesResources() {
-			return listPage(s, s.resources, ListResources, "resources", c, req), true
-		}
-	case mcp.MethodResourcesTemplates:
-		if s.advertisesResources() {
-			return listPage(s, s.templates, ListTemplates, "resourceTemplates", c, req), true
-		}
-	case mcp.MethodToolsCall:
-		if s.advertisesTools() {
-			return s.callTool(ctx, c, req), true
-		}
-	case mcp.MethodPromptsGet:
-		if s.advertisesPrompts() {
-			return s.getPrompt(ctx, c, req), true
-		}
-	case mcp.MethodResourcesRead:
-		if s.advertisesResources() {
-			return s.readResource(ctx, c, req), true
-		}
-	case mcp.MethodComplete:
-		if s.completer() != nil {
-			return s.completeCall(ctx, c, req), true
-		}
+// offers reports whether the server offers capability c now: a method
+// that needs one the server does not offer is not found.
+func (s *Server) offers(c engine.Capability) bool {
+	switch c {
+	case engine.NeedsTools:
+		return s.advertisesTools()
+	case engine.NeedsPrompts:
+		return s.advertisesPrompts()
+	case engine.NeedsResources:
+		return s.advertisesResources()
+	case engine.NeedsCompletions:
+		return s.completer() != nil
+	case engine.NeedsTasks:
+		return s.offersTasks()
 	}
-	return engine.Reply{}, false
+	return true // Always, and logging, which every server takes
 }
 
 // advertises reports whether the server offers list l now.

@@ -88,7 +88,7 @@ func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, e
 		}
 		return r
 	}
-	listen := m.Method == mcp.MethodListen
+	listen := call.M.Handler == engine.HandleListen
 	if listen {
 		// Shutdown waits until the transport has written the listen's
 		// last message, which it reports by releasing the reply.
@@ -173,7 +173,7 @@ func (c *seam) Run(ctx context.Context, call *engine.Call, era engine.Era, serve
 // Dispatch serves a request of an earlier era through the same handlers.
 func (c *seam) Dispatch(ctx context.Context, call *engine.Call, era engine.Era, out engine.Stream) (engine.Reply, bool) {
 	s := c.srv()
-	if !isPrimitive(call.Msg.Method) {
+	if m := call.M; !m.Handler.Core() || !m.Eras.Has(engine.Legacy) {
 		return engine.Reply{}, false
 	}
 	if call.ParamErr != nil {
@@ -328,26 +328,19 @@ func (s *Server) scopesOf(principal string, call *engine.Call) []string {
 }
 
 // routePrimitive serves a method both eras share (the caller checked
-// that it is one).
+// that it is one), while the server offers its capability.
 func (s *Server) routePrimitive(ctx context.Context, call *engine.Call, req *Request) engine.Reply {
-	r, _ := s.primitive(ctx, call, req)
-	return r
+	if !s.offers(call.M.Needs) {
+		return engine.Reply{}
+	}
+	return handlers[call.M.Handler](s, ctx, call, req)
 }
 
-// route serves a 2026-07-28 method.
+// route serves a 2026-07-28 method, as the method table has it: one of
+// the core's, of this era, whose capability the server offers.
 func (s *Server) route(ctx context.Context, call *engine.Call, req *Request) engine.Reply {
-	switch call.Msg.Method {
-	case mcp.MethodDiscover:
-		return s.discover(req)
-	case mcp.MethodListen:
-		return s.listen(ctx, call, req)
-	case mcp.MethodTasksGet, mcp.MethodTasksUpdate, mcp.MethodTasksCancel:
-		if s.offersTasks() {
-			return s.tasksMethod(ctx, call, req)
-		}
-	}
-	if r, ok := s.primitive(ctx, call, req); ok {
-		return r
+	if m := call.M; m.Handler.Core() && m.Eras.Has(engine.Modern) && s.offers(m.Needs) {
+		return handlers[m.Handler](s, ctx, call, req)
 	}
 	return engine.Fail(req.ID, jsonrpc.CodeMethodNotFound, "Method not found: "+strconv.Quote(call.Msg.Method), nil)
 }

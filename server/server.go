@@ -488,16 +488,22 @@ func (s *Server) RequiredScopes(principal, method, name string) []string {
 	if !s.scoped.Load() {
 		return nil
 	}
-	switch method {
-	case mcp.MethodToolsCall:
+	// The methods that name an item: the table says which, and of which
+	// kind.
+	m, _ := engine.Lookup(method)
+	if !m.NamesItem() {
+		return nil
+	}
+	switch m.Needs {
+	case engine.NeedsTools:
 		if e, ok := s.tools.load().get(name); ok && s.sees(principal, ListTools, name) {
 			return e.val.scopes
 		}
-	case mcp.MethodPromptsGet:
+	case engine.NeedsPrompts:
 		if e, ok := s.prompts.load().get(name); ok && s.sees(principal, ListPrompts, name) {
 			return e.val.scopes
 		}
-	case mcp.MethodResourcesRead:
+	case engine.NeedsResources:
 		if h, opts, _ := s.resolve(principal, name); h != nil {
 			return opts.scopes
 		}

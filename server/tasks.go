@@ -584,11 +584,49 @@ func (s *Server) startTask(ctx context.Context, r *ToolRequest, work ToolHandler
 var inputResponsesTooLarge = "Invalid params: the inputResponses are too large to keep with the task (limit " +
 	strconv.Itoa(bus.MaxTaskRecord) + " bytes in all)"
 
-// tasksMethod serves tasks/get, tasks/update and tasks/cancel. Each
-// needs the extension in the request's own capabilities, then a taskId
-// naming a task of the caller's; an unknown task, an expired one and
-// another principal's are refused alike.
-func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+// tasksGet serves tasks/get.
+func (s *Server) tasksGet(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
+		rec, err := s.loadTask(ctx, id, req.Principal)
+		return rec, "", err
+	})
+}
+
+// tasksUpdate serves tasks/update.
+func (s *Server) tasksUpdate(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
+		if c.P.InputResponses == nil {
+			return nil, "Invalid params: missing inputResponses", nil
+		}
+		size := 0
+		for k, v := range c.P.InputResponses {
+			size += len(k) + len(v)
+		}
+		if size > bus.MaxTaskRecord {
+			return nil, inputResponsesTooLarge, nil
+		}
+		_, err := s.changeTask(ctx, id, req.Principal, func(rec *taskRecord) bool {
+			return rec.answer(c.P.InputResponses)
+		})
+		return nil, "", err
+	})
+}
+
+// tasksCancel serves tasks/cancel.
+func (s *Server) tasksCancel(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
+		_, err := s.changeTask(ctx, id, req.Principal, (*taskRecord).cancel)
+		return nil, "", err
+	})
+}
+
+// tasksMethod serves one of tasks/get, tasks/update and tasks/cancel,
+// whose work is op. Each needs the extension in the request's own
+// capabilities, then a taskId naming a task of the caller's; an unknown
+// task, an expired one and another principal's are refused alike. op
+// returns the record to answer with (nil: an empty result), or the
+// message of an invalid-params refusal, or an error.
+func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request, op func(id string) (*taskRecord, string, error)) engine.Reply {
 	if !declaresTasks(req.Capabilities) {
 		return engine.ErrorReply(req.ID, tasksRequired())
 	}
@@ -596,27 +634,9 @@ func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request) 
 		return invalid(req.ID, "Invalid params: missing taskId")
 	}
 	id := *c.P.TaskID
-	var rec *taskRecord
-	var err error
-	switch c.Msg.Method {
-	case mcp.MethodTasksGet:
-		rec, err = s.loadTask(ctx, id, req.Principal)
-	case mcp.MethodTasksUpdate:
-		if c.P.InputResponses == nil {
-			return invalid(req.ID, "Invalid params: missing inputResponses")
-		}
-		size := 0
-		for k, v := range c.P.InputResponses {
-			size += len(k) + len(v)
-		}
-		if size > bus.MaxTaskRecord {
-			return invalid(req.ID, inputResponsesTooLarge)
-		}
-		_, err = s.changeTask(ctx, id, req.Principal, func(rec *taskRecord) bool {
-			return rec.answer(c.P.InputResponses)
-		})
-	case mcp.MethodTasksCancel:
-		_, err = s.changeTask(ctx, id, req.Principal, (*taskRecord).cancel)
+	rec, refusal, err := op(id)
+	if refusal != "" {
+		return invalid(req.ID, refusal)
 	}
 	switch {
 	case errors.Is(err, errTaskNotFound):

@@ -331,3 +331,19 @@ func TestLegacyStdioInput(t *testing.T) {
 		t.Errorf("tools/call = %s, want the answer in it", r.raw)
 	}
 }
+
+// TestEraOfMalformedMeta: an initialize whose _meta declares 2026-07-28
+// but is otherwise malformed is a 2026-07-28 request on stdio as on
+// Streamable HTTP (the version it declares wins), refused for its _meta,
+// and opens no session.
+func TestEraOfMalformedMeta(t *testing.T) {
+	srv := newServer(t)
+	c := start(t, srv)
+	c.writeLine([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_meta":{"` + mcp.MetaProtocolVersion +
+		`":"` + mcp.Version + `","` + mcp.MetaClientCapabilities + `":7},"protocolVersion":"` + mcp.LegacyVersion +
+		`","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	r, _ := c.response(1)
+	if r.Error == nil || r.Error.Code != -32602 {
+		t.Fatalf("initialize with malformed 2026-07-28 _meta: got %s, want a -32602 refusal", r.raw)
+	}
+}

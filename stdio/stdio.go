@@ -308,8 +308,8 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	if rep != nil {
 		return c.reply(rep.Body)
 	}
-	_, modern := parsed.Version()
-	if msg.Method == mcp.MethodInitialize && !modern {
+	modern := parsed.Era("") == engine.Modern
+	if parsed.M.Handler == engine.HandleInitialize && !modern {
 		return c.initialize(ctx, parsed)
 	}
 	session := c.legacySession()
@@ -317,7 +317,7 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 		session = nil // requests with _meta are served statelessly, always
 	}
 	key := msg.ID.Raw()
-	isListen := msg.Method == mcp.MethodListen
+	isListen := parsed.M.Handler == engine.HandleListen
 	c.mu.Lock()
 	if _, dup := c.inflight[key]; dup {
 		c.mu.Unlock()

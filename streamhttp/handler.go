@@ -364,19 +364,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusBadRequest, jsonrpc.ID{}, jsonrpc.CodeParseError, "Parse error", nil)
 		return
 	}
-	if !h.cfg.modernOnly && h.isLegacy(r, msg, sid) {
-		h.serveLegacy(w, r, msg, sid)
+	if msg.IsResponse() {
+		// A response answers a 2025-11-25 session's server; in 2026-07-28
+		// there is nothing it could answer.
+		if !h.cfg.modernOnly && sid != "" {
+			h.serveLegacy(w, r, msg, nil, nil, sid)
+			return
+		}
+		h.writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Invalid Request: clients do not send responses in this protocol version", nil)
 		return
 	}
-	if msg.IsResponse() {
-		h.writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Invalid Request: clients do not send responses in this protocol version", nil)
+	call, rep := engine.Parse(msg)
+	if !h.cfg.modernOnly && call.Era(r.Header.Get(mcp.HeaderProtocolVersion)) == engine.Legacy {
+		h.serveLegacy(w, r, msg, call, rep, sid)
 		return
 	}
 	if msg.IsNotification() {
 		h.writeJSON(w, http.StatusAccepted, nil)
 		return
 	}
-	call, rep := engine.Parse(msg)
 	if rep != nil {
 		h.writeJSON(w, statusOf(rep), rep.Body)
 		return

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/go-json-experiment/json/jsontext"
-
 	"tidings/internal/engine"
 	"tidings/internal/legacy"
 	"tidings/jsonrpc"
@@ -14,35 +12,13 @@ import (
 )
 
 // The same endpoint serves 2025-11-25 clients through sessions. The era is
-// decided per request, and the version a request declares wins: one that
-// declares 2026-07-28 (in _meta or in MCP-Protocol-Version) is served
-// statelessly even if it also names a session; one that declares neither
-// is a session's, or an initialize (an initialize that carries 2026-07-28
-// _meta is a modern request for a method that no longer exists).
-
-// isLegacy decides the era of one POST.
-func (h *Handler) isLegacy(r *http.Request, msg *jsonrpc.Message, sid string) bool {
-	if msg.IsResponse() {
-		return sid != ""
-	}
-	if hv := r.Header.Get(mcp.HeaderProtocolVersion); hv != "" && !legacy.IsVersion(hv) {
-		return false
-	}
-	var p struct {
-		Meta *struct {
-			Version *string `json:"io.modelcontextprotocol/protocolVersion"`
-		} `json:"_meta"`
-	}
-	_ = jsonrpc.UnmarshalParams(orEmpty(msg.Params), &p)
-	return p.Meta == nil || p.Meta.Version == nil
-}
-
-func orEmpty(b jsontext.Value) jsontext.Value {
-	if len(b) == 0 {
-		return jsontext.Value("{}")
-	}
-	return b
-}
+// decided per request, by engine.Call.Era: the version a request declares
+// wins, so one that declares 2026-07-28 (in _meta or in
+// MCP-Protocol-Version) is served statelessly even if it also names a
+// session, and one that declares neither is a session's, or an initialize
+// (an initialize that carries 2026-07-28 _meta is a modern request for a
+// method that no longer exists). A response is a session's when it names
+// one.
 
 func (h *Handler) principalOf(r *http.Request) string {
 	if h.cfg.principal != nil {
@@ -51,10 +27,12 @@ func (h *Handler) principalOf(r *http.Request) string {
 	return ""
 }
 
-// serveLegacy handles one POST of the 2025-11-25 era.
-func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonrpc.Message, sid string) {
+// serveLegacy handles one POST of the 2025-11-25 era: msg as parsed into
+// call (rep is the refusal of params that could not be read, reported in
+// its turn), or a response (call nil).
+func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonrpc.Message, call *engine.Call, rep *engine.Reply, sid string) {
 	if sid == "" {
-		if msg.Method != mcp.MethodInitialize {
+		if call == nil || call.M.Handler != engine.HandleInitialize {
 			if msg.IsNotification() {
 				h.writeJSON(w, http.StatusAccepted, nil)
 				return
@@ -63,7 +41,6 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 				"Bad Request: no session; send initialize first, or use protocol version "+mcp.Version+" with _meta", nil)
 			return
 		}
-		call, rep := engine.Parse(msg)
 		if rep != nil {
 			h.writeJSON(w, statusOf(rep), rep.Body)
 			return
@@ -97,11 +74,10 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 		}
 		h.writeJSON(w, http.StatusAccepted, nil)
 		return
-	case msg.Method == mcp.MethodInitialize:
+	case call.M.Handler == engine.HandleInitialize:
 		h.writeError(w, http.StatusBadRequest, msg.ID, jsonrpc.CodeInvalidRequest, "Bad Request: the session is already initialized", nil)
 		return
 	}
-	call, rep := engine.Parse(msg)
 	if rep != nil {
 		h.writeJSON(w, statusOf(rep), rep.Body)
 		return

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -14,6 +15,9 @@ import (
 type Call struct {
 	// Msg is the message as decoded.
 	Msg *jsonrpc.Message
+	// M is the method's entry in the method table; its zero value (no
+	// handler, no era) for a method the server does not know.
+	M Method
 	// P holds the members of params the method reads.
 	P Params
 	// MetaErr and ParamErr keep what was wrong with _meta and with the
@@ -21,6 +25,10 @@ type Call struct {
 	// checks, which take precedence) as -32602.
 	MetaErr  error
 	ParamErr error
+
+	// declared is the protocol version _meta declares, read even from a
+	// _meta that is otherwise malformed: it decides the era.
+	declared *string
 }
 
 // Params is the union of every method's params; one strict decode serves
@@ -42,27 +50,37 @@ type Params struct {
 	TaskID *string `json:"taskId"`
 }
 
-// Parse decodes a request's params. It returns a ready error reply when
-// the params are not an object.
+// Parse decodes a request's params, once, and the protocol era it
+// belongs to (see Era). It returns a ready error reply when the params
+// are not an object; the call is returned even then, knowing its method
+// and nothing of its params, so that a transport can decide the era
+// before it reports the error in its turn.
 //
 // Only the members the method uses are decoded, so a stray member of
 // another method's shape cannot make a request fail.
 func Parse(m *jsonrpc.Message) (*Call, *Reply) {
 	c := &Call{Msg: m}
+	c.M, _ = Lookup(m.Method)
 	var fields map[string]jsontext.Value
 	if err := jsonrpc.UnmarshalParams(m.Params, &fields); err != nil {
 		r := Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+err.Error(), nil)
-		return nil, &r
+		return c, &r
 	}
 	if raw, ok := fields["_meta"]; ok && string(raw) != "null" {
 		var meta mcp.RequestMeta
 		if err := jsonrpc.UnmarshalParams(raw, &meta); err != nil || raw[0] != '{' {
 			c.MetaErr = errors.New("_meta must be an object of the defined shape")
+			var v struct {
+				Version *string `json:"io.modelcontextprotocol/protocolVersion"`
+			}
+			_ = jsonrpc.UnmarshalParams(raw, &v)
+			c.declared = v.Version
 		} else {
 			c.P.Meta = &meta
+			c.declared = meta.ProtocolVersion
 		}
 	}
-	for _, name := range paramFields(m.Method) {
+	for _, name := range c.M.Params {
 		raw, ok := fields[name]
 		if !ok || c.ParamErr != nil {
 			continue
@@ -72,31 +90,6 @@ func Parse(m *jsonrpc.Message) (*Call, *Reply) {
 		}
 	}
 	return c, nil
-}
-
-// paramFields lists the members of params a method reads.
-func paramFields(method string) []string {
-	switch method {
-	case mcp.MethodToolsList, mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodResourcesTemplates:
-		return []string{"cursor"}
-	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
-		return []string{"name", "arguments", "inputResponses", "requestState"}
-	case mcp.MethodResourcesRead:
-		return []string{"uri", "inputResponses", "requestState"}
-	case mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
-		return []string{"uri"}
-	case mcp.MethodListen:
-		return []string{"notifications"}
-	case mcp.MethodComplete:
-		return []string{"ref", "argument", "context"}
-	case mcp.NotifyCancelled:
-		return []string{"requestId"}
-	case mcp.MethodTasksGet, mcp.MethodTasksCancel:
-		return []string{"taskId"}
-	case mcp.MethodTasksUpdate:
-		return []string{"taskId", "inputResponses"}
-	}
-	return nil
 }
 
 // decode reads one member of params, strictly.
@@ -148,26 +141,48 @@ func (c *Call) Version() (string, bool) {
 	return *c.P.Meta.ProtocolVersion, true
 }
 
+// Era returns the protocol era the request belongs to. The version a
+// request declares wins: one whose _meta declares a version, or whose
+// transport declares (beside the body) a version that is not of an
+// earlier era, is a 2026-07-28 request, even if it also names a session;
+// any other is a 2025-11-25 session's, or an initialize. declared is the
+// transport's version, "" when it has none (stdio) or the request carries
+// none.
+func (c *Call) Era(declared string) Eras {
+	if declared != "" && !IsLegacyVersion(declared) {
+		return Modern
+	}
+	if c.declared != nil {
+		return Modern
+	}
+	return Legacy
+}
+
+// LegacyVersions are the earlier protocol versions served through
+// 2025-11-25 sessions.
+func LegacyVersions() []string { return []string{mcp.LegacyVersion, "2025-06-18", "2025-03-26"} }
+
+// IsLegacyVersion reports whether v is served through sessions.
+func IsLegacyVersion(v string) bool { return slices.Contains(LegacyVersions(), v) }
+
 // NameParam returns what Mcp-Name must carry for this call: the tool or
 // prompt name, the resource URI, or the task id of the tasks extension's
-// methods (which a balancer routes on). ok is false for other methods.
+// methods (which a balancer routes on), as the method table says. ok is
+// false for methods without one.
 func (c *Call) NameParam() (value string, ok bool) {
-	switch c.Msg.Method {
-	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
-		if c.P.Name != nil {
-			return *c.P.Name, true
-		}
-		return "", true
-	case mcp.MethodResourcesRead:
-		if c.P.URI != nil {
-			return *c.P.URI, true
-		}
-		return "", true
-	case mcp.MethodTasksGet, mcp.MethodTasksUpdate, mcp.MethodTasksCancel:
-		if c.P.TaskID != nil {
-			return *c.P.TaskID, true
-		}
+	var v *string
+	switch c.M.MCPName {
+	case NoName:
+		return "", false
+	case FromName:
+		v = c.P.Name
+	case FromURI:
+		v = c.P.URI
+	case FromTaskID:
+		v = c.P.TaskID
+	}
+	if v == nil {
 		return "", true
 	}
-	return "", false
+	return *v, true
 }

@@ -76,8 +76,9 @@ type Server interface {
 	Serve(ctx context.Context, c *Call, principal string, env Envelope, out Stream) Reply
 
 	// Dispatch serves one request of an earlier protocol era through the
-	// same handlers: lists, tools/call, prompts/get, resources/read and
-	// completion/complete. ok is false for any other method, which the
+	// same handlers: the methods the method table gives both eras and a
+	// core handler (lists, tools/call, prompts/get, resources/read and
+	// completion/complete). ok is false for any other method, which the
 	// era's adapter serves itself or refuses.
 	Dispatch(ctx context.Context, c *Call, era Era, out Stream) (r Reply, ok bool)
 	// Run serves, through the same middleware as every other request,

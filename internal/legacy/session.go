@@ -34,10 +34,10 @@ import (
 )
 
 // Versions are the earlier protocol versions served through sessions.
-func Versions() []string { return []string{mcp.LegacyVersion, "2025-06-18", "2025-03-26"} }
+func Versions() []string { return engine.LegacyVersions() }
 
 // IsVersion reports whether v is served through sessions.
-func IsVersion(v string) bool { return slices.Contains(Versions(), v) }
+func IsVersion(v string) bool { return engine.IsLegacyVersion(v) }
 
 // Session is one client's session.
 type Session struct {
@@ -221,10 +221,10 @@ func (ss *Session) Serve(ctx context.Context, c *engine.Call, out engine.Stream)
 // serveOwn answers the methods the era has and the core has not.
 func (ss *Session) serveOwn(c *engine.Call) engine.Reply {
 	m := c.Msg
-	switch m.Method {
-	case mcp.MethodPing:
+	switch c.M.Handler {
+	case engine.HandlePing:
 		return empty(m.ID)
-	case mcp.MethodLoggingSetLevel:
+	case engine.HandleSetLevel:
 		var p struct {
 			Level mcp.LogLevel `json:"level"`
 		}
@@ -237,7 +237,7 @@ func (ss *Session) serveOwn(c *engine.Call) engine.Reply {
 		ss.logLevel = sev
 		ss.mu.Unlock()
 		return empty(m.ID)
-	case mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
+	case engine.HandleSubscribe, engine.HandleUnsubscribe:
 		if r, ok := ss.subscribe(c); ok {
 			return r
 		}
@@ -256,7 +256,8 @@ func (ss *Session) subscribe(c *engine.Call) (engine.Reply, bool) {
 		return engine.Reply{}, false
 	}
 	uri := *c.P.URI
-	if m.Method == mcp.MethodResourcesSubscribe {
+	subscribe := c.M.Handler == engine.HandleSubscribe
+	if subscribe {
 		// The same grant a 2026-07-28 listen gets: a resource the
 		// principal may not see is refused as if it did not exist.
 		if g, _ := ss.srv.Grant(ss.principal, mcp.SubscriptionFilter{ResourceSubscriptions: []string{uri}}); len(g.ResourceSubscriptions) == 0 {
@@ -266,7 +267,7 @@ func (ss *Session) subscribe(c *engine.Call) (engine.Reply, bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	switch {
-	case m.Method == mcp.MethodResourcesSubscribe && !ss.uris[uri]:
+	case subscribe && !ss.uris[uri]:
 		if err := ss.follows.Grow(0, 1); err != nil {
 			return engine.ErrorReply(m.ID, err), true
 		}
@@ -274,7 +275,7 @@ func (ss *Session) subscribe(c *engine.Call) (engine.Reply, bool) {
 		if ss.sub != nil {
 			ss.sub.Follow(uri)
 		}
-	case m.Method == mcp.MethodResourcesUnsubscribe && ss.uris[uri]:
+	case !subscribe && ss.uris[uri]:
 		delete(ss.uris, uri)
 		ss.follows.Shrink(1)
 		if ss.sub != nil {
