@@ -8,6 +8,10 @@
 // core is stateless, nothing here is keyed by connection; every request
 // stands on its own _meta. Clients of the previous revision, 2025-11-25,
 // are served by those transports through the same handlers.
+//
+// An option that takes a size, a count or a duration keeps its default
+// for a value of zero or less, unless its doc gives zero a meaning
+// (WithKeepAlive): a bound is never turned off by a zero left unset.
 package server
 
 import (
