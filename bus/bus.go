@@ -74,6 +74,10 @@
 // once never lose a change, and dropped by the broker once it expires. An
 // event's Task says which task changed; each replica reads it from the
 // store.
+//
+// Options. An option that takes a size, a count or a duration keeps its
+// default for a value of zero or less: a bound is never turned off by a
+// zero left unset.
 package bus
 
 import (

@@ -24,22 +24,19 @@ func newConfig(opts []Option) config { return brokerkit.Apply(opts) }
 // sequence number (default 5s): a peer that missed the last events of a
 // burst finds out, and re-notifies, within one interval. Each heartbeat
 // is one small message per replica.
-func WithHeartbeat(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.Heartbeat = d
-		}
-	}
-}
+func WithHeartbeat(d time.Duration) Option { return func(c *config) { positive(&c.Heartbeat, d) } }
 
 // WithQueue sets how many events may wait to be sent (default 1024).
 // Publish never blocks: past the bound, events are dropped and counted,
 // and the peers re-notify when they see the gap.
-func WithQueue(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.Queue = n
-		}
+func WithQueue(n int) Option { return func(c *config) { positive(&c.Queue, n) } }
+
+// positive sets *dst to v if v is positive and otherwise leaves the
+// default there: the rule of every size, count and duration option (see
+// the package doc).
+func positive[T ~int | ~int64](dst *T, v T) {
+	if v > 0 {
+		*dst = v
 	}
 }
 
@@ -77,12 +74,11 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.Logger = l }
 // WithBackoff bounds the delay between reconnect attempts (defaults
 // 100ms and 10s): it doubles from min after each failed attempt up to
 // max, and each delay is drawn at random from its upper half, so that
-// replicas that lost the broker together do not return in step.
+// replicas that lost the broker together do not return in step. A max
+// below the min in force is ignored.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) {
-		if min > 0 {
-			c.MinBackoff = min
-		}
+		positive(&c.MinBackoff, min)
 		if max >= c.MinBackoff {
 			c.MaxBackoff = max
 		}

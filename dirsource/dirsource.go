@@ -48,6 +48,10 @@
 // are neither listed nor followed, and the file is opened through an
 // os.Root, so even a link swapped in between the check and the open cannot
 // lead outside the directory.
+//
+// An option that takes a size, a count or a duration keeps its default
+// for a value of zero or less, unless its doc gives zero a meaning
+// (WithRootGrace): a bound is never turned off by a zero left unset.
 package dirsource
 
 import (
@@ -109,49 +113,25 @@ type Option func(*config)
 // WithCoalesceWindow sets how long events are gathered before they are
 // acted on (default 25ms). Longer windows merge more of a burst into one
 // notification; the delay of every notification grows by the same amount.
-func WithCoalesceWindow(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.coalesce = d
-		}
-	}
-}
+func WithCoalesceWindow(d time.Duration) Option { return func(c *config) { positive(&c.coalesce, d) } }
 
 // WithMaxReadBytes bounds the size of a file that resources/read returns
 // (default DefaultMaxReadBytes, 8 MiB). Larger files stay listed, but
 // reading them fails with an error that names the limit, so a stray disk
 // image cannot exhaust memory.
-func WithMaxReadBytes(n int64) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxRead = n
-		}
-	}
-}
+func WithMaxReadBytes(n int64) Option { return func(c *config) { positive(&c.maxRead, n) } }
 
 // WithMaxSearchBytes bounds the size of a file that search_files looks
 // into (default DefaultMaxSearchBytes, 1 MiB). Larger files are skipped,
 // and a search that skipped any says so (truncated, reason
 // "file_too_large").
-func WithMaxSearchBytes(n int64) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxSearch = n
-		}
-	}
-}
+func WithMaxSearchBytes(n int64) Option { return func(c *config) { positive(&c.maxSearch, n) } }
 
 // WithSearchBudget bounds the bytes one search_files call reads in all
 // (default DefaultSearchBudget, 64 MiB), so a query over a large tree
 // answers in bounded time; a search that stops early says so (truncated,
 // reason "search_budget").
-func WithSearchBudget(n int64) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.searchBudget = n
-		}
-	}
-}
+func WithSearchBudget(n int64) Option { return func(c *config) { positive(&c.searchBudget, n) } }
 
 // WithSearchTimeout bounds how long one search_files call may take
 // (default DefaultSearchTimeout, ten seconds). A regular expression can
@@ -160,13 +140,7 @@ func WithSearchBudget(n int64) Option {
 // runs out of time answers with what it found so far and says so
 // (truncated, reason "search_timeout"), like one that ran out of bytes:
 // what was found is still true, and the caller can narrow the query.
-func WithSearchTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.searchTime = d
-		}
-	}
-}
+func WithSearchTimeout(d time.Duration) Option { return func(c *config) { positive(&c.searchTime, d) } }
 
 // WithMaxRegexpSize bounds the size of the program a search_files regular
 // expression compiles to, in instructions (default DefaultMaxRegexpSize,
@@ -176,13 +150,7 @@ func WithSearchTimeout(d time.Duration) Option {
 // a minute of CPU per MiB searched. A plain string of the longest query
 // (1000 characters) compiles to about 1000, so it always passes. A larger
 // pattern is refused with -32602, naming the limit and its size.
-func WithMaxRegexpSize(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxRegexp = n
-		}
-	}
-}
+func WithMaxRegexpSize(n int) Option { return func(c *config) { positive(&c.maxRegexp, n) } }
 
 // WithMaxDirEntries bounds the entries one list_directory answer holds
 // (default DefaultMaxDirEntries, 1000). The directory is read in batches
@@ -190,13 +158,7 @@ func WithMaxRegexpSize(n int) Option {
 // no more to list than one of a thousand; the answer then says it was cut
 // (truncated), and holds the entries the system returned first, sorted by
 // name, not the first by name of the whole directory.
-func WithMaxDirEntries(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxDirList = n
-		}
-	}
-}
+func WithMaxDirEntries(n int) Option { return func(c *config) { positive(&c.maxDirList, n) } }
 
 // WithMaxFiles bounds how many files are listed (default
 // DefaultMaxFiles, 10000), which keeps list sizes predictable when the
@@ -205,11 +167,14 @@ func WithMaxDirEntries(n int) Option {
 // and the list says it is partial (see PartialURI). The source still
 // keeps a small record of every file, so that room left by deleted files
 // is filled at once.
-func WithMaxFiles(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxFiles = n
-		}
+func WithMaxFiles(n int) Option { return func(c *config) { positive(&c.maxFiles, n) } }
+
+// positive sets *dst to v if v is positive and otherwise leaves the
+// default there: the rule of every size, count and duration option (see
+// the package doc).
+func positive[T ~int | ~int64](dst *T, v T) {
+	if v > 0 {
+		*dst = v
 	}
 }
 

@@ -25,7 +25,7 @@ func TestRefusedEntryLeavesTheOthersListed(t *testing.T) {
 	if err := src.Register(srv); err != nil {
 		t.Fatal(err)
 	}
-	listed := func(rel string) bool { return srv.EnableResource(src.URI(rel)) }
+	listed := func(rel string) bool { return srv.Enable(t.Context(), server.Resource(src.URI(rel))) == nil }
 	now := time.Now()
 	good := fileMeta{size: 1, mod: now, mime: "text/plain"}
 	bad := fileMeta{size: 1, mod: now, mime: "text/\xff"}

@@ -455,20 +455,6 @@ func (s *Subscription) TakeTasks(buf []string) []string {
 	return buf
 }
 
-// MarkTasks makes the subscription's tasks pending, as if each had just
-// changed: its owner then sends their state once more (a listen sends the
-// state of every task it follows when it starts).
-func (s *Subscription) MarkTasks() {
-	if len(s.tasks) == 0 {
-		return
-	}
-	for i := range s.tflags {
-		s.tflags[i].Store(true)
-	}
-	s.bits.Or(uint32(taskBit))
-	s.poke()
-}
-
 // TakeMerged returns how many changes were folded into pending state
 // that was already set since the last call (a change to a list whose
 // change the subscriber has not yet been told of), and resets it: what

@@ -48,7 +48,7 @@ func TestSubscribeFoldsDuplicateTasks(t *testing.T) {
 	if got := s.TakeTasks(nil); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("a change of a task followed three times is taken as %q, want it once", got)
 	}
-	s.MarkTasks()
+	h.MarkAllDirty()
 	if got := s.TakeTasks(nil); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("marked, the tasks are taken as %q, want a and b once each, in the filter's order", got)
 	}
@@ -182,30 +182,6 @@ func TestTakeLeavesTasks(t *testing.T) {
 	s.TakeTasks(nil)
 	if k, uris := s.Take(nil); k != ToolsList || !slices.Equal(uris, []string{"res://a"}) {
 		t.Fatalf("after TakeTasks, Take returns %v and %q", k, uris)
-	}
-}
-
-func TestMarkTasks(t *testing.T) {
-	h := New()
-	s := subscribe(t, h, Filter{Kinds: ToolsList, Tasks: []string{"b", "a"}})
-	other := subscribe(t, h, Filter{Tasks: []string{"a"}})
-	none := subscribe(t, h, Filter{Kinds: ToolsList})
-	s.MarkTasks()
-	if !woken(s) {
-		t.Fatal("MarkTasks did not wake the subscription")
-	}
-	if got := taken(s); !slices.Equal(got, []string{"a", "b"}) {
-		t.Fatalf("after MarkTasks, TakeTasks returns %q", got)
-	}
-	if k, uris := s.Take(nil); k != 0 || len(uris) != 0 {
-		t.Fatalf("MarkTasks left %v and %q for Take", k, uris)
-	}
-	if woken(other) || len(other.TakeTasks(nil)) != 0 {
-		t.Fatal("MarkTasks of one subscription marked another's")
-	}
-	none.MarkTasks()
-	if woken(none) {
-		t.Fatal("MarkTasks woke a subscription that follows no task")
 	}
 }
 

@@ -20,8 +20,8 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// Version is the only JSON-RPC version MCP speaks.
-const Version = "2.0"
+// version is the only JSON-RPC version MCP speaks.
+const version = "2.0"
 
 // Standard JSON-RPC error codes.
 const (
@@ -195,7 +195,7 @@ func Decode(b []byte, maxDepth int) (*Message, error) {
 	if len(b) == 0 {
 		return nil, &DecodeError{Code: CodeParseError, Err: errors.New("empty message")}
 	}
-	if err := CheckDepth(b, maxDepth); err != nil {
+	if err := checkDepth(b, maxDepth); err != nil {
 		return nil, &DecodeError{Code: CodeParseError, Err: err}
 	}
 	switch b[0] {
@@ -229,7 +229,7 @@ func Decode(b []byte, maxDepth int) (*Message, error) {
 	if name := caseVariant(w.Unknown); name != "" {
 		return fail(fmt.Errorf("member names are case-sensitive: %q is not a JSON-RPC member", name))
 	}
-	if w.JSONRPC == nil || *w.JSONRPC != Version {
+	if w.JSONRPC == nil || *w.JSONRPC != version {
 		return fail(errors.New(`"jsonrpc" must be "2.0"`))
 	}
 	if idErr != nil {
@@ -279,10 +279,10 @@ func caseVariant(unknown jsontext.Value) string {
 	return ""
 }
 
-// CheckDepth returns an error when b nests objects or arrays deeper than max.
+// checkDepth returns an error when b nests objects or arrays deeper than max.
 // It scans bytes without allocating, so it is safe to run on hostile input
 // before any real decoding.
-func CheckDepth(b []byte, max int) error {
+func checkDepth(b []byte, max int) error {
 	depth := 0
 	inString := false
 	for i := 0; i < len(b); i++ {

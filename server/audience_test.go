@@ -59,8 +59,16 @@ func TestChangeToldOnlyToWhoMaySeeIt(t *testing.T) {
 		do   func()
 	}{
 		{"add", func() { mustAddTool(t, h.srv, textTool("secret"), echoHandler("s")) }},
-		{"disable", func() { h.srv.DisableTool("secret") }},
-		{"enable", func() { h.srv.EnableTool("secret") }},
+		{"disable", func() {
+			if err := h.srv.Disable(t.Context(), server.Tool("secret")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"enable", func() {
+			if err := h.srv.Enable(t.Context(), server.Tool("secret")); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"remove", func() { h.srv.RemoveTools("secret") }},
 	} {
 		before := count(decodeNotifs(t, alice.rec.messages()), mcp.NotifyToolsListChanged)

@@ -24,7 +24,7 @@ import (
 // changed, each replica answers from its own registries); the same
 // WithSecret key on every replica, or a cursor or requestState issued by
 // one is refused by the others; and, for what is switched on and off at
-// run time (DisableTool and the like), WithSharedState on the same
+// run time (Enable and Disable), WithSharedState on the same
 // broker, or a switch reaches only the replica it was made on while the
 // others are told a list changed that, for them, did not.
 //

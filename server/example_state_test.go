@@ -59,7 +59,7 @@ func ExampleWithSharedState() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := a.SetEnabled(ctx, server.ListTools, "deploy", false); err != nil {
+	if err := a.Disable(ctx, server.Tool("deploy")); err != nil {
 		fmt.Println("not in the shared state yet:", err)
 	}
 	fmt.Println("B's watcher: removed", (<-events).Removed)

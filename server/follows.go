@@ -67,9 +67,9 @@ const (
 
 // WithListenLimits bounds the listens the server keeps open and the
 // resource URIs they follow (see ListenLimits for each bound and its
-// default; a field of zero or less keeps its default). A listen beyond
-// URIsPerListen is refused with -32602, the request being too large. A
-// listen, or a 2025-11-25 resources/subscribe, that would pass another
+// default). A listen beyond URIsPerListen is refused with -32602, the
+// request being too large. A listen, or a 2025-11-25
+// resources/subscribe, that would pass another
 // bound is refused with -32603, as a task beyond WithMaxTasks is: the
 // request was valid and may succeed once other listens end. Either
 // error names the bound and its value in its message, and its data
@@ -77,19 +77,14 @@ const (
 // ListenStats.Refused.
 func WithListenLimits(l ListenLimits) Option {
 	return func(c *config) {
-		set := func(dst *int, v int) {
-			if v > 0 {
-				*dst = v
-			}
-		}
-		set(&c.listens.URIsPerListen, l.URIsPerListen)
+		positive(&c.listens.URIsPerListen, l.URIsPerListen)
 		for _, a := range []struct{ dst, src *Allowance }{
 			{&c.listens.PerConnection, &l.PerConnection},
 			{&c.listens.PerPrincipal, &l.PerPrincipal},
 			{&c.listens.Total, &l.Total},
 		} {
-			set(&a.dst.Listens, a.src.Listens)
-			set(&a.dst.URIs, a.src.URIs)
+			positive(&a.dst.Listens, a.src.Listens)
+			positive(&a.dst.URIs, a.src.URIs)
 		}
 	}
 }

@@ -175,12 +175,28 @@ func TestListenListChanged(t *testing.T) {
 	}{
 		{"add tool", mcp.NotifyToolsListChanged, func() { mustAddTool(t, h.srv, textTool("t1"), echoHandler("1")) }},
 		{"replace tool", mcp.NotifyToolsListChanged, func() { mustAddTool(t, h.srv, textTool("t1"), echoHandler("2")) }},
-		{"disable tool", mcp.NotifyToolsListChanged, func() { h.srv.DisableTool("t1") }},
-		{"enable tool", mcp.NotifyToolsListChanged, func() { h.srv.EnableTool("t1") }},
+		{"disable tool", mcp.NotifyToolsListChanged, func() {
+			if err := h.srv.Disable(t.Context(), server.Tool("t1")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"enable tool", mcp.NotifyToolsListChanged, func() {
+			if err := h.srv.Enable(t.Context(), server.Tool("t1")); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"remove tool", mcp.NotifyToolsListChanged, func() { h.srv.RemoveTools("t1") }},
 		{"add prompt", mcp.NotifyPromptsListChanged, func() { mustAddPrompt(t, h.srv, mcp.Prompt{Name: "p1"}, simplePrompt) }},
-		{"disable prompt", mcp.NotifyPromptsListChanged, func() { h.srv.DisablePrompt("p1") }},
-		{"enable prompt", mcp.NotifyPromptsListChanged, func() { h.srv.EnablePrompt("p1") }},
+		{"disable prompt", mcp.NotifyPromptsListChanged, func() {
+			if err := h.srv.Disable(t.Context(), server.Prompt("p1")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"enable prompt", mcp.NotifyPromptsListChanged, func() {
+			if err := h.srv.Enable(t.Context(), server.Prompt("p1")); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"remove prompt", mcp.NotifyPromptsListChanged, func() { h.srv.RemovePrompts("p1") }},
 		{"add resource", mcp.NotifyResourcesListChanged, func() { mustAddResource(t, h.srv, "mem://r1", textResource("", "r")) }},
 		{"remove resource", mcp.NotifyResourcesListChanged, func() { h.srv.RemoveResources("mem://r1") }},

@@ -49,11 +49,14 @@ type Option func(*config)
 func WithInstructions(s string) Option { return func(c *config) { c.instructions = s } }
 
 // WithPageSize sets how many items a list page holds (default 100).
-func WithPageSize(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.pageSize = n
-		}
+func WithPageSize(n int) Option { return func(c *config) { positive(&c.pageSize, n) } }
+
+// positive sets *dst to v if v is positive and otherwise leaves the
+// default there: the rule of every size, count and duration option (see
+// the package doc).
+func positive[T ~int | ~int64](dst *T, v T) {
+	if v > 0 {
+		*dst = v
 	}
 }
 
@@ -104,7 +107,7 @@ func WithKeepAlive(d time.Duration) Option { return func(c *config) { c.keepAliv
 
 // WithRequestStateTTL bounds how long an MRTR requestState stays valid
 // (default 10 minutes).
-func WithRequestStateTTL(d time.Duration) Option { return func(c *config) { c.stateTTL = d } }
+func WithRequestStateTTL(d time.Duration) Option { return func(c *config) { positive(&c.stateTTL, d) } }
 
 // WithoutServerInfo stops the server from putting serverInfo in result _meta.
 func WithoutServerInfo() Option { return func(c *config) { c.noServerInfo = true } }

@@ -178,7 +178,9 @@ func TestPaginationStableUnderChange(t *testing.T) {
 		if step == 0 {
 			h.srv.RemoveTools(toolName(1), toolName(15))
 			removed[toolName(1)], removed[toolName(15)] = true, true
-			h.srv.DisableTool(toolName(17))
+			if err := h.srv.Disable(t.Context(), server.Tool(toolName(17))); err != nil {
+				t.Fatal(err)
+			}
 			removed[toolName(17)] = true
 		}
 		for _, n := range []string{fmt.Sprintf("a%02d", step), fmt.Sprintf("t%03d5", 4*step+5), fmt.Sprintf("z%02d", step)} {

@@ -65,7 +65,9 @@ func TestToolCalls(t *testing.T) {
 		return nil, nil
 	})
 	mustAddTool(t, h.srv, textTool("hidden"), echoHandler("h"))
-	h.srv.DisableTool("hidden")
+	if err := h.srv.Disable(t.Context(), server.Tool("hidden")); err != nil {
+		t.Fatal(err)
+	}
 
 	// Success, with structuredContent that matches the output schema.
 	r, _ := h.call(1, mcp.MethodToolsCall, P{"name": "add", "arguments": P{"a": 2, "b": 3}})

@@ -8,6 +8,10 @@
 // core is stateless, nothing here is keyed by connection; every request
 // stands on its own _meta. Clients of the previous revision, 2025-11-25,
 // are served by those transports through the same handlers.
+//
+// An option that takes a size, a count or a duration keeps its default
+// for a value of zero or less, unless its doc gives zero a meaning
+// (WithKeepAlive): a bound is never turned off by a zero left unset.
 package server
 
 import (
@@ -282,17 +286,6 @@ func (s *Server) AddTool(t mcp.Tool, h ToolHandler, opts ...ItemOption) error {
 // RemoveTools unregisters tools by name and reports how many were found.
 func (s *Server) RemoveTools(names ...string) int { return s.tools.remove(names...) }
 
-// EnableTool shows a tool hidden by DisableTool again. It reports whether
-// the tool is registered. With shared state it switches the tool on every
-// replica (see WithSharedState; SetEnabled waits for the store).
-func (s *Server) EnableTool(name string) bool { return s.switchItem(ListTools, name, true) }
-
-// DisableTool hides a registered tool without forgetting it: a disabled
-// tool is neither listed nor callable, and listeners are told the list
-// changed. It reports whether the tool is registered. With shared state
-// it hides the tool on every replica.
-func (s *Server) DisableTool(name string) bool { return s.switchItem(ListTools, name, false) }
-
 // ---- prompts ----
 
 // PromptHandler renders a prompt. Errors follow ToolHandler's rules,
@@ -324,14 +317,6 @@ func (s *Server) AddPrompt(p mcp.Prompt, h PromptHandler, opts ...ItemOption) er
 
 // RemovePrompts unregisters prompts by name.
 func (s *Server) RemovePrompts(names ...string) int { return s.prompts.remove(names...) }
-
-// EnablePrompt shows a prompt hidden by DisablePrompt again. It reports
-// whether the prompt is registered.
-func (s *Server) EnablePrompt(name string) bool { return s.switchItem(ListPrompts, name, true) }
-
-// DisablePrompt hides a registered prompt without forgetting it, as
-// DisableTool does for tools.
-func (s *Server) DisablePrompt(name string) bool { return s.switchItem(ListPrompts, name, false) }
 
 // ---- resources ----
 

@@ -16,9 +16,8 @@ import (
 	"tidings/hub"
 )
 
-// WithSharedState makes what is switched on and off at run time —
-// EnableTool, DisableTool, EnablePrompt, DisablePrompt, EnableResource,
-// DisableResource, SetEnabled — the same on every replica that is given
+// WithSharedState makes what is switched on and off at run time (Enable
+// and Disable) the same on every replica that is given
 // the same st (brokers.OpenState on the bus's URL, or a bus.LocalState
 // in one process), instead of a setting of the replica the
 // call happened to reach. Every replica registers the same items in code;
@@ -49,15 +48,16 @@ import (
 // logged, counted (StateStats) and retried — with backoff, and on every
 // resync — until it lands, and only then published. Meanwhile a load
 // does not undo it: a replica's own unwritten changes win over what it
-// loads. SetEnabled and SyncState report the error; the bool-returning
-// methods do not wait for the write. A load that fails is retried too,
+// loads. Enable, Disable and SyncState wait for the write and report its
+// error; a caller that does not want to wait gives them a ctx that ends
+// soon, and the change is still made here and retried. A load that fails is retried too,
 // and what it then finds is told to the listeners.
 //
 // Without a bus the state is loaded when the server starts and on
 // SyncState only. The server owns st from then on: Shutdown closes it.
 func WithSharedState(st bus.State) Option { return func(c *config) { c.state = st } }
 
-// ErrNotRegistered is what SetEnabled returns for a key no item of its
+// ErrNotRegistered is what Enable and Disable return for a key no item of its
 // kind is registered under: there is nothing to switch, and nothing is
 // written.
 var ErrNotRegistered = errors.New("server: no such item is registered")
@@ -88,42 +88,60 @@ func (s *Server) StateStats() StateStats {
 	return s.shared.stats()
 }
 
-// EnableResource shows a resource hidden by DisableResource again. It
-// reports whether the resource is registered.
-func (s *Server) EnableResource(uri string) bool { return s.switchItem(ListResources, uri, true) }
+// An Item names one tool, prompt or resource for Enable and Disable.
+// Only these three kinds are switched on and off, so only Tool, Prompt
+// and Resource make one: a resource template or a cached result cannot
+// be named. The zero Item names nothing, and switching it is an error.
+type Item struct {
+	list List
+	key  string
+}
 
-// DisableResource hides a registered resource without forgetting it: it
-// is neither listed nor readable, and listeners are told the list
-// changed. It reports whether the resource is registered.
-func (s *Server) DisableResource(uri string) bool { return s.switchItem(ListResources, uri, false) }
+// Tool names the tool registered under name.
+func Tool(name string) Item { return Item{list: ListTools, key: name} }
 
-// SetEnabled switches the tool (l is ListTools), prompt (ListPrompts) or
-// resource (ListResources) keyed key on or off, as EnableTool and the
-// others do, and with shared state waits until the change is in the
-// store: it returns the store's error, if any, and ctx's if ctx ends
-// first — the change then still applies here and is retried, so the
-// error says only that the other replicas may not see it yet. A key that
-// is not registered is ErrNotRegistered.
-func (s *Server) SetEnabled(ctx context.Context, l List, key string, on bool) error {
-	sw := s.switchable(l)
+// Prompt names the prompt registered under name.
+func Prompt(name string) Item { return Item{list: ListPrompts, key: name} }
+
+// Resource names the resource registered at uri.
+func Resource(uri string) Item { return Item{list: ListResources, key: uri} }
+
+// Enable shows an item hidden by Disable again, and tells listeners its
+// list changed. See Disable for what it waits for and returns.
+func (s *Server) Enable(ctx context.Context, it Item) error { return s.setEnabled(ctx, it, true) }
+
+// Disable hides a registered item without forgetting it: a disabled tool
+// is neither listed nor callable, a prompt neither listed nor rendered, a
+// resource neither listed nor readable, and listeners are told the list
+// changed. The item is hidden here at once. With shared state (see
+// WithSharedState) it is hidden on every replica, and Disable waits until
+// the change is in the store: it returns the store's error, if any, and
+// ctx's if ctx ends first — the change then still applies here and is
+// retried, so the error says only that the other replicas may not see it
+// yet. An item that is not registered is ErrNotRegistered, and nothing
+// changes.
+func (s *Server) Disable(ctx context.Context, it Item) error { return s.setEnabled(ctx, it, false) }
+
+func (s *Server) setEnabled(ctx context.Context, it Item, on bool) error {
+	sw := s.switchable(it.list)
 	if sw == nil {
-		return fmt.Errorf("server: list %d has no items to switch on and off", l)
+		return errors.New("server: the zero Item names nothing to switch on or off; make one with Tool, Prompt or Resource")
 	}
 	if s.shared == nil {
-		if !sw.setEnabled(key, on) {
-			return fmt.Errorf("server: %s %q: %w", kindName(l), key, ErrNotRegistered)
+		if !sw.setEnabled(it.key, on) {
+			return fmt.Errorf("server: %s %q: %w", kindName(it.list), it.key, ErrNotRegistered)
 		}
 		return nil
 	}
 	done := make(chan error, 1)
-	if !s.shared.set(sw, key, on, done) {
-		return fmt.Errorf("server: %s %q: %w", kindName(l), key, ErrNotRegistered)
+	if !s.shared.set(sw, it.key, on, done) {
+		return fmt.Errorf("server: %s %q: %w", kindName(it.list), it.key, ErrNotRegistered)
 	}
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("server: %s %q switched here, not yet in the shared state: %w", kindName(l), key, ctx.Err())
+		return fmt.Errorf("server: %s %q switched here, not yet in the shared state: %w", kindName(it.list), it.key, ctx.Err())
 	}
 }
 
@@ -145,16 +163,6 @@ func (s *Server) SyncState(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("server: sync state: %w", ctx.Err())
 	}
-}
-
-// switchItem is EnableTool and the others: with shared state, the write
-// goes on behind the call.
-func (s *Server) switchItem(l List, key string, on bool) bool {
-	sw := s.switchable(l)
-	if s.shared == nil {
-		return sw.setEnabled(key, on)
-	}
-	return s.shared.set(sw, key, on, nil)
 }
 
 // switchable is a registry whose items can be switched on and off.

@@ -106,11 +106,11 @@ func TestSharedStateAppliesToRegistration(t *testing.T) {
 	if got := h.tools(); !slices.Equal(got, []string{"a", "c"}) {
 		t.Fatalf("tools after registering b again = %v, want [a c]", got)
 	}
-	if !h.srv.EnableTool("b") {
-		t.Fatal("EnableTool(b) = false")
+	if err := h.srv.Enable(ctx, server.Tool("b")); err != nil {
+		t.Fatal(err)
 	}
 	if got := h.tools(); !slices.Equal(got, []string{"a", "b", "c"}) {
-		t.Fatalf("tools after EnableTool(b) = %v", got)
+		t.Fatalf("tools after Enable(Tool(b)) = %v", got)
 	}
 	waitUntil(t, "the write of tool:b", func() bool { return h.srv.StateStats().Unwritten == 0 })
 	if m, _ := st.Load(ctx); m["tool:b"] != true {
@@ -122,7 +122,7 @@ func TestSharedStateAppliesToRegistration(t *testing.T) {
 }
 
 // TestSharedStateWriteFailure: a change the store cannot take applies here
-// at once, SetEnabled says so, a load does not undo it, and it is written
+// at once, Disable says so, a load does not undo it, and it is written
 // by itself once the store is back.
 func TestSharedStateWriteFailure(t *testing.T) {
 	local := bus.NewLocalState()
@@ -132,9 +132,9 @@ func TestSharedStateWriteFailure(t *testing.T) {
 	fs.Cut()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	err := h.srv.SetEnabled(ctx, server.ListTools, "a", false)
+	err := h.srv.Disable(ctx, server.Tool("a"))
 	if !errors.Is(err, bustest.ErrCut) {
-		t.Fatalf("SetEnabled with the store cut off: %v, want ErrCut", err)
+		t.Fatalf("Disable with the store cut off: %v, want ErrCut", err)
 	}
 	if got := h.tools(); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("tools = %v, want [b]: the change applies here", got)
@@ -165,11 +165,11 @@ func TestSharedStateWriteFailure(t *testing.T) {
 	if got := h.tools(); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("tools after the store came back = %v, want [b]", got)
 	}
-	if err := h.srv.SetEnabled(ctx, server.ListTools, "nope", false); !errors.Is(err, server.ErrNotRegistered) {
-		t.Errorf("SetEnabled of an unknown tool: %v", err)
+	if err := h.srv.Disable(ctx, server.Tool("nope")); !errors.Is(err, server.ErrNotRegistered) {
+		t.Errorf("Disable of an unknown tool: %v", err)
 	}
-	if err := h.srv.SetEnabled(ctx, server.ListTemplates, "x", false); err == nil {
-		t.Error("SetEnabled of a template: no error")
+	if err := h.srv.Disable(ctx, server.Item{}); err == nil || errors.Is(err, server.ErrNotRegistered) {
+		t.Errorf("Disable of the zero Item: %v, want an error naming the mistake", err)
 	}
 }
 
@@ -211,7 +211,13 @@ func TestSharedStateFlushedAtShutdown(t *testing.T) {
 	st := bus.NewLocalState()
 	h := newHarness(t, server.WithSharedState(st))
 	mustAddTool(t, h.srv, textTool("a"), echoHandler("a"))
-	h.srv.DisableTool("a")
+	// A ctx that has ended stops only the wait: the write is still to be
+	// made when Shutdown begins.
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if err := h.srv.Disable(ended, server.Tool("a")); errors.Is(err, server.ErrNotRegistered) {
+		t.Fatal(err)
+	}
 	if err := h.srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -228,16 +234,19 @@ func TestSharedStateFlushedAtShutdown(t *testing.T) {
 func TestResourceSwitch(t *testing.T) {
 	h := newHarness(t)
 	mustAddResource(t, h.srv, "mem://r", textResource("mem://r", "R"))
-	if !h.srv.DisableResource("mem://r") || h.srv.DisableResource("mem://none") {
-		t.Fatal("DisableResource reports the wrong registrations")
+	if err := h.srv.Disable(t.Context(), server.Resource("mem://r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.Disable(t.Context(), server.Resource("mem://none")); !errors.Is(err, server.ErrNotRegistered) {
+		t.Fatalf("Disable of an unregistered resource: %v, want ErrNotRegistered", err)
 	}
 	if got := h.names(mcp.MethodResourcesList, "resources", "uri"); len(got) != 0 {
 		t.Fatalf("resources = %v, want none", got)
 	}
 	r, _ := h.call(2, mcp.MethodResourcesRead, P{"uri": "mem://r"})
 	r.fails(t, jsonrpc.CodeInvalidParams)
-	if !h.srv.EnableResource("mem://r") {
-		t.Fatal("EnableResource = false")
+	if err := h.srv.Enable(t.Context(), server.Resource("mem://r")); err != nil {
+		t.Fatal(err)
 	}
 	r, _ = h.call(3, mcp.MethodResourcesRead, P{"uri": "mem://r"})
 	r.ok(t)

@@ -70,30 +70,25 @@ func WithTaskStore(st bus.TaskStore) Option {
 }
 
 // WithTaskTTL sets how long a task is kept after it was created (default
-// one hour; a non-positive d keeps the default): its ttlMs. Past it the
+// one hour): its ttlMs. Past it the
 // task's work is stopped and the task is forgotten, so a client that
 // never comes back costs nothing for ever. Like every task option, it
 // makes the server offer tasks.
 func WithTaskTTL(d time.Duration) Option {
 	return func(c *config) {
-		if d > 0 {
-			c.taskTTL = d
-		}
+		positive(&c.taskTTL, d)
 		c.taskOpts = true
 	}
 }
 
 // WithTaskPollInterval sets the pollIntervalMs the server suggests to
-// clients polling a task (default one second; a non-positive d keeps
-// the default). The replica running a task also re-reads it from the
+// clients polling a task (default one second). The replica running a task also re-reads it from the
 // store that often, so that an answer or a cancel whose event was lost
 // on the bus is late by at most one interval. Like every task option, it
 // makes the server offer tasks.
 func WithTaskPollInterval(d time.Duration) Option {
 	return func(c *config) {
-		if d > 0 {
-			c.taskPoll = d
-		}
+		positive(&c.taskPoll, d)
 		c.taskOpts = true
 	}
 }
@@ -103,19 +98,15 @@ func WithTaskPollInterval(d time.Duration) Option {
 // n in all and perPrincipal for any one principal — the unauthenticated
 // callers ("") sharing one allowance — so that no caller, nor all of
 // them, can make the server run work without end. The defaults are
-// 10 000 and 100; a non-positive value keeps its default. Beyond either,
+// 10 000 and 100. Beyond either,
 // RunAsTask answers -32603 "Internal error: too many tasks running": the
 // call was valid, and the server refuses it for its own sake, as it does
 // a task it cannot store; the client may try again once tasks end. Like
 // every task option, it makes the server offer tasks.
 func WithMaxTasks(n, perPrincipal int) Option {
 	return func(c *config) {
-		if n > 0 {
-			c.maxTasks = n
-		}
-		if perPrincipal > 0 {
-			c.maxPrincipalTasks = perPrincipal
-		}
+		positive(&c.maxTasks, n)
+		positive(&c.maxPrincipalTasks, perPrincipal)
 		c.taskOpts = true
 	}
 }

@@ -21,8 +21,8 @@ import (
 const defaultTaskLease = 10 * time.Second
 
 // WithTaskLease sets how long the lease on a running task lasts (default
-// ten seconds; a non-positive d keeps the default). The replica running
-// a task renews its lease in the store every d/3; once a lease has
+// ten seconds). The replica running a task renews its lease in the
+// store every d/3; once a lease has
 // lapsed while the task is unfinished (working or input_required) — the
 // replica was killed, or lost the store for longer than d — the next
 // replica to read the task (tasks/get, tasks/update, tasks/cancel, a
@@ -44,9 +44,7 @@ const defaultTaskLease = 10 * time.Second
 // Like every task option, it makes the server offer tasks.
 func WithTaskLease(d time.Duration) Option {
 	return func(c *config) {
-		if d > 0 {
-			c.taskLease = d
-		}
+		positive(&c.taskLease, d)
 		c.taskOpts = true
 	}
 }

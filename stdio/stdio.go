@@ -6,6 +6,10 @@
 // each keyed by its own request id; notifications/cancelled ends exactly
 // the request it names. Nothing but protocol messages is ever written to
 // the output.
+//
+// An option that takes a size, a count or a duration keeps its default
+// for a value of zero or less: a bound is never turned off by a zero
+// left unset.
 package stdio
 
 import (
@@ -43,42 +47,40 @@ type Option func(*config)
 // WithMaxLineBytes bounds one incoming message (default 4 MiB). A longer
 // line is discarded whole and answered with a parse error; the connection
 // stays usable.
-// Values of n ≤ 0 are ignored.
-func WithMaxLineBytes(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxLine = n
-		}
-	}
-}
+func WithMaxLineBytes(n int) Option { return func(c *config) { positive(&c.maxLine, n) } }
 
 // WithMaxInFlight bounds concurrently running ordinary requests (default
 // 64). Requests over the bound wait for a slot without holding up the
 // reader, so cancellations still arrive; up to four times the bound may
 // wait, and any beyond that are answered at once with an error saying the
-// server is busy. Values of n ≤ 0 are ignored.
-func WithMaxInFlight(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxInFlight = n
-		}
-	}
-}
+// server is busy.
+func WithMaxInFlight(n int) Option { return func(c *config) { positive(&c.maxInFlight, n) } }
 
 // WithMaxListens bounds open listens on one connection (default 1000).
-// Values of n ≤ 0 are ignored.
-func WithMaxListens(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxListens = n
-		}
-	}
-}
+func WithMaxListens(n int) Option { return func(c *config) { positive(&c.maxListens, n) } }
 
 // WithDrainTimeout sets how long requests still running at end of input
 // may take to finish before they are cancelled (default 5s). Their answers
 // are still written, so "echo request | server" works.
-func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drain = d } }
+func WithDrainTimeout(d time.Duration) Option { return func(c *config) { positive(&c.drain, d) } }
+
+// newConfig is the defaults with opts applied.
+func newConfig(opts []Option) config {
+	cfg := config{maxLine: 4 << 20, maxDepth: jsonrpc.DefaultMaxDepth, maxInFlight: 64, maxListens: 1000, cancelOnClose: true, drain: 5 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+// positive sets *dst to v if v is positive and otherwise leaves the
+// default there: the rule of every size, count and duration option (see
+// the package doc).
+func positive[T ~int | ~int64](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
+}
 
 // WithPrincipal names the authorization context of everything this
 // connection asks (default "", anonymous). A stdio server has one client,
@@ -140,10 +142,7 @@ type call struct {
 // ended, its reader stays blocked until in is closed (for a process's
 // stdin, until the process exits).
 func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer, opts ...Option) error {
-	cfg := config{maxLine: 4 << 20, maxDepth: jsonrpc.DefaultMaxDepth, maxInFlight: 64, maxListens: 1000, cancelOnClose: true, drain: 5 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	c := &conn{srv: engine.Of(srv), cfg: cfg, w: out, inflight: map[string]*call{}, sem: make(chan struct{}, cfg.maxInFlight),
 		replies: make(chan []byte, maxQueuedReplies)}
 	written := make(chan struct{})

@@ -102,4 +102,10 @@
 // than twice the keep-alive interval of [server.WithKeepAlive] (an idle
 // listen hears something within twice it) and than the slowest call that
 // sends nothing before its result.
+//
+// # Options
+//
+// An option that takes a size, a count or a duration keeps its default
+// for a value of zero or less: a bound is never turned off by a zero
+// left unset.
 package streamhttp

@@ -71,23 +71,18 @@ func WithAnyHost() Option { return func(c *config) { c.anyHost = true } }
 // authenticate every request and are never reachable from a browser.
 func WithAnyOrigin() Option { return func(c *config) { c.anyOrigin = true } }
 
-// WithMaxBodyBytes bounds a request body (default 4 MiB). Values of n ≤ 0
-// are ignored.
-func WithMaxBodyBytes(n int64) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxBody = n
-		}
-	}
-}
+// WithMaxBodyBytes bounds a request body (default 4 MiB).
+func WithMaxBodyBytes(n int64) Option { return func(c *config) { positive(&c.maxBody, n) } }
 
-// WithMaxDepth bounds JSON nesting in a request (default 128). Values of
-// n ≤ 0 are ignored.
-func WithMaxDepth(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxDepth = n
-		}
+// WithMaxDepth bounds JSON nesting in a request (default 128).
+func WithMaxDepth(n int) Option { return func(c *config) { positive(&c.maxDepth, n) } }
+
+// positive sets *dst to v if v is positive and otherwise leaves the
+// default there: the rule of every size, count and duration option (see
+// the package doc).
+func positive[T ~int | ~int64](dst *T, v T) {
+	if v > 0 {
+		*dst = v
 	}
 }
 
@@ -97,7 +92,9 @@ func WithMaxDepth(n int) Option {
 // never reads, so a stuck client costs nothing for long. A body is
 // written in pieces, each under the timeout, so a client reading slowly
 // but steadily still gets it all.
-func WithWriteTimeout(d time.Duration) Option { return func(c *config) { c.writeTimeout = d } }
+func WithWriteTimeout(d time.Duration) Option {
+	return func(c *config) { positive(&c.writeTimeout, d) }
+}
 
 // WithPrincipal sets how a request's authorization context is named, for
 // private cache scopes, cursor binding and change audiences. It runs once
@@ -125,33 +122,27 @@ const (
 
 // WithSessionLimits bounds the sessions of 2025-11-25 clients: at most
 // max at once, and idle ones expire after idle. Defaults:
-// DefaultMaxSessions and 30 minutes. Values ≤ 0 keep the default. Once max sessions are open,
+// DefaultMaxSessions and 30 minutes. Once max sessions are open,
 // initialize is refused with HTTP 503 and a -32603 error naming the
 // limit, until sessions end or expire: no caller's sessions are evicted
 // to make room for another's (see WithSessionsPerPrincipal).
 func WithSessionLimits(max int, idle time.Duration) Option {
 	return func(c *config) {
-		if max > 0 {
-			c.maxSessions = max
-		}
-		if idle > 0 {
-			c.sessionIdle = idle
-		}
+		positive(&c.maxSessions, max)
+		positive(&c.sessionIdle, idle)
 	}
 }
 
 // WithSessionsPerPrincipal bounds the 2025-11-25 sessions one principal
-// (see WithPrincipal) may hold at once (default DefaultSessionsPerPrincipal;
-// n ≤ 0 keeps it); the unauthenticated callers share one allowance. A
+// (see WithPrincipal) may hold at once (default
+// DefaultSessionsPerPrincipal); the unauthenticated callers share one allowance. A
 // principal at its quota that opens another session loses its own least
 // recently used one, so that a client opening sessions in a loop takes
 // the place of nobody's sessions but its own, and at most n of the
 // table's.
 func WithSessionsPerPrincipal(n int) Option {
 	return func(c *config) {
-		if n > 0 {
-			c.maxPrincipal = n
-		}
+		positive(&c.maxPrincipal, n)
 	}
 }
 

@@ -37,8 +37,16 @@ func TestEveryReplicaHearsEveryChange(t *testing.T) {
 			method, uri string
 		}{
 			{"a tool added on A", func() { c.addTool(a, "new") }, tools, mcp.NotifyToolsListChanged, ""},
-			{"a tool disabled on B", func() { b.srv.DisableTool("toggle") }, tools, mcp.NotifyToolsListChanged, ""},
-			{"a tool enabled on B", func() { b.srv.EnableTool("toggle") }, tools, mcp.NotifyToolsListChanged, ""},
+			{"a tool disabled on B", func() {
+				if err := b.srv.Disable(t.Context(), server.Tool("toggle")); err != nil {
+					t.Fatal(err)
+				}
+			}, tools, mcp.NotifyToolsListChanged, ""},
+			{"a tool enabled on B", func() {
+				if err := b.srv.Enable(t.Context(), server.Tool("toggle")); err != nil {
+					t.Fatal(err)
+				}
+			}, tools, mcp.NotifyToolsListChanged, ""},
 			{"a tool removed on C", func() { cc.srv.RemoveTools("base") }, tools, mcp.NotifyToolsListChanged, ""},
 			{"a prompt added on C", func() {
 				if err := cc.srv.AddPrompt(mcp.Prompt{Name: "new"}, func(context.Context, *server.PromptRequest) (*mcp.GetPromptResult, error) {
@@ -111,8 +119,16 @@ func TestVisibilityAcrossReplicas(t *testing.T) {
 		}{
 			{"added on A", func() { c.addTool(a, "secret") }},
 			{"added on B", func() { c.addTool(b, "secret") }},
-			{"disabled on A", func() { a.srv.DisableTool("secret") }},
-			{"enabled on A", func() { a.srv.EnableTool("secret") }},
+			{"disabled on A", func() {
+				if err := a.srv.Disable(t.Context(), server.Tool("secret")); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{"enabled on A", func() {
+				if err := a.srv.Enable(t.Context(), server.Tool("secret")); err != nil {
+					t.Fatal(err)
+				}
+			}},
 			{"removed on B", func() { b.srv.RemoveTools("secret") }},
 		} {
 			t.Log("the secret tool " + change.what)

@@ -290,7 +290,11 @@ func TestSharedStateAcrossReplicas(t *testing.T) {
 				r.holdLoads()
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
-			err := a.srv.SetEnabled(ctx, server.ListTools, "toggle", step.on)
+			turn := a.srv.Disable
+			if step.on {
+				turn = a.srv.Enable
+			}
+			err := turn(ctx, server.Tool("toggle"))
 			cancel()
 			if err != nil {
 				t.Fatal(err)
@@ -324,7 +328,7 @@ func TestSharedStateSurvivesRestart(t *testing.T) {
 		a, cc := c.reps[0], c.reps[2]
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		if err := a.srv.SetEnabled(ctx, server.ListTools, "toggle", false); err != nil {
+		if err := a.srv.Disable(ctx, server.Tool("toggle")); err != nil {
 			t.Fatal(err)
 		}
 		next(t, cc.events)
@@ -368,10 +372,10 @@ func TestSharedStateOutage(t *testing.T) {
 			testbroker.WaitFor(t, "replica "+r.name+" to see the bus down", func() bool { return !r.bus.Stats().Connected })
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := a.srv.SetEnabled(ctx, server.ListTools, "toggle", false)
+		err := a.srv.Disable(ctx, server.Tool("toggle"))
 		cancel()
 		if err == nil {
-			t.Fatal("SetEnabled succeeded with the broker down")
+			t.Fatal("Disable succeeded with the broker down")
 		}
 		if got := a.tools(t); !slices.Equal(got, []string{"base"}) {
 			t.Fatalf("A lists %v, want [base]: the change applies there at once", got)

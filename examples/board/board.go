@@ -302,7 +302,7 @@ func (b *board) completeTask(ctx context.Context, _ *server.ToolRequest, in task
 // replica once the shared state has it: they hear of the change over the
 // bus, load the state, and tell their listeners the tool list changed.
 func (b *board) enableReports(ctx context.Context, _ *server.ToolRequest, _ struct{}) (reportsResult, error) {
-	if err := b.srv.SetEnabled(ctx, server.ListTools, reportsTool, true); err != nil {
+	if err := b.srv.Enable(ctx, server.Tool(reportsTool)); err != nil {
 		return reportsResult{}, fmt.Errorf("enable reports: %w", err)
 	}
 	return reportsResult{Enabled: true}, nil

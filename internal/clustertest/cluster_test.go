@@ -3,6 +3,7 @@ package clustertest_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -483,16 +484,19 @@ func TestListChangesAgree(t *testing.T) {
 		}
 		for i, r := range e.c.Replicas {
 			t.Logf("toggle switched off through %s", r.Name)
-			if err := r.Server.SetEnabled(ctx, server.ListTools, "toggle", false); err != nil {
+			if err := r.Server.Disable(ctx, server.Tool("toggle")); err != nil {
 				t.Fatal(err)
 			}
 			agree(false)
 			learned(false, 2*i)
-			// On again through the next, without waiting for the store.
+			// On again through the next, without waiting for the store:
+			// a ctx that has ended stops only the wait.
 			next := e.c.Replicas[(i+1)%len(e.c.Replicas)]
 			t.Logf("toggle switched on through %s", next.Name)
-			if !next.Server.EnableTool("toggle") {
-				t.Fatal("toggle is not registered")
+			ended, end := context.WithCancel(ctx)
+			end()
+			if err := next.Server.Enable(ended, server.Tool("toggle")); errors.Is(err, server.ErrNotRegistered) {
+				t.Fatal(err)
 			}
 			agree(true)
 			learned(true, 2*i+1)
