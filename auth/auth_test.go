@@ -22,7 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/auth"
-	"tidings/internal/testas"
+	"tidings/internal/testrig/testas"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

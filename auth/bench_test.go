@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"tidings/auth"
-	"tidings/internal/testas"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testas"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"tidings/auth"
-	"tidings/internal/testas"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testas"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/auth"
-	"tidings/internal/testas"
+	"tidings/internal/testrig/testas"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

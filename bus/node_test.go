@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"tidings/hub"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 )
 
 // recorder is a Handler that remembers what it was told.

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/oauth2"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )

@@ -17,7 +17,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/bus"
-	"tidings/internal/testlb"
+	"tidings/internal/testrig/testlb"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"

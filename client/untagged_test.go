@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )

@@ -18,7 +18,7 @@ import (
 	"tidings/auth"
 	"tidings/client"
 	"tidings/client/oauth"
-	"tidings/internal/testas"
+	"tidings/internal/testrig/testas"
 	"tidings/mcp"
 	"tidings/streamhttp"
 )

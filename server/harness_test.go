@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/internal/engine"
-	"tidings/internal/schematest"
+	"tidings/internal/testrig/schematest"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"

@@ -16,7 +16,7 @@ import (
 
 	"tidings/internal/engine"
 	"tidings/internal/legacy"
-	"tidings/internal/schematest"
+	"tidings/internal/testrig/schematest"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"

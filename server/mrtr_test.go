@@ -13,7 +13,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/internal/engine"
-	"tidings/internal/schematest"
+	"tidings/internal/testrig/schematest"
 	"tidings/mcp"
 	"tidings/server"
 )

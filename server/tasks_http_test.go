@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"tidings/internal/schematest"
+	"tidings/internal/testrig/schematest"
 	"tidings/mcp"
 )
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"tidings/bus"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"

@@ -14,7 +14,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/bus"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"

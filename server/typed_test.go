@@ -19,7 +19,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	santhosh "github.com/santhosh-tekuri/jsonschema/v6"
 
-	"tidings/internal/schematest"
+	"tidings/internal/testrig/schematest"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"tidings/internal/schematest"
+	"tidings/internal/testrig/schematest"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/stdio"

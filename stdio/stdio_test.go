@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"tidings/internal/schematest"
+	"tidings/internal/testrig/schematest"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/stdio"

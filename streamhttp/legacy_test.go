@@ -14,8 +14,8 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"tidings/internal/schematest"
 	"tidings/internal/sse"
+	"tidings/internal/testrig/schematest"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/streamhttp"
 )

@@ -21,7 +21,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/internal/sse"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

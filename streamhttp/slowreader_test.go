@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"tidings/internal/engine"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

@@ -7,7 +7,7 @@ import (
 
 	"tidings/bus"
 	"tidings/bus/brokers"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 )
 
 // broker is a message broker a test can take down and bring back.

@@ -14,9 +14,9 @@ import (
 
 	"tidings/bus"
 	"tidings/bus/bustest"
-	"tidings/internal/clustertest"
 	"tidings/internal/sse"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/clustertest"
+	"tidings/internal/testrig/testbroker"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

@@ -6,7 +6,7 @@ import (
 
 	"tidings/bus"
 	"tidings/bus/bustest"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 	"tidings/mcp"
 )
 

@@ -9,7 +9,7 @@ import (
 	"tidings/client"
 	"tidings/hub"
 	"tidings/internal/engine"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 	"tidings/mcp"
 	"tidings/server"
 )

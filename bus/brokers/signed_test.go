@@ -8,7 +8,7 @@ import (
 
 	"tidings/bus"
 	"tidings/hub"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 )
 
 // events is a Handler that keeps what it is told.

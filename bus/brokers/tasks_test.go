@@ -14,7 +14,7 @@ import (
 
 	"tidings/bus"
 	"tidings/bus/brokers"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 )
 
 // taskBackend is a TaskStore implementation the contract runs against.

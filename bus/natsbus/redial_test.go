@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"tidings/bus"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 )
 
 // TestNATSClientGivesUp: when the NATS client closes itself for good (as

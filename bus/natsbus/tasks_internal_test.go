@@ -17,7 +17,7 @@ import (
 
 	"tidings/bus"
 	"tidings/bus/internal/brokerkit"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 )
 
 // FuzzTaskValue: any bytes in a bucket, ours or not, decode to a task or

@@ -10,7 +10,7 @@ import (
 
 	"tidings/bus"
 	"tidings/bus/redisbus"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 )
 
 // TestRedisRefusedPublishIsNotASilentSubscription: a replica whose

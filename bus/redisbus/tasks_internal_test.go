@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"tidings/bus"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/testbroker"
 )
 
 // openTasksAt opens the store at url for an internal test.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 )
 
 const testRedirect = "http://127.0.0.1:33418/callback"

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 )
 
 // TestNoSecretsInLogsOrErrors runs flows through authorization,

@@ -22,7 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/internal/sse"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/testas"
+	"tidings/internal/testrig/testas"
 )
 
 // flowSkew is how long before its expiry the OAuth flow takes an access

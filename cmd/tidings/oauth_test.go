@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 )
 
 // runCmd runs tidings with args in this process and returns its error

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"tidings/auth"
-	"tidings/internal/testas"
+	"tidings/internal/testrig/testas"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

@@ -11,7 +11,7 @@ import (
 
 	"tidings/client"
 	"tidings/dirsource"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 )
 
 // TestServeTwentyThousandFiles: with the default limit a directory of

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/testbroker"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testbroker"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 )
 

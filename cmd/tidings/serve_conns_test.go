@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"tidings/client"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 )
 

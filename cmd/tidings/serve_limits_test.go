@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 )
 

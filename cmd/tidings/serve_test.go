@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"tidings/dirsource"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 )
 
 func TestServeDir(t *testing.T) {

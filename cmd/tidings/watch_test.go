@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 )
 
 // proc is a running tidings process whose output is read line by line.

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"tidings/client"
-	"tidings/internal/clustertest"
-	"tidings/internal/testbroker"
-	"tidings/internal/testlb"
+	"tidings/internal/testrig/clustertest"
+	"tidings/internal/testrig/testbroker"
+	"tidings/internal/testrig/testlb"
 	"tidings/mcp"
 )
 

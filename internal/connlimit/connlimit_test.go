@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/internal/connlimit"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -247,7 +247,7 @@ func (n *nginxLB) config(gen int, hosts []string) string {
 		fmt.Fprintf(&servers, "\t\tserver %s;\n", h)
 	}
 	tmp := n.path("tmp")
-	return fmt.Sprintf(`# Written by tidings/internal/testlb.
+	return fmt.Sprintf(`# Written by tidings/internal/testrig/testlb.
 %[1]sworker_processes 1;
 # Graceful shutdowns and reloads end open streams after a second.
 worker_shutdown_timeout 1s;

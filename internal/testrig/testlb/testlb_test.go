@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"tidings/internal/sse"
-	"tidings/internal/testlb"
+	"tidings/internal/testrig/testlb"
 )
 
 // balancer is one kind of LB under test.

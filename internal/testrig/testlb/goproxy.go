@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 )
 
 // maxReplay is the largest request body the Go proxy keeps to send again

@@ -18,9 +18,9 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/bus"
-	"tidings/internal/clustertest"
 	"tidings/internal/sse"
-	"tidings/internal/testlb"
+	"tidings/internal/testrig/clustertest"
+	"tidings/internal/testrig/testlb"
 	"tidings/mcp"
 	"tidings/server"
 )

@@ -21,7 +21,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"tidings/internal/testlb"
+	"tidings/internal/testrig/testlb"
 )
 
 func main() {

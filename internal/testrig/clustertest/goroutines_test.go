@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"tidings/client"
-	"tidings/internal/clustertest"
-	"tidings/internal/testbroker"
+	"tidings/internal/testrig/clustertest"
+	"tidings/internal/testrig/testbroker"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

@@ -34,7 +34,7 @@ import (
 	"tidings/bus/bustest"
 	"tidings/hub"
 	"tidings/internal/engine"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"

@@ -13,9 +13,9 @@ import (
 	"tidings/bus/bustest"
 	"tidings/client"
 	"tidings/hub"
-	"tidings/internal/clustertest"
 	"tidings/internal/engine"
-	"tidings/internal/testlb"
+	"tidings/internal/testrig/clustertest"
+	"tidings/internal/testrig/testlb"
 	"tidings/mcp"
 	"tidings/server"
 )

@@ -21,7 +21,7 @@ import (
 	"tidings/bus"
 	"tidings/bus/brokers"
 	"tidings/client"
-	"tidings/internal/clustertest"
+	"tidings/internal/testrig/clustertest"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/clustertest"
-	"tidings/internal/testkit"
+	"tidings/internal/testrig/clustertest"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 )
 
