@@ -52,7 +52,7 @@ func TestServeUnderHostileClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	base, stop := serveInProcess(t, dir, "--max-read-bytes", "16MiB", "--write-timeout", "500ms", "--body-timeout", "500ms",
-		"--max-listens-per-principal", "6")
+		"--max-followed-uris-per-principal", "3000", "--max-listen-uris", "1000")
 	defer stop()
 	addr := strings.TrimPrefix(base, "http://")
 	good := clientFrom("127.0.0.2")
@@ -146,10 +146,10 @@ func TestServeUnderHostileClients(t *testing.T) {
 	}
 	waitMetric(t, good, base, "tidings_http_body_timeouts_total", 1)
 
-	// Large listens from the anonymous callers, who share one allowance
-	// of six listens (the Watcher's above is one): five of 10,000 URIs
-	// are held, the next and one over the per-listen URI cap refused,
-	// each naming its limit.
+	// Large listens from the anonymous callers, who share one
+	// allowance of followed URIs: three of 1,000 URIs are held, a
+	// fourth and one over the per-listen URI cap refused, each naming
+	// its limit.
 	bulk := client.NewHTTP(base+"/mcp", client.WithHTTPClient(clientFrom("127.0.0.7")), client.WithLogger(slog.New(slog.DiscardHandler)))
 	defer bulk.Close()
 	lctx, endListens := context.WithCancel(context.Background())
@@ -166,19 +166,19 @@ func TestServeUnderHostileClients(t *testing.T) {
 		return map[string]any{"notifications": map[string]any{"resourceSubscriptions": list}}
 	}
 	before := metric(t, good, base, "tidings_listen_uris_followed")
-	for range 5 {
-		held.Go(func() { _, _ = bulk.Request(lctx, mcp.MethodListen, uris(10000)) })
+	for range 3 {
+		held.Go(func() { _, _ = bulk.Request(lctx, mcp.MethodListen, uris(1000)) })
 	}
-	waitMetric(t, good, base, "tidings_listen_uris_followed", before+5*10000)
-	_, err := bulk.Request(context.Background(), mcp.MethodListen, uris(1))
-	if rpc, ok := errors.AsType[*client.RPCError](err); !ok || !strings.Contains(rpc.Message, "limit 6") {
-		t.Fatalf("a sixth listen of one caller: %v, want a refusal naming its limit of 6", err)
+	waitMetric(t, good, base, "tidings_listen_uris_followed", before+3*1000)
+	_, err := bulk.Request(context.Background(), mcp.MethodListen, uris(1000))
+	if rpc, ok := errors.AsType[*client.RPCError](err); !ok || !strings.Contains(rpc.Message, "limit 3000") {
+		t.Fatalf("a fourth listen of 1000 URIs: %v, want a refusal naming the limit of 3000", err)
 	}
-	_, err = bulk.Request(context.Background(), mcp.MethodListen, uris(10001))
-	if rpc, ok := errors.AsType[*client.RPCError](err); !ok || rpc.Code != -32602 || !strings.Contains(rpc.Message, "10000") {
-		t.Fatalf("a listen of 10001 URIs: %v, want -32602 naming the cap of 10000", err)
+	_, err = bulk.Request(context.Background(), mcp.MethodListen, uris(1001))
+	if rpc, ok := errors.AsType[*client.RPCError](err); !ok || rpc.Code != -32602 || !strings.Contains(rpc.Message, "1000") {
+		t.Fatalf("a listen of 1001 URIs: %v, want -32602 naming the cap of 1000", err)
 	}
-	waitMetric(t, good, base, `tidings_listen_refusals_total{limit="listensPerPrincipal"}`, 1)
+	waitMetric(t, good, base, `tidings_listen_refusals_total{limit="urisPerPrincipal"}`, 1)
 	served(t, good, base)
 
 	// The listen lived through it all, and still hears of changes.
