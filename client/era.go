@@ -32,7 +32,9 @@ import (
 // Era names the protocol generation a server speaks.
 type Era string
 
-// The two eras.
+// The two eras: 2026-07-28, and the generation of the initialize
+// handshake, named by its newest revision; a session of 2025-06-18 or
+// 2025-03-26 is of EraLegacy too (ProtocolVersion tells which).
 const (
 	EraModern Era = mcp.Version
 	EraLegacy Era = mcp.LegacyVersion
@@ -230,11 +232,12 @@ func (c *Client) ensureEra(ctx context.Context) (dialect, error) {
 // A list of supported versions that lacks 2026-07-28 — in a version error
 // (-32022, or any error whose data lists them) or in a DiscoverResult — is
 // such an answer: the server knows of server/discover but not this
-// revision, and gets the newest older one both sides speak. A pinned version (WithProtocolVersion) skips the
-// probe. A failure that says nothing about the era (a broken connection, a
-// 5xx, our own deadline over HTTP) is returned, and the next request
-// probes again: one transient error must not switch a dual-era server to
-// the old protocol for good.
+// revision, and gets the newest older one both sides speak. A pinned
+// version (WithProtocolVersion) skips the probe. A failure that says
+// nothing about the era (a broken connection, a 5xx, our own deadline
+// over HTTP) is returned, and the next request probes again: one
+// transient error must not switch a dual-era server to the old protocol
+// for good.
 func (c *Client) probe(ctx context.Context) (dialect, error) {
 	if c.life.closed() {
 		return nil, ErrClosed
