@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"sync"
 	"sync/atomic"
@@ -125,7 +126,12 @@ func keepBody(r *http.Request) error {
 
 // RoundTrip sends req to the next upstream in turn, and on to the ones
 // after it while they refuse the connection and req's body can be sent
-// again. A request that reached an upstream is not sent twice.
+// again. A request that failed on a kept-alive connection, before any
+// answer came, goes on to the next upstream too, as nginx does with its
+// cached upstream connections: the upstream behind it closed the
+// connection (a replica killed while the connection sat idle in the pool
+// leaves it so), and the write or the read of the answer fails. Any other
+// request that reached an upstream is not sent twice.
 func (g *goProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 	g.mu.Lock()
 	hosts := g.hosts
@@ -144,9 +150,14 @@ func (g *goProxy) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		host := hosts[(start+uint64(i))%uint64(len(hosts))]
 		out.URL.Host, out.Host = host, ""
+		var reused bool
+		out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
+		}))
 		var resp *http.Response
 		resp, err = g.transport.RoundTrip(out)
-		if err == nil || !refused(err) || (req.Body != nil && req.Body != http.NoBody && req.GetBody == nil) {
+		replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+		if err == nil || !replayable || req.Context().Err() != nil || !(refused(err) || reused) {
 			return resp, err
 		}
 		g.logger.Printf("testlb: upstream %s: %v; trying the next", host, err)

@@ -1,10 +1,12 @@
 package testlb_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -268,4 +270,58 @@ func TestBadUpstreams(t *testing.T) {
 			t.Errorf("RunReverseProxy(%q) succeeded", ups)
 		}
 	}
+}
+
+// TestKeptConnectionClosed: an upstream that closes a kept-alive
+// connection as the next request arrives on it, as a replica killed while
+// the proxy held its connection idle does, costs the client nothing: the
+// Go proxy sends the request on to the next upstream.
+func TestKeptConnectionClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { answerOnce(conn, "dying") })
+		}
+	})
+	rs := startReplicas(t, nil, "b")
+	lb := testlb.StartReverseProxy(t, "http://"+ln.Addr().String(), rs[0].ts.URL)
+	got := names(t, newClient(t), lb, 6)
+	if got["dying"] == 0 || got["dying"]+got["b"] != 6 {
+		t.Errorf("requests per replica = %v, want each answered, by dying (on a new connection) or by b", got)
+	}
+	if !strings.Contains(lb.ErrorLog(), "trying the next") {
+		t.Errorf("the proxy never met a kept connection closed under it; its log:\n%s", lb.ErrorLog())
+	}
+}
+
+// answerOnce answers the first request on conn as a replica named name,
+// keeping the connection open, and closes it when the second arrives.
+func answerOnce(conn net.Conn, name string) {
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return
+	}
+	answer := fmt.Sprintf("%s %s", name, body)
+	if _, err := fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer); err != nil {
+		return
+	}
+	_, _ = http.ReadRequest(br) // and close the connection under it
 }
