@@ -134,17 +134,18 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 			}
 		}
 	})
-	nowhere := newLink(t, "") // takes every connection and drops it
+	nowhere := newLink(t) // takes every connection and drops it
+	nowhere.point("")
 	t.Cleanup(nowhere.close)
-	ports := make([]int, n)
-	for j := range n {
-		ports[j] = FreePort(t)
-	}
+	// The links are made first, on ports they hold, and told where they
+	// lead once that server listens on a port of its own choosing: no
+	// port is picked free and taken later, which another test could take
+	// in between.
 	for i := range n {
 		c.links[i] = make([]*link, n)
 		for j := range n {
 			if j != i {
-				c.links[i][j] = newLink(t, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[j])))
+				c.links[i][j] = newLink(t)
 			}
 		}
 	}
@@ -158,7 +159,7 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 		s, err := natsserver.NewServer(&natsserver.Options{ServerName: fmt.Sprintf("n%d", i),
 			Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
 			JetStream: true, StoreDir: t.TempDir(),
-			Cluster: natsserver.ClusterOpts{Name: "tidings-test", Host: "127.0.0.1", Port: ports[i],
+			Cluster: natsserver.ClusterOpts{Name: "tidings-test", Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
 				Advertise: nowhere.addr()},
 			Routes: routes})
 		if err != nil {
@@ -168,6 +169,11 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 		c.srvs = append(c.srvs, s)
 		if !s.ReadyForConnections(startWait) {
 			t.Fatalf("nats server %d did not start", i)
+		}
+		for j := range n {
+			if j != i {
+				c.links[j][i].point(s.ClusterAddr().String())
+			}
 		}
 	}
 	WaitFor(t, "the NATS cluster to elect a JetStream leader that sees every server", func() bool {
@@ -220,25 +226,34 @@ func (c *NATSCluster) Partition(i int) {
 	}
 }
 
-// link is a TCP proxy on a loopback port, to the address to (or to
-// nowhere, when to is ""), that can be cut.
+// link is a TCP proxy on a loopback port, to the address it is pointed
+// at (or to nowhere, when that is ""), that can be cut. A connection it
+// takes before it is pointed anywhere waits.
 type link struct {
-	l     net.Listener
-	to    string
-	mu    sync.Mutex
-	isCut bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	l       net.Listener
+	to      string        // set once, before pointed is closed
+	pointed chan struct{} // closed once to is set
+	closed  chan struct{} // closed by close
+	mu      sync.Mutex
+	isCut   bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
-func newLink(t testing.TB, to string) *link {
+func newLink(t testing.TB) *link {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &link{l: ln, to: to, conns: make(map[net.Conn]struct{})}
+	l := &link{l: ln, pointed: make(chan struct{}), closed: make(chan struct{}), conns: make(map[net.Conn]struct{})}
 	l.wg.Go(l.accept)
 	return l
+}
+
+// point sets where the link leads; it is called once.
+func (l *link) point(to string) {
+	l.to = to
+	close(l.pointed)
 }
 
 func (l *link) addr() string { return l.l.Addr().String() }
@@ -248,6 +263,12 @@ func (l *link) accept() {
 		in, err := l.l.Accept()
 		if err != nil {
 			return // closed
+		}
+		select {
+		case <-l.pointed:
+		case <-l.closed:
+			in.Close()
+			return
 		}
 		if l.to == "" {
 			in.Close()
@@ -301,6 +322,7 @@ func (l *link) cut() {
 
 // close cuts the link and stops it taking connections.
 func (l *link) close() {
+	close(l.closed)
 	l.l.Close()
 	l.cut()
 	l.wg.Wait()
