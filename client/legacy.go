@@ -140,6 +140,9 @@ func (ls *legacySession) end(c *Client) {
 // initialize handshake, when the failure shows a server that does not
 // know the method.
 func (c *Client) fallback(ctx context.Context, derr error, status int) (dialect, error) {
+	if _, ok := errors.AsType[*ServerExitError](derr); ok {
+		return nil, derr // says all there is to say
+	}
 	if !c.speaksLegacy(derr, status) {
 		return nil, fmt.Errorf("client: era probe (server/discover): %w", derr)
 	}

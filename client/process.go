@@ -44,6 +44,24 @@ func (t *stdioTransport) lifespan() time.Duration {
 	return t.ended.Sub(t.started)
 }
 
+// exitWait bounds how long exitState waits for a process whose output
+// ended to exit.
+const exitWait = time.Second
+
+// exitState says how the process ended ("exit status 3", "signal:
+// killed"), waiting up to exitWait for it once its output has ended; ""
+// if it has not exited by then.
+func (t *stdioTransport) exitState() string {
+	timer := time.NewTimer(exitWait)
+	defer timer.Stop()
+	select {
+	case <-t.exited:
+		return t.cmd.ProcessState.String()
+	case <-timer.C:
+		return ""
+	}
+}
+
 // startStdio starts the server. ctx bounds the start only (see
 // NewCommand): the process runs until close. It gets a process group of
 // its own where the platform has them, so that close can stop whatever it

@@ -109,12 +109,36 @@ func (t *commandTransport) roundTrip(ctx context.Context, r *outbound, onMsg fun
 		return nil, err
 	}
 	m, err := cur.roundTrip(ctx, r, onMsg)
-	if errors.Is(err, ErrClosed) && !t.isClosed() {
-		// The process died between current() and the write.
-		return nil, fmt.Errorf("%w (%s: server exited)", ErrDropped, r.method)
+	if err != nil && (errors.Is(err, ErrClosed) || errors.Is(err, ErrDropped)) && !t.isClosed() && ctx.Err() == nil {
+		// The process died before it answered (between current() and
+		// the write, or while r waited): say how it ended.
+		return nil, &ServerExitError{Method: r.method, State: cur.exitState()}
 	}
 	return m, err
 }
+
+// ServerExitError reports a spawned server that ended before it answered
+// a request, and how it ended: its exit status or the signal that killed
+// it. It is an ErrDropped: the request may be sent again, to the server
+// the client starts anew.
+type ServerExitError struct {
+	// Method is the request the server did not answer.
+	Method string
+	// State is how the process ended, as os.ProcessState says it ("exit
+	// status 3", "signal: killed"), or "" when it closed its output
+	// without exiting in time.
+	State string
+}
+
+func (e *ServerExitError) Error() string {
+	if e.State == "" {
+		return fmt.Sprintf("client: the server closed its output before it answered %s", e.Method)
+	}
+	return fmt.Sprintf("client: the server exited (%s) before it answered %s", e.State, e.Method)
+}
+
+// Unwrap makes a ServerExitError an ErrDropped.
+func (e *ServerExitError) Unwrap() error { return ErrDropped }
 
 func (t *commandTransport) send(ctx context.Context, r *outbound) error {
 	cur, err := t.current()

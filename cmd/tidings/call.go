@@ -195,7 +195,9 @@ func runCall(ctx context.Context, c *client.Client, r callRequest, stdout, stder
 	isError := false
 	switch r.what {
 	case "discover":
-		out, err = discover(ctx, c)
+		if out, err = discover(ctx, c); err == nil {
+			err = sayVersion(ctx, c, stderr)
+		}
 	case "tools":
 		out, err = c.Tools(ctx)
 	case "prompts":
@@ -320,6 +322,22 @@ func discover(ctx context.Context, c *client.Client) (any, error) {
 		SupportedVersions: d.SupportedVersions, Capabilities: d.Capabilities,
 		Instructions: d.Instructions, ServerInfo: d.ServerInfo,
 	}, nil
+}
+
+// sayVersion tells on w the revision the client and the server agreed
+// on, which the discover answer itself does not say: the server lists
+// what it speaks, and the client picks.
+func sayVersion(ctx context.Context, c *client.Client, w io.Writer) error {
+	v, err := c.ProtocolVersion(ctx)
+	if err != nil {
+		return err
+	}
+	how := "server/discover"
+	if era, _ := c.Era(ctx); era == client.EraLegacy {
+		how = "initialize"
+	}
+	_, err = fmt.Fprintf(w, "protocol revision %s (agreed through %s)\n", v, how)
+	return err
 }
 
 // legacyDiscover is how a 2025-11-25 server's initialize answer is shown.

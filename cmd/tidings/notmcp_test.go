@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -181,7 +182,21 @@ func TestCallSaysWhatWentWrong(t *testing.T) {
 		t.Errorf("--protocol: exit status %d, stderr %q", code, errOut)
 	}
 	out, errOut, code := run(t, bin, "call", "--protocol", "2025-06-18", ts.URL+"/mcp", "discover")
-	if code != 0 || !strings.Contains(out, `"2025-06-18"`) {
+	if code != 0 || !strings.Contains(out, `"2025-06-18"`) || !strings.Contains(errOut, "protocol revision 2025-06-18 (agreed through initialize)") {
 		t.Errorf("--protocol 2025-06-18 discover: exit status %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	_, errOut, code = run(t, bin, "call", ts.URL+"/mcp", "discover")
+	if code != 0 || !strings.Contains(errOut, "protocol revision "+mcp.Version+" (agreed through server/discover)") {
+		t.Errorf("discover: exit status %d, stderr %q", code, errOut)
+	}
+
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh for a server that dies")
+	}
+	_, errOut, code = run(t, bin, "call", "tools", "--", sh, "-c", "echo dying >&2; exit 3")
+	if code != 1 || !strings.Contains(errOut, "dying") ||
+		!strings.Contains(errOut, "the server exited (exit status 3) before it answered server/discover") {
+		t.Errorf("a server that dies: exit status %d, stderr %q", code, errOut)
 	}
 }
