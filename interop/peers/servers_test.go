@@ -32,9 +32,10 @@ type leg struct {
 	server string   // binary in bin
 	args   []string // flags besides -flicker
 	stdio  bool
-	// era is the protocol the client must settle on: the newest both
-	// sides support.
-	era client.Era
+	// era is the protocol the client must settle on, and version the
+	// revision: the newest both sides support.
+	era     client.Era
+	version string
 }
 
 // legs are the peer servers on each of their transports. go-sdk's
@@ -43,11 +44,11 @@ type leg struct {
 // there the client must fall back to initialize; every other leg lists
 // 2026-07-28 in server/discover.
 var legs = []leg{
-	{name: "gosdk-stateful-http", server: "gosdk-server", era: client.EraLegacy},
-	{name: "gosdk-stateless-http", server: "gosdk-server", args: []string{"-stateless"}, era: client.EraModern},
-	{name: "gosdk-stdio", server: "gosdk-server", args: []string{"-stdio"}, stdio: true, era: client.EraModern},
-	{name: "mcpgo-http", server: "mcpgo-server", era: client.EraModern},
-	{name: "mcpgo-stdio", server: "mcpgo-server", args: []string{"-stdio"}, stdio: true, era: client.EraModern},
+	{name: "gosdk-stateful-http", server: "gosdk-server", era: client.EraLegacy, version: "2025-11-25"},
+	{name: "gosdk-stateless-http", server: "gosdk-server", args: []string{"-stateless"}, era: client.EraModern, version: "2026-07-28"},
+	{name: "gosdk-stdio", server: "gosdk-server", args: []string{"-stdio"}, stdio: true, era: client.EraModern, version: "2026-07-28"},
+	{name: "mcpgo-http", server: "mcpgo-server", era: client.EraModern, version: "2026-07-28"},
+	{name: "mcpgo-stdio", server: "mcpgo-server", args: []string{"-stdio"}, stdio: true, era: client.EraModern, version: "2026-07-28"},
 }
 
 // serverArgs returns the peer's flags.
@@ -150,6 +151,9 @@ func checkClientEra(t *testing.T, tg target) {
 	}
 	if era != tg.leg.era {
 		t.Errorf("Era = %s, want %s", era, tg.leg.era)
+	}
+	if v, err := c.ProtocolVersion(ctx); err != nil || v != tg.leg.version {
+		t.Errorf("ProtocolVersion = %q, %v; want %s", v, err, tg.leg.version)
 	}
 	if _, err := c.Tools(ctx); err != nil {
 		t.Errorf("Tools at era %s: %v", era, err)
@@ -283,34 +287,71 @@ func flickerCameAndWent(all []string) bool {
 }
 
 // checkCLICall runs `tidings call ... call echo` against the peer: it
-// must exit 0 and print the tool's result, the text sent.
+// must exit 0 and print the tool's result, the text sent. Then it calls
+// flicker, the tool that comes and goes, until one call finds it there
+// (a call made while it is gone fails, as it should).
 func checkCLICall(t *testing.T, tg target) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
 	const text = "sent through tidings call"
 	args := tg.cliArgs("call", nil, "call", "echo", `{"text":"`+text+`"}`)
+	out, stderr, err := runCLI(ctx, args)
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("tidings %s: %v, want exit status 0; stderr:\n%s", strings.Join(args, " "), err, lastLines(stderr, 15))
+		}
+		t.Fatalf("tidings %s: %v", strings.Join(args, " "), err)
+	}
+	if got, ok := resultText(out); !ok || got != text {
+		t.Fatalf("tidings call echo printed\n%s\nwant one text content %q", out, text)
+	}
+
+	// A stdio server is spawned for each call: it has the tool from its
+	// start.
+	first := tg
+	first.leg.args = append(slices.Clone(tg.leg.args), "-flicker-first")
+	args = first.cliArgs("call", nil, "call", peer.FlickerTool, `{}`)
+	var tries []string
+	for ctx.Err() == nil && len(tries) < maxFlickerCalls {
+		out, stderr, err := runCLI(ctx, args)
+		if err == nil {
+			if got, ok := resultText(out); !ok || got != "still here" {
+				t.Fatalf("tidings call %s printed\n%s\nwant one text content %q", peer.FlickerTool, out, "still here")
+			}
+			return
+		}
+		tries = append(tries, fmt.Sprintf("%v: %s", err, lastLines(stderr, 3)))
+	}
+	t.Fatalf("tidings %s never found the tool in %d tries:\n%s", strings.Join(args, " "), len(tries), strings.Join(tries, "\n"))
+}
+
+// maxFlickerCalls bounds the calls of flicker checkCLICall makes: with the
+// tool there half of the time, one in two calls finds it.
+const maxFlickerCalls = 40
+
+// runCLI runs the tidings binary with args and returns its stdout and
+// stderr.
+func runCLI(ctx context.Context, args []string) ([]byte, string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "tidings"), args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = 2 * time.Second
 	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("tidings %s: %v, want exit status 0; stderr:\n%s", strings.Join(args, " "), err, lastLines(stderr.String(), 15))
-		}
-		t.Fatalf("tidings %s: %v", strings.Join(args, " "), err)
-	}
+	return out, stderr.String(), err
+}
+
+// resultText returns the text of a tool result that holds one text
+// content and is not an error.
+func resultText(out []byte) (string, bool) {
 	var res struct {
 		Content []struct {
 			Type, Text string
 		} `json:"content"`
 		IsError bool `json:"isError"`
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("tidings call printed no tool result (%v):\n%s", err, out)
+	if err := json.Unmarshal(out, &res); err != nil || res.IsError || len(res.Content) != 1 || res.Content[0].Type != "text" {
+		return "", false
 	}
-	if res.IsError || len(res.Content) != 1 || res.Content[0].Type != "text" || res.Content[0].Text != text {
-		t.Fatalf("tidings call echo printed\n%s\nwant one text content %q", out, text)
-	}
+	return res.Content[0].Text, true
 }

@@ -2,7 +2,8 @@
 // (github.com/modelcontextprotocol/go-sdk), a peer for tidings' interop
 // tests. It offers a tool echo, which answers with the text it is given,
 // and every -flicker period adds or removes a tool flicker, so that the
-// server keeps sending notifications/tools/list_changed.
+// server keeps sending notifications/tools/list_changed (-flicker-first:
+// the tool is there from the start, for a server spawned for one request).
 //
 // It speaks Streamable HTTP through the SDK's StreamableHTTPHandler in its
 // default, stateful configuration (sessions, initialize); -stateless sets
@@ -41,23 +42,24 @@ func main() {
 	stdio := flag.Bool("stdio", false, "speak over stdin and stdout instead of HTTP")
 	stateless := flag.Bool("stateless", false, "serve HTTP with StreamableHTTPOptions.Stateless set")
 	period := flag.Duration("flicker", time.Second, "how often the flicker tool is added or removed (0: never)")
+	first := flag.Bool("flicker-first", false, "add the flicker tool at start, before the first period")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("gosdk-server: ")
 	if *stdio && *stateless {
 		log.Fatal("-stateless configures the HTTP handler; it means nothing with -stdio")
 	}
-	if err := run(*addr, *stdio, *stateless, *period); err != nil {
+	if err := run(*addr, *stdio, *stateless, *period, *first); err != nil {
 		log.Fatal(err)
 	}
 }
 
 // run serves until a signal, or the end of stdin with stdio.
-func run(addr string, stdio, stateless bool, period time.Duration) error {
+func run(addr string, stdio, stateless bool, period time.Duration, first bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv := newServer()
-	stopFlicker := peer.StartFlicker(ctx, period, func() { addFlicker(srv) }, func() { srv.RemoveTools(peer.FlickerTool) })
+	stopFlicker := peer.StartFlicker(ctx, period, first, func() { addFlicker(srv) }, func() { srv.RemoveTools(peer.FlickerTool) })
 	defer stopFlicker()
 	if stdio {
 		err := srv.Run(ctx, &mcp.StdioTransport{})

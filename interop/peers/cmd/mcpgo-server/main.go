@@ -2,7 +2,8 @@
 // (github.com/mark3labs/mcp-go), a peer for tidings' interop tests. It
 // offers a tool echo, which answers with the text it is given, and every
 // -flicker period adds or removes a tool flicker, so that the server keeps
-// sending notifications/tools/list_changed.
+// sending notifications/tools/list_changed (-flicker-first: the tool is
+// there from the start, for a server spawned for one request).
 //
 // It speaks Streamable HTTP through the SDK's StreamableHTTPServer in its
 // default configuration, or with -stdio over stdin and stdout. Serving
@@ -33,20 +34,21 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "serve Streamable HTTP at http://ADDR/mcp (port 0 picks a free one)")
 	stdio := flag.Bool("stdio", false, "speak over stdin and stdout instead of HTTP")
 	period := flag.Duration("flicker", time.Second, "how often the flicker tool is added or removed (0: never)")
+	first := flag.Bool("flicker-first", false, "add the flicker tool at start, before the first period")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("mcpgo-server: ")
-	if err := run(*addr, *stdio, *period); err != nil {
+	if err := run(*addr, *stdio, *period, *first); err != nil {
 		log.Fatal(err)
 	}
 }
 
 // run serves until a signal, or the end of stdin with stdio.
-func run(addr string, stdio bool, period time.Duration) error {
+func run(addr string, stdio bool, period time.Duration, first bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv := newServer()
-	stopFlicker := peer.StartFlicker(ctx, period, func() { addFlicker(srv) }, func() { srv.DeleteTools(peer.FlickerTool) })
+	stopFlicker := peer.StartFlicker(ctx, period, first, func() { addFlicker(srv) }, func() { srv.DeleteTools(peer.FlickerTool) })
 	defer stopFlicker()
 	if stdio {
 		err := server.NewStdioServer(srv).Listen(ctx, os.Stdin, os.Stdout)

@@ -28,8 +28,13 @@ const URLPrefix = "mcp endpoint: "
 // StartFlicker calls add, then remove, then add again, and so on, one call
 // every period, from a goroutine of its own, until ctx ends or the
 // returned stop is called; stop waits for that goroutine. A period of zero
-// or less calls neither.
-func StartFlicker(ctx context.Context, period time.Duration, add, remove func()) (stop func()) {
+// or less calls neither. With first set, add is called at once, before
+// StartFlicker returns, and the first call after a period is remove: a
+// server spawned for one request then has the tool from its start.
+func StartFlicker(ctx context.Context, period time.Duration, first bool, add, remove func()) (stop func()) {
+	if first {
+		add()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -39,7 +44,7 @@ func StartFlicker(ctx context.Context, period time.Duration, add, remove func())
 		}
 		t := time.NewTicker(period)
 		defer t.Stop()
-		for on := false; ; on = !on {
+		for on := first; ; on = !on {
 			select {
 			case <-ctx.Done():
 				return
