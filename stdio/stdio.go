@@ -326,7 +326,7 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	if isListen && c.listens >= c.cfg.maxListens {
 		c.mu.Unlock()
 		return c.reply(jsonrpc.AppendErrorResponse(nil, msg.ID, jsonrpc.NewError(jsonrpc.CodeInternalError,
-			"Too many open listens on this connection", nil)))
+			"Too many open listens on this connection (limit "+strconv.Itoa(c.cfg.maxListens)+")", nil)))
 	}
 	if !isListen && c.waiting >= maxWaitingFactor*c.cfg.maxInFlight {
 		c.mu.Unlock()

@@ -431,7 +431,11 @@ func serveStdio(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *ser
 	ioCtx, cancelIO := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelIO()
 	done := make(chan error, 1)
-	go func() { done <- stdio.Serve(ioCtx, srv, stdin, stdout) }()
+	// The transport's own bound on listens is the server's, so that
+	// --max-listens-per-connection is the one that bites, either way.
+	go func() {
+		done <- stdio.Serve(ioCtx, srv, stdin, stdout, stdio.WithMaxListens(cfg.limits.listens.PerConnection.Listens))
+	}()
 	log.Info("serving on stdin and stdout")
 	select {
 	case err := <-done:

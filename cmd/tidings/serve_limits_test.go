@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +92,72 @@ func TestServeStreamLimits(t *testing.T) {
 	}
 	if v := r.series(t, `tidings_sessions_refused_total`); v != 1 {
 		t.Errorf("sessions refused = %v, want 1", v)
+	}
+}
+
+// TestServeStdioListenLimit: over stdio, --max-listens-per-connection is
+// the bound on one connection's listens, above the transport's own
+// default of 1000 as below it.
+func TestServeStdioListenLimit(t *testing.T) {
+	const limit = 1001
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	cmd := newRootCmd()
+	cmd.SetArgs([]string{"serve", t.TempDir(), "--stdio", "--max-listens-per-connection", strconv.Itoa(limit),
+		"--max-listens-per-principal", strconv.Itoa(2 * limit)})
+	cmd.SetIn(inR)
+	cmd.SetOut(outW)
+	cmd.SetErr(io.Discard)
+	done := make(chan error, 1)
+	go func() {
+		done <- cmd.ExecuteContext(context.Background())
+		outW.Close()
+	}()
+	// Room for every answer, the listens' complete results at the end
+	// among them, so that serve never waits on the test.
+	answers := make(chan map[string]any, 2*limit+2)
+	go func() {
+		defer close(answers)
+		dec := json.NewDecoder(outR)
+		for {
+			var m map[string]any
+			if err := dec.Decode(&m); err != nil {
+				return
+			}
+			if m["id"] != nil { // acknowledgements and the like are notifications
+				answers <- m
+			}
+		}
+	}()
+	defer func() {
+		inW.Close()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve ended with %v", err)
+			}
+		case <-time.After(wait):
+			t.Error("serve did not end")
+		}
+	}()
+	listen := func(id int) {
+		t.Helper()
+		line := request(t, id, mcp.MethodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true}})
+		if _, err := inW.Write(append(line, '\n')); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := 1; id <= limit+1; id++ {
+		listen(id)
+	}
+	// Only the listen over the limit is answered while the others last.
+	select {
+	case m := <-answers:
+		msg, _ := m["error"].(map[string]any)["message"].(string)
+		if m["id"] != float64(limit+1) || !strings.Contains(msg, "(limit "+strconv.Itoa(limit)+")") {
+			t.Fatalf("the first answer is %v, want listen %d refused naming the limit of %d", m, limit+1, limit)
+		}
+	case <-time.After(wait):
+		t.Fatal("no listen was refused")
 	}
 }
