@@ -1,6 +1,7 @@
 package streamhttp_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -746,4 +747,57 @@ func TestLegacySessionBoundToPrincipal(t *testing.T) {
 	if n := f.h.SessionCount(); n != 1 {
 		t.Errorf("SessionCount = %d, want alice's session still there", n)
 	}
+}
+
+// TestLegacyStreamKeepsItsSessionWarm: a session whose GET stream is
+// open is in use however quiet; kept warm by its keep-alives, it does not
+// stand at the cold end of a full table in front of idle sessions, which
+// still expire and make room.
+func TestLegacyStreamKeepsItsSessionWarm(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f := newFixture(t, []server.Option{server.WithClock(clock), server.WithKeepAlive(10 * time.Millisecond)},
+		streamhttp.WithSessionLimits(2, time.Minute))
+	streaming := legacyInitialize(t, f, nil)
+	idle := legacyInitialize(t, f, nil)
+	resp := f.get(t, streaming)
+	defer resp.Body.Close()
+	keepAlives := make(chan struct{}, 1024)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), ":") {
+				select {
+				case keepAlives <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	f.call(t, idle, 1, mcp.MethodPing, nil) // used after the stream opened: the warmer of the two
+	advance(2 * time.Minute)
+	for drained := false; !drained; {
+		select {
+		case <-keepAlives:
+		default:
+			drained = true
+		}
+	}
+	// Of three more keep-alives, two were written after the clock moved,
+	// and the first of those has refreshed the session.
+	timeout := time.After(legacyWait)
+	for range 3 {
+		select {
+		case <-keepAlives:
+		case <-timeout:
+			t.Fatal("no keep-alives on the open stream")
+		}
+	}
+	if sid := legacyInitialize(t, f, nil); sid == "" {
+		t.Fatal("no session opened")
+	}
+	wantError(t, f.post(t, legacyBody(2, mcp.MethodPing, nil), legacyHeaders(idle)), http.StatusNotFound, -32600)
+	f.call(t, streaming, 3, mcp.MethodPing, nil)
 }

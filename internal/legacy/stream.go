@@ -95,7 +95,7 @@ func (ss *Session) stream(ctx context.Context, out engine.Stream, start func() e
 		KeepAlive: ss.srv.KeepAlive(),
 		// An open stream is a session in use, however long it stays
 		// quiet: it must not expire as idle under its client.
-		OnKeepAlive: func() { ss.lastSeen.Store(ss.srv.Now().UnixNano()) },
+		OnKeepAlive: ss.keepWarm,
 		Stop:        ss.ended,
 		Observer:    ss.srv.StreamObserver(),
 	})
@@ -118,4 +118,15 @@ func (ss *Session) filterLocked() hub.Filter {
 	_, hf := ss.srv.Grant(ss.principal, f)
 	hf.Kinds = hub.Of(mcp.Lists()...)
 	return hf
+}
+
+// keepWarm marks the session in use, at each keep-alive of its open
+// stream: in its table, where there is one, so that it moves away from
+// the cold end.
+func (ss *Session) keepWarm() {
+	if ss.table != nil {
+		ss.table.touch(ss)
+		return
+	}
+	ss.lastSeen.Store(ss.srv.Now().UnixNano())
 }

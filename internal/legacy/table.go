@@ -126,6 +126,22 @@ func (t *Table) Get(id, principal string) (*Session, bool) {
 	return ss, true
 }
 
+// touch marks ss in use now, as Get does, for a session whose stream
+// is open however quiet it is: it moves to the warm end of the table,
+// where the sweep of expired sessions, which starts at the cold end and
+// stops at the first live one, does not meet it before the idle ones.
+func (t *Table) touch(ss *Session) {
+	now := t.srv.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ss.lastSeen.Store(now.UnixNano())
+	if t.m[ss.id] != ss {
+		return // ended meanwhile
+	}
+	t.lru.MoveToFront(ss.lruElem)
+	t.own[ss.principal].MoveToFront(ss.ownElem)
+}
+
 // End ends a session (a DELETE, or the client going away) and reports
 // whether it was live.
 func (t *Table) End(id string) bool {
