@@ -215,8 +215,17 @@ type lease struct {
 	set       *followSet
 	principal string
 	conn      *engine.Conn
-	// listens and uris are what the lease holds, under set.mu.
+	// listens and uris are what the lease holds, and released whether
+	// Release gave it all back for good, under set.mu.
 	listens, uris int
+	released      bool
+}
+
+// errLeaseReleased refuses to grow a lease its listen or session gave
+// back: a subscribe that raced the end of its session, say, which
+// nothing would give back again.
+func errLeaseReleased() *jsonrpc.Error {
+	return jsonrpc.NewError(jsonrpc.CodeInvalidRequest, "Invalid Request: the session or listen has ended", nil)
 }
 
 // Grow takes listens and uris from every allowance the lease draws on,
@@ -225,6 +234,9 @@ func (l *lease) Grow(listens, uris int) *jsonrpc.Error {
 	f := l.set
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if l.released {
+		return errLeaseReleased()
+	}
 	if l.uris+uris > f.lim.URIsPerListen {
 		return f.refusal(limitURIsPerListen)
 	}
@@ -271,11 +283,12 @@ func (l *lease) Shrink(uris int) {
 	l.give(0, min(uris, l.uris))
 }
 
-// Release gives back everything.
+// Release gives back everything, and the lease grows no more.
 func (l *lease) Release() {
 	f := l.set
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	l.released = true
 	l.give(l.listens, l.uris)
 }
 
