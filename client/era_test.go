@@ -182,6 +182,15 @@ func TestConnectErrorsInWords(t *testing.T) {
 			t.Errorf("message %q", msg)
 		}
 	})
+	t.Run("password", func(t *testing.T) {
+		withPassword := "http://user:hunter2@" + strings.TrimPrefix(closed, "http://")
+		c := NewHTTP(withPassword, WithLogger(quietLogger()))
+		defer c.Close()
+		_, err := c.Tools(t.Context())
+		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "user:xxxxx@") {
+			t.Fatalf("Tools: %v, want the URL named without its password", err)
+		}
+	})
 	t.Run("timeout", func(t *testing.T) {
 		hold := make(chan struct{})
 		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

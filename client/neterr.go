@@ -23,14 +23,15 @@ import (
 // underlying error (errors.Is(err, syscall.ECONNREFUSED),
 // context.DeadlineExceeded and the like still hold).
 type ConnectError struct {
-	// URL is the endpoint the request went to.
+	// URL is the endpoint the request went to, without its password.
 	URL string
 	// What says what failed, in words: "connection refused", "unknown
 	// host", "TLS handshake failed", "no answer within 30s" …
 	What string
 	// Hint, when set, suggests what to check.
 	Hint string
-	Err  error
+	// Err is the error the request failed with.
+	Err error
 	// detail is the underlying error's own words, when they add to What.
 	detail string
 }
@@ -51,7 +52,7 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 // connectError names why a request to endpoint got no answer. timeout is
 // the per-exchange bound that ran out, when it did.
 func connectError(endpoint string, err error, timeout time.Duration) error {
-	ce := &ConnectError{URL: endpoint, Err: err}
+	ce := &ConnectError{URL: redacted(endpoint), Err: err}
 	var dns *net.DNSError
 	var unknownAuthority x509.UnknownAuthorityError
 	var hostname x509.HostnameError
@@ -138,9 +139,12 @@ func innermost(err error) error {
 // MCP at that URL. When the same server answers MCP at the path with
 // "/mcp" added, the usual mistake, Alternative names that URL.
 type NotFoundError struct {
-	URL         string
+	// URL is the endpoint that answered 404, without its password.
+	URL string
+	// Alternative, when set, is a URL nearby that answers MCP.
 	Alternative string
-	Err         *HTTPError
+	// Err is the 404 itself.
+	Err *HTTPError
 }
 
 func (e *NotFoundError) Error() string {
@@ -163,14 +167,27 @@ func (c *Client) notFound(ctx context.Context, he *HTTPError) *NotFoundError {
 	if !ok {
 		return nil
 	}
-	nf := &NotFoundError{URL: ht.url, Err: he}
+	nf := &NotFoundError{URL: redacted(ht.url), Err: he}
 	for _, alt := range mcpPaths(ht.url) {
 		if c.answersAt(ctx, ht, alt) {
-			nf.Alternative = alt
+			nf.Alternative = redacted(alt)
 			break
 		}
 	}
 	return nf
+}
+
+// redacted returns rawURL with any password in it replaced by "xxxxx",
+// as url.URL.Redacted does, for messages and logs: a URL given with
+// user:password@ sends them as Basic credentials, and an error naming
+// the URL must not show them. A URL that does not parse is returned as
+// it is.
+func redacted(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	return u.Redacted()
 }
 
 // answersAt reports whether a server/discover POSTed to endpoint gets a
@@ -178,6 +195,9 @@ func (c *Client) notFound(ctx context.Context, he *HTTPError) *NotFoundError {
 func (c *Client) answersAt(ctx context.Context, ht *httpTransport, endpoint string) bool {
 	at := *ht
 	at.url = endpoint
+	// A guess is asked without the Authorizer: its challenge could start
+	// a sign-in for a URL the user never named, to build an error.
+	at.auth = nil
 	id := c.nextID()
 	body, err := c.encode(id, mcp.MethodDiscover, nil, "")
 	if err != nil {

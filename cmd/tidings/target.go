@@ -228,7 +228,7 @@ func notMCPError(t target, err error) error {
 	if !ok {
 		return nil
 	}
-	return &notMCPEndpoint{url: t.url, reason: reason, err: err}
+	return &notMCPEndpoint{url: redactedURL(t.url), reason: reason, err: err}
 }
 
 // notMCPEndpoint is the error of a URL where no MCP server answers. Its
@@ -242,3 +242,13 @@ type notMCPEndpoint struct {
 func (e *notMCPEndpoint) Error() string { return e.url + " is not an MCP endpoint: " + e.reason }
 
 func (e *notMCPEndpoint) Unwrap() error { return e.err }
+
+// redactedURL is rawURL without its password, if it has one, for
+// messages.
+func redactedURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	return u.Redacted()
+}
