@@ -53,7 +53,8 @@ var errorMember = []byte(`"error":`)
 
 func (s fanStream) Send(msg []byte) error {
 	if bytes.Contains(msg, errorMember) {
-		s.f.refused.Store(&msg)
+		refusal := bytes.Clone(msg) // a copy, so that msg itself never escapes
+		s.f.refused.Store(&refusal)
 		s.f.acks.hit(s.f.listens)
 		return nil
 	}
