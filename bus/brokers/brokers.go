@@ -1,7 +1,8 @@
 // Package brokers opens a bus, a shared state and a task store by URL,
 // on whichever broker the URL's scheme names:
 //
-//	nats://[user:password@]host:port[/subject]             (tls:// for TLS; default subject "tidings")
+//	nats://[user:password@]host:port[,nats://host:port...][/subject][?replicas=N]
+//	                                                       (tls:// for TLS; default subject "tidings"; see natsbus)
 //	redis://[user:password@]host:port[/db][?channel=name]  (rediss:// for TLS; default channel "tidings")
 //
 // so that one setting (the --bus flag of tidings serve, say) joins a
@@ -15,6 +16,7 @@ package brokers
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"tidings/bus"
 	"tidings/bus/internal/brokerkit"
@@ -33,13 +35,16 @@ type adapter struct {
 // knows the schemes, for the bus, the state and the task store alike.
 // Its errors never show the password.
 func adapterOf(rawURL string) (adapter, error) {
+	// A NATS URL may list several seeds (see natsbus), which do not parse
+	// as one URL: its scheme is read before the first "://".
+	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && (strings.EqualFold(scheme, "nats") || strings.EqualFold(scheme, "tls")) {
+		return adapter{natsbus.Dial, natsbus.OpenState, natsbus.OpenTasks}, nil
+	}
 	u, err := brokerkit.ParseURL(rawURL)
 	if err != nil {
 		return adapter{}, fmt.Errorf("brokers: %w", err)
 	}
 	switch u.Scheme {
-	case "nats", "tls":
-		return adapter{natsbus.Dial, natsbus.OpenState, natsbus.OpenTasks}, nil
 	case "redis", "rediss":
 		return adapter{redisbus.Dial, redisbus.OpenState, redisbus.OpenTasks}, nil
 	}

@@ -47,17 +47,19 @@ type natsConn struct {
 // old one gave up.
 const natsRedialTimeout = 5 * time.Second
 
-// Dial connects to the NATS server rawURL names, subscribed to its subject
-// and ready when it returns, or fails once ctx ends (within 5s if ctx has
-// no deadline):
+// Dial connects to the NATS server, or to one server of the cluster,
+// that rawURL names, subscribed to its subject and ready when it returns,
+// or fails once ctx ends (within 5s if ctx has no deadline):
 //
-//	nats://[user:password@]host:port[/subject]   (tls:// for TLS; default subject "tidings")
+//	nats://[user:password@]host:port[,nats://host:port...][/subject][?replicas=N]
 //
-// Replicas that share a subject on one NATS form one bus; pass the Conn
+// (tls:// for TLS; default subject "tidings"; see the package doc for
+// the seeds of a cluster). Replicas that share a subject on one NATS
+// server or cluster form one bus; pass the Conn
 // to bus.New. Events are published on the subject and nothing is kept
 // while the connection is down: the bus sees what it missed and
-// re-notifies. The client reconnects on its own, and a new one is dialled
-// if it gives up. Of the options, WithBackoff (the delay between
+// re-notifies. The client reconnects on its own, to any server of a
+// cluster, and a new one is dialled if it gives up. Of the options, WithBackoff (the delay between
 // reconnects) and WithLogger apply.
 func Dial(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Conn, error) {
 	ep, err := parse(rawURL)
