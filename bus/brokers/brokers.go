@@ -87,8 +87,10 @@ func Open(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Bus, erro
 //
 // Unlike pub/sub channels, Redis hashes live in one database, so replicas
 // must name the same db. A NATS bucket that does not exist is created with
-// the server's defaults (file storage, one replica, one value kept per
-// key); create it beforehand to choose otherwise — it is used as found.
+// the server's defaults (file storage, one value kept per key) and the
+// replicas replicas=N asks, by default as many as the cluster has
+// servers, up to 3; create it beforehand to choose otherwise — it is used
+// as found, but for too few replicas (see natsbus.OpenState).
 // OpenState fails once ctx ends if the store cannot be reached; later
 // losses are reported by the methods' errors, and the connection is
 // regained on its own. Of the options, WithLogger and WithBackoff apply
