@@ -34,14 +34,20 @@ type natsConn struct {
 	downs   atomic.Int64
 	ups     atomic.Int64
 	lastErr atomic.Pointer[error]
-	stop    chan struct{} // closed by Close
-	once    sync.Once
+	// server is the name of the server the client last connected to, and
+	// failovers counts the reconnects to a server of another name.
+	server    atomic.Pointer[string]
+	failovers atomic.Int64
+	stop      chan struct{} // closed by Close
+	once      sync.Once
 
 	mu      sync.Mutex // guards what follows against the receiving loop's redial
 	nc      *nats.Conn
 	ncEnded chan struct{} // closed by nc's closed callback
 	closing bool
 }
+
+var _ bus.NodeReporter = (*natsConn)(nil)
 
 // natsRedialTimeout bounds one attempt at dialling a new client after the
 // old one gave up.
@@ -78,8 +84,38 @@ func Dial(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Conn, err
 		return nil, fmt.Errorf("natsbus: bus at %s: %w", ep.redacted, err)
 	}
 	c.nc, c.ncEnded = nc, ended
+	c.landed(nc)
 	return c, nil
 }
+
+// landed records the server nc is connected to, and counts a failover
+// when it is not the one the connection was on before. Servers are told
+// apart by name, which a cluster's servers must have, and which a server
+// keeps when it restarts (its id changes).
+func (c *natsConn) landed(nc *nats.Conn) {
+	name := nc.ConnectedServerName()
+	if name == "" {
+		return // lost again already
+	}
+	if prev := c.server.Swap(&name); prev != nil && *prev != name {
+		c.failovers.Add(1)
+	}
+}
+
+// Node names the server the connection is on, without a password (see
+// bus.NodeReporter), or "" while it is on none.
+func (c *natsConn) Node() string {
+	nc, _ := c.current()
+	name, addr := nc.ConnectedServerName(), nc.ConnectedUrlRedacted()
+	if name == "" || addr == "" {
+		return addr
+	}
+	return name + " (" + addr + ")"
+}
+
+// Failovers counts the reconnects to another server than the one lost
+// (see bus.NodeReporter).
+func (c *natsConn) Failovers() int64 { return c.failovers.Load() }
 
 // options are what the bus's client adds to what every client here has:
 // no echo of its own messages, pings that find a dead connection within
@@ -97,7 +133,7 @@ func (c *natsConn) options() []nats.Option {
 			c.downs.Add(1)
 			c.poke()
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { c.ups.Add(1); c.poke() }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { c.landed(nc); c.ups.Add(1); c.poke() }),
 	}
 }
 
@@ -210,6 +246,7 @@ func (c *natsConn) redial(ctx context.Context, r bus.Receiver) error {
 		}
 		c.nc, c.ncEnded = nc, ended
 		c.mu.Unlock()
+		c.landed(nc)
 		r.Up()
 		return nil
 	}
