@@ -75,6 +75,9 @@ func parse(rawURL string) (endpoint, error) {
 			return endpoint{}, fmt.Errorf("natsbus: %sempty: seeds are separated by single commas, "+
 				"nats://a:4222,nats://b:4222/subject", which)
 		}
+		if len(seeds) > 1 && !strings.Contains(raw, "://") {
+			return endpoint{}, errNotWhole(which)
+		}
 		u, err := brokerkit.ParseURL(raw)
 		if err != nil {
 			return endpoint{}, fmt.Errorf("natsbus: %s%w", which, err)
@@ -109,8 +112,7 @@ func checkSeed(u *url.URL, i, n int, which string, first *url.URL) error {
 		if n == 1 {
 			return fmt.Errorf("natsbus: %s: scheme %q is not nats or tls", u.Redacted(), u.Scheme)
 		}
-		return fmt.Errorf("natsbus: %sit is not a nats:// or tls:// URL: write every seed whole, "+
-			"nats://a:4222,nats://b:4222/subject (a ',' in a password is written %%2C)", which)
+		return errNotWhole(which)
 	case u.Host == "":
 		return fmt.Errorf("natsbus: %sno host: write every seed whole, nats://host:port", which)
 	case first != nil && u.Scheme != first.Scheme:
@@ -124,6 +126,12 @@ func checkSeed(u *url.URL, i, n int, which string, first *url.URL) error {
 			"after the last, nats://a:4222,nats://b:4222/subject?replicas=3", which)
 	}
 	return nil
+}
+
+// errNotWhole is a seed, which, that is not a nats:// or tls:// URL.
+func errNotWhole(which string) error {
+	return fmt.Errorf("natsbus: %sit is not a nats:// or tls:// URL: write every seed whole, "+
+		"nats://a:4222,nats://b:4222/subject (a ',' in a password is written %%2C)", which)
 }
 
 // natsSubject returns the subject of nats://host:port/subject (default
