@@ -61,12 +61,13 @@ const natsRedialTimeout = 5 * time.Second
 //
 // (tls:// for TLS; default subject "tidings"; see the package doc for
 // the seeds of a cluster). Replicas that share a subject on one NATS
-// server or cluster form one bus; pass the Conn
-// to bus.New. Events are published on the subject and nothing is kept
-// while the connection is down: the bus sees what it missed and
-// re-notifies. The client reconnects on its own, to any server of a
-// cluster, and a new one is dialled if it gives up. Of the options, WithBackoff (the delay between
-// reconnects) and WithLogger apply.
+// server or cluster form one bus; pass the Conn to bus.New. Events are
+// published on the subject and nothing is kept while the connection is
+// down: the bus sees what it missed and re-notifies. The client
+// reconnects on its own, to any server of a cluster, and a new one is
+// dialled if it gives up; the Conn is a bus.NodeReporter, which names
+// the server it is on and counts its moves to another. Of the options,
+// WithBackoff (the delay between reconnects) and WithLogger apply.
 func Dial(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Conn, error) {
 	ep, err := parse(rawURL)
 	if err != nil {

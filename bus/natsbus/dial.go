@@ -50,7 +50,7 @@ import (
 type endpoint struct {
 	servers  []string // the seeds, each with the first seed's user and password, without subject
 	subject  string
-	replicas int    // replicas=N, or 0 for the default (see replicasFor)
+	replicas int    // replicas=N, or 0 for the default (see plan)
 	redacted string // the URL without its password, for errors
 }
 
