@@ -176,6 +176,13 @@ type Stats struct {
 	Connected bool
 	// Reconnects counts connections regained after a loss.
 	Reconnects int64
+	// Node names the broker server the connection is on, when the
+	// connection says (see NodeReporter): its name and address, without
+	// a password; "" while it is on none. Failovers counts the reconnects
+	// that landed on another server of the broker's cluster than the one
+	// lost.
+	Node      string
+	Failovers int64
 	// Peers is how many other replicas are live: heard from within the
 	// last three heartbeat intervals.
 	Peers int
@@ -227,6 +234,18 @@ type Conn interface {
 	Run(ctx context.Context, r Receiver) error
 	// Close closes the connection and makes Run return.
 	Close() error
+}
+
+// NodeReporter is what a Conn to a cluster of broker servers may also
+// implement, to say which server it is on; natsbus's does. Its methods
+// are safe for concurrent use, and Stats reads them.
+type NodeReporter interface {
+	// Node names the server the connection is on — its name and address,
+	// without a password — or "" while it is on none.
+	Node() string
+	// Failovers counts the reconnects that landed on another server than
+	// the one lost.
+	Failovers() int64
 }
 
 // Receiver is what a Conn reports to; the Bus implements it. Its methods
@@ -606,10 +625,17 @@ func (n *node) Stats() Stats {
 		}
 	}
 	n.rmu.Unlock()
+	var node string
+	var failovers int64
+	if r, ok := n.conn.(NodeReporter); ok {
+		node, failovers = r.Node(), r.Failovers()
+	}
 	return Stats{
 		Origin:     n.id,
 		Connected:  n.connected.Load(),
 		Reconnects: n.st.reconnects.Load(),
+		Node:       node,
+		Failovers:  failovers,
 		Peers:      peers,
 		Published:  n.st.published.Load(),
 		Dropped:    n.st.dropped.Load(),

@@ -336,3 +336,28 @@ func TestTaskEventTravels(t *testing.T) {
 		t.Errorf("B heard %+v", e)
 	}
 }
+
+// located is a Conn that says which broker server it is on.
+type located struct {
+	Conn
+	node      string
+	failovers int64
+}
+
+func (l located) Node() string     { return l.node }
+func (l located) Failovers() int64 { return l.failovers }
+
+// TestStatsNode: Stats names the broker server a Conn says it is on, and
+// its failovers; a Conn that says nothing leaves both empty.
+func TestStatsNode(t *testing.T) {
+	l := NewLocal()
+	b := New(located{l.Conn(), "n2 (nats://10.0.0.2:4222)", 3}, quiet()...)
+	plain := New(l.Conn(), quiet()...)
+	closeAll(t, b, plain)
+	if st := b.Stats(); st.Node != "n2 (nats://10.0.0.2:4222)" || st.Failovers != 3 {
+		t.Errorf("node %q, failovers %d; want what the connection says", st.Node, st.Failovers)
+	}
+	if st := plain.Stats(); st.Node != "" || st.Failovers != 0 {
+		t.Errorf("node %q, failovers %d from a connection that says nothing", st.Node, st.Failovers)
+	}
+}

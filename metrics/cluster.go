@@ -16,6 +16,8 @@ import (
 //	tidings_bus_connected                 1 while the broker connection is up
 //	tidings_bus_peers                     other replicas heard from
 //	tidings_bus_reconnects_total          connections regained after a loss
+//	tidings_bus_failovers_total           of those, the ones that landed on another server of the broker's
+//	                                      cluster (NATS; see bus.NodeReporter)
 //	tidings_bus_events_published_total    events handed to the broker
 //	tidings_bus_events_received_total     events from other replicas told here
 //	tidings_bus_events_dropped_total      events not sent (queue full, broker down, too large)
@@ -40,6 +42,8 @@ func RegisterBus(reg prometheus.Registerer, stats func() bus.Stats) error {
 			func(s bus.Stats) float64 { return boolValue(s.Connected) }),
 		gauge("tidings_bus_peers", "Other replicas heard from on the bus.", func(s bus.Stats) float64 { return float64(s.Peers) }),
 		counter("tidings_bus_reconnects_total", "Bus connections regained after a loss.", func(s bus.Stats) int64 { return s.Reconnects }),
+		counter("tidings_bus_failovers_total", "Bus connections regained on another server of the broker's cluster than the one lost.",
+			func(s bus.Stats) int64 { return s.Failovers }),
 		counter("tidings_bus_events_published_total", "Change events handed to the bus broker.", func(s bus.Stats) int64 { return s.Published }),
 		counter("tidings_bus_events_received_total", "Change events from other replicas told to local listeners.", func(s bus.Stats) int64 { return s.Received }),
 		counter("tidings_bus_events_dropped_total", "Change events not sent: queue full, broker down or too large (peers re-notify).", func(s bus.Stats) int64 { return s.Dropped }),

@@ -20,7 +20,7 @@ import (
 func TestClusterSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := bus.Stats{Connected: true, Peers: 2, Reconnects: 3, Published: 4, Received: 5, Dropped: 6, Stale: 7,
-		Invalid: 8, Gaps: 9, Resyncs: 10, Lag: 250 * time.Millisecond, MaxLag: 2 * time.Second, Unsigned: 16, BadMAC: 17}
+		Invalid: 8, Gaps: 9, Resyncs: 10, Lag: 250 * time.Millisecond, MaxLag: 2 * time.Second, Unsigned: 16, BadMAC: 17, Failovers: 18}
 	if err := metrics.RegisterBus(reg, func() bus.Stats { return st }); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestClusterSeries(t *testing.T) {
 	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer ts.Close()
 	want := map[string]float64{
-		"tidings_bus_connected": 1, "tidings_bus_peers": 2, "tidings_bus_reconnects_total": 3,
+		"tidings_bus_connected": 1, "tidings_bus_peers": 2, "tidings_bus_reconnects_total": 3, "tidings_bus_failovers_total": 18,
 		"tidings_bus_events_published_total": 4, "tidings_bus_events_received_total": 5,
 		"tidings_bus_events_dropped_total": 6, "tidings_bus_events_stale_total": 7,
 		"tidings_bus_messages_invalid_total": 8, "tidings_bus_gaps_total": 9, "tidings_bus_resyncs_total": 10,

@@ -1,7 +1,8 @@
 // Package brokers opens a bus, a shared state and a task store by URL,
 // on whichever broker the URL's scheme names:
 //
-//	nats://[user:password@]host:port[/subject]             (tls:// for TLS; default subject "tidings")
+//	nats://[user:password@]host:port[,nats://host:port...][/subject][?replicas=N]
+//	                                                       (tls:// for TLS; default subject "tidings"; see natsbus)
 //	redis://[user:password@]host:port[/db][?channel=name]  (rediss:// for TLS; default channel "tidings")
 //
 // so that one setting (the --bus flag of tidings serve, say) joins a
@@ -15,6 +16,7 @@ package brokers
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"tidings/bus"
 	"tidings/bus/internal/brokerkit"
@@ -33,13 +35,16 @@ type adapter struct {
 // knows the schemes, for the bus, the state and the task store alike.
 // Its errors never show the password.
 func adapterOf(rawURL string) (adapter, error) {
+	// A NATS URL may list several seeds (see natsbus), which do not parse
+	// as one URL: its scheme is read before the first "://".
+	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && (strings.EqualFold(scheme, "nats") || strings.EqualFold(scheme, "tls")) {
+		return adapter{natsbus.Dial, natsbus.OpenState, natsbus.OpenTasks}, nil
+	}
 	u, err := brokerkit.ParseURL(rawURL)
 	if err != nil {
 		return adapter{}, fmt.Errorf("brokers: %w", err)
 	}
 	switch u.Scheme {
-	case "nats", "tls":
-		return adapter{natsbus.Dial, natsbus.OpenState, natsbus.OpenTasks}, nil
 	case "redis", "rediss":
 		return adapter{redisbus.Dial, redisbus.OpenState, redisbus.OpenTasks}, nil
 	}
@@ -82,8 +87,10 @@ func Open(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Bus, erro
 //
 // Unlike pub/sub channels, Redis hashes live in one database, so replicas
 // must name the same db. A NATS bucket that does not exist is created with
-// the server's defaults (file storage, one replica, one value kept per
-// key); create it beforehand to choose otherwise — it is used as found.
+// the server's defaults (file storage, one value kept per key) and the
+// replicas replicas=N asks, by default as many as the cluster has
+// servers, up to 3; create it beforehand to choose otherwise — it is used
+// as found, but for too few replicas (see natsbus.OpenState).
 // OpenState fails once ctx ends if the store cannot be reached; later
 // losses are reported by the methods' errors, and the connection is
 // regained on its own. Of the options, WithLogger and WithBackoff apply

@@ -12,17 +12,23 @@ import (
 )
 
 // TestDialRefuses: a URL that names no bus this package has, or a bad
-// subject or parameter, is refused before anything is dialled.
+// subject or parameter, or a list of NATS seeds that could be read more
+// than one way, is refused before anything is dialled.
 func TestDialRefuses(t *testing.T) {
 	for url, want := range map[string]string{
-		"kafka://127.0.0.1:9092":              "unknown scheme",
-		"inproc://name":                       "unknown scheme",
-		"nats://127.0.0.1:1/a.*":              "subject",
-		"nats://127.0.0.1:1/a..b":             "subject",
-		"nats://127.0.0.1:1/a?queue=x":        "no parameters",
-		"redis://127.0.0.1:1/0?chanel=x":      "chanel",
-		"://nope":                             "missing protocol scheme",
-		"nats://user:secret@127.0.0.1:1/a b>": "subject",
+		"kafka://127.0.0.1:9092":                               "unknown scheme",
+		"inproc://name":                                        "unknown scheme",
+		"nats://127.0.0.1:1/a.*":                               "subject",
+		"nats://127.0.0.1:1/a..b":                              "subject",
+		"nats://127.0.0.1:1/a?queue=x":                         "no parameters",
+		"redis://127.0.0.1:1/0?chanel=x":                       "chanel",
+		"://nope":                                              "missing protocol scheme",
+		"nats://user:secret@127.0.0.1:1/a b>":                  "subject",
+		"nats://127.0.0.1:1/a,nats://127.0.0.1:2/a":            "seed 1 of 2: a subject or parameters before the last seed",
+		"nats://user:secret@127.0.0.1:1,tls://127.0.0.1:2/a":   "seed 2 of 2: the seeds mix nats:// and tls://",
+		"nats://user:secret@127.0.0.1:1,127.0.0.1:2/a":         "seed 2 of 2: it is not a nats:// or tls:// URL",
+		"nats://127.0.0.1:1,nats://127.0.0.1:2/a?replicas=9":   "not a replica count from 1 to 5",
+		"nats://user:sec,ret@127.0.0.1:1,nats://127.0.0.1:2/a": "the URL does not parse",
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		c, err := brokers.Dial(ctx, url)
@@ -35,7 +41,7 @@ func TestDialRefuses(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want it to mention %q", url, err, want)
 		}
-		if strings.Contains(err.Error(), "secret") {
+		if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "ret@") {
 			t.Errorf("%s: the error shows the password: %v", url, err)
 		}
 	}

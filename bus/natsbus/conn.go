@@ -34,8 +34,12 @@ type natsConn struct {
 	downs   atomic.Int64
 	ups     atomic.Int64
 	lastErr atomic.Pointer[error]
-	stop    chan struct{} // closed by Close
-	once    sync.Once
+	// server is the name of the server the client last connected to, and
+	// failovers counts the reconnects to a server of another name.
+	server    atomic.Pointer[string]
+	failovers atomic.Int64
+	stop      chan struct{} // closed by Close
+	once      sync.Once
 
 	mu      sync.Mutex // guards what follows against the receiving loop's redial
 	nc      *nats.Conn
@@ -43,22 +47,27 @@ type natsConn struct {
 	closing bool
 }
 
+var _ bus.NodeReporter = (*natsConn)(nil)
+
 // natsRedialTimeout bounds one attempt at dialling a new client after the
 // old one gave up.
 const natsRedialTimeout = 5 * time.Second
 
-// Dial connects to the NATS server rawURL names, subscribed to its subject
-// and ready when it returns, or fails once ctx ends (within 5s if ctx has
-// no deadline):
+// Dial connects to the NATS server, or to one server of the cluster,
+// that rawURL names, subscribed to its subject and ready when it returns,
+// or fails once ctx ends (within 5s if ctx has no deadline):
 //
-//	nats://[user:password@]host:port[/subject]   (tls:// for TLS; default subject "tidings")
+//	nats://[user:password@]host:port[,nats://host:port...][/subject][?replicas=N]
 //
-// Replicas that share a subject on one NATS form one bus; pass the Conn
-// to bus.New. Events are published on the subject and nothing is kept
-// while the connection is down: the bus sees what it missed and
-// re-notifies. The client reconnects on its own, and a new one is dialled
-// if it gives up. Of the options, WithBackoff (the delay between
-// reconnects) and WithLogger apply.
+// (tls:// for TLS; default subject "tidings"; see the package doc for
+// the seeds of a cluster). Replicas that share a subject on one NATS
+// server or cluster form one bus; pass the Conn to bus.New. Events are
+// published on the subject and nothing is kept while the connection is
+// down: the bus sees what it missed and re-notifies. The client
+// reconnects on its own, to any server of a cluster, and a new one is
+// dialled if it gives up; the Conn is a bus.NodeReporter, which names
+// the server it is on and counts its moves to another. Of the options,
+// WithBackoff (the delay between reconnects) and WithLogger apply.
 func Dial(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Conn, error) {
 	ep, err := parse(rawURL)
 	if err != nil {
@@ -76,8 +85,38 @@ func Dial(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Conn, err
 		return nil, fmt.Errorf("natsbus: bus at %s: %w", ep.redacted, err)
 	}
 	c.nc, c.ncEnded = nc, ended
+	c.landed(nc)
 	return c, nil
 }
+
+// landed records the server nc is connected to, and counts a failover
+// when it is not the one the connection was on before. Servers are told
+// apart by name, which a cluster's servers must have, and which a server
+// keeps when it restarts (its id changes).
+func (c *natsConn) landed(nc *nats.Conn) {
+	name := nc.ConnectedServerName()
+	if name == "" {
+		return // lost again already
+	}
+	if prev := c.server.Swap(&name); prev != nil && *prev != name {
+		c.failovers.Add(1)
+	}
+}
+
+// Node names the server the connection is on, without a password (see
+// bus.NodeReporter), or "" while it is on none.
+func (c *natsConn) Node() string {
+	nc, _ := c.current()
+	name, addr := nc.ConnectedServerName(), nc.ConnectedUrlRedacted()
+	if name == "" || addr == "" {
+		return addr
+	}
+	return name + " (" + addr + ")"
+}
+
+// Failovers counts the reconnects to another server than the one lost
+// (see bus.NodeReporter).
+func (c *natsConn) Failovers() int64 { return c.failovers.Load() }
 
 // options are what the bus's client adds to what every client here has:
 // no echo of its own messages, pings that find a dead connection within
@@ -95,7 +134,7 @@ func (c *natsConn) options() []nats.Option {
 			c.downs.Add(1)
 			c.poke()
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { c.ups.Add(1); c.poke() }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { c.landed(nc); c.ups.Add(1); c.poke() }),
 	}
 }
 
@@ -208,6 +247,7 @@ func (c *natsConn) redial(ctx context.Context, r bus.Receiver) error {
 		}
 		c.nc, c.ncEnded = nc, ended
 		c.mu.Unlock()
+		c.landed(nc)
 		r.Up()
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -29,9 +30,16 @@ type natsState struct {
 // with the same URL: the JetStream key-value bucket named after the
 // subject (default "tidings"), '.' and '_' escaped as "_2E" and "_5F".
 // The server needs JetStream. A bucket that does not exist is created
-// with the server's defaults (file storage, one replica, one value kept
-// per key); create it beforehand to choose otherwise — it is used as
-// found. OpenState fails once ctx ends (within 5s if ctx has no
+// with the server's defaults (file storage, one value kept per key) and
+// the replicas the URL asks (replicas=N), or by default as many as the
+// cluster has servers, up to 3 (one on a server in no cluster): the
+// servers the client knows of, its seeds and those the server
+// advertises. When the cluster cannot hold them, OpenState fails saying
+// so, with the count and the cluster's size. Create the bucket
+// beforehand to choose otherwise — it is used as found, but one with
+// fewer replicas than replicas=N asks is refused, and one with fewer than
+// the default is used and a warning logged; neither is scaled here,
+// which would move its data between servers. OpenState fails once ctx ends (within 5s if ctx has no
 // deadline) if the store cannot be reached; later losses are reported by
 // the methods' errors, and the connection is regained on its own. Of the
 // options, WithLogger and WithBackoff apply.
@@ -46,15 +54,17 @@ func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Stat
 	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
+	cfg := settings(opts)
 	s := &natsState{}
-	if s.nc, s.closed, err = ep.dial(ctx, settings(opts), "state"); err != nil {
+	if s.nc, s.closed, err = ep.dial(ctx, cfg, "state"); err != nil {
 		return nil, err
 	}
 	js, err := jetstream.New(s.nc)
 	if err != nil {
 		err = fmt.Errorf("jetstream: %w", err)
 	} else {
-		s.kv, err = bucketOf(ctx, js, jetstream.KeyValueConfig{Bucket: bucket,
+		p := ep.plan(s.nc)
+		s.kv, err = bucketOf(ctx, js, p, cfg.Logger, jetstream.KeyValueConfig{Bucket: bucket, Replicas: p.n,
 			Description: "tidings: what the replicas of a server have switched on and off"})
 	}
 	if err != nil {
@@ -78,17 +88,29 @@ func bucketName(subject string) (string, error) {
 }
 
 // bucketOf opens the bucket want names, creating it with want if it is
-// not there; one that is there is used as found.
-func bucketOf(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// not there; one that is there is used as found, but for its replicas,
+// which p checks.
+func bucketOf(ctx context.Context, js jetstream.JetStream, p replicaPlan, log *slog.Logger, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, want)
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, want.Bucket) // another replica made it first
+		} else if err != nil {
+			return nil, p.refused(want.Bucket, err)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("key-value bucket %q: %w", want.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("key-value bucket %q: %w", want.Bucket, err)
+	}
+	if have, ok := replicasOf(st); ok {
+		if err := p.check(want.Bucket, have, log); err != nil {
+			return nil, err
+		}
 	}
 	return kv, nil
 }

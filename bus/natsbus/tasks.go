@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -130,15 +131,20 @@ const natsMaxTTL = 100 * 365 * 24 * time.Hour
 // leaves a marker for a second). Create over a task that has expired but
 // is not yet dropped replaces it.
 //
-// A bucket that does not exist is created with file storage, one
-// replica, values of at most a record and its framing, per-key TTLs and
-// no direct gets; create it beforehand to choose otherwise, with a limit
-// marker TTL and allow_direct false on its stream (the nats tool and
-// jetstream.CreateKeyValue allow direct gets: update the stream after) —
-// it is used as found, one without per-key TTLs or that allows direct
-// gets is refused, and a bucket TTL (max age) set on it drops tasks that
-// long after their last write, whatever their expiry. A bucket scaled to
-// more replicas later keeps reading through its leader.
+// A bucket that does not exist is created with file storage, the
+// replicas of the state's bucket (replicas=N, or by default as many as
+// the cluster has servers, up to 3; see OpenState, which also says what
+// is done with a bucket found with fewer), values of at most a record
+// and its framing, per-key TTLs and no direct gets; create it beforehand
+// to choose otherwise, with a limit marker TTL and allow_direct false on
+// its stream (the nats tool and jetstream.CreateKeyValue allow direct
+// gets: update the stream after) — it is used as found, one without
+// per-key TTLs or that allows direct gets is refused, and a bucket TTL
+// (max age) set on it drops tasks that long after their last write,
+// whatever their expiry. A bucket scaled to more replicas later keeps
+// reading through its leader; one whose leader is lost answers once its
+// other replicas have elected another (a few seconds), and the client
+// moves to another server of the cluster by itself.
 //
 // OpenTasks fails once ctx ends (within 5s if ctx has no deadline) if
 // the store cannot be reached; later losses are reported by the methods'
@@ -155,21 +161,23 @@ func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Task
 	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
+	cfg := settings(opts)
 	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + ".", seen: make(map[string]seenRev)}
-	if s.nc, s.closed, err = ep.dial(ctx, settings(opts), "tasks"); err != nil {
+	if s.nc, s.closed, err = ep.dial(ctx, cfg, "tasks"); err != nil {
 		return nil, err
 	}
-	if err := s.open(ctx, bucket); err != nil {
+	if err := s.open(ctx, bucket, ep.plan(s.nc), cfg.Logger); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("natsbus: tasks at %s: %w", ep.redacted, err)
 	}
 	return s, nil
 }
 
-// open opens the bucket, creating it if it is not there, and checks that
-// one found there can drop its entries by themselves and reads every
-// entry through its stream's leader.
-func (s *natsTasks) open(ctx context.Context, bucket string) error {
+// open opens the bucket, creating it with p's replicas if it is not
+// there, and checks that one found there can drop its entries by
+// themselves, reads every entry through its stream's leader and has the
+// replicas p asks.
+func (s *natsTasks) open(ctx context.Context, bucket string, p replicaPlan, log *slog.Logger) error {
 	var err error
 	if s.js, err = jetstream.New(s.nc); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
@@ -182,9 +190,11 @@ func (s *natsTasks) open(ctx context.Context, bucket string) error {
 		if err := checkTTLs(ctx, s.js); err != nil {
 			return fmt.Errorf("key-value bucket %q: %w", bucket, err)
 		}
-		_, err = s.js.CreateStream(ctx, tasksStream(bucket))
+		_, err = s.js.CreateStream(ctx, tasksStream(bucket, p.n))
 		if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			s.kv, err = s.js.KeyValue(ctx, bucket)
+		} else {
+			return p.refused(bucket, err)
 		}
 	}
 	if err != nil {
@@ -210,6 +220,9 @@ func (s *natsTasks) open(ctx context.Context, bucket string) error {
 			"before it has a task just written: update its stream %q with allow_direct false, "+
 			"or remove it and let it be created", bucket, s.stream)
 	}
+	if have, ok := replicasOf(st); ok {
+		return p.check(bucket, have, log)
+	}
 	return nil
 }
 
@@ -227,22 +240,22 @@ func checkTTLs(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
-// tasksStream is the stream of a tasks bucket OpenTasks creates: what
-// jetstream.CreateKeyValue makes of a bucket with file storage, one
-// replica, values of at most a record and its framing and per-key TTLs,
+// tasksStream is the stream of a tasks bucket OpenTasks creates, with
+// the replicas given: what jetstream.CreateKeyValue makes of a bucket
+// with file storage, those replicas, values of at most a record and its framing and per-key TTLs,
 // but for direct gets, which CreateKeyValue always allows. A direct get
 // may be answered by any replica, or a mirror, from what it has applied,
 // which may not yet be a write the stream's leader has acknowledged;
 // without them every Get is the leader's (see OpenTasks), as Create's and
 // Update's writes are. TestNATSTasksBucketConfig holds the two to the
 // same shape.
-func tasksStream(bucket string) jetstream.StreamConfig {
+func tasksStream(bucket string, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        "KV_" + bucket,
 		Description: "tidings: the tasks of a server's replicas",
 		Subjects:    []string{"$KV." + bucket + ".>"},
 		Storage:     jetstream.FileStorage,
-		Replicas:    1,
+		Replicas:    replicas,
 		// The latest value of each key, and a full stream refuses a write
 		// rather than drop other tasks.
 		MaxMsgsPerSubject: 1,

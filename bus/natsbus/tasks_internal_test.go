@@ -400,7 +400,7 @@ func TestNATSTasksClusterReadsItsWrites(t *testing.T) {
 	c := testbroker.StartNATSCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), testbroker.Wait)
 	defer cancel()
-	first := openTasksAt(t, c.URL(0)).(*natsTasks)
+	first := openTasksAt(t, c.URL(0)+"?replicas=1").(*natsTasks)
 	// The bucket is made with one replica; an operator scales it to three.
 	st, err := first.js.Stream(ctx, first.stream)
 	if err != nil {

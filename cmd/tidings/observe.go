@@ -85,7 +85,10 @@ func (o *observability) busLine() string {
 	if o.bus == nil {
 		return ""
 	}
-	if o.bus().Connected {
+	if st := o.bus(); st.Connected {
+		if st.Node != "" {
+			return "bus: connected\nbus server: " + st.Node + "\n"
+		}
 		return "bus: connected\n"
 	}
 	return "bus: disconnected\n"
@@ -113,6 +116,8 @@ func (o *observability) serverOptions(log *slog.Logger) []server.Option {
 // balancer sends traffic only where lists are complete.
 //
 // With a bus, /readyz also says "bus: connected" or "bus: disconnected",
+// and on NATS which server the bus is on ("bus server: n1
+// (nats://10.0.0.1:4222)"),
 // but the bus does not change its status: a replica whose bus is down
 // still answers correctly from its own directory and only hears of the
 // others' changes late (re-notifying its listeners once the bus is back),

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"tidings/bus"
 	"tidings/server"
 )
 
@@ -89,5 +90,26 @@ func TestLateMiddleware(t *testing.T) {
 	})
 	if err := h(context.Background(), &server.Request{}); !errors.Is(err, refuse) || served != 1 {
 		t.Fatalf("after set: err %v, served %d; want the middleware's refusal", err, served)
+	}
+}
+
+// TestBusLine: /readyz says whether the bus is connected and, on a line
+// of its own when the connection says, to which server of the broker.
+func TestBusLine(t *testing.T) {
+	for _, c := range []struct {
+		st   bus.Stats
+		want string
+	}{
+		{bus.Stats{}, "bus: disconnected\n"},
+		{bus.Stats{Connected: true}, "bus: connected\n"},
+		{bus.Stats{Connected: true, Node: "n1 (nats://10.0.0.1:4222)"}, "bus: connected\nbus server: n1 (nats://10.0.0.1:4222)\n"},
+	} {
+		o := &observability{bus: func() bus.Stats { return c.st }}
+		if got := o.busLine(); got != c.want {
+			t.Errorf("stats %+v: %q, want %q", c.st, got, c.want)
+		}
+	}
+	if got := (&observability{}).busLine(); got != "" {
+		t.Errorf("without a bus: %q", got)
 	}
 }

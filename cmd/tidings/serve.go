@@ -166,7 +166,8 @@ only to stderr. SIGINT or SIGTERM end every listen with its complete
 result before the process exits.
 
 Several replicas behind a load balancer form one server with --bus URL
-(nats://host:port[/subject] or redis://host:port[/db][?channel=name]; or
+(nats://host:port[,nats://host:port...][/subject][?replicas=N] or
+redis://host:port[/db][?channel=name]; or
 TIDINGS_BUS, which keeps a password in the URL out of the process list):
 a listener on any replica hears of changes seen by any. Every replica
 must serve the same DIR (one shared volume, or identical copies): each
@@ -183,7 +184,10 @@ could read in the process list. While the bus is down a replica keeps
 serving correct answers and hears of other replicas' changes once it is
 back: /readyz stays 200 and says "bus: disconnected" (the broker is
 shared, so failing readiness would take every replica out of rotation
-at once); alert on tidings_bus_connected in /metrics instead.
+at once); alert on tidings_bus_connected in /metrics instead. On NATS
+/readyz also names the server the bus is on ("bus server: NAME (URL)"),
+and tidings_bus_failovers_total counts its moves to another server of a
+cluster.
 
 ` + connHelp,
 		Args: cobra.MaximumNArgs(1),
@@ -237,7 +241,7 @@ at once); alert on tidings_bus_connected in /metrics instead.
 	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
 	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
 	f.StringArrayVar(&cfg.authScopes, "auth-scope", nil, "scope every request's token must grant (repeatable)")
-	f.StringVar(&cfg.bus, "bus", "", "join the other replicas on this bus: nats://HOST:PORT[/SUBJECT] or redis://HOST:PORT[/DB][?channel=NAME] (default $TIDINGS_BUS)")
+	f.StringVar(&cfg.bus, "bus", "", "join the other replicas on this bus: nats://HOST:PORT[,nats://HOST:PORT...][/SUBJECT] or redis://HOST:PORT[/DB][?channel=NAME] (default $TIDINGS_BUS)")
 	cfg.limits.register(f)
 	f.StringVar(&secretFile, "secret-file", "", "file holding the key that seals cursors, the same on every replica (or set TIDINGS_SECRET); at least 32 bytes")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "auth-issuer")

@@ -218,6 +218,9 @@ func TestServeCluster(t *testing.T) {
 		if !r.ready(t, "bus: connected") || r.series(t, "tidings_bus_connected") != 1 {
 			t.Fatalf("a fresh replica does not report its bus connected:\n%s", r.logs.String())
 		}
+		if _, body := r.get(t, "/readyz"); !strings.Contains(body, "\nbus server: ") || !strings.Contains(body, " (nats://127.0.0.1:") {
+			t.Errorf("/readyz does not name the NATS server the bus is on: %q", body)
+		}
 	}
 
 	cursor, code := a.listResources(t, "")

@@ -1,0 +1,36 @@
+package testbroker
+
+import (
+	"fmt"
+	"net"
+	"strings"
+)
+
+// Seeds returns nats://127.0.0.1:PORT,nats://127.0.0.1:PORT,…/tidings.test,
+// naming every server of the cluster, as a deployment names its seeds.
+// Call it before Kill: a server killed has no address.
+func (c *NATSCluster) Seeds() string {
+	seeds := make([]string, len(c.srvs))
+	for i, s := range c.srvs {
+		seeds[i] = fmt.Sprintf("nats://127.0.0.1:%d", s.Addr().(*net.TCPAddr).Port)
+	}
+	return strings.Join(seeds, ",") + "/tidings.test"
+}
+
+// Index returns the index of the server named name (see Name), or -1.
+func (c *NATSCluster) Index(name string) int {
+	for i, s := range c.srvs {
+		if s.Name() == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kill shuts the i'th server down, for good, as the loss of its machine
+// would: its clients' connections and its routes to the others close,
+// and it does not come back. It returns once the server has stopped.
+func (c *NATSCluster) Kill(i int) {
+	c.srvs[i].Shutdown()
+	c.srvs[i].WaitForShutdown()
+}
