@@ -48,7 +48,7 @@ type redisConn struct {
 // Of the options, WithHeartbeat (that silence), WithBackoff (the delay
 // between reconnects) and WithLogger apply.
 func Dial(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Conn, error) {
-	cl, err := dial(ctx, rawURL, "bus", nil)
+	cl, err := dial(ctx, rawURL, "bus", 1) // once, past a pooled connection the server closed; then the event is dropped
 	if err != nil {
 		return nil, err
 	}
