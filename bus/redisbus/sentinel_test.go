@@ -217,3 +217,51 @@ func TestSentinelFailover(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSentinelUnreplicatedWriteIsReported: a write the primary takes
+// while no replica gets it is lost when the primary fails. With wait=0
+// such a write is reported done and vanishes in the failover — the
+// hazard; with the default wait=1 the caller is told (ErrUnreplicated)
+// instead of being told it is done.
+func TestSentinelUnreplicatedWriteIsReported(t *testing.T) {
+	sn := testbroker.StartSentinel(t)
+	quiet := bus.WithLogger(slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithTimeout(context.Background(), testbroker.Wait)
+	defer cancel()
+	openTasks := func(url string) bus.TaskStore {
+		t.Helper()
+		s, err := redisbus.OpenTasks(ctx, url, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	unwaited, waited := openTasks(sn.URL()+"&wait=0"), openTasks(sn.URL())
+	exp := time.Now().Add(time.Hour)
+	if err := waited.Create(ctx, "a", []byte("v1"), exp); err != nil {
+		t.Fatal(err)
+	}
+
+	sn.CutReplication()
+	if rev, err := unwaited.Update(ctx, "a", []byte("v2"), 1); err != nil || rev != 2 {
+		t.Fatalf("update without wait: %d, %v", rev, err)
+	}
+	if err := waited.Create(ctx, "b", []byte("v1"), exp); !errors.Is(err, redisbus.ErrUnreplicated) {
+		t.Fatalf("create with wait=1 and no replica to take it: %v, want ErrUnreplicated", err)
+	}
+	sn.KillPrimary()
+
+	var rev uint64
+	poll(t, "read a task after the failover", func(ctx context.Context) (err error) {
+		_, rev, err = waited.Get(ctx, "a")
+		return err
+	})
+	if rev != 1 {
+		t.Fatalf("after the failover task a is at revision %d; the rig was to lose the update to 2", rev)
+	}
+	t.Logf("without wait, the update reported done as revision 2 was lost in the failover")
+	if _, _, err := waited.Get(ctx, "b"); !errors.Is(err, bus.ErrNoTask) {
+		t.Fatalf("task b, whose create failed with ErrUnreplicated: %v, want it lost", err)
+	}
+}

@@ -48,12 +48,16 @@ func StartSentinel(t testing.TB) *Sentinel {
 	})
 	// Any server may become the primary, and a replica it gains must not
 	// wait for a full sync to be batched with others (5s by default).
-	quick := []string{"--repl-diskless-sync-delay", "0"}
-	primary := startRedis(t, path, "", quick...)
+	// Replicas sign in as a user of their own, whom CutReplication
+	// turns away.
+	common := []string{"--repl-diskless-sync-delay", "0",
+		"--user", replUser, "on", ">" + replPassword, "~*", "&*", "+@all",
+		"--masteruser", replUser, "--masterauth", replPassword}
+	primary := startRedis(t, path, "", common...)
 	s.Servers = append(s.Servers, primary)
 	for range 2 {
 		s.Servers = append(s.Servers, startRedis(t, path, "",
-			append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}, quick...)...))
+			append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}, common...)...))
 	}
 	for i := range 3 {
 		dir := t.TempDir()
@@ -145,6 +149,36 @@ func (s *Sentinel) KillPrimary() string {
 	s.t.Fatalf("the primary %s is none of the servers", addr)
 	return ""
 }
+
+// CutReplication stops the primary the Sentinels name from sending its
+// writes to the replicas: it turns their user away and closes their
+// connections, as a partition between them would, while the Sentinels
+// still reach every server. The Sentinels do not mend it (they mend a
+// replica that follows the wrong address, not one refused by the
+// right one), so what the primary takes from then on is on it alone.
+func (s *Sentinel) CutReplication() {
+	s.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Primary(), DisableIdentity: true, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	if err := c.Do(ctx, "ACL", "SETUSER", replUser, "off").Err(); err != nil {
+		s.t.Fatalf("cut replication: %v", err)
+	}
+	if err := c.Do(ctx, "CLIENT", "KILL", "USER", replUser).Err(); err != nil {
+		s.t.Fatalf("cut replication: %v", err)
+	}
+	WaitFor(s.t, "the primary to have no replica", func() bool {
+		info, err := c.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:0\r\n")
+	})
+}
+
+// The user replicas sign in to their primary as.
+const (
+	replUser     = "replica"
+	replPassword = "replica-secret"
+)
 
 // Addr returns the server's address, 127.0.0.1:PORT.
 func (b *Redis) Addr() string {
