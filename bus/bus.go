@@ -206,6 +206,22 @@ type Stats struct {
 	// wrong (or a message made up), not delays, and one of them would
 	// hold MaxLag for the life of the process.
 	Lag, MaxLag time.Duration
+	// Primary is the address of the broker server the connection uses,
+	// for a broker whose primary a failover replaces (redisbus through
+	// Sentinel; "" for others, and before it has connected), and
+	// Failovers counts the times it moved to another (see
+	// PrimaryReporter).
+	Primary   string
+	Failovers int64
+}
+
+// PrimaryReporter is implemented by a Conn whose broker is a primary
+// server that a failover can replace; Stats reports what it says.
+type PrimaryReporter interface {
+	// Primary returns the address of the server the connection last
+	// connected to ("" before any, or for a broker without a primary)
+	// and how many times that address changed since.
+	Primary() (addr string, failovers int64)
 }
 
 // Conn is a broker connection that carries encoded messages to every
@@ -606,7 +622,14 @@ func (n *node) Stats() Stats {
 		}
 	}
 	n.rmu.Unlock()
+	var primary string
+	var failovers int64
+	if p, ok := n.conn.(PrimaryReporter); ok {
+		primary, failovers = p.Primary()
+	}
 	return Stats{
+		Primary:    primary,
+		Failovers:  failovers,
 		Origin:     n.id,
 		Connected:  n.connected.Load(),
 		Reconnects: n.st.reconnects.Load(),

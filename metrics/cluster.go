@@ -27,6 +27,8 @@ import (
 //	tidings_bus_resyncs_total             re-notifications of every listener (gaps, reconnects)
 //	tidings_bus_lag_seconds               sender-to-here delay of the last event received
 //	tidings_bus_lag_max_seconds           the longest such delay so far
+//	tidings_bus_failovers_total           times the broker's primary changed under the connection
+//	                                      (Redis through Sentinel; 0 for other brokers)
 //
 // The lag leaves out events whose sender's clock is more than a minute
 // ahead or an hour behind (see bus.Stats.Lag). A replica whose bus is
@@ -51,6 +53,7 @@ func RegisterBus(reg prometheus.Registerer, stats func() bus.Stats) error {
 		counter("tidings_bus_resyncs_total", "Times every local listener was told everything may have changed (after gaps, reconnects, unreadable messages).", func(s bus.Stats) int64 { return s.Resyncs }),
 		gauge("tidings_bus_lag_seconds", "Delay of the last event received, from its sender's clock to this replica's.", func(s bus.Stats) float64 { return s.Lag.Seconds() }),
 		gauge("tidings_bus_lag_max_seconds", "Longest delay of an event received so far.", func(s bus.Stats) float64 { return s.MaxLag.Seconds() }),
+		counter("tidings_bus_failovers_total", "Times the bus broker's primary server changed under this replica's connection (Redis through Sentinel).", func(s bus.Stats) int64 { return s.Failovers }),
 	}}
 	if err := reg.Register(c); err != nil {
 		return fmt.Errorf("metrics: bus: %w", err)

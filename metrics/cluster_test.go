@@ -20,7 +20,7 @@ import (
 func TestClusterSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := bus.Stats{Connected: true, Peers: 2, Reconnects: 3, Published: 4, Received: 5, Dropped: 6, Stale: 7,
-		Invalid: 8, Gaps: 9, Resyncs: 10, Lag: 250 * time.Millisecond, MaxLag: 2 * time.Second, Unsigned: 16, BadMAC: 17}
+		Invalid: 8, Gaps: 9, Resyncs: 10, Lag: 250 * time.Millisecond, MaxLag: 2 * time.Second, Unsigned: 16, BadMAC: 17, Failovers: 18}
 	if err := metrics.RegisterBus(reg, func() bus.Stats { return st }); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestClusterSeries(t *testing.T) {
 		"tidings_bus_events_published_total": 4, "tidings_bus_events_received_total": 5,
 		"tidings_bus_events_dropped_total": 6, "tidings_bus_events_stale_total": 7,
 		"tidings_bus_messages_invalid_total": 8, "tidings_bus_gaps_total": 9, "tidings_bus_resyncs_total": 10,
-		"tidings_bus_lag_seconds": 0.25, "tidings_bus_lag_max_seconds": 2,
+		"tidings_bus_lag_seconds": 0.25, "tidings_bus_lag_max_seconds": 2, "tidings_bus_failovers_total": 18,
 		`tidings_bus_messages_refused_total{reason="unsigned"}`: 16, `tidings_bus_messages_refused_total{reason="bad_mac"}`: 17,
 		"tidings_state_loaded": 1, "tidings_state_loads_total": 11, "tidings_state_load_failures_total": 12,
 		"tidings_state_writes_total": 13, "tidings_state_write_failures_total": 14, "tidings_state_unwritten": 15,

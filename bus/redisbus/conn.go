@@ -40,9 +40,12 @@ type redisConn struct {
 // if ctx has no deadline):
 //
 //	redis://[user:password@]host:port[/db][?channel=name]   (rediss:// for TLS; default channel "tidings")
+//	redis+sentinel://[user:password@]host[:port],.../master[/db][?channel=name]
 //
-// Replicas that share a channel on one Redis form one bus; pass the Conn
-// to bus.New. Redis channels span every database of a server, so db
+// (see the package doc). Replicas that share a channel on one Redis form
+// one bus; pass the Conn to bus.New. Through Sentinel the subscription
+// moves to the primary they promote, and the Conn tells bus.Stats which
+// server it uses and how many times that changed (Primary, Failovers). Redis channels span every database of a server, so db
 // selects nothing for pub/sub. A subscription that stays silent for
 // three heartbeats while events go out is taken for stuck and renewed.
 // Of the options, WithHeartbeat (that silence), WithBackoff (the delay
@@ -163,6 +166,11 @@ func (c *redisConn) Run(ctx context.Context, r bus.Receiver) error {
 		}
 	}
 }
+
+// Primary is the Redis server the connection last connected to, when
+// it found it through Sentinel ("" else), and how many times that
+// changed: bus.Stats reports them (see bus.PrimaryReporter).
+func (c *redisConn) Primary() (string, int64) { return c.client.primary.get() }
 
 func (c *redisConn) Close() error {
 	var err error

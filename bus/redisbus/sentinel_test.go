@@ -157,6 +157,11 @@ func TestSentinelFailover(t *testing.T) {
 	}()
 	testbroker.WaitFor(t, "a task to be written over and over", func() bool { return hot.rev.Load() >= 50 })
 
+	for i, b := range buses {
+		if st, want := b.Stats(), sn.Primary(); st.Primary != want || st.Failovers != 0 {
+			t.Fatalf("bus %d before the kill: primary %q after %d failovers, want %s after none", i, st.Primary, st.Failovers, want)
+		}
+	}
 	old := sn.KillPrimary()
 	killed := time.Now()
 	close(stop)
@@ -216,6 +221,10 @@ func TestSentinelFailover(t *testing.T) {
 		}
 		return nil
 	})
+	// Bus 1 heard it on a subscription to the new primary.
+	if st, want := buses[1].Stats(), sn.Primary(); st.Primary != want || st.Failovers != 1 {
+		t.Errorf("bus 1 after the failover: primary %q after %d failovers, want %s after 1", st.Primary, st.Failovers, want)
+	}
 }
 
 // TestSentinelUnreplicatedWriteIsReported: a write the primary takes

@@ -85,10 +85,15 @@ func (o *observability) busLine() string {
 	if o.bus == nil {
 		return ""
 	}
-	if o.bus().Connected {
-		return "bus: connected\n"
+	st := o.bus()
+	line := "bus: disconnected\n"
+	if st.Connected {
+		line = "bus: connected\n"
 	}
-	return "bus: disconnected\n"
+	if st.Primary != "" {
+		line += "bus primary: " + st.Primary + "\n"
+	}
+	return line
 }
 
 func newObservability() (*observability, error) {
@@ -112,8 +117,9 @@ func (o *observability) serverOptions(log *slog.Logger) []server.Option {
 // is scanned and until shutdown begins, and 503 otherwise, so that a
 // balancer sends traffic only where lists are complete.
 //
-// With a bus, /readyz also says "bus: connected" or "bus: disconnected",
-// but the bus does not change its status: a replica whose bus is down
+// With a bus, /readyz also says "bus: connected" or "bus: disconnected"
+// (and "bus primary: ADDR", the Redis server a Sentinel URL led to), but
+// the bus does not change its status: a replica whose bus is down
 // still answers correctly from its own directory and only hears of the
 // others' changes late (re-notifying its listeners once the bus is back),
 // and every replica loses the bus at once when the broker goes down, so

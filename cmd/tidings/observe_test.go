@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"tidings/bus"
 	"tidings/server"
 )
 
@@ -89,5 +90,20 @@ func TestLateMiddleware(t *testing.T) {
 	})
 	if err := h(context.Background(), &server.Request{}); !errors.Is(err, refuse) || served != 1 {
 		t.Fatalf("after set: err %v, served %d; want the middleware's refusal", err, served)
+	}
+}
+
+// TestReadinessNamesThePrimary: /readyz's bus lines say whether the bus
+// is connected and, for a broker with a primary (Redis through
+// Sentinel), which server it uses.
+func TestReadinessNamesThePrimary(t *testing.T) {
+	st := bus.Stats{Connected: true}
+	o := &observability{bus: func() bus.Stats { return st }}
+	if got := o.busLine(); got != "bus: connected\n" {
+		t.Errorf("without a primary: %q", got)
+	}
+	st = bus.Stats{Primary: "127.0.0.1:6380", Failovers: 1}
+	if got, want := o.busLine(), "bus: disconnected\nbus primary: 127.0.0.1:6380\n"; got != want {
+		t.Errorf("with a primary: %q, want %q", got, want)
 	}
 }
