@@ -628,8 +628,6 @@ func (n *node) Stats() Stats {
 		primary, failovers = p.Primary()
 	}
 	return Stats{
-		Primary:    primary,
-		Failovers:  failovers,
 		Origin:     n.id,
 		Connected:  n.connected.Load(),
 		Reconnects: n.st.reconnects.Load(),
@@ -645,6 +643,8 @@ func (n *node) Stats() Stats {
 		Resyncs:    n.st.resyncs.Load(),
 		Lag:        time.Duration(n.st.lag.Load()),
 		MaxLag:     time.Duration(n.st.maxLag.Load()),
+		Primary:    primary,
+		Failovers:  failovers,
 	}
 }
 

@@ -45,8 +45,9 @@ type redisConn struct {
 // (see the package doc). Replicas that share a channel on one Redis form
 // one bus; pass the Conn to bus.New. Through Sentinel the subscription
 // moves to the primary they promote, and the Conn tells bus.Stats which
-// server it uses and how many times that changed (Primary, Failovers). Redis channels span every database of a server, so db
-// selects nothing for pub/sub. A subscription that stays silent for
+// server it uses and how many times that changed (Primary, Failovers).
+// Redis channels span every database of a server, so db selects nothing
+// for pub/sub. A subscription that stays silent for
 // three heartbeats while events go out is taken for stuck and renewed.
 // Of the options, WithHeartbeat (that silence), WithBackoff (the delay
 // between reconnects) and WithLogger apply.

@@ -42,7 +42,8 @@
 // the primary alone; losing the primary and every replica that had it
 // (or a Sentinel made to pick another) can still lose it, as can writes
 // that failed with ErrUnreplicated. Events on the bus are never waited
-// for: the bus tells its peers of lost events by itself.
+// for: a peer that misses one sees the gap in its numbers and
+// re-notifies.
 package redisbus
 
 import (

@@ -89,8 +89,8 @@ return next
 // OpenTasks fails once ctx ends (within 5s if ctx has no deadline) if
 // the server cannot be reached; later losses are reported by the
 // methods' errors, within their context's deadline, and the client
-// reconnects on its own, to the new primary after a failover. It takes the options of Dial for a uniform
-// signature; none applies to it.
+// reconnects on its own, to the new primary after a failover. It takes
+// the options of Dial for a uniform signature; none applies to it.
 func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.TaskStore, error) {
 	// No command is sent twice. go-redis retries a command whose reply it
 	// lost with its connection, after the server may have run it; a create
