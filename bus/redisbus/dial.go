@@ -41,7 +41,12 @@
 // replica furthest along, so a write reported done survives the loss of
 // the primary alone; losing the primary and every replica that had it
 // (or a Sentinel made to pick another) can still lose it, as can writes
-// that failed with ErrUnreplicated. Events on the bus are never waited
+// that failed with ErrUnreplicated. A failover while the old primary is
+// still up (an operator's SENTINEL FAILOVER, a partition) leaves a
+// window: a write the old primary takes after the promoted replica left
+// it may be acknowledged by another replica that then follows the new
+// primary, and be lost; wait=N with N all the replicas closes it, at the
+// price of failing writes while any replica is down. Events on the bus are never waited
 // for: a peer that misses one sees the gap in its numbers and
 // re-notifies.
 package redisbus

@@ -274,3 +274,77 @@ func TestSentinelUnreplicatedWriteIsReported(t *testing.T) {
 		t.Fatalf("task b, whose create failed with ErrUnreplicated: %v, want it lost", err)
 	}
 }
+
+// TestSentinelSwitchover: when the Sentinels promote a replica while
+// the primary is up (an operator's SENTINEL FAILOVER), the clients move
+// to the new primary too, though the old one still answers: the
+// Sentinels close its clients' connections as they make it a replica.
+// Tasks and state written before are there, new ones are written on
+// the new primary, and an event reaches the other replica through it.
+func TestSentinelSwitchover(t *testing.T) {
+	sn := testbroker.StartSentinel(t)
+	url := sn.URL()
+	opts := []bus.Option{bus.WithLogger(slog.New(slog.DiscardHandler)),
+		bus.WithHeartbeat(100 * time.Millisecond), bus.WithBackoff(20*time.Millisecond, 200*time.Millisecond)}
+	ctx, cancel := context.WithTimeout(context.Background(), failoverWait)
+	defer cancel()
+	var buses [2]bus.Bus
+	for i := range buses {
+		c, err := redisbus.Dial(ctx, url, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buses[i] = bus.New(c, opts...)
+		defer buses[i].Close()
+	}
+	h := &heard{uris: map[string]bool{}}
+	buses[1].Handle(h)
+	state, err := redisbus.OpenState(ctx, url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer state.Close()
+	tasks, err := redisbus.OpenTasks(ctx, url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tasks.Close()
+	exp := time.Now().Add(time.Hour)
+	if err := tasks.Create(ctx, "before", []byte("v1"), exp); err != nil {
+		t.Fatal(err)
+	}
+	if rev, err := tasks.Update(ctx, "before", []byte("v2"), 1); err != nil || rev != 2 {
+		t.Fatalf("update: %d, %v", rev, err)
+	}
+	if err := state.Set(ctx, "before", true); err != nil {
+		t.Fatal(err)
+	}
+
+	old := sn.Switch()
+	now := sn.Primary()
+	n := 0
+	poll(t, "create a task after the switch", func(ctx context.Context) error {
+		n++
+		return tasks.Create(ctx, fmt.Sprintf("after-%d", n), []byte("v1"), exp)
+	})
+	if _, rev, err := tasks.Get(ctx, "before"); err != nil || rev != 2 {
+		t.Fatalf("task before, after the switch: revision %d, %v; want 2", rev, err)
+	}
+	poll(t, "set the state after the switch", func(ctx context.Context) error { return state.Set(ctx, "after", true) })
+	if m, err := state.Load(ctx); err != nil || !m["before"] || !m["after"] {
+		t.Fatalf("state after the switch: %v, %v", m, err)
+	}
+	poll(t, "an event published after the switch to reach the other replica", func(context.Context) error {
+		buses[0].Publish(bus.Event{URI: "after-switch"})
+		if !h.has("after-switch") {
+			return errors.New("not heard")
+		}
+		return nil
+	})
+	for i, b := range buses {
+		if st := b.Stats(); st.Primary != now || st.Failovers != 1 {
+			t.Errorf("bus %d after the switch from %s: primary %q after %d failovers, want %s after 1",
+				i, old, st.Primary, st.Failovers, now)
+		}
+	}
+}

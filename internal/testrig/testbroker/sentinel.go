@@ -73,7 +73,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 	}
 	WaitFor(t, "the Sentinels to see the primary, both replicas in sync and each other", func() bool {
 		for _, sn := range s.Sentinels {
-			if !s.settled(sn, primary.Addr()) {
+			if !s.settled(sn, primary.Addr(), true) {
 				return false
 			}
 		}
@@ -83,8 +83,9 @@ func StartSentinel(t testing.TB) *Sentinel {
 }
 
 // settled reports whether Sentinel sn sees primary as the primary, with
-// two replicas linked to it and two other Sentinels.
-func (s *Sentinel) settled(sn *Redis, primary string) bool {
+// two replicas (linked to it, if linked says so) and two other
+// Sentinels.
+func (s *Sentinel) settled(sn *Redis, primary string, linked bool) bool {
 	c := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), DisableIdentity: true, MaxRetries: -1})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -99,7 +100,7 @@ func (s *Sentinel) settled(sn *Redis, primary string) bool {
 		return false
 	}
 	for _, r := range reps {
-		if r["flags"] != "slave" || r["master-link-status"] != "ok" {
+		if r["flags"] != "slave" || linked && r["master-link-status"] != "ok" {
 			return false
 		}
 	}
@@ -148,6 +149,45 @@ func (s *Sentinel) KillPrimary() string {
 	}
 	s.t.Fatalf("the primary %s is none of the servers", addr)
 	return ""
+}
+
+// Switch has a Sentinel promote a replica while the primary is up
+// (SENTINEL FAILOVER), as an operator would, and waits until every
+// Sentinel names the new primary and has made the two others, the old
+// one included, its replicas (which may still be syncing: the Sentinels
+// look at a replica's link every ten seconds), and the old one says it
+// is a replica. It returns the old primary's address.
+func (s *Sentinel) Switch() string {
+	s.t.Helper()
+	old := s.Primary()
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0].Addr(), DisableIdentity: true, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	if err := c.Failover(ctx, SentinelMaster).Err(); err != nil {
+		s.t.Fatalf("sentinel failover: %v", err)
+	}
+	WaitFor(s.t, "the Sentinels to settle on a new primary", func() bool {
+		now := s.Primary()
+		if now == old {
+			return false
+		}
+		for _, sn := range s.Sentinels {
+			if !s.settled(sn, now, false) {
+				return false
+			}
+		}
+		return true
+	})
+	// The Sentinels made the old primary a replica and closed its
+	// clients' connections in one transaction.
+	oc := redis.NewClient(&redis.Options{Addr: old, DisableIdentity: true, MaxRetries: -1})
+	defer oc.Close()
+	WaitFor(s.t, "the old primary to be made a replica", func() bool {
+		info, err := oc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "role:slave\r\n")
+	})
+	return old
 }
 
 // CutReplication stops the primary the Sentinels name from sending its
