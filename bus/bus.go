@@ -237,14 +237,15 @@ type Conn interface {
 }
 
 // NodeReporter is what a Conn to a cluster of broker servers may also
-// implement, to say which server it is on; natsbus's does. Its methods
-// are safe for concurrent use, and Stats reads them.
+// implement, to say which server it is on: natsbus's does (the node of a
+// NATS cluster), and redisbus's through Sentinel (the primary it was led
+// to). Its methods are safe for concurrent use, and Stats reads them.
 type NodeReporter interface {
 	// Node names the server the connection is on — its name and address,
 	// without a password — or "" while it is on none.
 	Node() string
 	// Failovers counts the reconnects that landed on another server than
-	// the one lost.
+	// the one lost (for Redis, the times the primary changed).
 	Failovers() int64
 }
 

@@ -29,6 +29,8 @@ import (
 //	tidings_bus_resyncs_total             re-notifications of every listener (gaps, reconnects)
 //	tidings_bus_lag_seconds               sender-to-here delay of the last event received
 //	tidings_bus_lag_max_seconds           the longest such delay so far
+//	tidings_bus_failovers_total           times the broker's primary changed under the connection
+//	                                      (Redis through Sentinel; 0 for other brokers)
 //
 // The lag leaves out events whose sender's clock is more than a minute
 // ahead or an hour behind (see bus.Stats.Lag). A replica whose bus is
@@ -42,7 +44,7 @@ func RegisterBus(reg prometheus.Registerer, stats func() bus.Stats) error {
 			func(s bus.Stats) float64 { return boolValue(s.Connected) }),
 		gauge("tidings_bus_peers", "Other replicas heard from on the bus.", func(s bus.Stats) float64 { return float64(s.Peers) }),
 		counter("tidings_bus_reconnects_total", "Bus connections regained after a loss.", func(s bus.Stats) int64 { return s.Reconnects }),
-		counter("tidings_bus_failovers_total", "Bus connections regained on another server of the broker's cluster than the one lost.",
+		counter("tidings_bus_failovers_total", "Bus connections that moved to another server of the broker: another node of a NATS cluster, or the primary Sentinel promoted.",
 			func(s bus.Stats) int64 { return s.Failovers }),
 		counter("tidings_bus_events_published_total", "Change events handed to the bus broker.", func(s bus.Stats) int64 { return s.Published }),
 		counter("tidings_bus_events_received_total", "Change events from other replicas told to local listeners.", func(s bus.Stats) int64 { return s.Received }),

@@ -4,6 +4,14 @@
 //	nats://[user:password@]host:port[,nats://host:port...][/subject][?replicas=N]
 //	                                                       (tls:// for TLS; default subject "tidings"; see natsbus)
 //	redis://[user:password@]host:port[/db][?channel=name]  (rediss:// for TLS; default channel "tidings")
+//	redis+sentinel://[user:password@]host[:port],host[:port],.../master[/db][?channel=name]
+//	                                                       (rediss+sentinel:// for TLS; Sentinel port 26379)
+//
+// A redis+sentinel URL names the Sentinels that watch a Redis primary
+// (master, as their config names it) and its replicas; the bus, the state
+// and the tasks follow the primary they promote, and a write of the state
+// or a task is done once a replica has it (wait=N sets how many, 0 none;
+// see redisbus for what that guarantees across a failover).
 //
 // so that one setting (the --bus flag of tidings serve, say) joins a
 // replica to its peers, to the state they share and to their tasks. It
@@ -40,15 +48,15 @@ func adapterOf(rawURL string) (adapter, error) {
 	if scheme, _, ok := strings.Cut(rawURL, "://"); ok && (strings.EqualFold(scheme, "nats") || strings.EqualFold(scheme, "tls")) {
 		return adapter{natsbus.Dial, natsbus.OpenState, natsbus.OpenTasks}, nil
 	}
-	u, err := brokerkit.ParseURL(rawURL)
+	u, _, err := brokerkit.ParseURLHosts(rawURL, "")
 	if err != nil {
 		return adapter{}, fmt.Errorf("brokers: %w", err)
 	}
 	switch u.Scheme {
-	case "redis", "rediss":
+	case "redis", "rediss", "redis+sentinel", "rediss+sentinel":
 		return adapter{redisbus.Dial, redisbus.OpenState, redisbus.OpenTasks}, nil
 	}
-	return adapter{}, fmt.Errorf("brokers: %s: unknown scheme %q (want nats, tls, redis or rediss)", u.Redacted(), u.Scheme)
+	return adapter{}, fmt.Errorf("brokers: %s: unknown scheme %q (want nats, tls, redis, rediss, redis+sentinel or rediss+sentinel)", u.Redacted(), u.Scheme)
 }
 
 // Dial connects to the broker rawURL names, subscribed and ready when it
@@ -85,12 +93,14 @@ func Open(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Bus, erro
 //	nats://host:port[/subject]             the JetStream key-value bucket named after the subject, dots
 //	                                       escaped (default "tidings"); the server needs JetStream
 //
-// Unlike pub/sub channels, Redis hashes live in one database, so replicas
-// must name the same db. A NATS bucket that does not exist is created with
-// the server's defaults (file storage, one value kept per key) and the
-// replicas replicas=N asks, by default as many as the cluster has
-// servers, up to 3; create it beforehand to choose otherwise — it is used
-// as found, but for too few replicas (see natsbus.OpenState).
+// (and redis+sentinel://, the same hash on the primary the Sentinels
+// name). Unlike pub/sub channels, Redis hashes live in one database, so
+// replicas must name the same db. A NATS bucket that does not exist is
+// created with the server's defaults (file storage, one value kept per
+// key) and the replicas replicas=N asks, by default as many as the
+// cluster has servers, up to 3; create it beforehand to choose otherwise
+// — it is used as found, but for too few replicas (see
+// natsbus.OpenState).
 // OpenState fails once ctx ends if the store cannot be reached; later
 // losses are reported by the methods' errors, and the connection is
 // regained on its own. Of the options, WithLogger and WithBackoff apply
@@ -111,8 +121,9 @@ func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Stat
 //	nats://host:port[/subject]             the JetStream key-value bucket "<state bucket>_tasks" (see OpenState),
 //	                                       default "tidings_tasks"; the server needs JetStream
 //
-// (rediss:// and tls:// for TLS, with a user and password in the URL as
-// for Dial.) Compare-and-swap is linearisable on both, and so is Get; how
+// (redis+sentinel:// as redis://, on the primary the Sentinels name;
+// rediss://, rediss+sentinel:// and tls:// for TLS, with a user and
+// password in the URL as for Dial.) Compare-and-swap is linearisable on both, and so is Get; how
 // each achieves it, and how each expires a task, is told at
 // redisbus.OpenTasks and natsbus.OpenTasks. When Create or Update fail
 // otherwise (the broker went away mid-call), the write may or may not
@@ -128,7 +139,9 @@ func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Stat
 //
 // Durability is the broker's: a record is as safe as Redis's persistence
 // (append-only file, replicas) or the bucket's stream (file storage, its
-// replicas) make it. Redis keys live in one database, so replicas must
+// replicas) make it. Through Sentinel, a write is done only once a
+// replica has it (redisbus's wait=N), so that a failover does not lose
+// it silently. Redis keys live in one database, so replicas must
 // name the same db.
 //
 // OpenTasks fails once ctx ends if the store cannot be reached; later

@@ -190,6 +190,10 @@ var badURLs = []string{
 	"rediss://user:hunter2@127.0.0.1:1",
 	"nats://user:hunter2@127.0.0.1:1/a",
 	"tls://user:hunter2@127.0.0.1:1/a",
+	"redis+sentinel://user:hunter2@127.0.0.1:1,127.0.0.1:2/m",
+	"redis+sentinel://user:hunter2/x@127.0.0.1:1/m",
+	"redis+sentinel://127.0.0.1:1/m?sentinel_password=hunter2",
+	"rediss+sentinel://user:hunter2@127.0.0.1:1/m/notadb",
 }
 
 // TestErrorsHideThePassword: no error of Dial, Open, OpenState or OpenTasks shows a

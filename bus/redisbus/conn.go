@@ -40,15 +40,19 @@ type redisConn struct {
 // if ctx has no deadline):
 //
 //	redis://[user:password@]host:port[/db][?channel=name]   (rediss:// for TLS; default channel "tidings")
+//	redis+sentinel://[user:password@]host[:port],.../master[/db][?channel=name]
 //
-// Replicas that share a channel on one Redis form one bus; pass the Conn
-// to bus.New. Redis channels span every database of a server, so db
-// selects nothing for pub/sub. A subscription that stays silent for
+// (see the package doc). Replicas that share a channel on one Redis form
+// one bus; pass the Conn to bus.New. Through Sentinel the subscription
+// moves to the primary they promote, and the Conn tells bus.Stats which
+// server it uses and how many times that changed (Node, Failovers).
+// Redis channels span every database of a server, so db selects nothing
+// for pub/sub. A subscription that stays silent for
 // three heartbeats while events go out is taken for stuck and renewed.
 // Of the options, WithHeartbeat (that silence), WithBackoff (the delay
 // between reconnects) and WithLogger apply.
 func Dial(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Conn, error) {
-	cl, err := dial(ctx, rawURL, "bus", nil)
+	cl, err := dial(ctx, rawURL, "bus", 1) // once, past a pooled connection the server closed; then the event is dropped
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +166,21 @@ func (c *redisConn) Run(ctx context.Context, r bus.Receiver) error {
 			r.Message([]byte(m.Payload))
 		}
 	}
+}
+
+// Node is the Redis server the connection last connected to, when it
+// found it through Sentinel ("" else): bus.Stats reports it (see
+// bus.NodeReporter).
+func (c *redisConn) Node() string {
+	addr, _ := c.client.primary.get()
+	return addr
+}
+
+// Failovers counts the times the primary the connection found through
+// Sentinel changed.
+func (c *redisConn) Failovers() int64 {
+	_, n := c.client.primary.get()
+	return n
 }
 
 func (c *redisConn) Close() error {

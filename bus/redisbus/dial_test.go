@@ -22,7 +22,7 @@ func TestRefusesOtherSchemes(t *testing.T) {
 	quiet := bus.WithLogger(slog.New(slog.DiscardHandler))
 	for name, fn := range open {
 		for url, want := range map[string]string{
-			"nats://user:secret@127.0.0.1:1/a":    "not redis or rediss",
+			"nats://user:secret@127.0.0.1:1/a":    "is not redis, rediss",
 			"127.0.0.1:6379":                      "first path segment",
 			"redis://user:secret@127.0.0.1:1/x/y": "invalid URL path",
 		} {
@@ -32,6 +32,62 @@ func TestRefusesOtherSchemes(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret") {
 				t.Errorf("%s(%q): %v, want an error that mentions %q and not the password", name, url, err, want)
 			}
+		}
+	}
+}
+
+// TestSentinelURL: a redis+sentinel URL names the Sentinels (port 26379
+// unless given), the master and the db; its user and password are the
+// Redis servers', the Sentinels' own are parameters; a write waits for
+// one replica unless wait says otherwise; and no error shows a password.
+func TestSentinelURL(t *testing.T) {
+	tg, err := parse("rediss+sentinel://u:pw@10.0.0.1:5000,sent2,[::1]:5001,[fe80::1]/mymaster/3?channel=c&sentinel_password=spw&dial_timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fo := tg.failover
+	if fo == nil || tg.opt != nil {
+		t.Fatalf("not a failover client: %+v", tg)
+	}
+	want := []string{"10.0.0.1:5000", "sent2:26379", "[::1]:5001", "[fe80::1]:26379"}
+	if strings.Join(fo.SentinelAddrs, " ") != strings.Join(want, " ") {
+		t.Errorf("sentinels %q, want %q", fo.SentinelAddrs, want)
+	}
+	if fo.MasterName != "mymaster" || fo.DB != 3 || fo.Username != "u" || fo.Password != "pw" ||
+		fo.SentinelPassword != "spw" || fo.DialTimeout != 2*time.Second || fo.TLSConfig == nil || fo.TLSConfig.ServerName != "" {
+		t.Errorf("options %+v", fo)
+	}
+	if tg.channel != "c" || tg.wait != 1 || tg.waitFor != defaultWaitTimeout {
+		t.Errorf("channel %q, wait %d for %v", tg.channel, tg.wait, tg.waitFor)
+	}
+	if strings.Contains(tg.redacted, "pw") {
+		t.Errorf("redacted URL %q shows a password", tg.redacted)
+	}
+	tg, err = parse("redis+sentinel://127.0.0.1/m?wait=0")
+	if err != nil || tg.wait != 0 || tg.failover.DB != 0 || tg.channel != "tidings" {
+		t.Errorf("wait=0: %+v, %v", tg, err)
+	}
+	tg, err = parse("redis://127.0.0.1:6379?wait=2&wait_timeout=250ms")
+	if err != nil || tg.opt == nil || tg.wait != 2 || tg.waitFor != 250*time.Millisecond {
+		t.Errorf("redis:// with wait=2: %+v, %v", tg, err)
+	}
+	for url, want := range map[string]string{
+		"redis+sentinel://u:secret@127.0.0.1/":                          "the path is not /master",
+		"redis+sentinel://u:secret@127.0.0.1/m/0/x":                     "the path is not /master",
+		"redis+sentinel://u:secret@127.0.0.1/m/x":                       "is not a number",
+		"redis+sentinel://u:secret@127.0.0.1,,h2/m":                     "not host or host:port",
+		"redis+sentinel://u:secret@h1:x/m":                              "not host or host:port",
+		"redis+sentinel://u:secret/x@h1/m":                              "not host or host:port",
+		"redis+sentinel://h1/m?wait=-1&sentinel_password=secret":        "not a count of replicas",
+		"redis+sentinel://h1/m?wait_timeout=1&sentinel_password=secret": "wait_timeout",
+		"redis+sentinel://h1/m?bogus=1&sentinel_password=secret":        "unexpected option",
+		"redis+sentinel://u:secret@h1/m?bogus=1":                        "unexpected option",
+		"redis+sentinel://u:secret@h1/m?max_retries=x&sentinel_user=u":  "max_retries",
+		"redisx+sentinel://u:secret@h1/m?sentinel_password=secret&x=2":  "scheme",
+	} {
+		_, err := parse(url)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("parse(%q): %v, want an error that mentions %q and no password", url, err, want)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 // redisState is a bus.State in one Redis hash: a field per key, "1" or "0".
 // A hash makes Load one HGETALL and Set one HSET, each atomic.
 type redisState struct {
-	client *redis.Client
+	client *client
 	hash   string
 }
 
@@ -21,17 +21,19 @@ type redisState struct {
 // with the same URL: the hash "<channel>:state" (default
 // "tidings:state") in the URL's db. Unlike pub/sub channels, hashes live
 // in one database, so replicas must name the same db. Load is one
-// HGETALL and Set one HSET, each atomic. OpenState fails once ctx ends
-// (within 5s if ctx has no deadline) if the server cannot be reached;
-// later losses are reported by the methods' errors, and the client
-// reconnects on its own. It takes the options of Dial for a uniform
-// signature; none applies to it.
+// HGETALL and Set one HSET, each atomic; with wait=N (the default
+// through Sentinel) Set is done once N replicas have it, and fails with
+// ErrUnreplicated otherwise (see the package doc). OpenState fails once
+// ctx ends (within 5s if ctx has no deadline) if the server cannot be
+// reached; later losses are reported by the methods' errors, and the
+// client reconnects on its own, to the new primary after a failover. It
+// takes the options of Dial for a uniform signature; none applies to it.
 func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.State, error) {
-	c, err := dial(ctx, rawURL, "state", nil)
+	c, err := dial(ctx, rawURL, "state", 1)
 	if err != nil {
 		return nil, err
 	}
-	return &redisState{client: c.Client, hash: c.channel + ":state"}, nil
+	return &redisState{client: c, hash: c.channel + ":state"}, nil
 }
 
 func (s *redisState) Load(ctx context.Context) (map[string]bool, error) {
@@ -49,7 +51,10 @@ func (s *redisState) Load(ctx context.Context) (map[string]bool, error) {
 }
 
 func (s *redisState) Set(ctx context.Context, key string, on bool) error {
-	if err := s.client.HSet(ctx, s.hash, key, brokerkit.StateValue(on)).Err(); err != nil {
+	err := s.client.write(ctx, func(c redis.Cmdable) (bool, error) {
+		return true, c.HSet(ctx, s.hash, key, brokerkit.StateValue(on)).Err()
+	})
+	if err != nil {
 		return fmt.Errorf("redisbus: set %q in redis hash %q: %w", key, s.hash, err)
 	}
 	return nil

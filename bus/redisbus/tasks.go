@@ -28,7 +28,7 @@ import (
 // the transaction for the client to retry, where the script simply
 // answers ErrTaskConflict to the loser.)
 type redisTasks struct {
-	client *redis.Client
+	client *client
 	prefix string // "<channel>:task:"
 	create *redis.Script
 	update *redis.Script
@@ -70,7 +70,14 @@ return next
 //
 // Compare-and-swap is linearisable, and so is Get: each Create and Update
 // is one Lua script, which checks the revision and writes with nothing in
-// between, and the one server the URL names answers every call.
+// between, and one server answers every call — the one the URL names, or
+// the primary the Sentinels name. Across a failover this holds for the
+// writes reported done when each waits for a replica (wait=N, the
+// default through Sentinel; see the package doc): a Create or Update that
+// returns nil is on N replicas, and one that fails with ErrUnreplicated
+// is on the old primary and may be lost with it. Without wait, a write
+// the old primary acknowledged just before it went down can be lost, and
+// Get on the new primary answers an older revision.
 // Revisions count from 1 for each task (and again from 1 for a task
 // created anew under an id that expired, which is why ids are not to be
 // reused). The key expires at the task's expiry, to the millisecond
@@ -82,8 +89,8 @@ return next
 // OpenTasks fails once ctx ends (within 5s if ctx has no deadline) if
 // the server cannot be reached; later losses are reported by the
 // methods' errors, within their context's deadline, and the client
-// reconnects on its own. It takes the options of Dial for a uniform
-// signature; none applies to it.
+// reconnects on its own, to the new primary after a failover. It takes
+// the options of Dial for a uniform signature; none applies to it.
 func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.TaskStore, error) {
 	// No command is sent twice. go-redis retries a command whose reply it
 	// lost with its connection, after the server may have run it; a create
@@ -91,11 +98,11 @@ func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Task
 	// for a write that landed, and a caller who then reads, changes and
 	// writes again would apply its change twice. The caller is told of the
 	// lost reply instead.
-	c, err := dial(ctx, rawURL, "tasks", func(o *redis.Options) { o.MaxRetries = -1 })
+	c, err := dial(ctx, rawURL, "tasks", -1)
 	if err != nil {
 		return nil, err
 	}
-	return &redisTasks{client: c.Client, prefix: c.channel + ":task:",
+	return &redisTasks{client: c, prefix: c.channel + ":task:",
 		create: redis.NewScript(redisCreate), update: redis.NewScript(redisUpdate)}, nil
 }
 
@@ -103,7 +110,12 @@ func (s *redisTasks) Create(ctx context.Context, id string, rec []byte, expires 
 	if err := brokerkit.CheckTask("create", id, rec); err != nil {
 		return err
 	}
-	n, err := s.create.Run(ctx, s.client, []string{s.prefix + id}, rec, brokerkit.CeilMilli(expires)).Int64()
+	var n int64
+	err := s.client.write(ctx, func(c redis.Cmdable) (bool, error) {
+		var err error
+		n, err = s.create.Run(ctx, c, []string{s.prefix + id}, rec, brokerkit.CeilMilli(expires)).Int64()
+		return n == 1, err
+	})
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisbus: create task %q in redis: %w", id, err)
@@ -137,7 +149,12 @@ func (s *redisTasks) Update(ctx context.Context, id string, rec []byte, rev uint
 	if err := brokerkit.CheckTask("update", id, rec); err != nil {
 		return 0, err
 	}
-	n, err := s.update.Run(ctx, s.client, []string{s.prefix + id}, strconv.FormatUint(rev, 10), rec).Int64()
+	var n int64
+	err := s.client.write(ctx, func(c redis.Cmdable) (bool, error) {
+		var err error
+		n, err = s.update.Run(ctx, c, []string{s.prefix + id}, strconv.FormatUint(rev, 10), rec).Int64()
+		return n > 0, err
+	})
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("redisbus: update task %q in redis: %w", id, err)

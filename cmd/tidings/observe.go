@@ -85,13 +85,15 @@ func (o *observability) busLine() string {
 	if o.bus == nil {
 		return ""
 	}
-	if st := o.bus(); st.Connected {
-		if st.Node != "" {
-			return "bus: connected\nbus server: " + st.Node + "\n"
-		}
-		return "bus: connected\n"
+	st := o.bus()
+	line := "bus: disconnected\n"
+	if st.Connected {
+		line = "bus: connected\n"
 	}
-	return "bus: disconnected\n"
+	if st.Node != "" {
+		line += "bus server: " + st.Node + "\n"
+	}
+	return line
 }
 
 func newObservability() (*observability, error) {
@@ -116,9 +118,10 @@ func (o *observability) serverOptions(log *slog.Logger) []server.Option {
 // balancer sends traffic only where lists are complete.
 //
 // With a bus, /readyz also says "bus: connected" or "bus: disconnected",
-// and on NATS which server the bus is on ("bus server: n1
-// (nats://10.0.0.1:4222)"),
-// but the bus does not change its status: a replica whose bus is down
+// and which server of the broker the bus is on, when it knows ("bus
+// server: n1 (nats://10.0.0.1:4222)" for a node of a NATS cluster, "bus
+// server: 10.0.0.2:6379" for the primary a Redis Sentinel named), but
+// the bus does not change its status: a replica whose bus is down
 // still answers correctly from its own directory and only hears of the
 // others' changes late (re-notifying its listeners once the bus is back),
 // and every replica loses the bus at once when the broker goes down, so

@@ -103,6 +103,7 @@ func TestBusLine(t *testing.T) {
 		{bus.Stats{}, "bus: disconnected\n"},
 		{bus.Stats{Connected: true}, "bus: connected\n"},
 		{bus.Stats{Connected: true, Node: "n1 (nats://10.0.0.1:4222)"}, "bus: connected\nbus server: n1 (nats://10.0.0.1:4222)\n"},
+		{bus.Stats{Node: "127.0.0.1:6380", Failovers: 1}, "bus: disconnected\nbus server: 127.0.0.1:6380\n"},
 	} {
 		o := &observability{bus: func() bus.Stats { return c.st }}
 		if got := o.busLine(); got != c.want {

@@ -166,8 +166,9 @@ only to stderr. SIGINT or SIGTERM end every listen with its complete
 result before the process exits.
 
 Several replicas behind a load balancer form one server with --bus URL
-(nats://host:port[,nats://host:port...][/subject][?replicas=N] or
-redis://host:port[/db][?channel=name]; or
+(nats://host:port[,nats://host:port...][/subject][?replicas=N],
+redis://host:port[/db][?channel=name] or
+redis+sentinel://host:port,host:port,.../master[/db][?channel=name]; or
 TIDINGS_BUS, which keeps a password in the URL out of the process list):
 a listener on any replica hears of changes seen by any. Every replica
 must serve the same DIR (one shared volume, or identical copies): each

@@ -1,7 +1,9 @@
 // Package testbroker runs real message brokers for tests: a NATS server
 // (with JetStream) inside the test process and a redis-server process,
 // each on a loopback port, each of which a test can take down and bring
-// back on the same address, as an outage would. The tests of the bus, of
+// back on the same address, as an outage would; a NATS cluster; and a
+// Redis primary with two replicas watched by three Sentinels, whose
+// primary a test can kill for them to promote a replica. The tests of the bus, of
 // shared state and of the serve command use them, so that they run
 // against the brokers a deployment uses, not a stand-in.
 package testbroker
@@ -336,17 +338,32 @@ type Redis struct {
 	t    testing.TB
 	path string
 	dir  string
-	mu   sync.Mutex
-	port int
-	cmd  *exec.Cmd
-	out  *bytes.Buffer
-	done chan struct{} // closed when cmd has exited
+	// conf, when not "", is a Sentinel's config file: the server runs as
+	// a Sentinel, which keeps nothing but its config.
+	conf string
+	// extra are more arguments for redis-server (--replicaof, say).
+	extra []string
+	mu    sync.Mutex
+	port  int
+	cmd   *exec.Cmd
+	out   *bytes.Buffer
+	done  chan struct{} // closed when cmd has exited
 }
 
 // StartRedis starts redis-server, or skips the test when it is not
 // installed, unless TIDINGS_REDIS=1 says it must be. It is killed when
 // the test ends.
 func StartRedis(t testing.TB) *Redis {
+	path := redisServer(t)
+	t.Cleanup(func() { waitDialProbes(t) })
+	b := startRedis(t, path, "")
+	t.Cleanup(b.Down)
+	return b
+}
+
+// redisServer returns the path of redis-server, or skips the test when
+// it is not installed, unless TIDINGS_REDIS=1 says it must be.
+func redisServer(t testing.TB) string {
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("TIDINGS_REDIS") == "1" {
@@ -354,7 +371,14 @@ func StartRedis(t testing.TB) *Redis {
 		}
 		t.Skip("redis-server is not installed (apt-get install redis-server); TIDINGS_REDIS=1 makes this a failure")
 	}
-	b := &Redis{t: t, path: path, dir: t.TempDir()}
+	return path
+}
+
+// startRedis starts redis-server at path on a free port, as a Sentinel
+// with conf when that is not "", with extra arguments; the caller stops
+// it.
+func startRedis(t testing.TB, path, conf string, extra ...string) *Redis {
+	b := &Redis{t: t, path: path, dir: t.TempDir(), conf: conf, extra: extra}
 	for try := 0; ; try++ {
 		b.port = FreePort(t)
 		err := b.run()
@@ -365,17 +389,18 @@ func StartRedis(t testing.TB) *Redis {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() {
-		b.Down()
-		// After a run of failed dials, go-redis probes the server from a
-		// goroutine of its own, which ends within a second of its client's
-		// Close (it sleeps a second between probes).
-		WaitFor(t, "go-redis's dial probes to end", func() bool {
-			buf := make([]byte, 1<<20)
-			return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*ConnPool).tryDial"))
-		})
-	})
 	return b
+}
+
+// waitDialProbes waits for go-redis's dial probes to end. After a run of
+// failed dials, go-redis probes the server from a goroutine of its own,
+// which ends within a second of its client's Close (it sleeps a second
+// between probes).
+func waitDialProbes(t testing.TB) {
+	WaitFor(t, "go-redis's dial probes to end", func() bool {
+		buf := make([]byte, 1<<20)
+		return !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*ConnPool).tryDial"))
+	})
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -393,8 +418,15 @@ func (b *Redis) run() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := &bytes.Buffer{}
-	cmd := exec.Command(b.path, "--port", strconv.Itoa(b.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", b.dir, "--loglevel", "warning")
+	var args []string
+	if b.conf != "" {
+		args = append(args, b.conf, "--sentinel")
+	}
+	args = append(args, "--port", strconv.Itoa(b.port), "--bind", "127.0.0.1", "--dir", b.dir, "--loglevel", "warning")
+	if b.conf == "" {
+		args = append(args, "--save", "", "--appendonly", "yes", "--appendfsync", "always")
+	}
+	cmd := exec.Command(b.path, append(args, b.extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redis-server: %w", err)
