@@ -62,7 +62,13 @@ func (o options) serverOptions(ctx context.Context, log *slog.Logger) (opts []se
 	if o.bus != "" {
 		ctx, cancel := context.WithTimeout(ctx, busDialTimeout)
 		defer cancel()
-		b, err := brokers.Open(ctx, o.bus, bus.WithLogger(log))
+		busOpts := []bus.Option{bus.WithLogger(log)}
+		if o.secret != "" {
+			// The copies' secret signs their bus too, as tidings serve's
+			// does: a message without its MAC is not believed.
+			busOpts = append(busOpts, bus.WithSecret(secretKey(o.secret)))
+		}
+		b, err := brokers.Open(ctx, o.bus, busOpts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("join the other copies: %w", err)
 		}
