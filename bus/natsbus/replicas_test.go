@@ -1,36 +1,17 @@
 package natsbus
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tidings/bus"
 	"tidings/internal/testrig/testbroker"
+	"tidings/internal/testrig/testkit"
 )
-
-// lockedBuffer is a log a test reads while a store may still write it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // openBoth opens the state and the tasks at url, or returns the first
 // error; what it opened is closed when the test ends.
@@ -134,7 +115,7 @@ func TestNATSClusterReplicas(t *testing.T) {
 		!strings.Contains(err.Error(), "nats stream edit KV_few --replicas 3") {
 		t.Errorf("a bucket of 1 replica opened with replicas=3: %v, want a refusal that says how to scale it", err)
 	}
-	var log lockedBuffer
+	var log testkit.SyncBuffer
 	if err := openBoth(t, at("few"), bus.WithLogger(slog.New(slog.NewTextHandler(&log, nil)))); err != nil {
 		t.Fatalf("a bucket of 1 replica opened with the default of 3: %v, want it used", err)
 	}

@@ -411,20 +411,7 @@ func TestNATSTasksClusterReadsItsWrites(t *testing.T) {
 	if _, err := first.js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	var leader string
-	testbroker.WaitFor(t, "the bucket's three replicas to be current", func() bool {
-		info, err := st.Info(ctx)
-		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
-			return false
-		}
-		for _, r := range info.Cluster.Replicas {
-			if !r.Current {
-				return false
-			}
-		}
-		leader = info.Cluster.Leader
-		return true
-	})
+	leader := currentLeader(t, first, first.stream)
 	var stores []bus.TaskStore
 	for i := range 3 {
 		stores = append(stores, openTasksAt(t, c.URL(i)))
