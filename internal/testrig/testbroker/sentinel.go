@@ -39,6 +39,17 @@ type Sentinel struct {
 // test ends.
 func StartSentinel(t testing.TB) *Sentinel {
 	path := redisServer(t)
+	// Made before the cleanup that kills the servers is registered, so
+	// that it is removed after they are gone: a Redis still running
+	// writes there.
+	base := t.TempDir()
+	dir := func() string {
+		d, err := os.MkdirTemp(base, "redis-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
 	t.Cleanup(func() { waitDialProbes(t) })
 	s := &Sentinel{t: t}
 	t.Cleanup(func() {
@@ -53,15 +64,15 @@ func StartSentinel(t testing.TB) *Sentinel {
 	common := []string{"--repl-diskless-sync-delay", "0",
 		"--user", replUser, "on", ">" + replPassword, "~*", "&*", "+@all",
 		"--masteruser", replUser, "--masterauth", replPassword}
-	primary := startRedis(t, path, "", common...)
+	primary := startRedis(t, path, dir(), "", common...)
 	s.Servers = append(s.Servers, primary)
 	for range 2 {
-		s.Servers = append(s.Servers, startRedis(t, path, "",
+		s.Servers = append(s.Servers, startRedis(t, path, dir(), "",
 			append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}, common...)...))
 	}
 	for i := range 3 {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
+		d := dir()
+		conf := filepath.Join(d, "sentinel.conf")
 		cfg := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\n"+
 			"sentinel down-after-milliseconds %[1]s 1000\n"+
 			"sentinel failover-timeout %[1]s 2000\n"+
@@ -69,7 +80,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 			t.Fatalf("sentinel %d: %v", i, err)
 		}
-		s.Sentinels = append(s.Sentinels, startRedis(t, path, conf))
+		s.Sentinels = append(s.Sentinels, startRedis(t, path, d, conf))
 	}
 	WaitFor(t, "the Sentinels to see the primary, both replicas in sync and each other", func() bool {
 		for _, sn := range s.Sentinels {

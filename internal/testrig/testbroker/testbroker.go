@@ -356,7 +356,7 @@ type Redis struct {
 func StartRedis(t testing.TB) *Redis {
 	path := redisServer(t)
 	t.Cleanup(func() { waitDialProbes(t) })
-	b := startRedis(t, path, "")
+	b := startRedis(t, path, t.TempDir(), "")
 	t.Cleanup(b.Down)
 	return b
 }
@@ -374,11 +374,12 @@ func redisServer(t testing.TB) string {
 	return path
 }
 
-// startRedis starts redis-server at path on a free port, as a Sentinel
-// with conf when that is not "", with extra arguments; the caller stops
-// it.
-func startRedis(t testing.TB, path, conf string, extra ...string) *Redis {
-	b := &Redis{t: t, path: path, dir: t.TempDir(), conf: conf, extra: extra}
+// startRedis starts redis-server at path on a free port, in dir, as a
+// Sentinel with conf when that is not "", with extra arguments; the
+// caller stops it, before dir is removed: a server still running may
+// write there.
+func startRedis(t testing.TB, path, dir, conf string, extra ...string) *Redis {
+	b := &Redis{t: t, path: path, dir: dir, conf: conf, extra: extra}
 	for try := 0; ; try++ {
 		b.port = FreePort(t)
 		err := b.run()
