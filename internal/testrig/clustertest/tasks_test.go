@@ -148,23 +148,7 @@ func forEachTaskSetUp(t *testing.T, fn func(t *testing.T, e *taskEnv), bopts ...
 					Down()
 					Up()
 				})
-				e := &taskEnv{t: t, served: &journal{byID: map[string]served{}},
-					rounds: make(chan round, 8), gate: make(chan struct{}),
-					jobs: make(chan string, 8), ended: make(chan jobEnd, 8), br: outage}
-				e.c = clustertest.Start(t, clustertest.Options{
-					Bus: br.URL(), Tasks: true, BusOptions: bopts,
-					Server: []server.Option{server.WithTaskPollInterval(time.Hour), server.WithTaskLease(time.Hour)},
-					ReplicaServer: func(r *clustertest.Replica) []server.Option {
-						return []server.Option{server.WithMiddleware(e.served.middleware(int(r.Name[0] - 'A')))}
-					},
-					Setup: e.serve,
-				})
-				e.lb = lb.start(t, e.c.Upstreams()...)
-				e.url = e.lb.URL() + "/mcp"
-				tr := &http.Transport{MaxIdleConnsPerHost: 8}
-				t.Cleanup(tr.CloseIdleConnections)
-				e.hc = &http.Client{Transport: tr}
-				e.learnRotation()
+				e := newTaskEnv(t, br.URL(), outage, lb.start, bopts)
 				fn(t, e)
 				if e.broken {
 					return
@@ -177,6 +161,32 @@ func forEachTaskSetUp(t *testing.T, fn func(t *testing.T, e *taskEnv), bopts ...
 			})
 		}
 	}
+}
+
+// newTaskEnv starts three replicas on the bus at url, serving the task
+// tests' tools, behind the balancer lb starts.
+func newTaskEnv(t *testing.T, url string, outage interface {
+	Down()
+	Up()
+}, lb func(testing.TB, ...string) *testlb.LB, bopts []bus.Option) *taskEnv {
+	e := &taskEnv{t: t, served: &journal{byID: map[string]served{}},
+		rounds: make(chan round, 8), gate: make(chan struct{}),
+		jobs: make(chan string, 8), ended: make(chan jobEnd, 8), br: outage}
+	e.c = clustertest.Start(t, clustertest.Options{
+		Bus: url, Tasks: true, BusOptions: bopts,
+		Server: []server.Option{server.WithTaskPollInterval(time.Hour), server.WithTaskLease(time.Hour)},
+		ReplicaServer: func(r *clustertest.Replica) []server.Option {
+			return []server.Option{server.WithMiddleware(e.served.middleware(int(r.Name[0] - 'A')))}
+		},
+		Setup: e.serve,
+	})
+	e.lb = lb(t, e.c.Upstreams()...)
+	e.url = e.lb.URL() + "/mcp"
+	tr := &http.Transport{MaxIdleConnsPerHost: 8}
+	t.Cleanup(tr.CloseIdleConnections)
+	e.hc = &http.Client{Transport: tr}
+	e.learnRotation()
+	return e
 }
 
 // noBroker stands for the local bus, which has no URL.

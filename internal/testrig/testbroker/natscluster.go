@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
 // Seeds returns nats://127.0.0.1:PORT,nats://127.0.0.1:PORT,…/tidings.test,
@@ -33,4 +35,16 @@ func (c *NATSCluster) Index(name string) int {
 func (c *NATSCluster) Kill(i int) {
 	c.srvs[i].Shutdown()
 	c.srvs[i].WaitForShutdown()
+}
+
+// StreamLeader returns the index of the server that leads stream (in
+// the global account, where clients without accounts keep theirs), or
+// -1 while none does.
+func (c *NATSCluster) StreamLeader(stream string) int {
+	for i, s := range c.srvs {
+		if s.Running() && s.JetStreamIsStreamLeader(natsserver.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
 }
