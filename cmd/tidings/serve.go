@@ -201,6 +201,9 @@ cluster.
 			if err := checkToolLimits(cfg); err != nil {
 				return err
 			}
+			if err := checkConnectionLimits(cmd, cfg.stdio); err != nil {
+				return err
+			}
 			if _, err := gitignore.Compile(cfg.exclude); err != nil {
 				return fmt.Errorf("--exclude: %w", err)
 			}
@@ -242,13 +245,17 @@ cluster.
 	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
 	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
 	f.StringArrayVar(&cfg.authScopes, "auth-scope", nil, "scope every request's token must grant (repeatable)")
-	f.StringVar(&cfg.bus, "bus", "", "join the other replicas on this bus: nats://HOST:PORT[,nats://HOST:PORT...][/SUBJECT] or redis://HOST:PORT[/DB][?channel=NAME] (default $TIDINGS_BUS)")
+	f.StringVar(&cfg.bus, "bus", "", "join the other replicas on this bus: nats://HOST:PORT[,nats://HOST:PORT...][/SUBJECT], redis://HOST:PORT[/DB][?channel=NAME] or redis+sentinel://HOST:PORT,.../MASTER[/DB] (default $TIDINGS_BUS)")
 	cfg.limits.register(f)
 	f.StringVar(&secretFile, "secret-file", "", "file holding the key that seals cursors, the same on every replica (or set TIDINGS_SECRET); at least 32 bytes")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "auth-issuer")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-host")
 	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-origin")
+	// 2025-11-25 sessions of their own exist over HTTP alone: a stdio
+	// connection is its one session.
+	cmd.MarkFlagsMutuallyExclusive("stdio", "max-sessions")
+	cmd.MarkFlagsMutuallyExclusive("stdio", "max-sessions-per-principal")
 	cfg.conns.register(cmd)
 	return cmd
 }
@@ -284,6 +291,22 @@ func serveSecret(file, env string) ([]byte, error) {
 		return nil, fmt.Errorf("the key has %d bytes; give at least %d (for example: head -c 32 /dev/urandom | base64)", len(key), minSecret)
 	}
 	return key, nil
+}
+
+// checkConnectionLimits refuses the flags that bound one connection's
+// listens without --stdio: over HTTP each listen is a request of its own,
+// and the per-caller and total bounds are the ones that hold.
+func checkConnectionLimits(cmd *cobra.Command, stdio bool) error {
+	if stdio {
+		return nil
+	}
+	for _, name := range []string{"max-listens-per-connection", "max-followed-uris-per-connection"} {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s bounds the one connection of --stdio; over HTTP, where each listen is a request of its own, "+
+				"use --max-listens-per-principal, --max-followed-uris-per-principal, --max-listens or --max-followed-uris", name)
+		}
+	}
+	return nil
 }
 
 // checkToolLimits refuses tool limits given as zero or less, which the

@@ -161,3 +161,27 @@ func TestServeStdioListenLimit(t *testing.T) {
 		t.Fatal("no listen was refused")
 	}
 }
+
+// TestServeRefusesLimitsOfTheOtherTransport: a flag that bounds what one
+// transport alone has is refused with the other, naming it, where it
+// would be accepted and do nothing.
+func TestServeRefusesLimitsOfTheOtherTransport(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-listens-per-connection", "5"}, "--max-listens-per-connection bounds the one connection of --stdio"},
+		{[]string{"--max-followed-uris-per-connection", "5"}, "--max-followed-uris-per-connection bounds the one connection of --stdio"},
+		{[]string{"--stdio", "--max-sessions", "5"}, "max-sessions"},
+		{[]string{"--stdio", "--max-sessions-per-principal", "5"}, "max-sessions-per-principal"},
+	} {
+		cmd := newRootCmd()
+		cmd.SetArgs(append([]string{"serve", t.TempDir()}, c.args...))
+		cmd.SetIn(strings.NewReader(""))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("serve %q: %v, want an error naming %q", c.args, err, c.want)
+		}
+	}
+}
