@@ -16,8 +16,8 @@ import (
 //	tidings_bus_connected                 1 while the broker connection is up
 //	tidings_bus_peers                     other replicas heard from
 //	tidings_bus_reconnects_total          connections regained after a loss
-//	tidings_bus_failovers_total           of those, the ones that landed on another server of the broker's
-//	                                      cluster (NATS; see bus.NodeReporter)
+//	tidings_bus_failovers_total           of those, the ones that landed on another server of the broker:
+//	                                      another node of a NATS cluster, or the primary Sentinel promoted
 //	tidings_bus_events_published_total    events handed to the broker
 //	tidings_bus_events_received_total     events from other replicas told here
 //	tidings_bus_events_dropped_total      events not sent (queue full, broker down, too large)
@@ -29,8 +29,6 @@ import (
 //	tidings_bus_resyncs_total             re-notifications of every listener (gaps, reconnects)
 //	tidings_bus_lag_seconds               sender-to-here delay of the last event received
 //	tidings_bus_lag_max_seconds           the longest such delay so far
-//	tidings_bus_failovers_total           times the broker's primary changed under the connection
-//	                                      (Redis through Sentinel; 0 for other brokers)
 //
 // The lag leaves out events whose sender's clock is more than a minute
 // ahead or an hour behind (see bus.Stats.Lag). A replica whose bus is

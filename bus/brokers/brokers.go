@@ -123,8 +123,9 @@ func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Stat
 //
 // (redis+sentinel:// as redis://, on the primary the Sentinels name;
 // rediss://, rediss+sentinel:// and tls:// for TLS, with a user and
-// password in the URL as for Dial.) Compare-and-swap is linearisable on both, and so is Get; how
-// each achieves it, and how each expires a task, is told at
+// password in the URL as for Dial.) Compare-and-swap is linearisable on
+// both, and so is Get; how each achieves it, and how each expires a
+// task, is told at
 // redisbus.OpenTasks and natsbus.OpenTasks. When Create or Update fail
 // otherwise (the broker went away mid-call), the write may or may not
 // have landed: neither store sends it again by itself, since a write sent

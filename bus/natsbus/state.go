@@ -39,10 +39,11 @@ type natsState struct {
 // beforehand to choose otherwise — it is used as found, but one with
 // fewer replicas than replicas=N asks is refused, and one with fewer than
 // the default is used and a warning logged; neither is scaled here,
-// which would move its data between servers. OpenState fails once ctx ends (within 5s if ctx has no
-// deadline) if the store cannot be reached; later losses are reported by
-// the methods' errors, and the connection is regained on its own. Of the
-// options, WithLogger and WithBackoff apply.
+// which would move its data between servers. OpenState fails once ctx
+// ends (within 5s if ctx has no deadline) if the store cannot be
+// reached; later losses are reported by the methods' errors, and the
+// connection is regained on its own. Of the options, WithLogger and
+// WithBackoff apply.
 func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.State, error) {
 	ep, err := parse(rawURL)
 	if err != nil {

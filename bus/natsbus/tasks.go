@@ -242,13 +242,13 @@ func checkTTLs(ctx context.Context, js jetstream.JetStream) error {
 
 // tasksStream is the stream of a tasks bucket OpenTasks creates, with
 // the replicas given: what jetstream.CreateKeyValue makes of a bucket
-// with file storage, those replicas, values of at most a record and its framing and per-key TTLs,
-// but for direct gets, which CreateKeyValue always allows. A direct get
-// may be answered by any replica, or a mirror, from what it has applied,
-// which may not yet be a write the stream's leader has acknowledged;
-// without them every Get is the leader's (see OpenTasks), as Create's and
-// Update's writes are. TestNATSTasksBucketConfig holds the two to the
-// same shape.
+// with file storage, those replicas, values of at most a record and its
+// framing and per-key TTLs, but for direct gets, which CreateKeyValue
+// always allows. A direct get may be answered by any replica, or a
+// mirror, from what it has applied, which may not yet be a write the
+// stream's leader has acknowledged; without them every Get is the
+// leader's (see OpenTasks), as Create's and Update's writes are.
+// TestNATSTasksBucketConfig holds the two to the same shape.
 func tasksStream(bucket string, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        "KV_" + bucket,

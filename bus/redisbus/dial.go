@@ -46,9 +46,9 @@
 // window: a write the old primary takes after the promoted replica left
 // it may be acknowledged by another replica that then follows the new
 // primary, and be lost; wait=N with N all the replicas closes it, at the
-// price of failing writes while any replica is down. Events on the bus are never waited
-// for: a peer that misses one sees the gap in its numbers and
-// re-notifies.
+// price of failing writes while any replica is down. Events on the bus
+// are never waited for: a peer that misses one sees the gap in its
+// numbers and re-notifies.
 package redisbus
 
 import (
@@ -126,9 +126,11 @@ func dial(ctx context.Context, rawURL, what string, retries int) (*client, error
 	return c, nil
 }
 
-// write runs fn, which makes a write (and reports whether it did), then
-// waits on the same connection for the replicas the URL asks for (see
-// replicated): WAIT counts the writes of the connection it is sent on.
+// write runs fn, which makes a write (and reports whether it did), then,
+// when the URL asks for replicas (wait=N), sends WAIT on the same
+// connection, since WAIT counts the writes of the connection it is sent
+// on: ErrUnreplicated when fewer than N have the write within the URL's
+// wait_timeout.
 func (c *client) write(ctx context.Context, fn func(redis.Cmdable) (bool, error)) error {
 	if c.wait <= 0 {
 		_, err := fn(c.Client)
@@ -139,16 +141,6 @@ func (c *client) write(ctx context.Context, fn func(redis.Cmdable) (bool, error)
 	wrote, err := fn(cn)
 	if err != nil || !wrote {
 		return err
-	}
-	return c.replicated(ctx, cn)
-}
-
-// replicated waits, when the URL asks it to, until the writes made on
-// cn have reached the replicas: ErrUnreplicated when too few have within
-// the URL's wait_timeout.
-func (c *client) replicated(ctx context.Context, cn *redis.Conn) error {
-	if c.wait <= 0 {
-		return nil
 	}
 	n, err := cn.Wait(ctx, c.wait, c.waitFor).Result()
 	if err != nil {

@@ -185,10 +185,10 @@ could read in the process list. While the bus is down a replica keeps
 serving correct answers and hears of other replicas' changes once it is
 back: /readyz stays 200 and says "bus: disconnected" (the broker is
 shared, so failing readiness would take every replica out of rotation
-at once); alert on tidings_bus_connected in /metrics instead. On NATS
-/readyz also names the server the bus is on ("bus server: NAME (URL)"),
-and tidings_bus_failovers_total counts its moves to another server of a
-cluster.
+at once); alert on tidings_bus_connected in /metrics instead. /readyz
+also names the broker server the bus is on ("bus server: NAME (URL)" on
+NATS, "bus server: ADDR" for the primary a Redis Sentinel named), and
+tidings_bus_failovers_total counts its moves to another server.
 
 ` + connHelp,
 		Args: cobra.MaximumNArgs(1),
