@@ -28,14 +28,7 @@ func TestServeStreamLimits(t *testing.T) {
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	defer func() {
 		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve ended with %v", err)
-			}
-		case <-time.After(wait):
-			t.Error("serve did not end")
-		}
+		wantServeEnded(t, done)
 	}()
 	var base string
 	eventually(t, "serve listening", func() bool {
@@ -95,6 +88,19 @@ func TestServeStreamLimits(t *testing.T) {
 	}
 }
 
+// wantServeEnded waits for serve, told to stop, to end without an error.
+func wantServeEnded(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve ended with %v", err)
+		}
+	case <-time.After(wait):
+		t.Error("serve did not end")
+	}
+}
+
 // TestServeStdioListenLimit: over stdio, --max-listens-per-connection is
 // the bound on one connection's listens, above the transport's own
 // default of 1000 as below it.
@@ -131,14 +137,7 @@ func TestServeStdioListenLimit(t *testing.T) {
 	}()
 	defer func() {
 		inW.Close()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve ended with %v", err)
-			}
-		case <-time.After(wait):
-			t.Error("serve did not end")
-		}
+		wantServeEnded(t, done)
 	}()
 	listen := func(id int) {
 		t.Helper()
