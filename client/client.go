@@ -660,9 +660,14 @@ func checkResultType(result jsontext.Value, task bool) error {
 // Request sends any request and returns its raw result. It does not cache,
 // does not answer input requests and does not follow tasks: a tools/call
 // a server chose to run as a task comes back as the task handle
-// (resultType "task"). Use the typed methods for all that.
-func (c *Client) Request(ctx context.Context, method string, params map[string]any) (jsontext.Value, error) {
+// (resultType "task"). Use the typed methods for all that. Of the
+// options, WithProgress hands on the request's progress notifications,
+// which a proxy passes to its own caller.
+func (c *Client) Request(ctx context.Context, method string, params map[string]any, opts ...CallOption) (jsontext.Value, error) {
 	o := callOpts{}
+	for _, opt := range opts {
+		opt.applyCall(&o)
+	}
 	switch method {
 	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
 		if s, ok := params["name"].(string); ok {

@@ -115,6 +115,18 @@ func (h *busHandler) Deliver(e bus.Event) {
 		s.hub.PublishRemote(c.Event)
 		return
 	}
+	if o := s.cfg.origin; o != nil {
+		// The origin forgets what it kept before anyone here is told, so
+		// that the re-read the notification prompts finds the change.
+		for _, sp := range spaces {
+			if e.Kinds&kindOf(sp.l) != 0 && (e.Keys == nil || e.Space == sp.s) {
+				o.Forget(sp.l, "")
+			}
+		}
+		if e.URI != "" {
+			o.Forget(ReadResource, e.URI)
+		}
+	}
 	if v := s.cfg.visible; v != nil && e.Keys != nil {
 		if !known {
 			// A kind of item this server does not know: it cannot tell

@@ -113,6 +113,9 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		taskIDs = slices.Compact(slices.Sorted(slices.Values(f.TaskIDs)))
 		hf.Tasks = taskIDs
 	}
+	if o := s.cfg.origin; o != nil && len(hf.URIs) > 0 {
+		defer o.Follow(req.Principal, hf.URIs)()
+	}
 	sub, err := s.hub.Subscribe(hf)
 	closed := errors.Is(err, hub.ErrClosed)
 	if !closed {

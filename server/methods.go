@@ -21,6 +21,9 @@ func invalid(id jsonrpc.ID, msg string) engine.Reply {
 }
 
 func (s *Server) callTool(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if s.cfg.origin != nil {
+		return s.originCall(ctx, c, req)
+	}
 	if c.P.Name == nil {
 		return invalid(req.ID, "Invalid params: missing tool name")
 	}
@@ -114,6 +117,9 @@ func (s *Server) toolResult(req *Request, name string, t *tool, res *mcp.CallToo
 }
 
 func (s *Server) getPrompt(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if s.cfg.origin != nil {
+		return s.originPrompt(ctx, c, req)
+	}
 	if c.P.Name == nil {
 		return invalid(req.ID, "Invalid params: missing prompt name")
 	}
@@ -183,6 +189,9 @@ func (s *Server) resolve(principal, uri string) (h ResourceHandler, opts itemOpt
 }
 
 func (s *Server) readResource(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if s.cfg.origin != nil {
+		return s.originRead(ctx, c, req)
+	}
 	if c.P.URI == nil {
 		return invalid(req.ID, "Invalid params: missing uri")
 	}
@@ -225,6 +234,9 @@ func (s *Server) readResource(ctx context.Context, c *engine.Call, req *Request)
 }
 
 func (s *Server) completeCall(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if s.cfg.origin != nil {
+		return s.originComplete(ctx, c, req)
+	}
 	if c.P.Ref == nil || c.P.Argument == nil {
 		return invalid(req.ID, "Invalid params: ref and argument are required")
 	}

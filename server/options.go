@@ -21,6 +21,7 @@ type config struct {
 	now          func() time.Time
 	capabilities capsOverride
 	visible      func(principal string, l List, key string) bool
+	origin       Origin
 	middleware   []Middleware
 	observer     StreamObserver
 	bus          bus.Bus

@@ -13,16 +13,28 @@ import (
 // (see engine.Lookup): adding a method is its entry in the table and its
 // handler here. The array is never written.
 var handlers = [engine.NumCoreHandlers]router{
-	engine.HandleToolsList: func(s *Server, _ context.Context, c *engine.Call, req *Request) engine.Reply {
+	engine.HandleToolsList: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+		if s.cfg.origin != nil {
+			return s.originList(ctx, ListTools, c, req)
+		}
 		return listPage(s, s.tools, ListTools, "tools", c, req)
 	},
-	engine.HandlePromptsList: func(s *Server, _ context.Context, c *engine.Call, req *Request) engine.Reply {
+	engine.HandlePromptsList: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+		if s.cfg.origin != nil {
+			return s.originList(ctx, ListPrompts, c, req)
+		}
 		return listPage(s, s.prompts, ListPrompts, "prompts", c, req)
 	},
-	engine.HandleResourcesList: func(s *Server, _ context.Context, c *engine.Call, req *Request) engine.Reply {
+	engine.HandleResourcesList: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+		if s.cfg.origin != nil {
+			return s.originList(ctx, ListResources, c, req)
+		}
 		return listPage(s, s.resources, ListResources, "resources", c, req)
 	},
-	engine.HandleTemplatesList: func(s *Server, _ context.Context, c *engine.Call, req *Request) engine.Reply {
+	engine.HandleTemplatesList: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+		if s.cfg.origin != nil {
+			return s.originList(ctx, ListTemplates, c, req)
+		}
 		return listPage(s, s.templates, ListTemplates, "resourceTemplates", c, req)
 	},
 	engine.HandleToolsCall:     (*Server).callTool,
@@ -49,7 +61,7 @@ func (s *Server) offers(c engine.Capability) bool {
 	case engine.NeedsResources:
 		return s.advertisesResources()
 	case engine.NeedsCompletions:
-		return s.completer() != nil
+		return s.completer() != nil || (s.cfg.origin != nil && s.cfg.capabilities.completions)
 	case engine.NeedsTasks:
 		return s.offersTasks()
 	}

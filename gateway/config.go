@@ -1,0 +1,262 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"tidings/mcp"
+)
+
+// Config is what a gateway serves, as its YAML file says it:
+//
+//	upstreams:
+//	  - id: files
+//	    url: http://127.0.0.1:9001/mcp
+//	  - id: weather
+//	    command: [./weather-server, --stdio]
+//	    prefix: ""            # keep its names as they are
+//	    exclude: ["debug_*"]  # by the upstream's own names
+//	    auth:
+//	      bearer_file: /run/secrets/weather
+//	callers:
+//	  - scope: admin          # callers with this scope see everything
+//	  - upstreams: [files]    # everyone else sees only these
+//	max_ttl: 1m
+//
+// Every member is checked when the file is read: an unknown one is an
+// error, not ignored, so that a misspelt limit is never silently off.
+type Config struct {
+	// Upstreams are the servers behind the gateway, in the order their
+	// items come in merged lists when names tie.
+	Upstreams []Upstream `yaml:"upstreams"`
+	// Callers are rules that choose what each caller sees, tried in
+	// order; the first that matches applies. With none, every caller
+	// sees everything. A caller no rule matches sees nothing.
+	Callers []CallerRule `yaml:"callers"`
+	// MaxTTL caps the ttlMs the gateway tells and how long it keeps an
+	// upstream's answer (default 5m).
+	MaxTTL Duration `yaml:"max_ttl"`
+	// PageSize is how many items a page of a merged list holds (default 100).
+	PageSize int `yaml:"page_size"`
+}
+
+// Upstream is one server behind the gateway.
+type Upstream struct {
+	// ID names the upstream in metrics, logs and the default prefix:
+	// lower-case letters, digits and '-', up to 32 bytes.
+	ID string `yaml:"id"`
+	// URL is a Streamable HTTP endpoint; Command a stdio server to start
+	// (its argv). Exactly one is set.
+	URL     string   `yaml:"url"`
+	Command []string `yaml:"command"`
+	// Prefix goes before the names of the upstream's tools and prompts.
+	// Unset, it is the ID and "_" (which no ID holds, so prefixed names
+	// of two upstreams never meet); "" keeps names as they are, and two
+	// upstreams offering one name is then an error.
+	Prefix *string `yaml:"prefix"`
+	// Include and Exclude filter the upstream's items by their own names
+	// (tools, prompts) or URIs (resources, templates), with path.Match
+	// globs: with Include, only what matches one is kept; what matches an
+	// Exclude is left out.
+	Include []string `yaml:"include"`
+	Exclude []string `yaml:"exclude"`
+	// Auth is the credential the gateway presents upstream: never the
+	// caller's own.
+	Auth Auth `yaml:"auth"`
+	// Protocol pins the revision spoken with the upstream ("" negotiates).
+	Protocol string `yaml:"protocol"`
+}
+
+// Auth is how the gateway authenticates to one upstream. At most one
+// way is set; none sends no credential.
+type Auth struct {
+	// BearerFile holds a token sent as "Authorization: Bearer <token>".
+	BearerFile string `yaml:"bearer_file"`
+	// Header and HeaderFile send a header of that name, its value read
+	// from the file (an API key, say).
+	Header     string `yaml:"header"`
+	HeaderFile string `yaml:"header_file"`
+}
+
+// CallerRule says what the callers it matches see. A rule with neither
+// Scope nor Subject matches everyone.
+type CallerRule struct {
+	// Scope matches callers whose token grants this scope.
+	Scope string `yaml:"scope"`
+	// Subject matches the caller whose token's sub is this.
+	Subject string `yaml:"subject"`
+	// Upstreams are the upstreams the caller sees (by ID); empty: all.
+	Upstreams []string `yaml:"upstreams"`
+	// Exclude hides items by their names as the caller sees them
+	// (prefixed), with path.Match globs.
+	Exclude []string `yaml:"exclude"`
+}
+
+// Duration is a time.Duration written as "30s" or "5m" in the file.
+type Duration time.Duration
+
+// UnmarshalYAML reads a duration such as "90s".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: %q is not a duration such as 30s or 5m", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Defaults of the configuration.
+const (
+	defaultMaxTTL   = 5 * time.Minute
+	defaultPageSize = 100
+	maxIDLen        = 32
+	// prefixSeparator ends a default prefix. IDs never hold it.
+	prefixSeparator = "_"
+)
+
+// LoadConfig reads and checks a configuration file.
+func LoadConfig(file string) (Config, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return Config{}, fmt.Errorf("gateway config: %w", err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("gateway config %s: %w", file, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig reads and checks a configuration in YAML.
+func ParseConfig(b []byte) (Config, error) {
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, err
+	}
+	return cfg, cfg.Check()
+}
+
+// Check reports the first thing wrong with the configuration, in words
+// that name the upstream or rule at fault.
+func (c *Config) Check() error {
+	if len(c.Upstreams) == 0 {
+		return errors.New("no upstreams: list at least one under upstreams:")
+	}
+	if c.PageSize < 0 {
+		return fmt.Errorf("page_size is %d; it must be positive", c.PageSize)
+	}
+	ids := map[string]bool{}
+	for i, u := range c.Upstreams {
+		where := fmt.Sprintf("upstream %d (%q)", i+1, u.ID)
+		if err := checkID(u.ID); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		if ids[u.ID] {
+			return fmt.Errorf("%s: the id is used twice", where)
+		}
+		ids[u.ID] = true
+		if (u.URL == "") == (len(u.Command) == 0) {
+			return fmt.Errorf("%s: give exactly one of url and command", where)
+		}
+		for _, g := range append(append([]string(nil), u.Include...), u.Exclude...) {
+			if _, err := path.Match(g, ""); err != nil {
+				return fmt.Errorf("%s: bad pattern %q: %w", where, g, err)
+			}
+		}
+		a := u.Auth
+		if a.BearerFile != "" && (a.Header != "" || a.HeaderFile != "") {
+			return fmt.Errorf("%s: auth: give bearer_file or header with header_file, not both", where)
+		}
+		if (a.Header == "") != (a.HeaderFile == "") {
+			return fmt.Errorf("%s: auth: header and header_file go together", where)
+		}
+		if u.Protocol != "" && !knownVersion(u.Protocol) {
+			return fmt.Errorf("%s: protocol %q is not a revision tidings speaks", where, u.Protocol)
+		}
+	}
+	for i, r := range c.Callers {
+		for _, id := range r.Upstreams {
+			if !ids[id] {
+				return fmt.Errorf("caller rule %d: no upstream has the id %q", i+1, id)
+			}
+		}
+		for _, g := range r.Exclude {
+			if _, err := path.Match(g, ""); err != nil {
+				return fmt.Errorf("caller rule %d: bad pattern %q: %w", i+1, g, err)
+			}
+		}
+	}
+	return nil
+}
+
+func checkID(id string) error {
+	if id == "" {
+		return errors.New("the id is empty")
+	}
+	if len(id) > maxIDLen {
+		return fmt.Errorf("the id is %d bytes long; at most %d are allowed", len(id), maxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return fmt.Errorf("the id has %q at byte %d; only a-z, 0-9 and '-' are allowed", rune(c), i)
+		}
+	}
+	return nil
+}
+
+func knownVersion(v string) bool {
+	if v == mcp.Version {
+		return true
+	}
+	for _, l := range legacyVersions {
+		if v == l {
+			return true
+		}
+	}
+	return false
+}
+
+// legacyVersions are the earlier revisions the client speaks.
+var legacyVersions = [...]string{"2025-11-25", "2025-06-18", "2025-03-26"}
+
+// prefix is the prefix of u's names.
+func (u *Upstream) prefix() string {
+	if u.Prefix != nil {
+		return *u.Prefix
+	}
+	return u.ID + prefixSeparator
+}
+
+// maxTTL is the cap on hints and on keeping answers.
+func (c *Config) maxTTL() time.Duration {
+	if c.MaxTTL <= 0 {
+		return defaultMaxTTL
+	}
+	return time.Duration(c.MaxTTL)
+}
+
+func (c *Config) pageSize() int {
+	if c.PageSize <= 0 {
+		return defaultPageSize
+	}
+	return c.PageSize
+}
+
+// matchAny reports whether name matches one of globs.
+func matchAny(globs []string, name string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,589 @@
+// Package gateway serves many MCP servers behind one endpoint, and keeps
+// what they answer fresh for many callers at the cost of one listen per
+// server.
+//
+// The gateway is a server.Server whose items come from its upstreams
+// (server.WithOrigin): serve it with streamhttp or stdio like any other,
+// to callers of either protocol era. Each upstream is a client.Client,
+// over HTTP or to a spawned stdio server, of any revision the client
+// speaks. Its lists are kept below policy: the upstream's whole answer,
+// for its ttlMs (capped by MaxTTL), shared by every caller when the
+// upstream marked it public and kept per caller when it marked it
+// private; renaming and the callers' rules apply per request on top, and
+// a list filtered per caller is told as private. One subscriptions/listen
+// per upstream, whatever the number of callers listening here, hears of
+// its changes: what was kept is dropped first, then every listen here that
+// may see a changed item is told, tagged as its own. A listen that drops
+// is healed by the client's Watcher, which re-reads and reports only real
+// changes, compared by whole definitions, not names.
+//
+// The upstream never sees the caller's credential: the gateway presents
+// its own, per upstream (Auth).
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/auth"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// Gateway is a server in front of other servers. Make one with New.
+type Gateway struct {
+	cfg    Config
+	log    *slog.Logger
+	srv    *server.Server
+	now    func() time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu  sync.RWMutex
+	ups []*upstream // in the configuration's order
+
+	// gen counts changes to any upstream's lists: a merged list kept
+	// under an older one is stale.
+	gen    atomic.Uint64
+	merged sync.Map // mergedKey → *mergedView
+
+	callersMu sync.Mutex
+	callers   map[string]int // principal → the index of its rule
+
+	readsMu sync.Mutex
+	reads   map[string]*keptRead
+}
+
+// mergedKey names a merged list kept for the callers of one rule.
+type mergedKey struct {
+	list int
+	rule int
+}
+
+// mergedView is a merged list as served to the callers of one rule.
+type mergedView struct {
+	gen     uint64
+	items   []jsontext.Value
+	keys    []string
+	expires time.Time
+	scope   mcp.CacheScope
+}
+
+// keptRead is a public resources/read answer, kept for its ttlMs.
+type keptRead struct {
+	res     *mcp.ReadResourceResult
+	ttl     time.Duration
+	expires time.Time
+}
+
+// maxKeptReads bounds the reads the gateway keeps.
+const maxKeptReads = 10000
+
+// Option configures a Gateway.
+type Option func(*options)
+
+type options struct {
+	log     *slog.Logger
+	srvOpts []server.Option
+	now     func() time.Time
+}
+
+// WithLogger sets where the gateway logs (default: discarded).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithServerOptions passes options to the gateway's server: its secret
+// (which replicas share), bus, limits, middleware and the like.
+// WithOrigin and WithVisibility are the gateway's own and are ignored.
+func WithServerOptions(opts ...server.Option) Option {
+	return func(o *options) { o.srvOpts = append(o.srvOpts, opts...) }
+}
+
+// WithClock sets the gateway's clock, for tests.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// ruleAll is the rule of every caller when there are no caller rules.
+const ruleAll = -1
+
+// New starts a gateway in front of cfg's upstreams. It opens one listen
+// on each and reads their lists once, so that a name two upstreams
+// offer under one prefix is an error here, not a silent choice later;
+// an upstream that cannot be reached is logged and left out until it
+// answers. Close stops it.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Gateway, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	o := options{log: slog.New(slog.DiscardHandler), now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	g := &Gateway{cfg: cfg, log: o.log, now: o.now, callers: map[string]int{}, reads: map[string]*keptRead{}}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	srvOpts := append([]server.Option{
+		server.WithCapabilities(server.Tools, server.Prompts, server.Resources, server.Completions),
+		server.WithPageSize(cfg.pageSize()),
+	}, o.srvOpts...)
+	srvOpts = append(srvOpts, server.WithOrigin(origin{g}), server.WithMiddleware(g.noteCaller))
+	if len(cfg.Callers) > 0 {
+		srvOpts = append(srvOpts, server.WithVisibility(g.visible))
+	}
+	g.srv = server.New(mcp.Implementation{Name: "tidings-gateway", Version: "0.1.0"}, srvOpts...)
+	for _, uc := range cfg.Upstreams {
+		u, err := newUpstream(ctx, g, uc)
+		if err != nil {
+			g.Close()
+			return nil, err
+		}
+		g.ups = append(g.ups, u)
+	}
+	if err := g.checkClashes(ctx, g.ups); err != nil {
+		g.Close()
+		return nil, err
+	}
+	for _, u := range g.ups {
+		u.start(g.ctx)
+	}
+	return g, nil
+}
+
+// Server is the gateway's server, to serve with streamhttp.New or
+// stdio.Serve.
+func (g *Gateway) Server() *server.Server { return g.srv }
+
+// Close stops every upstream's listen and client (and the spawned
+// servers). Shut the server down first, so that its listens end with
+// their complete result.
+func (g *Gateway) Close() {
+	g.cancel()
+	g.mu.Lock()
+	ups := g.ups
+	g.ups = nil
+	g.mu.Unlock()
+	for _, u := range ups {
+		u.stop()
+	}
+}
+
+// Reload makes the gateway serve cfg: upstreams that are new are
+// connected, those gone are closed, those whose settings changed are
+// connected again, and every listener here is told the lists changed.
+// A configuration that does not check, or whose upstreams would offer
+// one name twice, is refused and the old one goes on.
+func (g *Gateway) Reload(ctx context.Context, cfg Config) error {
+	if err := cfg.Check(); err != nil {
+		return err
+	}
+	g.mu.RLock()
+	old := map[string]*upstream{}
+	for _, u := range g.ups {
+		old[u.cfg.ID] = u
+	}
+	g.mu.RUnlock()
+	var next, started []*upstream
+	kept := map[*upstream]bool{}
+	for _, uc := range cfg.Upstreams {
+		if u, ok := old[uc.ID]; ok && sameUpstream(u.cfg, uc) {
+			next = append(next, u)
+			kept[u] = true
+			continue
+		}
+		u, err := newUpstream(ctx, g, uc)
+		if err != nil {
+			for _, s := range started {
+				s.stop()
+			}
+			return err
+		}
+		next, started = append(next, u), append(started, u)
+	}
+	if err := g.checkClashes(ctx, next); err != nil {
+		for _, s := range started {
+			s.stop()
+		}
+		return err
+	}
+	for _, u := range started {
+		u.start(g.ctx)
+	}
+	g.mu.Lock()
+	g.cfg = cfg
+	g.ups = next
+	g.mu.Unlock()
+	g.callersMu.Lock()
+	clear(g.callers)
+	g.callersMu.Unlock()
+	for _, u := range old {
+		if !kept[u] {
+			u.stop()
+		}
+	}
+	g.bump()
+	for _, l := range listsOf {
+		g.srv.ListChanged(l)
+	}
+	g.log.Info("configuration reloaded", "upstreams", len(next))
+	return nil
+}
+
+// sameUpstream reports whether two settings of an upstream connect to it
+// alike, so that its client and listen can be kept.
+func sameUpstream(a, b Upstream) bool {
+	ap, bp := a.prefix(), b.prefix()
+	return a.URL == b.URL && fmt.Sprint(a.Command) == fmt.Sprint(b.Command) && ap == bp &&
+		fmt.Sprint(a.Include, a.Exclude) == fmt.Sprint(b.Include, b.Exclude) && a.Auth == b.Auth && a.Protocol == b.Protocol
+}
+
+// checkClashes reads the tool and prompt lists of ups and reports a name
+// two of them offer. An upstream that does not answer is passed over.
+func (g *Gateway) checkClashes(ctx context.Context, ups []*upstream) error {
+	for _, i := range []int{listIndex(server.ListTools), listIndex(server.ListPrompts)} {
+		owner := map[string]string{}
+		for _, u := range ups {
+			v, err := u.list(ctx, i, "")
+			if err != nil {
+				u.log.Warn("upstream did not answer; its items are left out until it does", "err", err)
+				continue
+			}
+			for _, it := range v.items {
+				if other, ok := owner[it.key]; ok {
+					what := "tool"
+					if listsOf[i] == server.ListPrompts {
+						what = "prompt"
+					}
+					return fmt.Errorf("upstreams %s and %s both offer a %s named %q: give one of them a prefix", other, u.cfg.ID, what, it.key)
+				}
+				owner[it.key] = u.cfg.ID
+			}
+		}
+	}
+	return nil
+}
+
+// upstreams returns the upstreams and the configuration, as one.
+func (g *Gateway) upstreams() ([]*upstream, *Config) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.ups, &g.cfg
+}
+
+// bump makes every merged list stale.
+func (g *Gateway) bump() { g.gen.Add(1) }
+
+// forgetRead drops the kept read of uri.
+func (g *Gateway) forgetRead(uri string) {
+	g.readsMu.Lock()
+	delete(g.reads, uri)
+	g.readsMu.Unlock()
+}
+
+// ---- callers ----
+
+// noteCaller is middleware that learns each caller's rule from its
+// token, so that a change can later be told only to those who may see it.
+func (g *Gateway) noteCaller(next server.MethodHandler) server.MethodHandler {
+	return func(ctx context.Context, req *server.Request) error {
+		g.ruleFor(ctx, req.Principal)
+		return next(ctx, req)
+	}
+}
+
+// maxCallers bounds the callers whose rule is remembered.
+const maxCallers = 100000
+
+// ruleFor returns the index of the rule the caller of ctx falls under
+// (ruleAll without rules; -2 when none matches), and remembers it.
+func (g *Gateway) ruleFor(ctx context.Context, principal string) int {
+	_, cfg := g.upstreams()
+	if len(cfg.Callers) == 0 {
+		return ruleAll
+	}
+	info, _ := auth.FromContext(ctx)
+	r := -2
+	for i, rule := range cfg.Callers {
+		if rule.matches(info) {
+			r = i
+			break
+		}
+	}
+	g.callersMu.Lock()
+	if len(g.callers) >= maxCallers {
+		clear(g.callers)
+	}
+	g.callers[principal] = r
+	g.callersMu.Unlock()
+	return r
+}
+
+// matches reports whether the caller whose token says info (nil: no
+// token) falls under r.
+func (r *CallerRule) matches(info *auth.Info) bool {
+	if r.Scope == "" && r.Subject == "" {
+		return true
+	}
+	if info == nil {
+		return false
+	}
+	if r.Subject != "" && info.Subject != r.Subject {
+		return false
+	}
+	if r.Scope != "" {
+		for _, s := range info.Scopes {
+			if s == r.Scope {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// sees reports whether the callers of rule r may see the item key of
+// upstream u.
+func (cfg *Config) sees(r int, u *upstream, key string) bool {
+	switch {
+	case r == ruleAll:
+		return true
+	case r < 0:
+		return false
+	}
+	rule := &cfg.Callers[r]
+	if len(rule.Upstreams) > 0 {
+		found := false
+		for _, id := range rule.Upstreams {
+			found = found || id == u.cfg.ID
+		}
+		if !found {
+			return false
+		}
+	}
+	return !matchAny(rule.Exclude, key)
+}
+
+// visible is the server's visibility rule: whether principal may see the
+// item key of list l, as the rule it last came under says.
+func (g *Gateway) visible(principal string, l server.List, key string) bool {
+	g.callersMu.Lock()
+	r, known := g.callers[principal]
+	g.callersMu.Unlock()
+	if !known {
+		return false
+	}
+	ups, cfg := g.upstreams()
+	i := listIndex(l)
+	for _, u := range ups {
+		if i >= 0 && u.owns(i, key) {
+			return cfg.sees(r, u, key)
+		}
+	}
+	// An item no upstream has any more (it was removed): told to those
+	// who see everything.
+	return r == ruleAll || (r >= 0 && len(cfg.Callers[r].Upstreams) == 0 && !matchAny(cfg.Callers[r].Exclude, key))
+}
+
+// owns reports whether key is, or was lately, an item of u's list i.
+func (u *upstream) owns(i int, key string) bool {
+	if (listsOf[i] == server.ListTools || listsOf[i] == server.ListPrompts) && u.prefix != "" {
+		return len(key) > len(u.prefix) && key[:len(u.prefix)] == u.prefix
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if v := u.public[i]; v != nil {
+		_, ok := v.byKey[key]
+		return ok
+	}
+	return false
+}
+
+// ---- lists ----
+
+// mergedList returns list i as the callers of rule r see it, merged from
+// every upstream they may see.
+func (g *Gateway) mergedList(ctx context.Context, i int, principal string, r int) *mergedView {
+	gen := g.gen.Load()
+	key := mergedKey{i, r}
+	now := g.now()
+	if v, ok := g.merged.Load(key); ok {
+		if mv := v.(*mergedView); mv.gen == gen && now.Before(mv.expires) {
+			return mv
+		}
+	}
+	ups, cfg := g.upstreams()
+	type part struct {
+		u *upstream
+		v *view
+	}
+	parts := make([]part, 0, len(ups))
+	expires := now.Add(cfg.maxTTL())
+	scope := mcp.ScopePublic
+	if len(cfg.Callers) > 0 {
+		scope = mcp.ScopePrivate // what a caller sees depends on who asks
+	}
+	shareable := true
+	for _, u := range ups {
+		if r != ruleAll && r < 0 {
+			break
+		}
+		v, err := u.list(ctx, i, principal)
+		if err != nil {
+			if ctx.Err() == nil {
+				u.log.Warn("list failed; its items are left out", "list", listsOf[i], "err", err)
+			}
+			expires = now // read again on the next request
+			shareable = false
+			continue
+		}
+		if v.expires.Before(expires) {
+			expires = v.expires
+		}
+		if v.scope != mcp.ScopePublic {
+			scope, shareable = mcp.ScopePrivate, false
+		}
+		parts = append(parts, part{u, v})
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p.v.items)
+	}
+	type entry struct {
+		key  string
+		json jsontext.Value
+	}
+	all := make([]entry, 0, n)
+	for _, p := range parts {
+		for _, it := range p.v.items {
+			if cfg.sees(r, p.u, it.key) {
+				all = append(all, entry{it.key, it.json})
+			}
+		}
+	}
+	// Stable: on a name two upstreams offer (which only a reload racing
+	// a change can make), the first upstream's item wins.
+	sort.SliceStable(all, func(a, b int) bool { return all[a].key < all[b].key })
+	mv := &mergedView{gen: gen, expires: expires, scope: scope}
+	for j, e := range all {
+		if j > 0 && e.key == all[j-1].key {
+			continue
+		}
+		mv.items = append(mv.items, e.json)
+		mv.keys = append(mv.keys, e.key)
+	}
+	if shareable {
+		g.merged.Store(key, mv)
+	}
+	return mv
+}
+
+// ---- routing ----
+
+// errUnknown is the error told for an item the caller cannot reach.
+func errUnknown(what, name string) error {
+	return jsonrpc.NewError(jsonrpc.CodeInvalidParams, "Unknown "+what+": "+strconv.Quote(name), nil)
+}
+
+// route finds the upstream and the upstream's own name of the item key
+// of list i, as the caller of ctx may see it.
+func (g *Gateway) route(ctx context.Context, i int, principal, key string) (*upstream, item, bool) {
+	r := g.ruleFor(ctx, principal)
+	ups, cfg := g.upstreams()
+	for _, u := range ups {
+		if (listsOf[i] == server.ListTools || listsOf[i] == server.ListPrompts) && u.prefix != "" &&
+			(len(key) <= len(u.prefix) || key[:len(u.prefix)] != u.prefix) {
+			continue
+		}
+		v, err := u.list(ctx, i, principal)
+		if err != nil {
+			continue
+		}
+		if j, ok := v.byKey[key]; ok && cfg.sees(r, u, key) {
+			return u, v.items[j], true
+		}
+	}
+	return nil, item{}, false
+}
+
+// routeURI finds the upstream that serves the resource uri: the one that
+// lists it, else the first whose template matches it.
+func (g *Gateway) routeURI(ctx context.Context, principal, uri string) (*upstream, bool) {
+	r := g.ruleFor(ctx, principal)
+	ups, cfg := g.upstreams()
+	ri, ti := listIndex(server.ListResources), listIndex(server.ListTemplates)
+	for _, u := range ups {
+		if v, err := u.list(ctx, ri, principal); err == nil {
+			if _, ok := v.byKey[uri]; ok {
+				return u, cfg.sees(r, u, uri)
+			}
+		}
+	}
+	for _, u := range ups {
+		v, err := u.list(ctx, ti, principal)
+		if err != nil {
+			continue
+		}
+		for _, it := range v.items {
+			if it.tmpl != nil && it.tmpl.Match(uri) != nil && cfg.sees(r, u, it.key) {
+				return u, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// upstreamError is what a caller is told when an upstream fails a
+// request: its own JSON-RPC error as it is, anything else in words that
+// name the upstream.
+func upstreamError(u *upstream, err error) error {
+	var je *jsonrpc.Error
+	if errors.As(err, &je) {
+		return je
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+" failed: "+err.Error(), nil)
+}
+
+// rawResult is what the gateway reads of an upstream's result.
+type rawResult struct {
+	ResultType    string                      `json:"resultType"`
+	InputRequests map[string]mcp.InputRequest `json:"inputRequests"`
+	RequestState  string                      `json:"requestState"`
+	TTL           *int64                      `json:"ttlMs"`
+	Scope         mcp.CacheScope              `json:"cacheScope"`
+}
+
+// interim turns an upstream's input_required result into the caller's.
+func interim(res jsontext.Value) (*rawResult, error) {
+	var rr rawResult
+	if err := jsonrpc.UnmarshalParams(res, &rr); err != nil {
+		return nil, err
+	}
+	if rr.ResultType == mcp.ResultInputRequired {
+		ir := &server.InputRequired{Requests: rr.InputRequests}
+		if rr.RequestState != "" {
+			ir.State = []byte(rr.RequestState)
+		}
+		return &rr, ir
+	}
+	return &rr, nil
+}
+
+// retryParams adds to params what a retried request carries: the
+// caller's answers and the upstream's state.
+func retryParams(params map[string]any, req *server.Request) {
+	if len(req.InputResponses) > 0 {
+		params["inputResponses"] = req.InputResponses
+	}
+	if st := req.State(); st != nil {
+		params["requestState"] = string(st)
+	}
+}

@@ -1,0 +1,11 @@
+package gateway_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a test leaves a goroutine behind: every
+// gateway, upstream listen and server a test starts must be stopped by it.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"tidings/client"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// origin is the gateway as its server sees it: where the lists and the
+// requests that name an item go.
+type origin struct{ g *Gateway }
+
+// List serves one page of a merged list. The cursor is the key of the
+// last item of the page before: a walk skips nothing that stays listed
+// for all of it, whatever changes around it.
+func (o origin) List(ctx context.Context, req *server.ListRequest) (*server.ListPage, error) {
+	g := o.g
+	i := listIndex(req.List)
+	if i < 0 {
+		return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "no such list", nil)
+	}
+	r := g.ruleFor(ctx, req.Principal)
+	mv := g.mergedList(ctx, i, req.Principal, r)
+	start := 0
+	if req.Cursor != nil {
+		after := string(req.Cursor)
+		start = sort.SearchStrings(mv.keys, after)
+		if start < len(mv.keys) && mv.keys[start] == after {
+			start++
+		}
+	}
+	_, cfg := g.upstreams()
+	end := min(start+cfg.pageSize(), len(mv.items))
+	page := &server.ListPage{Items: mv.items[start:end]}
+	if end < len(mv.items) {
+		page.Next = []byte(mv.keys[end-1])
+	}
+	ttl := max(mv.expires.Sub(g.now()), 0)
+	page.Cache = server.CachePolicy{TTL: ttl.Truncate(time.Millisecond), Scope: mv.scope}
+	return page, nil
+}
+
+// CallTool forwards a tools/call to the upstream of the tool, under its
+// own name there, and hands its progress back to the caller.
+func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+	u, it, ok := o.g.route(ctx, listIndex(server.ListTools), req.Principal, req.Name)
+	if !ok {
+		return nil, errUnknown("tool", req.Name)
+	}
+	params := map[string]any{"name": it.orig, "arguments": req.Arguments}
+	retryParams(params, &req.Request)
+	res, err := u.c.Request(ctx, mcp.MethodToolsCall, params, client.WithProgress(func(p float64, total *float64, msg string) {
+		_ = req.Progress(p, total, msg)
+	}))
+	if err != nil {
+		return nil, upstreamError(u, err)
+	}
+	if _, err := interim(res); err != nil {
+		return nil, err
+	}
+	var out mcp.CallToolResult
+	if err := jsonrpc.UnmarshalParams(res, &out); err != nil {
+		return nil, upstreamError(u, err)
+	}
+	return &out, nil
+}
+
+// GetPrompt forwards a prompts/get to the upstream of the prompt.
+func (o origin) GetPrompt(ctx context.Context, req *server.PromptRequest) (*mcp.GetPromptResult, error) {
+	u, it, ok := o.g.route(ctx, listIndex(server.ListPrompts), req.Principal, req.Name)
+	if !ok {
+		return nil, errUnknown("prompt", req.Name)
+	}
+	params := map[string]any{"name": it.orig}
+	if req.Arguments != nil {
+		params["arguments"] = req.Arguments
+	}
+	retryParams(params, &req.Request)
+	res, err := u.c.Request(ctx, mcp.MethodPromptsGet, params)
+	if err != nil {
+		return nil, upstreamError(u, err)
+	}
+	if _, err := interim(res); err != nil {
+		return nil, err
+	}
+	var out mcp.GetPromptResult
+	if err := jsonrpc.UnmarshalParams(res, &out); err != nil {
+		return nil, upstreamError(u, err)
+	}
+	return &out, nil
+}
+
+// ReadResource forwards a resources/read to the upstream that serves the
+// URI. A public answer is kept for its ttlMs and served to every caller
+// who may see the resource; a private one is never kept.
+func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
+	g := o.g
+	u, ok := g.routeURI(ctx, req.Principal, req.URI)
+	if !ok {
+		return nil, server.ErrResourceNotFound
+	}
+	now := g.now()
+	g.readsMu.Lock()
+	k := g.reads[req.URI]
+	g.readsMu.Unlock()
+	if k != nil && now.Before(k.expires) {
+		u.st.hits.Add(1)
+		u.st.saved.Add(1)
+		req.SetCache(server.CachePolicy{TTL: k.expires.Sub(now).Truncate(time.Millisecond), Scope: mcp.ScopePublic})
+		return k.res, nil
+	}
+	u.st.misses.Add(1)
+	u.st.requests.Add(1)
+	params := map[string]any{"uri": req.URI}
+	retryParams(params, &req.Request)
+	res, err := u.c.Request(ctx, mcp.MethodResourcesRead, params)
+	if err != nil {
+		return nil, upstreamError(u, err)
+	}
+	rr, err := interim(res)
+	if err != nil {
+		return nil, err
+	}
+	var out mcp.ReadResourceResult
+	if err := jsonrpc.UnmarshalParams(res, &out); err != nil {
+		return nil, upstreamError(u, err)
+	}
+	ttl := time.Duration(0)
+	if rr.TTL != nil && *rr.TTL > 0 {
+		ttl = min(time.Duration(*rr.TTL)*time.Millisecond, g.cfg.maxTTL())
+	}
+	scope := mcp.ScopePrivate
+	_, cfg := g.upstreams()
+	if rr.Scope == mcp.ScopePublic && len(cfg.Callers) == 0 {
+		scope = mcp.ScopePublic
+	}
+	req.SetCache(server.CachePolicy{TTL: ttl, Scope: scope})
+	if rr.Scope == mcp.ScopePublic && ttl > 0 {
+		g.readsMu.Lock()
+		if len(g.reads) >= maxKeptReads {
+			clear(g.reads)
+		}
+		g.reads[req.URI] = &keptRead{res: &out, ttl: ttl, expires: now.Add(ttl)}
+		g.readsMu.Unlock()
+	}
+	return &out, nil
+}
+
+// Complete forwards a completion/complete to the upstream of the prompt
+// or template its ref names.
+func (o origin) Complete(ctx context.Context, req *server.CompleteRequest) (*mcp.Completion, error) {
+	g := o.g
+	ref := req.Ref
+	var u *upstream
+	switch ref.Type {
+	case "ref/prompt":
+		up, it, ok := g.route(ctx, listIndex(server.ListPrompts), req.Principal, ref.Name)
+		if !ok {
+			return nil, errUnknown("prompt", ref.Name)
+		}
+		u, ref.Name = up, it.orig
+	case "ref/resource":
+		up, _, ok := g.route(ctx, listIndex(server.ListTemplates), req.Principal, ref.URI)
+		if !ok {
+			if up, ok = g.routeURI(ctx, req.Principal, ref.URI); !ok {
+				return nil, errUnknown("resource template", ref.URI)
+			}
+		}
+		u = up
+	default:
+		return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "Invalid params: unknown ref type "+ref.Type, nil)
+	}
+	params := map[string]any{"ref": ref, "argument": req.Argument}
+	if req.Context.Arguments != nil {
+		params["context"] = req.Context
+	}
+	res, err := u.c.Request(ctx, mcp.MethodComplete, params)
+	if err != nil {
+		return nil, upstreamError(u, err)
+	}
+	var out struct {
+		Completion mcp.Completion `json:"completion"`
+	}
+	if err := jsonrpc.UnmarshalParams(res, &out); err != nil {
+		return nil, upstreamError(u, err)
+	}
+	return &out.Completion, nil
+}
+
+// Follow has the upstreams that serve uris follow them, on the one listen
+// each keeps; release undoes it when the last listen here lets go.
+func (o origin) Follow(principal string, uris []string) func() {
+	g := o.g
+	ctx := g.ctx
+	type held struct {
+		u   *upstream
+		uri string
+	}
+	var hs []held
+	for _, uri := range uris {
+		u, ok := g.routeURI(ctx, "", uri)
+		if !ok {
+			continue
+		}
+		hs = append(hs, held{u, uri})
+		u.mu.Lock()
+		u.follows[uri]++
+		first := u.follows[uri] == 1
+		u.mu.Unlock()
+		if first {
+			u.wake()
+		}
+	}
+	return func() {
+		for _, h := range hs {
+			h.u.mu.Lock()
+			h.u.follows[h.uri]--
+			last := h.u.follows[h.uri] <= 0
+			if last {
+				delete(h.u.follows, h.uri)
+			}
+			h.u.mu.Unlock()
+			if last {
+				h.u.wake()
+			}
+		}
+	}
+}
+
+// Forget drops what another replica says changed.
+func (o origin) Forget(l server.List, uri string) {
+	g := o.g
+	if l == server.ReadResource {
+		g.forgetRead(uri)
+		return
+	}
+	i := listIndex(l)
+	if i < 0 {
+		return
+	}
+	ups, _ := g.upstreams()
+	for _, u := range ups {
+		u.forget(i)
+	}
+}
+
+// wake asks the upstream's loop to listen again with the URIs followed now.
+func (u *upstream) wake() {
+	select {
+	case u.refollow <- struct{}{}:
+	default:
+	}
+}

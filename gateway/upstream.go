@@ -1,0 +1,588 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/yosida95/uritemplate/v3"
+
+	"tidings/client"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// lists are the four lists an upstream has, in the order of the arrays
+// indexed by listIndex.
+var listsOf = [...]server.List{server.ListTools, server.ListPrompts, server.ListResources, server.ListTemplates}
+
+const numLists = len(listsOf)
+
+// listIndex is the index of l in listsOf, -1 for others.
+func listIndex(l server.List) int {
+	for i, x := range listsOf {
+		if x == l {
+			return i
+		}
+	}
+	return -1
+}
+
+// item is one item of an upstream's list as the gateway serves it.
+type item struct {
+	key  string         // the name or URI callers see
+	orig string         // the upstream's own name or URI
+	json jsontext.Value // the item with key in place of orig
+	tmpl *uritemplate.Template
+}
+
+// view is an upstream's whole list as the gateway keeps it: below
+// policy, the same for every caller who gets it.
+type view struct {
+	items   []item // sorted by key
+	byKey   map[string]int
+	expires time.Time
+	scope   mcp.CacheScope
+}
+
+func (v *view) fresh(now time.Time) bool { return v != nil && now.Before(v.expires) }
+
+// upstream is one server behind the gateway: a client, the lists kept
+// from it, and one listen that hears of its changes.
+type upstream struct {
+	g      *Gateway
+	cfg    Upstream
+	prefix string
+	c      *client.Client
+	log    *slog.Logger
+
+	mu sync.Mutex
+	// public are the lists the upstream marked public, shared by all.
+	public [numLists]*view
+	// private are the lists it marked private, per downstream principal:
+	// never shared among callers.
+	private [numLists]map[string]*view
+	// isPrivate says the upstream answers list i privately: it is then
+	// fetched for each caller.
+	isPrivate [numLists]bool
+	// gen counts invalidations of each list, so that an answer fetched
+	// before one is not kept as fresh.
+	gen [numLists]uint64
+	// follows counts the listens following each URI this upstream serves.
+	follows map[string]int
+	watcher *client.Watcher
+	// refollow wakes the loop that re-listens with a new set of URIs.
+	refollow chan struct{}
+	down     atomic.Bool
+
+	st upstreamCounters
+	wg sync.WaitGroup
+}
+
+// upstreamCounters are what Stats reports of an upstream.
+type upstreamCounters struct {
+	requests, hits, misses, saved, failures atomic.Int64
+	lastLagNanos                            atomic.Int64
+}
+
+// newUpstream connects (lazily) to the server cfg names.
+func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, error) {
+	u := &upstream{g: g, cfg: cfg, prefix: cfg.prefix(), log: g.log.With("upstream", cfg.ID),
+		follows: map[string]int{}, refollow: make(chan struct{}, 1)}
+	for i := range u.private {
+		u.private[i] = map[string]*view{}
+	}
+	opts := []client.Option{client.WithClientInfo(mcp.Implementation{Name: "tidings-gateway", Version: "0.1.0"}),
+		client.WithoutTasks(), client.WithLogger(u.log)}
+	if cfg.Protocol != "" {
+		opts = append(opts, client.WithProtocolVersion(cfg.Protocol))
+	}
+	if cfg.URL != "" {
+		hopts := make([]client.HTTPOption, 0, len(opts)+1)
+		for _, o := range opts {
+			hopts = append(hopts, o)
+		}
+		cred, err := readCredential(cfg.Auth)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: %w", cfg.ID, err)
+		}
+		if cred.name != "" {
+			hopts = append(hopts, client.WithHeader(cred.name, cred.value))
+		}
+		u.c = client.NewHTTP(cfg.URL, hopts...)
+	} else {
+		copts := make([]client.CommandOption, 0, len(opts)+1)
+		for _, o := range opts {
+			copts = append(copts, o)
+		}
+		c, err := client.NewCommand(ctx, cfg.Command[0], cfg.Command[1:], copts...)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: starting %s: %w", cfg.ID, cfg.Command[0], err)
+		}
+		u.c = c
+	}
+	return u, nil
+}
+
+type credential struct{ name, value string }
+
+// readCredential reads the credential a.
+func readCredential(a Auth) (credential, error) {
+	read := func(f string) (string, error) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("auth: %w", err)
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" || strings.ContainsAny(v, "\r\n") {
+			return "", fmt.Errorf("auth: %s must hold one line, the credential", f)
+		}
+		return v, nil
+	}
+	switch {
+	case a.BearerFile != "":
+		v, err := read(a.BearerFile)
+		return credential{"Authorization", "Bearer " + v}, err
+	case a.HeaderFile != "":
+		v, err := read(a.HeaderFile)
+		return credential{a.Header, v}, err
+	}
+	return credential{}, nil
+}
+
+// start opens the upstream's listen and the loop that renews it when
+// the URIs followed change. ctx is the gateway's.
+func (u *upstream) start(ctx context.Context) {
+	u.listen(ctx, nil)
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-u.refollow:
+			}
+			u.mu.Lock()
+			uris := make([]string, 0, len(u.follows))
+			for uri := range u.follows {
+				uris = append(uris, uri)
+			}
+			u.mu.Unlock()
+			slices.Sort(uris)
+			u.listen(ctx, uris)
+		}
+	}()
+}
+
+// listen opens the upstream's one listen, following every list and uris,
+// and closes the one it replaces once it is open.
+func (u *upstream) listen(ctx context.Context, uris []string) {
+	// A new listen's first read of each list reports every item as
+	// added: it is a baseline, told only where it differs from what the
+	// gateway serves.
+	var baseline [numLists]bool
+	onEvent := func(e client.Event) {
+		if i := int(e.Kind - client.ToolsChanged); i >= 0 && i < numLists && !baseline[i] {
+			baseline[i] = true
+			if u.sameAsKept(ctx, i) {
+				return
+			}
+		}
+		u.event(e)
+	}
+	w := u.c.Watch(ctx, client.WatchOptions{Tools: true, Prompts: true, Resources: true, URIs: uris,
+		OnEvent: onEvent, MaxBackoff: 5 * time.Second})
+	u.mu.Lock()
+	old := u.watcher
+	u.watcher = w
+	u.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// sameAsKept reports whether list i, as the client now has it, is what
+// the gateway keeps and serves of it. Nothing kept is never the same.
+func (u *upstream) sameAsKept(ctx context.Context, i int) bool {
+	u.mu.Lock()
+	kept := u.public[i]
+	u.mu.Unlock()
+	if kept == nil {
+		return false
+	}
+	raw, keys, expires, scope, err := u.fetchCached(ctx, i)
+	if err != nil || scope != mcp.ScopePublic {
+		return false
+	}
+	now := u.build(i, raw, keys, expires, scope)
+	if !slices.EqualFunc(now.items, kept.items, func(a, b item) bool { return a.key == b.key && bytes.Equal(a.json, b.json) }) {
+		return false
+	}
+	u.mu.Lock()
+	if u.public[i] == kept {
+		u.public[i] = now // as fresh as the read just made
+	}
+	u.mu.Unlock()
+	return true
+}
+
+// stop ends the listen and the client.
+func (u *upstream) stop() {
+	u.mu.Lock()
+	w := u.watcher
+	u.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+	u.wg.Wait()
+	_ = u.c.Close()
+}
+
+// event handles what the upstream's Watcher observed: what the gateway
+// kept is dropped first, then the listeners are told.
+func (u *upstream) event(e client.Event) {
+	switch e.Kind {
+	case client.ToolsChanged, client.PromptsChanged, client.ResourcesChanged, client.TemplatesChanged:
+		i := int(e.Kind - client.ToolsChanged)
+		keys := u.keysOf(i, e)
+		u.forget(i)
+		u.g.srv.ListChanged(listsOf[i], keys...)
+		if !e.At.IsZero() {
+			u.st.lastLagNanos.Store(int64(time.Since(e.At)))
+		}
+	case client.ResourceUpdated:
+		u.g.forgetRead(e.URI)
+		u.g.srv.ResourceUpdated(e.URI)
+	case client.Connected:
+		if u.down.Swap(false) {
+			u.log.Info("upstream is back")
+			u.forgetAll(true)
+		}
+	case client.Disconnected:
+		if !e.Graceful && !u.down.Swap(true) {
+			u.log.Warn("upstream is down", "err", e.Err)
+			u.forgetAll(true)
+		}
+	case client.ReadFailed:
+		u.log.Debug("re-read failed", "err", e.Err)
+	}
+}
+
+// keysOf maps the upstream's names in e to the names callers see; nil
+// (everything) when it cannot tell.
+func (u *upstream) keysOf(i int, e client.Event) []string {
+	n := len(e.Added) + len(e.Removed) + len(e.Changed)
+	if n == 0 {
+		return nil
+	}
+	keys := make([]string, 0, n)
+	for _, group := range [][]string{e.Added, e.Removed, e.Changed} {
+		for _, k := range group {
+			keys = append(keys, u.downstreamKey(i, k))
+		}
+	}
+	return keys
+}
+
+// downstreamKey is the name callers see for the upstream's key k.
+func (u *upstream) downstreamKey(i int, k string) string {
+	if listsOf[i] == server.ListTools || listsOf[i] == server.ListPrompts {
+		return u.prefix + k
+	}
+	return k
+}
+
+// forget drops what the gateway keeps of list i.
+func (u *upstream) forget(i int) {
+	u.mu.Lock()
+	u.public[i] = nil
+	clear(u.private[i])
+	u.gen[i]++
+	u.mu.Unlock()
+	u.g.bump()
+}
+
+// forgetAll drops every list, and tells listeners when tell is set: the
+// upstream went down or came back, and its items left or return.
+func (u *upstream) forgetAll(tell bool) {
+	for i := range listsOf {
+		u.forget(i)
+		if tell {
+			u.g.srv.ListChanged(listsOf[i])
+		}
+	}
+}
+
+// list returns the upstream's list i as principal may be served it:
+// kept if fresh, fetched otherwise.
+func (u *upstream) list(ctx context.Context, i int, principal string) (*view, error) {
+	now := u.g.now()
+	u.mu.Lock()
+	v := u.public[i]
+	priv := u.isPrivate[i]
+	if priv {
+		v = u.private[i][principal]
+	}
+	gen := u.gen[i]
+	u.mu.Unlock()
+	if v.fresh(now) {
+		u.st.hits.Add(1)
+		u.st.saved.Add(1)
+		return v, nil
+	}
+	u.st.misses.Add(1)
+	v, err := u.fetch(ctx, i, priv)
+	if err != nil {
+		u.st.failures.Add(1)
+		return nil, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.gen[i] != gen {
+		// A change was announced while this was on its way: serve it
+		// to this caller, keep it for nobody.
+		return v, nil
+	}
+	if v.scope == mcp.ScopePublic {
+		u.public[i] = v
+		u.isPrivate[i] = false
+		return v, nil
+	}
+	u.isPrivate[i] = true
+	if !priv {
+		// This answer may have come from the client's cache, filled
+		// for another caller: it is not kept, and the next caller's
+		// is fetched for them alone.
+		return v, nil
+	}
+	if len(u.private[i]) >= maxPrivateViews {
+		clear(u.private[i])
+	}
+	u.private[i][principal] = v
+	return v, nil
+}
+
+// maxPrivateViews bounds the private lists kept per upstream and list.
+const maxPrivateViews = 4096
+
+// fetch reads the upstream's whole list i: through the client's cache,
+// or, for a list the upstream answers privately, page by page for this
+// caller alone.
+func (u *upstream) fetch(ctx context.Context, i int, private bool) (*view, error) {
+	u.st.requests.Add(1)
+	var raw []jsontext.Value
+	var keys []string
+	var expires time.Time
+	scope := mcp.ScopePrivate
+	var err error
+	if private {
+		raw, keys, expires, scope, err = u.fetchPages(ctx, i)
+	} else {
+		raw, keys, expires, scope, err = u.fetchCached(ctx, i)
+	}
+	if err != nil {
+		return nil, err
+	}
+	limit := u.g.now().Add(u.g.cfg.maxTTL())
+	if expires.After(limit) {
+		expires = limit
+	}
+	return u.build(i, raw, keys, expires, scope), nil
+}
+
+// fetchCached reads list i through the client's cache, which the
+// upstream's listen keeps honest.
+func (u *upstream) fetchCached(ctx context.Context, i int) (raw []jsontext.Value, keys []string, expires time.Time, scope mcp.CacheScope, err error) {
+	var method string
+	add := func(k string, v any) {
+		b, merr := jsonrpc.Marshal(v)
+		if merr == nil {
+			raw, keys = append(raw, b), append(keys, k)
+		}
+	}
+	switch listsOf[i] {
+	case server.ListTools:
+		method = mcp.MethodToolsList
+		var ts []mcp.Tool
+		if ts, err = u.c.Tools(ctx); err == nil {
+			for _, t := range ts {
+				add(t.Name, t)
+			}
+		}
+	case server.ListPrompts:
+		method = mcp.MethodPromptsList
+		var ps []mcp.Prompt
+		if ps, err = u.c.Prompts(ctx); err == nil {
+			for _, p := range ps {
+				add(p.Name, p)
+			}
+		}
+	case server.ListResources:
+		method = mcp.MethodResourcesList
+		var rs []mcp.Resource
+		if rs, err = u.c.Resources(ctx); err == nil {
+			for _, r := range rs {
+				add(r.URI, r)
+			}
+		}
+	case server.ListTemplates:
+		method = mcp.MethodResourcesTemplates
+		var ts []mcp.ResourceTemplate
+		if ts, err = u.c.ResourceTemplates(ctx); err == nil {
+			for _, t := range ts {
+				add(t.URITemplate, t)
+			}
+		}
+	}
+	if err != nil {
+		return nil, nil, time.Time{}, "", err
+	}
+	f := u.c.Freshness(method, "")
+	return raw, keys, f.Expires, f.Scope, nil
+}
+
+// maxPages bounds a walk through one upstream list.
+const maxPages = 100
+
+// fetchPages walks list i page by page, past every cache.
+func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value, keys []string, expires time.Time, scope mcp.CacheScope, err error) {
+	method, field, keyField := listMethod(listsOf[i])
+	scope = mcp.ScopePublic
+	start := u.g.now()
+	expires = start.Add(u.g.cfg.maxTTL())
+	var cursor string
+	for page := 0; ; page++ {
+		if page == maxPages {
+			return nil, nil, time.Time{}, "", fmt.Errorf("the %s walk passed %d pages", method, maxPages)
+		}
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		res, rerr := u.c.Request(ctx, method, params)
+		if rerr != nil {
+			return nil, nil, time.Time{}, "", rerr
+		}
+		var p struct {
+			NextCursor string         `json:"nextCursor"`
+			TTL        *int64         `json:"ttlMs"`
+			Scope      mcp.CacheScope `json:"cacheScope"`
+		}
+		if err := jsonrpc.UnmarshalParams(res, &p); err != nil {
+			return nil, nil, time.Time{}, "", fmt.Errorf("%s: %w", method, err)
+		}
+		var all map[string]jsontext.Value
+		if err := jsonrpc.UnmarshalParams(res, &all); err != nil {
+			return nil, nil, time.Time{}, "", fmt.Errorf("%s: %w", method, err)
+		}
+		var list []map[string]jsontext.Value
+		if err := jsonrpc.UnmarshalParams(all[field], &list); err != nil {
+			return nil, nil, time.Time{}, "", fmt.Errorf("%s: %s: %w", method, field, err)
+		}
+		for _, it := range list {
+			var k string
+			if jsonrpc.UnmarshalParams(it[keyField], &k) != nil || k == "" {
+				continue
+			}
+			b, merr := jsonrpc.Marshal(it)
+			if merr != nil {
+				continue
+			}
+			raw, keys = append(raw, b), append(keys, k)
+		}
+		ttl := time.Duration(0)
+		if p.TTL != nil && *p.TTL > 0 {
+			ttl = time.Duration(*p.TTL) * time.Millisecond
+		}
+		if e := start.Add(ttl); e.Before(expires) {
+			expires = e
+		}
+		if p.Scope != mcp.ScopePublic {
+			scope = mcp.ScopePrivate
+		}
+		if p.NextCursor == "" {
+			return raw, keys, expires, scope, nil
+		}
+		cursor = p.NextCursor
+	}
+}
+
+// listMethod names the method of list l, the member holding its items
+// and each item's key.
+func listMethod(l server.List) (method, field, key string) {
+	switch l {
+	case server.ListTools:
+		return mcp.MethodToolsList, "tools", "name"
+	case server.ListPrompts:
+		return mcp.MethodPromptsList, "prompts", "name"
+	case server.ListResources:
+		return mcp.MethodResourcesList, "resources", "uri"
+	}
+	return mcp.MethodResourcesTemplates, "resourceTemplates", "uriTemplate"
+}
+
+// build turns an upstream's items into the view callers are served:
+// filtered by the upstream's include and exclude, renamed, sorted.
+func (u *upstream) build(i int, raw []jsontext.Value, keys []string, expires time.Time, scope mcp.CacheScope) *view {
+	l := listsOf[i]
+	_, _, keyField := listMethod(l)
+	v := &view{expires: expires, scope: scope, byKey: make(map[string]int, len(raw))}
+	for j, b := range raw {
+		orig := keys[j]
+		if len(u.cfg.Include) > 0 && !matchAny(u.cfg.Include, orig) || matchAny(u.cfg.Exclude, orig) {
+			continue
+		}
+		it := item{key: u.downstreamKey(i, orig), orig: orig, json: b}
+		if it.key != orig {
+			if l == server.ListTools {
+				if err := server.CheckToolName(it.key); err != nil {
+					u.log.Warn("tool left out: its name with the prefix breaks the rules", "tool", orig, "err", err)
+					continue
+				}
+			}
+			renamed, err := rename(b, keyField, it.key)
+			if err != nil {
+				continue
+			}
+			it.json = renamed
+		}
+		if l == server.ListTemplates {
+			t, err := uritemplate.New(orig)
+			if err != nil {
+				continue
+			}
+			it.tmpl = t
+		}
+		v.items = append(v.items, it)
+	}
+	slices.SortFunc(v.items, func(a, b item) int { return strings.Compare(a.key, b.key) })
+	v.items = slices.CompactFunc(v.items, func(a, b item) bool { return a.key == b.key })
+	for j, it := range v.items {
+		v.byKey[it.key] = j
+	}
+	return v
+}
+
+// rename returns the item b with its member field set to name.
+func rename(b jsontext.Value, field, name string) (jsontext.Value, error) {
+	var m map[string]jsontext.Value
+	if err := jsonrpc.UnmarshalParams(b, &m); err != nil {
+		return nil, err
+	}
+	q, err := jsontext.AppendQuote(nil, name)
+	if err != nil {
+		return nil, err
+	}
+	m[field] = q
+	return jsonrpc.Marshal(m)
+}

@@ -1,0 +1,274 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/hub"
+	"tidings/internal/engine"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// Origin supplies a server's items from somewhere other than its own
+// registries — other servers, for a gateway in front of them. With one
+// (WithOrigin), every list, tools/call, prompts/get, resources/read and
+// completion/complete is answered by it, while the server keeps doing
+// everything around them: both eras and both transports, cursors sealed
+// with the server's secret, requestState sealed and bound to the caller,
+// listens and sessions, limits, middleware and the bus. The origin tells
+// the server of its changes with ListChanged and ResourceUpdated.
+//
+// A method returns what the caller may see: an origin that filters per
+// caller marks its pages private. Errors are told as from any handler: a
+// *jsonrpc.Error as it is, an *InputRequired as an input_required result,
+// ErrResourceNotFound (from ReadResource) as the spec's not-found error.
+type Origin interface {
+	// List returns one page of req.List for req.Principal.
+	List(ctx context.Context, req *ListRequest) (*ListPage, error)
+	// CallTool runs a tools/call; req.Arguments is the raw object.
+	CallTool(ctx context.Context, req *ToolRequest) (*mcp.CallToolResult, error)
+	// GetPrompt runs a prompts/get.
+	GetPrompt(ctx context.Context, req *PromptRequest) (*mcp.GetPromptResult, error)
+	// ReadResource runs a resources/read; ResourceRequest.SetCache sets its hint.
+	ReadResource(ctx context.Context, req *ResourceRequest) (*mcp.ReadResourceResult, error)
+	// Complete runs a completion/complete.
+	Complete(ctx context.Context, req *CompleteRequest) (*mcp.Completion, error)
+	// Follow is called when a listen starts to follow uris' contents, and
+	// the function it returns when the listen ends: an origin that hears
+	// of changes from elsewhere follows there what somebody follows here.
+	Follow(principal string, uris []string) (release func())
+	// Forget is called when another replica tells (over the bus) that
+	// list l, or the resource uri when it is not "", changed, before this
+	// replica's listeners are told: what the origin keeps of it is stale.
+	Forget(l List, uri string)
+}
+
+// ListRequest is one page of a list asked of an Origin.
+type ListRequest struct {
+	Request
+	// List is the list asked for: ListTools, ListPrompts, ListResources
+	// or ListTemplates.
+	List List
+	// Cursor is the Next of the page before, as the origin made it, nil
+	// for the first page. The server sealed it, bound to the list and the
+	// principal, so it is what the origin wrote: a forged or foreign
+	// cursor is refused before the origin is asked.
+	Cursor []byte
+}
+
+// ListPage is one page of a list, as an Origin answers it.
+type ListPage struct {
+	// Items are the items' JSON, in the list's order.
+	Items []jsontext.Value
+	// Next, when not nil, is what the origin needs to find the next page.
+	Next []byte
+	// Cache is the page's hint; a page that depends on who asks must be
+	// private.
+	Cache CachePolicy
+}
+
+// WithOrigin has o answer the server's lists and item requests in place of
+// its registries (see Origin). Items registered with AddTool and the like
+// are then never served. The server advertises the capabilities set with
+// WithCapabilities.
+func WithOrigin(o Origin) Option { return func(c *config) { c.origin = o } }
+
+// ListChanged tells the listeners of list l (ListTools, ListPrompts,
+// ListResources or ListTemplates) that it changed — and, over the bus,
+// the other replicas' — for a server whose items come from an Origin.
+// keys name the items that changed, so that, with WithVisibility, only
+// those who may see one of them are told; nil tells everyone who follows
+// the list.
+func (s *Server) ListChanged(l List, keys ...string) {
+	switch l {
+	case ListTools:
+		s.tools.changed(keys)
+	case ListPrompts:
+		s.prompts.changed(keys)
+	case ListResources:
+		s.resources.changed(keys)
+	case ListTemplates:
+		s.templates.changed(keys)
+	}
+}
+
+// listFields are the result members of each list.
+var listFields = [...]string{ListTools: "tools", ListPrompts: "prompts", ListResources: "resources", ListTemplates: "resourceTemplates"}
+
+// originList answers one page of list l from the origin.
+func (s *Server) originList(ctx context.Context, l List, c *engine.Call, req *Request) engine.Reply {
+	binding := strconv.Itoa(int(l)) + "\x00" + req.Principal
+	lreq := &ListRequest{Request: *req, List: l}
+	if c.P.Cursor != nil {
+		b, err := s.seal.open(purposeCursor, *c.P.Cursor, binding, s.cfg.now())
+		if err != nil {
+			return engine.Fail(req.ID, jsonrpc.CodeInvalidParams, "Invalid cursor", nil)
+		}
+		lreq.Cursor = b
+	}
+	page, err := s.cfg.origin.List(context.WithValue(ctx, ctxKey{}, &lreq.Request), lreq)
+	if err != nil {
+		return s.handlerError(ctx, req, "", nil, err)
+	}
+	size := 64
+	for _, it := range page.Items {
+		size += len(it) + 1
+	}
+	b := make([]byte, 0, size+128)
+	b = append(b, `{"`...)
+	b = append(b, listFields[l]...)
+	b = append(b, `":[`...)
+	for i, it := range page.Items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, it...)
+	}
+	b = append(b, "],"...)
+	if page.Next != nil {
+		b = append(b, `"nextCursor":`...)
+		b, _ = jsontext.AppendQuote(b, s.seal.seal(purposeCursor, page.Next, binding, time.Time{}))
+		b = append(b, ',')
+	}
+	b, err = req.enc.Finish(b, engine.Tail{ResultType: mcp.ResultComplete, Hint: page.Cache.hint()})
+	if err != nil {
+		return s.internal(req.ID, err)
+	}
+	return s.okReply(req.ID, b)
+}
+
+// originCall runs a tools/call through the origin.
+func (s *Server) originCall(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.Name == nil {
+		return invalid(req.ID, "Invalid params: missing tool name")
+	}
+	name := *c.P.Name
+	args := c.P.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = jsontext.Value("{}")
+	}
+	if args[0] != '{' {
+		return invalid(req.ID, "Invalid params: arguments must be an object")
+	}
+	if r := s.openState(c, req, name, args); r != nil {
+		return *r
+	}
+	treq := &ToolRequest{Request: *req, Arguments: args, srv: s}
+	res, err := withInput(ctx, &treq.Request, func() (*mcp.CallToolResult, error) {
+		return s.cfg.origin.CallTool(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
+	})
+	if err != nil {
+		return s.handlerError(ctx, req, name, args, err)
+	}
+	return s.toolResult(req, name, nil, res)
+}
+
+// originPrompt runs a prompts/get through the origin.
+func (s *Server) originPrompt(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.Name == nil {
+		return invalid(req.ID, "Invalid params: missing prompt name")
+	}
+	name := *c.P.Name
+	var args map[string]string
+	if len(c.P.Arguments) > 0 && string(c.P.Arguments) != "null" {
+		if err := jsonrpc.UnmarshalParams(c.P.Arguments, &args); err != nil {
+			return invalid(req.ID, "Invalid params: prompt arguments must be an object of strings")
+		}
+	}
+	if r := s.openState(c, req, name, c.P.Arguments); r != nil {
+		return *r
+	}
+	preq := &PromptRequest{Request: *req, Arguments: args}
+	res, err := withInput(ctx, &preq.Request, func() (*mcp.GetPromptResult, error) {
+		return s.cfg.origin.GetPrompt(context.WithValue(ctx, ctxKey{}, &preq.Request), preq)
+	})
+	if err != nil {
+		return s.handlerError(ctx, req, name, c.P.Arguments, err)
+	}
+	if res == nil {
+		res = &mcp.GetPromptResult{}
+	}
+	if res.Messages == nil {
+		res.Messages = []mcp.PromptMessage{}
+	}
+	body, meta := *res, res.Meta
+	body.Meta = nil
+	return s.reply(req, &body, engine.Tail{Meta: meta})
+}
+
+// originRead runs a resources/read through the origin.
+func (s *Server) originRead(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.URI == nil {
+		return invalid(req.ID, "Invalid params: missing uri")
+	}
+	uri := *c.P.URI
+	if r := s.openState(c, req, uri, nil); r != nil {
+		return *r
+	}
+	rreq := &ResourceRequest{Request: *req, URI: uri}
+	res, err := withInput(ctx, &rreq.Request, func() (*mcp.ReadResourceResult, error) {
+		return s.cfg.origin.ReadResource(context.WithValue(ctx, ctxKey{}, &rreq.Request), rreq)
+	})
+	if err != nil {
+		if errors.Is(err, ErrResourceNotFound) {
+			return engine.Fail(req.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri})
+		}
+		return s.handlerError(ctx, req, uri, nil, err)
+	}
+	if res == nil || len(res.Contents) == 0 {
+		return engine.Fail(req.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri})
+	}
+	p := s.cfg.policies[ReadResource]
+	if rreq.policy != nil {
+		p = *rreq.policy
+	}
+	body, meta := *res, res.Meta
+	body.Meta = nil
+	return s.reply(req, &body, engine.Tail{Hint: p.hint(), Meta: meta})
+}
+
+// originComplete runs a completion/complete through the origin.
+func (s *Server) originComplete(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if c.P.Ref == nil || c.P.Argument == nil {
+		return invalid(req.ID, "Invalid params: ref and argument are required")
+	}
+	creq := &CompleteRequest{Request: *req, Ref: *c.P.Ref, Argument: *c.P.Argument}
+	if c.P.Context != nil {
+		creq.Context = *c.P.Context
+	}
+	comp, err := s.cfg.origin.Complete(context.WithValue(ctx, ctxKey{}, &creq.Request), creq)
+	if err != nil {
+		return s.handlerError(ctx, req, "", nil, err)
+	}
+	if comp == nil {
+		comp = &mcp.Completion{}
+	}
+	if comp.Values == nil {
+		comp.Values = []string{}
+	}
+	if len(comp.Values) > 100 {
+		comp.Values = comp.Values[:100]
+		comp.HasMore = true
+	}
+	return s.reply(req, struct {
+		Completion *mcp.Completion `json:"completion"`
+	}{comp}, engine.Tail{})
+}
+
+// kindOf is the hub kind under which list l's changes are told.
+func kindOf(l List) hub.Kind {
+	switch l {
+	case ListTools:
+		return hub.Of(mcp.ToolsList)
+	case ListPrompts:
+		return hub.Of(mcp.PromptsList)
+	case ListResources, ListTemplates:
+		return hub.Of(mcp.ResourcesList)
+	}
+	return 0
+}
