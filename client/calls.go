@@ -106,6 +106,15 @@ type callOption func(*callOpts)
 
 func (o callOption) applyCall(c *callOpts) { o(c) }
 
+// WithCapabilities declares caps on this one request in place of the
+// client's own. A gateway or proxy declares its caller's, so that the
+// server asks for only the input the caller can give: the proxy passes
+// an input_required result down as it is and retries with the caller's
+// answers (Request returns such results rather than answering them).
+func WithCapabilities(caps mcp.ClientCaps) CallOption {
+	return callOption(func(o *callOpts) { o.caps = &caps })
+}
+
 // WithProgress asks for progress notifications and hands them to fn.
 // When the server runs a tool call as a task (see WithTaskStatus), each
 // change of the task's status is reported through fn too, with the

@@ -436,6 +436,9 @@ type callOpts struct {
 	// auth, when set, records whose credentials the request carried, for
 	// the cache to file the answer under.
 	auth *authRecord
+	// caps, when set, are declared in place of the client's own (see
+	// WithCapabilities).
+	caps *mcp.ClientCaps
 }
 
 // deliverProgress hands a notifications/progress to fn.
@@ -460,11 +463,14 @@ func (c *Client) currentVersion() string {
 
 // encode builds the request body for method with params (a JSON object
 // without _meta, or nil).
-func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, token string) ([]byte, error) {
+func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, token string, caps *mcp.ClientCaps) ([]byte, error) {
 	meta := map[string]any{
 		mcp.MetaProtocolVersion:    c.currentVersion(),
 		mcp.MetaClientCapabilities: c.requestCaps(method),
 		mcp.MetaClientInfo:         c.cfg.info,
+	}
+	if caps != nil {
+		meta[mcp.MetaClientCapabilities] = *caps
 	}
 	if c.cfg.logLevel != "" {
 		meta[mcp.MetaLogLevel] = c.cfg.logLevel
@@ -522,7 +528,7 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		if o.progress != nil {
 			token = strconv.Quote("p" + id.Raw())
 		}
-		body, err := c.encode(id, method, params, token)
+		body, err := c.encode(id, method, params, token, o.caps)
 		if err != nil {
 			return nil, err
 		}

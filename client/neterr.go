@@ -199,7 +199,7 @@ func (c *Client) answersAt(ctx context.Context, ht *httpTransport, endpoint stri
 	// a sign-in for a URL the user never named, to build an error.
 	at.auth = nil
 	id := c.nextID()
-	body, err := c.encode(id, mcp.MethodDiscover, nil, "")
+	body, err := c.encode(id, mcp.MethodDiscover, nil, "", nil)
 	if err != nil {
 		return false
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/auth"
+	"tidings/client"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -586,4 +587,44 @@ func retryParams(params map[string]any, req *server.Request) {
 	if st := req.State(); st != nil {
 		params["requestState"] = string(st)
 	}
+}
+
+// ---- observability ----
+
+// UpstreamStats is what Stats reports of one upstream.
+type UpstreamStats struct {
+	// ID is the upstream's id.
+	ID string
+	// Up is false while the upstream's listen is down after a drop; its
+	// items are then left out of the lists.
+	Up bool
+	// Listens is how many listens the gateway holds on the upstream: one
+	// while it is up, whatever the number of callers listening here.
+	Listens int
+	// Requests counts the lists and reads the gateway asked of the
+	// upstream, Hits the answers served from what it kept, Misses those
+	// it had to ask for, and Failures the asks that failed.
+	Requests, Hits, Misses, Failures int64
+	// Lag is how long the latest change took from the upstream's
+	// notification to the gateway's own listeners being told.
+	Lag time.Duration
+}
+
+// Stats reports every upstream's state and counts, in the
+// configuration's order.
+func (g *Gateway) Stats() []UpstreamStats {
+	ups, _ := g.upstreams()
+	out := make([]UpstreamStats, 0, len(ups))
+	for _, u := range ups {
+		s := UpstreamStats{ID: u.cfg.ID, Up: !u.down.Load(),
+			Requests: u.st.requests.Load(), Hits: u.st.hits.Load(), Misses: u.st.misses.Load(),
+			Failures: u.st.failures.Load(), Lag: time.Duration(u.st.lastLagNanos.Load())}
+		u.mu.Lock()
+		if u.watcher != nil && u.watcher.State() == client.Live {
+			s.Listens = 1
+		}
+		u.mu.Unlock()
+		out = append(out, s)
+	}
+	return out
 }

@@ -54,7 +54,7 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 	}
 	params := map[string]any{"name": it.orig, "arguments": req.Arguments}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodToolsCall, params, client.WithProgress(func(p float64, total *float64, msg string) {
+	res, err := u.c.Request(ctx, mcp.MethodToolsCall, params, callerCaps(&req.Request), client.WithProgress(func(p float64, total *float64, msg string) {
 		_ = req.Progress(p, total, msg)
 	}))
 	if err != nil {
@@ -81,7 +81,7 @@ func (o origin) GetPrompt(ctx context.Context, req *server.PromptRequest) (*mcp.
 		params["arguments"] = req.Arguments
 	}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodPromptsGet, params)
+	res, err := u.c.Request(ctx, mcp.MethodPromptsGet, params, callerCaps(&req.Request))
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
@@ -110,7 +110,6 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	g.readsMu.Unlock()
 	if k != nil && now.Before(k.expires) {
 		u.st.hits.Add(1)
-		u.st.saved.Add(1)
 		req.SetCache(server.CachePolicy{TTL: k.expires.Sub(now).Truncate(time.Millisecond), Scope: mcp.ScopePublic})
 		return k.res, nil
 	}
@@ -118,7 +117,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	u.st.requests.Add(1)
 	params := map[string]any{"uri": req.URI}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodResourcesRead, params)
+	res, err := u.c.Request(ctx, mcp.MethodResourcesRead, params, callerCaps(&req.Request))
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
@@ -245,7 +244,7 @@ func (o origin) Forget(l server.List, uri string) {
 	}
 	ups, _ := g.upstreams()
 	for _, u := range ups {
-		u.forget(i)
+		u.forgetRemote(i)
 	}
 }
 
@@ -255,4 +254,13 @@ func (u *upstream) wake() {
 	case u.refollow <- struct{}{}:
 	default:
 	}
+}
+
+// callerCaps declares upstream the input the caller can give
+// (elicitation, sampling, roots), so that the upstream asks for no other;
+// extensions are the gateway's to declare, and it declares none.
+func callerCaps(req *server.Request) client.CallOption {
+	caps := req.Capabilities
+	caps.Extensions = nil
+	return client.WithCapabilities(caps)
 }

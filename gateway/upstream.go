@@ -77,6 +77,10 @@ type upstream struct {
 	// gen counts invalidations of each list, so that an answer fetched
 	// before one is not kept as fresh.
 	gen [numLists]uint64
+	// stale says list i changed on another replica's word: the client's
+	// cache, which only this replica's listen keeps honest, may not know
+	// yet, so the next fetch goes past it.
+	stale [numLists]bool
 	// follows counts the listens following each URI this upstream serves.
 	follows map[string]int
 	watcher *client.Watcher
@@ -90,7 +94,7 @@ type upstream struct {
 
 // upstreamCounters are what Stats reports of an upstream.
 type upstreamCounters struct {
-	requests, hits, misses, saved, failures atomic.Int64
+	requests, hits, misses, failures atomic.Int64
 	lastLagNanos                            atomic.Int64
 }
 
@@ -302,6 +306,15 @@ func (u *upstream) downstreamKey(i int, k string) string {
 	return k
 }
 
+// forgetRemote drops what the gateway keeps of list i because another
+// replica heard it changed: the next fetch goes to the upstream itself.
+func (u *upstream) forgetRemote(i int) {
+	u.mu.Lock()
+	u.stale[i] = true
+	u.mu.Unlock()
+	u.forget(i)
+}
+
 // forget drops what the gateway keeps of list i.
 func (u *upstream) forget(i int) {
 	u.mu.Lock()
@@ -334,20 +347,23 @@ func (u *upstream) list(ctx context.Context, i int, principal string) (*view, er
 		v = u.private[i][principal]
 	}
 	gen := u.gen[i]
+	past := priv || u.stale[i]
 	u.mu.Unlock()
 	if v.fresh(now) {
 		u.st.hits.Add(1)
-		u.st.saved.Add(1)
 		return v, nil
 	}
 	u.st.misses.Add(1)
-	v, err := u.fetch(ctx, i, priv)
+	v, err := u.fetch(ctx, i, past)
 	if err != nil {
 		u.st.failures.Add(1)
 		return nil, err
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.gen[i] == gen {
+		u.stale[i] = false
+	}
 	if u.gen[i] != gen {
 		// A change was announced while this was on its way: serve it
 		// to this caller, keep it for nobody.
@@ -376,8 +392,8 @@ func (u *upstream) list(ctx context.Context, i int, principal string) (*view, er
 const maxPrivateViews = 4096
 
 // fetch reads the upstream's whole list i: through the client's cache,
-// or, for a list the upstream answers privately, page by page for this
-// caller alone.
+// or, past it, page by page (for a list the upstream answers privately,
+// for this caller alone).
 func (u *upstream) fetch(ctx context.Context, i int, private bool) (*view, error) {
 	u.st.requests.Add(1)
 	var raw []jsontext.Value

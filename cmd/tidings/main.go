@@ -58,7 +58,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version(),
 	}
-	root.AddCommand(newServeCmd(), newWatchCmd(), newCallCmd())
+	root.AddCommand(newServeCmd(), newGatewayCmd(), newWatchCmd(), newCallCmd())
 	return root
 }
 

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/spf13/cobra"
+
+	"tidings/gateway"
+	"tidings/metrics"
+	"tidings/server"
+)
+
+// newGatewayCmd is `tidings gateway`: many servers behind one endpoint.
+func newGatewayCmd() *cobra.Command {
+	var cfg serveConfig
+	var file, level, logFormat, secretFile string
+	cmd := &cobra.Command{
+		Use:   "gateway --config FILE [--addr HOST:PORT | --stdio]",
+		Short: "Serve many MCP servers behind one endpoint",
+		Long: `Serve the tools, prompts and resources of the MCP servers FILE names
+(over Streamable HTTP, or started as stdio servers) as one server, to
+clients of either protocol era.
+
+FILE is YAML:
+
+  upstreams:
+    - id: files                      # a-z, 0-9 and '-'
+      url: http://127.0.0.1:9001/mcp
+    - id: weather
+      command: [./weather-server, --stdio]
+      prefix: ""                     # keep its names (default: "weather_")
+      exclude: ["debug_*"]           # its items left out, by their own names
+      auth:
+        bearer_file: /run/secrets/weather   # or header: X-Api-Key, header_file: …
+  callers:                           # optional: who sees what (first match)
+    - scope: admin
+    - upstreams: [files]
+      exclude: ["files_delete*"]
+  max_ttl: 1m                        # cap on ttlMs and on keeping answers
+
+Tool and prompt names get the upstream's prefix; resource URIs are kept.
+Two upstreams offering one name is an error, at start and at a reload.
+Lists are kept for the ttlMs the upstream gave (at most max_ttl): one the
+upstream marked public is fetched once for every caller; one it marked
+private is fetched for each caller and never served to another. One
+subscriptions/listen per upstream hears of its changes, however many
+clients listen here; each is told only what it may see. An upstream that
+goes down leaves the lists (listeners are told) and returns when it is
+back. The callers' tokens are never sent upstream: each upstream gets the
+credential its auth names.
+
+SIGHUP, or a change to FILE, reloads it; a file that does not check is
+refused and the running configuration goes on. /metrics has
+tidings_gateway_* per upstream; /readyz is 200 once the gateway started.
+Several gateways behind a balancer share --bus and --secret-file as serve
+replicas do: a change one hears of is told to listeners on all.
+
+` + connHelp,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("--config is required: the YAML file that names the upstreams")
+			}
+			if err := checkConnectionLimits(cmd, cfg.stdio); err != nil {
+				return err
+			}
+			log, err := newLogger(cmd.ErrOrStderr(), logFormat, level)
+			if err != nil {
+				return err
+			}
+			if cfg.secret, err = serveSecret(secretFile, os.Getenv("TIDINGS_SECRET")); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("bus") {
+				cfg.bus = os.Getenv("TIDINGS_BUS")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runGateway(ctx, cfg, file, log, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&file, "config", "", "the YAML file naming the upstreams (see above)")
+	f.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on for Streamable HTTP; port 0 picks a free port")
+	f.BoolVar(&cfg.stdio, "stdio", false, "serve over stdin and stdout instead of HTTP")
+	f.StringArrayVar(&cfg.allowedHosts, "allowed-host", nil, "accept this Host header besides loopback names (repeatable); needed when serving on a non-loopback address")
+	f.StringArrayVar(&cfg.allowedOrigins, "allowed-origin", nil, "accept browser requests from this origin besides loopback ones (repeatable)")
+	f.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
+	f.StringVar(&level, "log-level", "info", "log level: debug (adds a line per request), info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text, or json for one object per line")
+	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
+	f.StringVar(&cfg.authAudience, "auth-audience", "", "this gateway's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
+	f.StringArrayVar(&cfg.authScopes, "auth-scope", nil, "scope every request's token must grant (repeatable)")
+	f.StringVar(&cfg.bus, "bus", "", "join the other gateway replicas on this bus (as serve's --bus; default $TIDINGS_BUS)")
+	f.StringVar(&secretFile, "secret-file", "", "file holding the key that seals cursors, the same on every replica (or set TIDINGS_SECRET); at least 32 bytes")
+	cfg.limits.register(f)
+	cmd.MarkFlagsMutuallyExclusive("stdio", "auth-issuer")
+	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
+	cmd.MarkFlagsMutuallyExclusive("stdio", "max-sessions")
+	cmd.MarkFlagsMutuallyExclusive("stdio", "max-sessions-per-principal")
+	cfg.conns.register(cmd)
+	return cmd
+}
+
+// runGateway serves the gateway FILE describes until ctx ends.
+func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Logger, stdin io.Reader, stdout io.Writer) error {
+	gcfg, err := gateway.LoadConfig(file)
+	if err != nil {
+		return err
+	}
+	obs, err := newObservability()
+	if err != nil {
+		return err
+	}
+	opts := append(obs.serverOptions(log), server.WithLogger(log), server.WithListenLimits(cfg.limits.listens))
+	if cfg.secret != nil {
+		opts = append(opts, server.WithSecret(cfg.secret))
+	}
+	if cfg.bus != "" {
+		b, err := openBus(ctx, cfg.bus, cfg.secret, log)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if err := obs.watchBus(b); err != nil {
+			return err
+		}
+		opts = append(opts, server.WithBus(b))
+		log.Info("joined the bus", "origin", b.Stats().Origin)
+	}
+	g, err := gateway.New(ctx, gcfg, gateway.WithLogger(log), gateway.WithServerOptions(opts...))
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	srv := g.Server()
+	if err := metrics.RegisterGateway(obs.registry, g.Stats); err != nil {
+		return err
+	}
+	if err := obs.watchListens(srv); err != nil {
+		return err
+	}
+	reloadCtx, stopReload := context.WithCancel(ctx)
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		reloadOnChange(reloadCtx, file, g, log)
+	}()
+	defer func() {
+		stopReload()
+		<-reloaded
+	}()
+	obs.ready.Store(true)
+	for _, u := range gcfg.Upstreams {
+		log.Info("upstream", "id", u.ID, "url", u.URL, "command", u.Command)
+	}
+	if cfg.stdio {
+		return serveStdio(ctx, cfg, log, srv, stdin, stdout)
+	}
+	return serveHTTP(ctx, cfg, log, srv, obs)
+}
+
+// reloadOnChange reloads the gateway's configuration on SIGHUP and when
+// FILE changes, until ctx ends. A file that does not check is logged and
+// the running configuration goes on.
+func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var changed <-chan fsnotify.Event
+	// The directory is watched, not the file: editors and config
+	// managers replace a file by renaming another onto it.
+	if w, err := fsnotify.NewWatcher(); err != nil {
+		log.Warn("config changes are not watched; send SIGHUP to reload", "err", err)
+	} else if err := w.Add(filepath.Dir(file)); err != nil {
+		_ = w.Close()
+		log.Warn("config changes are not watched; send SIGHUP to reload", "err", err)
+	} else {
+		defer w.Close()
+		changed = w.Events
+	}
+	abs, _ := filepath.Abs(file)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		case e := <-changed:
+			if p, _ := filepath.Abs(e.Name); p != abs || e.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) == 0 {
+				continue
+			}
+		}
+		gcfg, err := gateway.LoadConfig(file)
+		if err == nil {
+			err = g.Reload(ctx, gcfg)
+		}
+		if err != nil {
+			log.Error("configuration not reloaded; the running one goes on", "err", fmt.Sprint(err))
+			continue
+		}
+	}
+}
