@@ -95,7 +95,7 @@ type upstream struct {
 // upstreamCounters are what Stats reports of an upstream.
 type upstreamCounters struct {
 	requests, hits, misses, failures atomic.Int64
-	lastLagNanos                            atomic.Int64
+	lastLagNanos                     atomic.Int64
 }
 
 // newUpstream connects (lazily) to the server cfg names.
