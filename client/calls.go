@@ -115,6 +115,15 @@ func WithCapabilities(caps mcp.ClientCaps) CallOption {
 	return callOption(func(o *callOpts) { o.caps = &caps })
 }
 
+// WithLogs asks for this one request's log messages at level and above,
+// in place of WithServerLogs, and hands them to fn: a proxy passes its
+// upstream's messages to its own caller. Over the 2026-07-28 protocol the
+// level travels with the request; a 2025-11-25 session's level is the
+// session's, which this does not change.
+func WithLogs(level mcp.LogLevel, fn func(level mcp.LogLevel, logger string, data jsontext.Value)) CallOption {
+	return callOption(func(o *callOpts) { o.logLevel, o.onLog = level, fn })
+}
+
 // WithProgress asks for progress notifications and hands them to fn.
 // When the server runs a tool call as a task (see WithTaskStatus), each
 // change of the task's status is reported through fn too, with the

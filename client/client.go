@@ -365,13 +365,18 @@ func (c *Client) deliverLog(m *jsonrpc.Message) {
 	if c.cfg.onLog == nil {
 		return
 	}
+	deliverLogTo(m, c.cfg.onLog)
+}
+
+// deliverLogTo hands a notifications/message to fn.
+func deliverLogTo(m *jsonrpc.Message, fn func(level mcp.LogLevel, logger string, data jsontext.Value)) {
 	var p struct {
 		Level  mcp.LogLevel   `json:"level"`
 		Logger string         `json:"logger"`
 		Data   jsontext.Value `json:"data"`
 	}
 	if jsonrpc.UnmarshalParams(m.Params, &p) == nil {
-		c.cfg.onLog(p.Level, p.Logger, p.Data)
+		fn(p.Level, p.Logger, p.Data)
 	}
 }
 
@@ -439,6 +444,10 @@ type callOpts struct {
 	// caps, when set, are declared in place of the client's own (see
 	// WithCapabilities).
 	caps *mcp.ClientCaps
+	// logLevel and onLog, when onLog is set, ask for this request's log
+	// messages at logLevel and take them (see WithLogs).
+	logLevel mcp.LogLevel
+	onLog    func(level mcp.LogLevel, logger string, data jsontext.Value)
 }
 
 // deliverProgress hands a notifications/progress to fn.
@@ -463,17 +472,20 @@ func (c *Client) currentVersion() string {
 
 // encode builds the request body for method with params (a JSON object
 // without _meta, or nil).
-func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, token string, caps *mcp.ClientCaps) ([]byte, error) {
+func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, token string, o *callOpts) ([]byte, error) {
 	meta := map[string]any{
 		mcp.MetaProtocolVersion:    c.currentVersion(),
 		mcp.MetaClientCapabilities: c.requestCaps(method),
 		mcp.MetaClientInfo:         c.cfg.info,
 	}
-	if caps != nil {
-		meta[mcp.MetaClientCapabilities] = *caps
+	if o != nil && o.caps != nil {
+		meta[mcp.MetaClientCapabilities] = *o.caps
 	}
 	if c.cfg.logLevel != "" {
 		meta[mcp.MetaLogLevel] = c.cfg.logLevel
+	}
+	if o != nil && o.onLog != nil {
+		meta[mcp.MetaLogLevel] = o.logLevel
 	}
 	if token != "" {
 		meta[mcp.MetaProgressToken] = jsontext.Value(token)
@@ -528,7 +540,7 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		if o.progress != nil {
 			token = strconv.Quote("p" + id.Raw())
 		}
-		body, err := c.encode(id, method, params, token, o.caps)
+		body, err := c.encode(id, method, params, token, &o)
 		if err != nil {
 			return nil, err
 		}
@@ -542,7 +554,11 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 		onMsg := func(m *jsonrpc.Message) {
 			switch m.Method {
 			case mcp.NotifyMessage:
-				c.deliverLog(m)
+				if o.onLog != nil {
+					deliverLogTo(m, o.onLog)
+				} else {
+					c.deliverLog(m)
+				}
 				return
 			case mcp.NotifyProgress:
 				if o.progress != nil {

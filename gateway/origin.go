@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+
+	"github.com/go-json-experiment/json/jsontext"
+
 	"sort"
 	"time"
 
@@ -54,9 +57,9 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 	}
 	params := map[string]any{"name": it.orig, "arguments": req.Arguments}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodToolsCall, params, callerCaps(&req.Request), client.WithProgress(func(p float64, total *float64, msg string) {
+	res, err := u.c.Request(ctx, mcp.MethodToolsCall, params, append(forCaller(&req.Request), client.WithProgress(func(p float64, total *float64, msg string) {
 		_ = req.Progress(p, total, msg)
-	}))
+	}))...)
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
@@ -81,7 +84,7 @@ func (o origin) GetPrompt(ctx context.Context, req *server.PromptRequest) (*mcp.
 		params["arguments"] = req.Arguments
 	}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodPromptsGet, params, callerCaps(&req.Request))
+	res, err := u.c.Request(ctx, mcp.MethodPromptsGet, params, forCaller(&req.Request)...)
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
@@ -117,7 +120,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	u.st.requests.Add(1)
 	params := map[string]any{"uri": req.URI}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodResourcesRead, params, callerCaps(&req.Request))
+	res, err := u.c.Request(ctx, mcp.MethodResourcesRead, params, forCaller(&req.Request)...)
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
@@ -256,11 +259,17 @@ func (u *upstream) wake() {
 	}
 }
 
-// callerCaps declares upstream the input the caller can give
-// (elicitation, sampling, roots), so that the upstream asks for no other;
-// extensions are the gateway's to declare, and it declares none.
-func callerCaps(req *server.Request) client.CallOption {
+// forCaller are the options of a request the gateway makes upstream for
+// a caller: the input the caller can give (elicitation, sampling, roots)
+// is declared, so that the upstream asks for no other, and the log
+// messages the caller asked for are asked for and passed on. Extensions
+// are the gateway's to declare, and it declares none.
+func forCaller(req *server.Request) []client.CallOption {
 	caps := req.Capabilities
 	caps.Extensions = nil
-	return client.WithCapabilities(caps)
+	opts := []client.CallOption{client.WithCapabilities(caps)}
+	if level, ok := req.LogLevel(); ok {
+		opts = append(opts, client.WithLogs(level, func(l mcp.LogLevel, logger string, data jsontext.Value) { _ = req.Log(l, logger, data) }))
+	}
+	return opts
 }

@@ -111,6 +111,22 @@ func (r *Request) Progress(progress float64, total *float64, message string) err
 	return o.stream.Send(jsonrpc.AppendNotification(nil, mcp.NotifyProgress, b))
 }
 
+// LogLevel returns the least severe level of log messages the caller
+// asked for on this request (its _meta, or its 2025-11-25 session's
+// logging/setLevel), and false when it asked for none or the request has
+// no stream to send them on. A gateway asks its upstream for the same.
+func (r *Request) LogLevel() (mcp.LogLevel, bool) {
+	if r.logLevel < 0 || r.out == nil {
+		return "", false
+	}
+	for _, l := range []mcp.LogLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"} {
+		if sev, _ := l.Severity(); sev == r.logLevel {
+			return l, true
+		}
+	}
+	return "", false
+}
+
 // Log sends notifications/message on this request's own stream when the
 // request set a log level at or below level; otherwise it does nothing.
 // Inside a task's work, which has no stream, it does nothing.
