@@ -436,10 +436,11 @@ func (g *Gateway) mergedList(ctx context.Context, i int, principal string, r int
 		}
 		v, err := u.list(ctx, i, principal)
 		if err != nil {
-			if ctx.Err() == nil {
-				u.log.Warn("list failed; its items are left out", "list", listsOf[i], "err", err)
+			// Left out, and tried again within retryDown; the list is
+			// not kept, and its TTL is the time until then.
+			if e := now.Add(retryDown); e.Before(expires) {
+				expires = e
 			}
-			expires = now // read again on the next request
 			shareable = false
 			continue
 		}
@@ -595,8 +596,8 @@ func retryParams(params map[string]any, req *server.Request) {
 type UpstreamStats struct {
 	// ID is the upstream's id.
 	ID string
-	// Up is false while the upstream's listen is down after a drop; its
-	// items are then left out of the lists.
+	// Up is false while the upstream does not answer; its items are then
+	// left out of the lists.
 	Up bool
 	// Listens is how many listens the gateway holds on the upstream: one
 	// while it is up, whatever the number of callers listening here.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -86,7 +87,14 @@ type upstream struct {
 	watcher *client.Watcher
 	// refollow wakes the loop that re-listens with a new set of URIs.
 	refollow chan struct{}
-	down     atomic.Bool
+	// offers are the lists the listen follows; set before it opens.
+	offers offered
+	// cancel ends what start started (nil before it).
+	cancel context.CancelFunc
+	// down is set while the upstream does not answer; its items are
+	// then left out, and asked for again from retryAt (Unix nanoseconds).
+	down    atomic.Bool
+	retryAt atomic.Int64
 
 	st upstreamCounters
 	wg sync.WaitGroup
@@ -163,9 +171,22 @@ func readCredential(a Auth) (credential, error) {
 	return credential{}, nil
 }
 
+// offered says which lists an upstream offers, as it said when the
+// gateway started following it.
+type offered struct{ tools, prompts, resources bool }
+
 // start opens the upstream's listen and the loop that renews it when
-// the URIs followed change. ctx is the gateway's.
+// the URIs followed change. ctx is the gateway's. The listen follows the
+// lists the upstream offers; one that does not say follows them all.
 func (u *upstream) start(ctx context.Context) {
+	ctx, u.cancel = context.WithCancel(ctx)
+	u.offers = offered{true, true, true}
+	dctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	if d, err := u.c.Discover(dctx); err == nil {
+		caps := d.Capabilities
+		u.offers = offered{caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil}
+	}
+	cancel()
 	u.listen(ctx, nil)
 	u.wg.Add(1)
 	go func() {
@@ -204,8 +225,8 @@ func (u *upstream) listen(ctx context.Context, uris []string) {
 		}
 		u.event(e)
 	}
-	w := u.c.Watch(ctx, client.WatchOptions{Tools: true, Prompts: true, Resources: true, URIs: uris,
-		OnEvent: onEvent, MaxBackoff: 5 * time.Second})
+	w := u.c.Watch(ctx, client.WatchOptions{Tools: u.offers.tools, Prompts: u.offers.prompts, Resources: u.offers.resources,
+		URIs: uris, OnEvent: onEvent, MaxBackoff: 5 * time.Second})
 	u.mu.Lock()
 	old := u.watcher
 	u.watcher = w
@@ -242,6 +263,9 @@ func (u *upstream) sameAsKept(ctx context.Context, i int) bool {
 
 // stop ends the listen and the client.
 func (u *upstream) stop() {
+	if u.cancel != nil {
+		u.cancel()
+	}
 	u.mu.Lock()
 	w := u.watcher
 	u.mu.Unlock()
@@ -268,14 +292,15 @@ func (u *upstream) event(e client.Event) {
 		u.g.forgetRead(e.URI)
 		u.g.srv.ResourceUpdated(e.URI)
 	case client.Connected:
-		if u.down.Swap(false) {
-			u.log.Info("upstream is back")
-			u.forgetAll(true)
-		}
+		u.setDown(false, nil)
 	case client.Disconnected:
-		if !e.Graceful && !u.down.Swap(true) {
-			u.log.Warn("upstream is down", "err", e.Err)
-			u.forgetAll(true)
+		if !e.Graceful {
+			// A listen that drops may be a blip or the upstream gone: a
+			// read past every cache tells which, and the lists follow.
+			ctx, cancel := context.WithTimeout(u.g.ctx, probeTimeout)
+			_, err := u.fetch(ctx, listIndex(server.ListTools), true)
+			cancel()
+			u.setDown(err != nil, err)
 		}
 	case client.ReadFailed:
 		u.log.Debug("re-read failed", "err", e.Err)
@@ -325,6 +350,30 @@ func (u *upstream) forget(i int) {
 	u.g.bump()
 }
 
+// probeTimeout bounds the read that tells whether an upstream is down.
+const probeTimeout = 5 * time.Second
+
+// retryDown is how often a list asks again of an upstream that is down.
+const retryDown = time.Second
+
+// setDown records whether the upstream is down (err says why). On a
+// change either way its lists are dropped and every listener is told:
+// its items leave the lists, or come back.
+func (u *upstream) setDown(down bool, err error) {
+	if down {
+		u.retryAt.Store(u.g.now().Add(retryDown).UnixNano())
+	}
+	if u.down.Swap(down) == down {
+		return
+	}
+	if down {
+		u.log.Warn("upstream is down; its items leave the lists until it answers", "err", err)
+	} else {
+		u.log.Info("upstream is back")
+	}
+	u.forgetAll(true)
+}
+
 // forgetAll drops every list, and tells listeners when tell is set: the
 // upstream went down or came back, and its items left or return.
 func (u *upstream) forgetAll(tell bool) {
@@ -353,12 +402,20 @@ func (u *upstream) list(ctx context.Context, i int, principal string) (*view, er
 		u.st.hits.Add(1)
 		return v, nil
 	}
+	if u.down.Load() && now.UnixNano() < u.retryAt.Load() {
+		return nil, errDown
+	}
 	u.st.misses.Add(1)
 	v, err := u.fetch(ctx, i, past)
 	if err != nil {
 		u.st.failures.Add(1)
+		var rpc *jsonrpc.Error
+		if ctx.Err() == nil && !errors.As(err, &rpc) {
+			u.setDown(true, err) // an error of its own is an answer
+		}
 		return nil, err
 	}
+	u.setDown(false, nil)
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.gen[i] == gen {
@@ -388,6 +445,9 @@ func (u *upstream) list(ctx context.Context, i int, principal string) (*view, er
 	return v, nil
 }
 
+// errDown is the error of a list of an upstream that is down.
+var errDown = errors.New("the upstream is down")
+
 // maxPrivateViews bounds the private lists kept per upstream and list.
 const maxPrivateViews = 4096
 
@@ -405,6 +465,12 @@ func (u *upstream) fetch(ctx context.Context, i int, private bool) (*view, error
 		raw, keys, expires, scope, err = u.fetchPages(ctx, i)
 	} else {
 		raw, keys, expires, scope, err = u.fetchCached(ctx, i)
+	}
+	var rpc *jsonrpc.Error
+	if errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeMethodNotFound {
+		// An upstream that does not offer the list has none: it
+		// answered, so it is not down.
+		raw, keys, expires, scope, err = nil, nil, u.g.now().Add(u.g.cfg.maxTTL()), mcp.ScopePublic, nil
 	}
 	if err != nil {
 		return nil, err
