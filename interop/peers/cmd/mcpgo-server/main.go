@@ -109,7 +109,7 @@ func addChange(srv *server.MCPServer) {
 				mcp.WithString("text", mcp.Required(), mcp.Description("the text to send back")),
 			}
 			if s == peer.Wide {
-				opts = append(opts, mcp.WithNumber("times", mcp.Description("how many times")))
+				opts = append(opts, mcp.WithInteger("times", mcp.Description("how many times")))
 			}
 			srv.AddTool(mcp.NewTool(peer.ShapeTool, opts...), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return mcp.NewToolResultText(string(s)), nil
