@@ -198,7 +198,7 @@ func checkGatewayKeeps(t *testing.T, ctx context.Context, g *gateway, ups []gwUp
 			t.Errorf("upstream %s: %v failures, want 0: a list it does not offer is empty, not a failure", u.id, f)
 		}
 		if u.version != "2025-11-25" {
-			continue // ttlMs 0 (mcp-go gives none): asked again, rightly
+			continue // mcp-go answers ttlMs 0, private: asked again, rightly
 		}
 		asked := after.of("tidings_gateway_upstream_requests_total", u.id) - before.of("tidings_gateway_upstream_requests_total", u.id)
 		hits := after.of("tidings_gateway_cache_hits_total", u.id) - before.of("tidings_gateway_cache_hits_total", u.id)
