@@ -6,7 +6,10 @@
 // In one direction (servers_test.go) the tidings client package, `tidings
 // watch` and `tidings call` talk to the peer servers of cmd/gosdk-server
 // and cmd/mcpgo-server over every transport they offer; in the other
-// (clients_test.go) each SDK's client talks to a `tidings serve`.
+// (clients_test.go) each SDK's client talks to a `tidings serve`. In
+// gateway_test.go a `tidings gateway` serves a go-sdk, an mcp-go and a
+// TypeScript SDK v1 peer behind one endpoint, and `tidings watch` follows
+// their changes through it.
 //
 // The module is apart from tidings' own, so that tidings never depends on
 // the SDKs it is tested against. TestMain builds the peers and the tidings
@@ -160,9 +163,26 @@ type proc struct {
 // it if the test has not.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, stdout: newLines(), stderr: newLines(), exited: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(bin, name), args...)
+	return startCmd(t, name, exec.Command(filepath.Join(bin, name), args...), false)
+}
+
+// startCmd is start for any command; name is how it is called in
+// messages. With stdin set, the process gets a pipe on its stdin that
+// stays open until the process ends: a server that exits when its stdin
+// ends (as the Node ones do, so that none outlives a test run that was
+// killed) then lives as long as the test wants it.
+func startCmd(t *testing.T, name string, cmd *exec.Cmd, stdin bool) *proc {
+	t.Helper()
+	args := cmd.Args[1:]
+	p := &proc{name: name, cmd: cmd, stdout: newLines(), stderr: newLines(), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if stdin {
+		// The pipe's write end is the process's to close: Wait closes
+		// it once the process has ended.
+		if _, err := p.cmd.StdinPipe(); err != nil {
+			t.Fatalf("starting %s: %v", name, err)
+		}
+	}
 	// A grandchild holding the pipes must not hold up Wait.
 	p.cmd.WaitDelay = 2 * time.Second
 	if err := p.cmd.Start(); err != nil {

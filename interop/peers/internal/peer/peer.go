@@ -1,7 +1,9 @@
 // Package peer holds what the peer servers share, whatever SDK they are
 // built on: the names the tests rely on, the loop that adds and removes
-// the flicker tool, and an HTTP listener that prints the address it chose,
-// so that a test can start a peer on 127.0.0.1:0 and find it.
+// the flicker tool, the Changer that makes the same changes (and one of a
+// tool's schema) when a caller asks, and an HTTP listener that prints the
+// address it chose, so that a test can start a peer on 127.0.0.1:0 and
+// find it.
 //
 // The SDK-specific parts stay in each command, written as that SDK's
 // documentation has them.
