@@ -539,6 +539,11 @@ const maxPages = 100
 // fetchPages walks list i page by page, past every cache.
 func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value, keys []string, expires time.Time, scope mcp.CacheScope, err error) {
 	method, field, keyField := listMethod(listsOf[i])
+	// A 2025-11-25 answer carries no cache hints, whatever members it
+	// holds (go-sdk adds both): as the client does, it is private, and
+	// fresh while the upstream's listen is up and announces the list.
+	era, _ := u.c.Era(ctx)
+	legacy := era == client.EraLegacy
 	scope = mcp.ScopePublic
 	start := u.g.now()
 	expires = start.Add(u.g.cfg.maxTTL())
@@ -582,8 +587,14 @@ func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value,
 			}
 			raw, keys = append(raw, b), append(keys, k)
 		}
+		if legacy {
+			p.TTL, p.Scope = nil, mcp.ScopePrivate
+		}
 		ttl := time.Duration(0)
-		if p.TTL != nil && *p.TTL > 0 {
+		switch {
+		case legacy && u.announces(i):
+			ttl = u.g.cfg.maxTTL()
+		case p.TTL != nil && *p.TTL > 0:
 			ttl = time.Duration(*p.TTL) * time.Millisecond
 		}
 		if e := start.Add(ttl); e.Before(expires) {
@@ -597,6 +608,26 @@ func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value,
 		}
 		cursor = p.NextCursor
 	}
+}
+
+// announces reports whether the upstream's listen is up and was granted
+// the announcements of list i: what the gateway keeps of it is then
+// dropped when it changes.
+func (u *upstream) announces(i int) bool {
+	u.mu.Lock()
+	w := u.watcher
+	u.mu.Unlock()
+	if w == nil || w.State() != client.Live {
+		return false
+	}
+	g := w.Granted()
+	switch listsOf[i] {
+	case server.ListTools:
+		return g.ToolsListChanged
+	case server.ListPrompts:
+		return g.PromptsListChanged
+	}
+	return g.ResourcesListChanged
 }
 
 // listMethod names the method of list l, the member holding its items

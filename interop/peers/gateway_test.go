@@ -147,12 +147,6 @@ func TestGatewayPeers(t *testing.T) {
 	t.Run("kept", func(t *testing.T) { checkGatewayKeeps(t, ctx, g, ups) })
 }
 
-// knownBugsEnv names the variable that runs the checks of what the
-// gateway does wrong today with these peers (see checkGatewayKeeps);
-// without it they skip, saying why, so that the suite stays green until
-// the gateway is fixed, and the fix then drops the skip.
-const knownBugsEnv = "TIDINGS_GATEWAY_KNOWN_BUGS"
-
 // checkGatewayKeeps checks, by the gateway's /metrics, that it keeps
 // what its upstreams answer as its documentation says, with these peers:
 //
@@ -165,13 +159,7 @@ const knownBugsEnv = "TIDINGS_GATEWAY_KNOWN_BUGS"
 //     announces every change, are kept: a second `tidings call tools` with
 //     nothing changed in between asks those upstreams nothing
 //     (tidings_gateway_upstream_requests_total stays, cache hits grow).
-//
-// Both fail today; they run only with TIDINGS_GATEWAY_KNOWN_BUGS=1.
 func checkGatewayKeeps(t *testing.T, ctx context.Context, g *gateway, ups []gwUpstream) {
-	if os.Getenv(knownBugsEnv) != "1" {
-		t.Skipf("known gateway bugs: lists an upstream does not offer count as failures on every caller's list, "+
-			"and a 2025-11-25 upstream's tools are fetched again for every caller's list; set %s=1 to run these checks", knownBugsEnv)
-	}
 	read := func(what string) {
 		t.Helper()
 		if out, stderr, err := runCLI(ctx, []string{"call", g.url, what}); err != nil {
