@@ -2,8 +2,14 @@ package gateway_test
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +22,7 @@ import (
 	"tidings/internal/testrig/testas"
 	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
+	"tidings/server"
 	"tidings/streamhttp"
 )
 
@@ -142,5 +149,55 @@ func TestCallerRulesChooseWhatEachSees(t *testing.T) {
 	testkit.WaitFor(t, waitTimeout, "alice to hear both changes", func() bool { return la.w.Stats().Notifications >= heardA+2 })
 	if n := lb.w.Stats().Notifications - heardB; n != 1 {
 		t.Fatalf("bob heard %d notifications; only the change to a_for_all is his to hear", n)
+	}
+}
+
+// TestClientCredentialsUpstream: an upstream behind OAuth gets the
+// gateway's own token, obtained by the client credentials grant at the
+// authorization server the configuration names — never a caller's.
+func TestClientCredentialsUpstream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upURL := "http://" + ln.Addr().String() + "/mcp"
+	as := testas.Start(t, upURL)
+	guard, err := auth.New(as.Issuer(), upURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen atomic.Value
+	srv := server.New(mcp.Implementation{Name: "guarded", Version: "1"})
+	addEcho(t, srv, "echo", `{"type":"object"}`)
+	mux := http.NewServeMux()
+	guard.Mount(mux, streamhttp.New(srv, streamhttp.WithPrincipal(func(r *http.Request) string {
+		p := auth.Principal(r)
+		seen.Store(p)
+		return p
+	})))
+	hs := &httptest.Server{Listener: ln, Config: &http.Server{Handler: mux}}
+	hs.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		hs.Close()
+	})
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(testas.ClientSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "g", URL: upURL, Auth: gateway.Auth{
+		ClientCredentials: &gateway.ClientCredentials{Issuer: as.Issuer(), ClientID: testas.ClientID, SecretFile: secret}}}}})
+	c := client.NewHTTP(url)
+	defer c.Close()
+	if got := toolNames(t, c); !slices.Equal(got, []string{"g_echo"}) {
+		t.Fatalf("tools %v", got)
+	}
+	if p, _ := seen.Load().(string); !strings.Contains(p, testas.ClientID) {
+		t.Fatalf("the upstream saw the principal %q, not the gateway's client", p)
+	}
+	if !slices.Contains(as.TokenRequests(), "client_credentials "+testas.ClientID) {
+		t.Fatalf("token requests: %v", as.TokenRequests())
 	}
 }

@@ -82,6 +82,24 @@ type Auth struct {
 	// from the file (an API key, say).
 	Header     string `yaml:"header"`
 	HeaderFile string `yaml:"header_file"`
+	// ClientCredentials has the gateway obtain its own access tokens by
+	// the OAuth client credentials grant, when the upstream's 401
+	// challenge asks for one, and renew them.
+	ClientCredentials *ClientCredentials `yaml:"client_credentials"`
+}
+
+// ClientCredentials are the gateway's own credentials at the
+// authorization server an upstream trusts.
+type ClientCredentials struct {
+	// Issuer is the authorization server the client is registered with:
+	// the secret goes to no other, whatever an upstream names.
+	Issuer string `yaml:"issuer"`
+	// ClientID and SecretFile are the client's registration; the file
+	// holds the secret.
+	ClientID   string `yaml:"client_id"`
+	SecretFile string `yaml:"client_secret_file"`
+	// Scopes are asked for besides those the upstream names.
+	Scopes []string `yaml:"scopes"`
 }
 
 // CallerRule says what the callers it matches see. A rule with neither
@@ -172,8 +190,22 @@ func (c *Config) Check() error {
 			}
 		}
 		a := u.Auth
-		if a.BearerFile != "" && (a.Header != "" || a.HeaderFile != "") {
-			return fmt.Errorf("%s: auth: give bearer_file or header with header_file, not both", where)
+		ways := 0
+		for _, set := range []bool{a.BearerFile != "", a.Header != "" || a.HeaderFile != "", a.ClientCredentials != nil} {
+			if set {
+				ways++
+			}
+		}
+		if ways > 1 {
+			return fmt.Errorf("%s: auth: give one of bearer_file, header with header_file, and client_credentials", where)
+		}
+		if cc := a.ClientCredentials; cc != nil {
+			if cc.Issuer == "" || cc.ClientID == "" || cc.SecretFile == "" {
+				return fmt.Errorf("%s: auth: client_credentials needs issuer, client_id and client_secret_file", where)
+			}
+			if u.URL == "" {
+				return fmt.Errorf("%s: auth: client_credentials is for an upstream over HTTP (url)", where)
+			}
 		}
 		if (a.Header == "") != (a.HeaderFile == "") {
 			return fmt.Errorf("%s: auth: header and header_file go together", where)

@@ -17,6 +17,7 @@ import (
 	"github.com/yosida95/uritemplate/v3"
 
 	"tidings/client"
+	"tidings/client/oauth"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -91,6 +92,9 @@ type upstream struct {
 	offers offered
 	// cancel ends what start started (nil before it).
 	cancel context.CancelFunc
+	// flow obtains the gateway's own tokens (client_credentials), nil
+	// for other ways.
+	flow *oauth.Flow
 	// down is set while the upstream does not answer; its items are
 	// then left out, and asked for again from retryAt (Unix nanoseconds).
 	down    atomic.Bool
@@ -130,6 +134,19 @@ func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, erro
 		if cred.name != "" {
 			hopts = append(hopts, client.WithHeader(cred.name, cred.value))
 		}
+		if cc := cfg.Auth.ClientCredentials; cc != nil {
+			secret, err := readLine(cc.SecretFile)
+			if err != nil {
+				return nil, fmt.Errorf("upstream %s: auth: %w", cfg.ID, err)
+			}
+			f, err := oauth.New(oauth.Config{Grant: oauth.ClientCredentials{}, ClientID: cc.ClientID, ClientSecret: secret,
+				ClientIssuer: cc.Issuer, Scopes: cc.Scopes, Logger: u.log})
+			if err != nil {
+				return nil, fmt.Errorf("upstream %s: auth: %w", cfg.ID, err)
+			}
+			u.flow = f
+			hopts = append(hopts, client.WithAuthorizer(f))
+		}
 		u.c = client.NewHTTP(cfg.URL, hopts...)
 	} else {
 		copts := make([]client.CommandOption, 0, len(opts)+1)
@@ -147,16 +164,25 @@ func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, erro
 
 type credential struct{ name, value string }
 
-// readCredential reads the credential a.
+// readLine reads a file that holds one line, a credential.
+func readLine(f string) (string, error) {
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" || strings.ContainsAny(v, "\r\n") {
+		return "", fmt.Errorf("%s must hold one line, the credential", f)
+	}
+	return v, nil
+}
+
+// readCredential reads the credential a sends as a header.
 func readCredential(a Auth) (credential, error) {
 	read := func(f string) (string, error) {
-		b, err := os.ReadFile(f)
+		v, err := readLine(f)
 		if err != nil {
 			return "", fmt.Errorf("auth: %w", err)
-		}
-		v := strings.TrimSpace(string(b))
-		if v == "" || strings.ContainsAny(v, "\r\n") {
-			return "", fmt.Errorf("auth: %s must hold one line, the credential", f)
 		}
 		return v, nil
 	}
@@ -274,6 +300,9 @@ func (u *upstream) stop() {
 	}
 	u.wg.Wait()
 	_ = u.c.Close()
+	if u.flow != nil {
+		_ = u.flow.Close()
+	}
 }
 
 // event handles what the upstream's Watcher observed: what the gateway
