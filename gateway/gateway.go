@@ -58,8 +58,11 @@ type Gateway struct {
 	gen    atomic.Uint64
 	merged sync.Map // mergedKey → *mergedView
 
+	// callers are the tokens of the callers seen lately, by principal:
+	// a change is told to a listener as the rules (which a reload may
+	// change) say of its token.
 	callersMu sync.Mutex
-	callers   map[string]int // principal → the index of its rule
+	callers   map[string]*auth.Info
 
 	readsMu sync.Mutex
 	reads   map[string]*keptRead
@@ -128,16 +131,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Gateway, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g := &Gateway{cfg: cfg, log: o.log, now: o.now, callers: map[string]int{}, reads: map[string]*keptRead{}}
+	g := &Gateway{cfg: cfg, log: o.log, now: o.now, callers: map[string]*auth.Info{}, reads: map[string]*keptRead{}}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	srvOpts := append([]server.Option{
 		server.WithCapabilities(server.Tools, server.Prompts, server.Resources, server.Completions),
 		server.WithPageSize(cfg.pageSize()),
 	}, o.srvOpts...)
-	srvOpts = append(srvOpts, server.WithOrigin(origin{g}), server.WithMiddleware(g.noteCaller))
-	if len(cfg.Callers) > 0 {
-		srvOpts = append(srvOpts, server.WithVisibility(g.visible))
-	}
+	// Visibility is installed even without caller rules, which a reload
+	// may bring.
+	srvOpts = append(srvOpts, server.WithOrigin(origin{g}), server.WithMiddleware(g.noteCaller), server.WithVisibility(g.visible))
 	g.srv = server.New(mcp.Implementation{Name: "tidings-gateway", Version: "0.1.0"}, srvOpts...)
 	for _, uc := range cfg.Upstreams {
 		u, err := newUpstream(ctx, g, uc)
@@ -217,12 +219,15 @@ func (g *Gateway) Reload(ctx context.Context, cfg Config) error {
 		u.start(g.ctx)
 	}
 	g.mu.Lock()
+	same := len(started) == 0 && len(kept) == len(old) && fmt.Sprint(g.cfg.Callers) == fmt.Sprint(cfg.Callers) &&
+		g.cfg.maxTTL() == cfg.maxTTL() && g.cfg.pageSize() == cfg.pageSize()
 	g.cfg = cfg
 	g.ups = next
 	g.mu.Unlock()
-	g.callersMu.Lock()
-	clear(g.callers)
-	g.callersMu.Unlock()
+	if same {
+		// A file saved again, or in another order: nothing to tell.
+		return nil
+	}
 	for _, u := range old {
 		if !kept[u] {
 			u.stop()
@@ -309,20 +314,28 @@ func (g *Gateway) ruleFor(ctx context.Context, principal string) int {
 		return ruleAll
 	}
 	info, _ := auth.FromContext(ctx)
-	r := -2
-	for i, rule := range cfg.Callers {
-		if rule.matches(info) {
-			r = i
-			break
-		}
-	}
 	g.callersMu.Lock()
 	if len(g.callers) >= maxCallers {
 		clear(g.callers)
 	}
-	g.callers[principal] = r
+	g.callers[principal] = info
 	g.callersMu.Unlock()
-	return r
+	return cfg.ruleOf(info)
+}
+
+// ruleOf returns the index of the first rule the caller whose token says
+// info (nil: none) falls under, ruleAll without rules, and -2 when none
+// matches.
+func (cfg *Config) ruleOf(info *auth.Info) int {
+	if len(cfg.Callers) == 0 {
+		return ruleAll
+	}
+	for i := range cfg.Callers {
+		if cfg.Callers[i].matches(info) {
+			return i
+		}
+	}
+	return -2
 }
 
 // matches reports whether the caller whose token says info (nil: no
@@ -373,13 +386,16 @@ func (cfg *Config) sees(r int, u *upstream, key string) bool {
 // visible is the server's visibility rule: whether principal may see the
 // item key of list l, as the rule it last came under says.
 func (g *Gateway) visible(principal string, l server.List, key string) bool {
-	g.callersMu.Lock()
-	r, known := g.callers[principal]
-	g.callersMu.Unlock()
-	if !known {
-		return false
-	}
 	ups, cfg := g.upstreams()
+	if len(cfg.Callers) == 0 {
+		return true
+	}
+	// A caller not seen since the rules came (a reload) is judged as
+	// one without a token until its next request.
+	g.callersMu.Lock()
+	info := g.callers[principal]
+	g.callersMu.Unlock()
+	r := cfg.ruleOf(info)
 	i := listIndex(l)
 	for _, u := range ups {
 		if i >= 0 && u.owns(i, key) {

@@ -82,9 +82,13 @@ func WithOrigin(o Origin) Option { return func(c *config) { c.origin = o } }
 // ListResources or ListTemplates) that it changed — and, over the bus,
 // the other replicas' — for a server whose items come from an Origin.
 // keys name the items that changed, so that, with WithVisibility, only
-// those who may see one of them are told; nil tells everyone who follows
-// the list.
+// those who may see one of them are told; none tells everyone who
+// follows the list.
 func (s *Server) ListChanged(l List, keys ...string) {
+	if len(keys) == 0 {
+		publish(s.hub, s.cfg.bus, change{Event: hub.Event{Kinds: kindOf(l)}})
+		return
+	}
 	switch l {
 	case ListTools:
 		s.tools.changed(keys)

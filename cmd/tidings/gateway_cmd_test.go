@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"tidings/client"
+	"tidings/internal/testrig/testkit"
+)
+
+// TestGatewayCommand runs `tidings gateway` as a user would, in front of
+// two `tidings serve --stdio` processes it starts itself: their tools are
+// listed under their prefixes, a change to the config file is taken at
+// once, a broken one is refused while the running one goes on, and
+// SIGTERM ends it cleanly.
+func TestGatewayCommand(t *testing.T) {
+	bin := buildBinary(t)
+	root := t.TempDir()
+	docs, notes := filepath.Join(root, "docs"), filepath.Join(root, "notes")
+	for _, d := range []string{docs, notes} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "a.txt"), []byte("a"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgDir := t.TempDir()
+	cfgFile := filepath.Join(cfgDir, "gateway.yaml")
+	upstream := func(id, dir string) string {
+		return "  - id: " + id + "\n    command: [" + bin + ", serve, --stdio, " + dir + "]\n"
+	}
+	write := func(body string) {
+		t.Helper()
+		// Written aside and renamed, as config managers do.
+		tmp := cfgFile + ".new"
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, cfgFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("upstreams:\n" + upstream("docs", docs))
+
+	cmd := exec.Command(bin, "gateway", "--config", cfgFile, "--addr", "127.0.0.1:0")
+	stderrPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var stderr testkit.SyncBuffer
+	urls := make(chan string, 1)
+	stderrDone := make(chan struct{})
+	go func() {
+		defer close(stderrDone)
+		sc := bufio.NewScanner(stderrPipe)
+		for sc.Scan() {
+			stderr.Write(append(sc.Bytes(), '\n'))
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderrPipe)
+	}()
+	exited := false
+	defer func() {
+		if !exited {
+			_ = cmd.Process.Kill()
+			<-stderrDone
+			_ = cmd.Wait()
+		}
+	}()
+	var url string
+	select {
+	case url = <-urls:
+	case <-stderrDone:
+		t.Fatalf("the gateway exited before listening:\n%s", stderr.String())
+	}
+
+	c := client.NewHTTP(url)
+	defer c.Close()
+	tools := func() []string {
+		ts, err := c.Tools(context.Background())
+		if err != nil {
+			t.Fatalf("tools: %v\n%s", err, stderr.String())
+		}
+		var out []string
+		for _, tl := range ts {
+			out = append(out, tl.Name)
+		}
+		return out
+	}
+	if got := tools(); !slices.Contains(got, "docs_search_files") || slices.ContainsFunc(got, func(s string) bool { return !strings.HasPrefix(s, "docs_") }) {
+		t.Fatalf("tools %v, want docs_ ones", got)
+	}
+	base := strings.TrimSuffix(url, "/mcp")
+	for _, p := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %s", p, resp.Status)
+		}
+	}
+
+	// A second upstream, by editing the file.
+	write("upstreams:\n" + upstream("docs", docs) + upstream("notes", notes))
+	testkit.WaitFor(t, wait, "the notes upstream after the config changed", func() bool {
+		return slices.Contains(tools(), "notes_search_files")
+	})
+
+	// A file that does not check is refused, named, and changes nothing.
+	write("upstreams:\n  - id: Bad\n    url: http://127.0.0.1:1/mcp\n")
+	testkit.WaitFor(t, wait, "the refusal in the log", func() bool {
+		return strings.Contains(stderr.String(), "configuration not reloaded")
+	})
+	if !strings.Contains(stderr.String(), `upstream 1 (\"Bad\"): the id has 'B' at byte 0`) {
+		t.Fatalf("the refusal does not say what is wrong:\n%s", stderr.String())
+	}
+	if got := tools(); !slices.Contains(got, "notes_search_files") || !slices.Contains(got, "docs_search_files") {
+		t.Fatalf("after a refused reload the tools are %v", got)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-stderrDone
+	err = cmd.Wait()
+	exited = true
+	if err != nil {
+		t.Fatalf("the gateway exited with %v:\n%s", err, stderr.String())
+	}
+}
