@@ -166,7 +166,7 @@ func ParseConfig(b []byte) (Config, error) {
 // that name the upstream or rule at fault.
 func (c *Config) Check() error {
 	if len(c.Upstreams) == 0 {
-		return errors.New("no upstreams: list at least one under upstreams:")
+		return errors.New("no upstreams: list at least one under \"upstreams\"")
 	}
 	if c.PageSize < 0 {
 		return fmt.Errorf("page_size is %d; it must be positive", c.PageSize)
