@@ -63,8 +63,14 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
-	if _, err := interim(res); err != nil {
+	rr, err := interim(res)
+	if err != nil {
 		return nil, err
+	}
+	if rr.ResultType == mcp.ResultTask {
+		// The gateway declares no tasks upstream: a task handle is the
+		// upstream's mistake, and nothing the caller could follow.
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+" answered with a task, which the gateway did not ask for", nil)
 	}
 	var out mcp.CallToolResult
 	if err := jsonrpc.UnmarshalParams(res, &out); err != nil {

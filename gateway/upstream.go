@@ -685,13 +685,14 @@ func (u *upstream) build(i int, raw []jsontext.Value, keys []string, expires tim
 			continue
 		}
 		it := item{key: u.downstreamKey(i, orig), orig: orig, json: b}
-		if it.key != orig {
-			if l == server.ListTools {
-				if err := server.CheckToolName(it.key); err != nil {
-					u.log.Warn("tool left out: its name with the prefix breaks the rules", "tool", orig, "err", err)
-					continue
-				}
+		if l == server.ListTools {
+			// The rules hold for the name callers see, prefix and all.
+			if err := server.CheckToolName(it.key); err != nil {
+				u.log.Warn("tool left out: its name as served breaks the rules", "tool", orig, "err", err)
+				continue
 			}
+		}
+		if it.key != orig {
 			renamed, err := rename(b, keyField, it.key)
 			if err != nil {
 				continue
