@@ -14,7 +14,10 @@
 // The tests of this package are the cluster's own: replicas behind nginx
 // and Go's ReverseProxy over NATS and Redis, watched by tidings clients,
 // and tasks (Options.Tasks) started, followed, polled, answered and
-// cancelled through different replicas.
+// cancelled through different replicas; and `tidings gateway` replicas,
+// each the built command in a process of its own, in front of one
+// upstream on NATS behind nginx, where a change only one of them hears
+// of upstream reaches the others' listeners over the bus.
 package clustertest
 
 import (
