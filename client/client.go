@@ -694,6 +694,23 @@ func (c *Client) Request(ctx context.Context, method string, params map[string]a
 	case mcp.MethodToolsCall, mcp.MethodPromptsGet:
 		if s, ok := params["name"].(string); ok {
 			o.name = &s
+			if method == mcp.MethodToolsCall {
+				// The arguments the tool's schema mirrors into
+				// Mcp-Param-* headers go there, as with CallTool.
+				var raw jsontext.Value
+				if a := params["arguments"]; a != nil {
+					b, err := json.Marshal(a, json.Deterministic(true))
+					if err != nil {
+						return nil, fmt.Errorf("client: tool %q arguments: %w", s, err)
+					}
+					raw = b
+				}
+				hdrs, err := c.paramHeaders(ctx, s, raw)
+				if err != nil {
+					return nil, err
+				}
+				o.params = hdrs
+			}
 		}
 	case mcp.MethodResourcesRead:
 		if s, ok := params["uri"].(string); ok {

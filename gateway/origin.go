@@ -200,6 +200,34 @@ func (o origin) Complete(ctx context.Context, req *server.CompleteRequest) (*mcp
 	return &out.Completion, nil
 }
 
+// ToolSchema finds the input schema of a tool in what the gateway keeps
+// for the caller; a tool it keeps nothing of is not checked here (the
+// upstream checks the headers the gateway sends it).
+func (o origin) ToolSchema(principal, name string) (jsontext.Value, bool) {
+	ups, cfg := o.g.upstreams()
+	i := listIndex(server.ListTools)
+	for _, u := range ups {
+		it, ok := u.kept(i, principal, name)
+		if !ok {
+			continue
+		}
+		o.g.callersMu.Lock()
+		info := o.g.callers[principal]
+		o.g.callersMu.Unlock()
+		if !cfg.sees(cfg.ruleOf(info), u, name) {
+			return nil, false
+		}
+		var t struct {
+			InputSchema jsontext.Value `json:"inputSchema"`
+		}
+		if jsonrpc.UnmarshalParams(it.json, &t) != nil {
+			return nil, false
+		}
+		return t.InputSchema, true
+	}
+	return nil, false
+}
+
 // Follow has the upstreams that serve uris follow them, on the one listen
 // each keeps; release undoes it when the last listen here lets go.
 func (o origin) Follow(principal string, uris []string) func() {
@@ -244,7 +272,13 @@ func (o origin) Follow(principal string, uris []string) func() {
 func (o origin) Forget(l server.List, uri string) {
 	g := o.g
 	if l == server.ReadResource {
-		g.forgetRead(uri)
+		g.readsMu.Lock()
+		if uri == "" {
+			clear(g.reads)
+		} else {
+			delete(g.reads, uri)
+		}
+		g.readsMu.Unlock()
 		return
 	}
 	i := listIndex(l)

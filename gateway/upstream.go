@@ -477,6 +477,22 @@ func (u *upstream) list(ctx context.Context, i int, principal string) (*view, er
 // errDown is the error of a list of an upstream that is down.
 var errDown = errors.New("the upstream is down")
 
+// kept returns the item key of list i from what the gateway keeps for
+// principal, fresh or not, without asking the upstream.
+func (u *upstream) kept(i int, principal, key string) (item, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, v := range []*view{u.public[i], u.private[i][principal]} {
+		if v == nil {
+			continue
+		}
+		if j, ok := v.byKey[key]; ok {
+			return v.items[j], true
+		}
+	}
+	return item{}, false
+}
+
 // maxPrivateViews bounds the private lists kept per upstream and list.
 const maxPrivateViews = 4096
 

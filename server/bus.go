@@ -156,6 +156,14 @@ func (h *busHandler) Deliver(e bus.Event) {
 // loaded first.
 func (h *busHandler) Resync() {
 	s := (*Server)(h)
+	if o := s.cfg.origin; o != nil {
+		// What the origin kept may predate a change the bus lost: it
+		// forgets everything before anyone here is told to re-read.
+		for _, sp := range spaces {
+			o.Forget(sp.l, "")
+		}
+		o.Forget(ReadResource, "")
+	}
 	if s.shared != nil {
 		s.shared.resyncAll()
 		return

@@ -38,12 +38,19 @@ type Origin interface {
 	ReadResource(ctx context.Context, req *ResourceRequest) (*mcp.ReadResourceResult, error)
 	// Complete runs a completion/complete.
 	Complete(ctx context.Context, req *CompleteRequest) (*mcp.Completion, error)
+	// ToolSchema returns the input schema of the tool named name as
+	// principal sees it, without I/O (from what the origin keeps), so
+	// that a call's Mcp-Param-* headers are checked against what the
+	// schema declares before the call goes anywhere; false skips the
+	// check.
+	ToolSchema(principal, name string) (jsontext.Value, bool)
 	// Follow is called when a listen starts to follow uris' contents, and
 	// the function it returns when the listen ends: an origin that hears
 	// of changes from elsewhere follows there what somebody follows here.
 	Follow(principal string, uris []string) (release func())
 	// Forget is called when another replica tells (over the bus) that
-	// list l, or the resource uri when it is not "", changed, before this
+	// list l changed, or with ReadResource that the resource uri did (""
+	// for every resource: the bus may have lost changes), before this
 	// replica's listeners are told: what the origin keeps of it is stale.
 	Forget(l List, uri string)
 }

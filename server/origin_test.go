@@ -58,8 +58,9 @@ func (o *fixedOrigin) Complete(context.Context, *server.CompleteRequest) (*mcp.C
 	return &mcp.Completion{}, nil
 }
 
-func (o *fixedOrigin) Follow(string, []string) func() { return func() {} }
-func (o *fixedOrigin) Forget(server.List, string)     {}
+func (o *fixedOrigin) ToolSchema(string, string) (jsontext.Value, bool) { return nil, false }
+func (o *fixedOrigin) Follow(string, []string) func()                   { return func() {} }
+func (o *fixedOrigin) Forget(server.List, string)                       {}
 
 // TestOriginAnswersInPlaceOfTheRegistries: with WithOrigin, lists come
 // from the origin page by page under cursors the server seals, a forged

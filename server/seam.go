@@ -382,12 +382,25 @@ func (s *Server) headerParams(c *engine.Call, principal string) []engine.HeaderP
 	if c.Msg.Method != mcp.MethodToolsCall || c.P.Name == nil {
 		return nil
 	}
-	e, ok := s.tools.load().get(*c.P.Name)
-	if !ok || len(e.val.headers) == 0 || !s.sees(principal, ListTools, *c.P.Name) {
+	var headers []xheader.Param
+	if o := s.cfg.origin; o != nil {
+		schema, ok := o.ToolSchema(principal, *c.P.Name)
+		if !ok {
+			return nil
+		}
+		headers, _ = xheader.Params(schema)
+	} else {
+		e, ok := s.tools.load().get(*c.P.Name)
+		if !ok || !s.sees(principal, ListTools, *c.P.Name) {
+			return nil
+		}
+		headers = e.val.headers
+	}
+	if len(headers) == 0 {
 		return nil
 	}
-	out := make([]engine.HeaderParam, 0, len(e.val.headers))
-	for _, h := range e.val.headers {
+	out := make([]engine.HeaderParam, 0, len(headers))
+	for _, h := range headers {
 		v, _ := xheader.Lookup(c.P.Arguments, h.Path)
 		out = append(out, engine.HeaderParam{Header: h.Header(), Type: h.Type, Value: v})
 	}

@@ -124,15 +124,9 @@ func TestGatewayReplicasShareChanges(t *testing.T) {
 // bus re-notifies every listener on replicas 2 and 3 that everything it
 // follows may have changed (busHandler.Resync). Their tools/list must
 // then show the change: what each replica kept from before the loss is
-// stale, as after a change told over the bus.
-//
-// It does not today: Resync tells the listeners but never calls the
-// origin's Forget, so replicas 2 and 3 serve the list they kept (and the
-// client cache under it) until its TTL runs out. The test is skipped
-// unless TIDINGS_GATEWAY_KNOWN_BUGS=1, until server/bus.go's Resync
-// forgets what the origin kept.
+// stale, as after a change told over the bus, and is forgotten before
+// the listeners are told.
 func TestGatewayResyncForgets(t *testing.T) {
-	skipKnownBug(t, "a bus resync does not call the origin's Forget, so gateway replicas re-read stale lists")
 	gc := startGatewayCluster(t)
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -174,15 +168,9 @@ func TestGatewayResyncForgets(t *testing.T) {
 // TestGatewayListsAnUpstreamLacks: the upstream offers tools only, and
 // answers prompts/list and resources/list with method not found. A
 // gateway replica serves those lists empty, and keeps that answer as it
-// keeps any other, so that the callers' lists do not each go upstream.
-//
-// It does not today: the gateway counts the answer as the upstream
-// failing, keeps nothing, asks again on every request (each one counted
-// in tidings_gateway_upstream_failures_total) and logs a warning each
-// time that the upstream's items are left out. The test is skipped
-// unless TIDINGS_GATEWAY_KNOWN_BUGS=1.
+// keeps any other, so that the callers' lists do not each go upstream,
+// and the upstream is not counted as failing.
 func TestGatewayListsAnUpstreamLacks(t *testing.T) {
-	skipKnownBug(t, "an upstream without prompts or resources is asked for them on every list, each a failure")
 	gc := startGatewayCluster(t)
 	tr := &http.Transport{MaxIdleConnsPerHost: 8}
 	t.Cleanup(tr.CloseIdleConnections)
@@ -205,15 +193,6 @@ func TestGatewayListsAnUpstreamLacks(t *testing.T) {
 	}
 	if log := g.stderr.String(); strings.Contains(log, "left out") {
 		t.Errorf("the gateway warns that the upstream's items are left out:\n%s", log)
-	}
-}
-
-// skipKnownBug skips a test that shows a known bug of the gateway, unless
-// TIDINGS_GATEWAY_KNOWN_BUGS=1.
-func skipKnownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("TIDINGS_GATEWAY_KNOWN_BUGS") != "1" {
-		t.Skipf("known bug: %s; set TIDINGS_GATEWAY_KNOWN_BUGS=1 to run", bug)
 	}
 }
 
