@@ -215,7 +215,9 @@ func BenchmarkGatewayFanOut(b *testing.B) {
 // reached every listen of ls, and reports the latencies.
 func fanOut(b *testing.B, up *benchUpstream, ls *listens) {
 	tool := mcp.Tool{Name: "churn", Description: "Added and removed to make tools list changes."}
-	noop := func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) { return &mcp.CallToolResult{}, nil }
+	noop := func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	}
 	var lat, all []time.Duration
 	i := 0
 	for b.Loop() {
