@@ -1,11 +1,11 @@
 // Command tidings-bench is the load harness of tidings, kept apart from
 // the tidings binary so that what ships carries no load generator.
 //
-//	tidings-bench fanout [--listeners N] [--changes C] [--stalled K] [--json]
+//	tidings-bench fanout [--listeners N] [--changes C] [--stalled K] [--gateway] [--json]
 //
 // fanout measures how fast a change reaches many listens over loopback
 // HTTP, and at what memory cost, against a naive broadcaster measured in
-// the same run.
+// the same run, and with --gateway through a gateway in front of it.
 package main
 
 import (

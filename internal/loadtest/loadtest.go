@@ -44,6 +44,11 @@ type Config struct {
 	// Stalled, when positive, adds measurements in which that many of the
 	// listens stop reading right after their ack.
 	Stalled int
+	// Gateway adds a measurement of the project's server behind a
+	// gateway (ServerGateway), without stalled listens: each change is
+	// made on the upstream and reaches the listens through the gateway's
+	// one listen on it.
+	Gateway bool
 	// Timeout bounds how long one change may take to reach every healthy
 	// listen (default 10s). A change that takes longer ends its
 	// measurement, which is reported as timed out.
@@ -114,7 +119,8 @@ type Report struct {
 	NumCPU          int    `json:"numCPU"`
 	GOMAXPROCS      int    `json:"gomaxprocs"`
 	// Runs holds, in order: tidings and naive without stalled listens,
-	// then (with Stalled set) tidings and naive with them.
+	// then (with Stalled set) tidings and naive with them, then (with
+	// Gateway set) the gateway without them.
 	Runs   []Measurement `json:"runs"`
 	Ratios Ratios        `json:"ratios"`
 }
@@ -195,6 +201,11 @@ type Ratios struct {
 	// divided by its time without them.
 	StallCostTidings float64 `json:"stallCostTidings,omitzero"`
 	StallCostNaive   float64 `json:"stallCostNaive,omitzero"`
+	// GatewayAllDelivered and GatewayP99 compare the gateway with the
+	// project's server reached directly (gateway divided by tidings): what
+	// the hop through the gateway adds.
+	GatewayAllDelivered float64 `json:"gatewayAllDelivered,omitzero"`
+	GatewayP99          float64 `json:"gatewayP99,omitzero"`
 }
 
 // Run carries out the measurements cfg describes. It stops by itself, or
@@ -247,6 +258,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Stalled > 0 {
 		plans = append(plans, plan{ServerTidings, cfg.Stalled}, plan{ServerNaive, cfg.Stalled})
 	}
+	if cfg.Gateway {
+		plans = append(plans, plan{ServerGateway, 0})
+	}
 	var err error
 	for i, p := range plans {
 		logf("%s: opening %d listens (%d stalled)", p.server, cfg.Listeners, p.stalled)
@@ -272,9 +286,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // measure runs one server with its listens and changes.
 func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name string, stalled int) (_ *Measurement, err error) {
 	var tgt target
-	if name == ServerTidings {
+	switch name {
+	case ServerTidings:
 		tgt, err = startTidings(cfg.WriteTimeout)
-	} else {
+	case ServerGateway:
+		tgt, err = startGateway(ctx, cfg.WriteTimeout)
+	default:
 		tgt, err = startNaive()
 	}
 	if err != nil {
@@ -456,6 +473,10 @@ func ratios(runs []Measurement) Ratios {
 	}
 	if complete(ns) && complete(n) {
 		r.StallCostNaive = div(ns.Median.AllDeliveredMs, n.Median.AllDeliveredMs)
+	}
+	if g := find(runs, ServerGateway, false); complete(g) && complete(t) {
+		r.GatewayAllDelivered = div(g.Median.AllDeliveredMs, t.Median.AllDeliveredMs)
+		r.GatewayP99 = div(g.Median.P99Ms, t.Median.P99Ms)
 	}
 	return r
 }

@@ -73,6 +73,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "\nwith %d stalled: tidings / naive all delivered %s; stalled / unstalled all delivered: tidings %s, naive %s",
 			r.Stalled, fmtRatio(x.AllDeliveredStalled), fmtRatio(x.StallCostTidings), fmtRatio(x.StallCostNaive))
 	}
+	if find(r.Runs, ServerGateway, false) != nil {
+		fmt.Fprintf(&b, "\ngateway / tidings: all delivered %s, p99 %s", fmtRatio(x.GatewayAllDelivered), fmtRatio(x.GatewayP99))
+	}
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -17,6 +17,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/gateway"
 	"tidings/internal/sse"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -28,6 +29,9 @@ import (
 const (
 	ServerTidings = "tidings"
 	ServerNaive   = "naive"
+	// ServerGateway is the project's server behind a gateway: the listens
+	// are the gateway's, the changes its upstream's.
+	ServerGateway = "gateway"
 )
 
 // target is one server under test, behind its own loopback http.Server.
@@ -150,6 +154,74 @@ func (t *tidingsTarget) change(_ context.Context, i int) error {
 func (t *tidingsTarget) close(ctx context.Context) error {
 	err := t.srv.Shutdown(ctx)
 	return errors.Join(err, t.front.shutdown(ctx))
+}
+
+// gatewayTarget is a gateway in front of the project's server, the
+// upstream, which it reaches over HTTP on loopback: a change is made on
+// the upstream, which tells the gateway's one listen; the gateway re-reads
+// the list and tells the listens under test, its own.
+type gatewayTarget struct {
+	up *tidingsTarget
+	g  *gateway.Gateway
+	*front
+}
+
+// gatewaySettle bounds the wait for the gateway's listen on its upstream.
+const gatewaySettle = 10 * time.Second
+
+func startGateway(ctx context.Context, writeTimeout time.Duration) (_ *gatewayTarget, err error) {
+	up, err := startTidings(writeTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+			defer cancel()
+			err = errors.Join(err, up.close(cctx))
+		}
+	}()
+	room := server.Allowance{Listens: MaxListeners}
+	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "upstream", URL: "http://" + up.addr + listenPath}}}
+	g, err := gateway.New(ctx, cfg, gateway.WithServerOptions(server.WithLogger(slog.New(slog.DiscardHandler)),
+		server.WithListenLimits(server.ListenLimits{PerPrincipal: room, Total: room})))
+	if err != nil {
+		return nil, err
+	}
+	// The listens under test open once the gateway hears of the
+	// upstream's changes, so that none of them is missed.
+	deadline := time.NewTimer(gatewaySettle)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for st := g.Stats(); len(st) != 1 || st[0].Listens != 1; st = g.Stats() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			g.Close()
+			return nil, fmt.Errorf("the gateway's listen on its upstream was not live within %v", gatewaySettle)
+		case <-ctx.Done():
+			g.Close()
+			return nil, ctx.Err()
+		}
+	}
+	f, err := startFront(streamhttp.New(g.Server(), streamhttp.WithWriteTimeout(writeTimeout)))
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	return &gatewayTarget{up: up, g: g, front: f}, nil
+}
+
+func (t *gatewayTarget) change(ctx context.Context, i int) error { return t.up.change(ctx, i) }
+
+// close ends the gateway's listens, then its upstream listen and client,
+// then the upstream.
+func (t *gatewayTarget) close(ctx context.Context) error {
+	err := t.g.Server().Shutdown(ctx)
+	err = errors.Join(err, t.front.shutdown(ctx))
+	t.g.Close()
+	return errors.Join(err, t.up.close(ctx))
 }
 
 // naiveTarget is the baseline.
