@@ -696,7 +696,10 @@ func (c *Client) Request(ctx context.Context, method string, params map[string]a
 			o.name = &s
 			if method == mcp.MethodToolsCall {
 				// The arguments the tool's schema mirrors into
-				// Mcp-Param-* headers go there, as with CallTool.
+				// Mcp-Param-* headers go there, as with CallTool. When
+				// they cannot be found (no tool list, an argument of
+				// another type), the request goes without them, and the
+				// server says what is missing.
 				var raw jsontext.Value
 				if a := params["arguments"]; a != nil {
 					b, err := json.Marshal(a, json.Deterministic(true))
@@ -705,11 +708,9 @@ func (c *Client) Request(ctx context.Context, method string, params map[string]a
 					}
 					raw = b
 				}
-				hdrs, err := c.paramHeaders(ctx, s, raw)
-				if err != nil {
-					return nil, err
+				if hdrs, err := c.paramHeaders(ctx, s, raw); err == nil {
+					o.params = hdrs
 				}
-				o.params = hdrs
 			}
 		}
 	case mcp.MethodResourcesRead:

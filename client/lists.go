@@ -65,7 +65,11 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string, who *
 			if err := json.Unmarshal(res, &fields); err != nil {
 				return nil, time.Time{}, "", fmt.Errorf("client: %s: %w", method, err)
 			}
-			_ = json.Unmarshal(res, &pageRes)
+			// From the members just read, not from a second pass over
+			// the whole result, which holds every item.
+			if raw, ok := fields["nextCursor"]; ok {
+				_ = json.Unmarshal(raw, &pageRes.NextCursor)
+			}
 			var pageItems []jsontext.Value
 			if raw, ok := fields[field]; ok {
 				if err := json.Unmarshal(raw, &pageItems); err != nil {

@@ -126,11 +126,16 @@ func (s *Server) originList(ctx context.Context, l List, c *engine.Call, req *Re
 	if err != nil {
 		return s.handlerError(ctx, req, "", nil, err)
 	}
-	size := 64
-	for _, it := range page.Items {
-		size += len(it) + 1
+	// The result is written straight into the pooled response buffer,
+	// after the envelope's head: a long list is copied once, into memory
+	// already in use, not into a new buffer and then again into the
+	// envelope (okReply).
+	bp, _ := s.bodies.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
 	}
-	b := make([]byte, 0, size+128)
+	b := jsonrpc.AppendResponse((*bp)[:0], req.ID, nil)
+	b = b[:len(b)-1] // the envelope's closing brace: the result goes here
 	b = append(b, `{"`...)
 	b = append(b, listFields[l]...)
 	b = append(b, `":[`...)
@@ -148,9 +153,12 @@ func (s *Server) originList(ctx context.Context, l List, c *engine.Call, req *Re
 	}
 	b, err = req.enc.Finish(b, engine.Tail{ResultType: mcp.ResultComplete, Hint: page.Cache.hint()})
 	if err != nil {
+		*bp = (*bp)[:0]
+		s.bodies.Put(bp)
 		return s.internal(req.ID, err)
 	}
-	return s.okReply(req.ID, b)
+	*bp = append(b, '}')
+	return engine.Reply{Body: *bp, Buf: bp, Pool: &s.bodies}
 }
 
 // originCall runs a tools/call through the origin.

@@ -5,6 +5,7 @@
 package xheader
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -39,6 +40,12 @@ func (p Param) Header() string { return Prefix + p.Name }
 // that is reached from the root through "properties" only. An error means
 // the whole tool is invalid.
 func Params(schema jsontext.Value) ([]Param, error) {
+	// Most schemas declare no header: without the annotation's name, and
+	// without an escape that could spell it, there is none to find, and
+	// the schema need not be decoded (every caller has checked it is JSON).
+	if !bytes.Contains(schema, []byte("x-mcp-header")) && bytes.IndexByte(schema, '\\') < 0 {
+		return nil, nil
+	}
 	var root any
 	if err := json.Unmarshal(schema, &root); err != nil {
 		return nil, fmt.Errorf("input schema: %w", err)
