@@ -325,3 +325,31 @@ func TestResourceUpdatesFollowTheOneUpstreamListen(t *testing.T) {
 		}
 	}
 }
+
+// TestLegacySubscribeFollowsTheUpstream: a 2025-11-25 client subscribes
+// to a resource on its session; the gateway follows it upstream on its
+// one listen, tells the session of the change, and lets go when the
+// session does.
+func TestLegacySubscribeFollowsTheUpstream(t *testing.T) {
+	u, text := readUpstream(t, mcp.ScopePublic)
+	_, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "a", URL: u.url}}})
+	c := client.NewHTTP(url, client.WithProtocolVersion("2025-11-25"))
+	events := make(chan client.Event, 64)
+	w := c.Watch(context.Background(), client.WatchOptions{URIs: []string{"mem://doc"}, OnEvent: func(e client.Event) { events <- e }})
+	waitEvent(t, events, client.Connected)
+	testkit.WaitFor(t, waitTimeout, "the upstream listen to follow the URI", func() bool {
+		st := u.srv.ListenStats()
+		return st.Listens == 1 && st.URIs == 1
+	})
+	v2 := "v2"
+	text.Store(&v2)
+	u.srv.ResourceUpdated("mem://doc")
+	if e := waitEvent(t, events, client.ResourceUpdated); e.URI != "mem://doc" {
+		t.Fatalf("updated %q", e.URI)
+	}
+	w.Close()
+	c.Close()
+	testkit.WaitFor(t, waitTimeout, "the upstream listen to let the URI go", func() bool {
+		return u.srv.ListenStats().URIs == 0
+	})
+}

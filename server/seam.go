@@ -64,6 +64,13 @@ func (c *seam) Follows(ctx context.Context, principal string) engine.Lease {
 	return c.follows.lease(ctx, principal)
 }
 
+func (c *seam) Follow(principal, uri string) func() {
+	if o := c.cfg.origin; o != nil {
+		return o.Follow(principal, []string{uri})
+	}
+	return func() {}
+}
+
 // Grant returns what the server honours of a subscription filter.
 func (c *seam) Grant(principal string, f mcp.SubscriptionFilter) (mcp.SubscriptionFilter, hub.Filter) {
 	return c.srv().grant(principal, f)

@@ -107,6 +107,11 @@ type Server interface {
 	// carries (see WithConn): an earlier era's session grows it by the
 	// resources it subscribes to.
 	Follows(ctx context.Context, principal string) Lease
+	// Follow tells the server that principal started following the
+	// content of uri outside a listen (an earlier era's subscription),
+	// and the function it returns that it stopped: a server whose items
+	// come from elsewhere follows them there.
+	Follow(principal, uri string) (stop func())
 }
 
 // Lease is what one listen or session holds of the server's allowances

@@ -59,6 +59,8 @@ type Session struct {
 	mu        sync.Mutex
 	logLevel  int
 	uris      map[string]bool
+	// unfollow ends the server's following of each URI in uris.
+	unfollow map[string]func()
 	pending   map[string]chan *jsonrpc.Message
 	inflight  map[string]context.CancelFunc
 	streaming bool
@@ -94,6 +96,12 @@ func (ss *Session) End() {
 
 func (ss *Session) end() {
 	ss.endOnce.Do(func() {
+		ss.mu.Lock()
+		for _, stop := range ss.unfollow {
+			stop()
+		}
+		clear(ss.unfollow)
+		ss.mu.Unlock()
 		ss.follows.Release()
 		close(ss.ended)
 	})
@@ -143,7 +151,7 @@ func Open(ctx context.Context, srv engine.Server, c *engine.Call, principal stri
 func open(ctx context.Context, srv engine.Server, c *engine.Call, p initParams, version, principal string) (*Session, engine.Reply) {
 	ss := &Session{
 		id: newSessionID(), version: version, caps: p.Capabilities, principal: principal, srv: srv,
-		follows: srv.Follows(ctx, principal), logLevel: -1, uris: map[string]bool{},
+		follows: srv.Follows(ctx, principal), logLevel: -1, uris: map[string]bool{}, unfollow: map[string]func(){},
 		pending: map[string]chan *jsonrpc.Message{}, inflight: map[string]context.CancelFunc{}, ended: make(chan struct{}),
 	}
 	ss.lastSeen.Store(srv.Now().UnixNano())
@@ -264,23 +272,36 @@ func (ss *Session) subscribe(c *engine.Call) (engine.Reply, bool) {
 			return engine.Fail(m.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri}), true
 		}
 	}
+	// The server starts following before the lock is taken (it may ask
+	// another server); a subscription the session already had lets go.
+	var stop func()
+	if subscribe {
+		stop = ss.srv.Follow(ss.principal, uri)
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	switch {
 	case subscribe && !ss.uris[uri]:
 		if err := ss.follows.Grow(0, 1); err != nil {
+			stop()
 			return engine.ErrorReply(m.ID, err), true
 		}
 		ss.uris[uri] = true
+		ss.unfollow[uri], stop = stop, nil
 		if ss.sub != nil {
 			ss.sub.Follow(uri)
 		}
 	case !subscribe && ss.uris[uri]:
 		delete(ss.uris, uri)
+		ss.unfollow[uri]()
+		delete(ss.unfollow, uri)
 		ss.follows.Shrink(1)
 		if ss.sub != nil {
 			ss.sub.Unfollow(uri)
 		}
+	}
+	if stop != nil {
+		stop()
 	}
 	return empty(m.ID), true
 }
