@@ -128,23 +128,39 @@ func (s *Server) getPrompt(ctx context.Context, c *engine.Call, req *Request) en
 	if !ok || !s.sees(req.Principal, ListPrompts, name) {
 		return invalid(req.ID, "Unknown prompt: "+strconv.Quote(name))
 	}
-	var args map[string]string
-	if len(c.P.Arguments) > 0 && string(c.P.Arguments) != "null" {
-		if err := jsonrpc.UnmarshalParams(c.P.Arguments, &args); err != nil {
-			return invalid(req.ID, "Invalid params: prompt arguments must be an object of strings")
-		}
+	args, bad := promptArgs(c, req)
+	if bad != nil {
+		return *bad
 	}
 	for _, a := range e.val.def.Arguments {
 		if _, ok := args[a.Name]; a.Required && !ok {
 			return invalid(req.ID, "Missing required argument: "+strconv.Quote(a.Name))
 		}
 	}
+	return s.runPrompt(ctx, c, req, name, args, e.val.handler)
+}
+
+// promptArgs reads a prompts/get's arguments, an object of strings.
+func promptArgs(c *engine.Call, req *Request) (map[string]string, *engine.Reply) {
+	var args map[string]string
+	if len(c.P.Arguments) > 0 && string(c.P.Arguments) != "null" {
+		if err := jsonrpc.UnmarshalParams(c.P.Arguments, &args); err != nil {
+			r := invalid(req.ID, "Invalid params: prompt arguments must be an object of strings")
+			return nil, &r
+		}
+	}
+	return args, nil
+}
+
+// runPrompt runs the prompt handler h (again, with input, on a session
+// that asks for it) and answers with its messages.
+func (s *Server) runPrompt(ctx context.Context, c *engine.Call, req *Request, name string, args map[string]string, h PromptHandler) engine.Reply {
 	if r := s.openState(c, req, name, c.P.Arguments); r != nil {
 		return *r
 	}
 	preq := &PromptRequest{Request: *req, Arguments: args}
 	res, err := withInput(ctx, &preq.Request, func() (*mcp.GetPromptResult, error) {
-		return e.val.handler(context.WithValue(ctx, ctxKey{}, &preq.Request), preq)
+		return h(context.WithValue(ctx, ctxKey{}, &preq.Request), preq)
 	})
 	if err != nil {
 		return s.handlerError(ctx, req, name, c.P.Arguments, err)
@@ -196,13 +212,27 @@ func (s *Server) readResource(ctx context.Context, c *engine.Call, req *Request)
 		return invalid(req.ID, "Invalid params: missing uri")
 	}
 	uri := *c.P.URI
-	notFound := func() engine.Reply {
-		return engine.Fail(req.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri})
-	}
 	h, opts, vars := s.resolve(req.Principal, uri)
 	if h == nil {
-		return notFound()
+		return resourceNotFound(req, uri)
 	}
+	p := s.cfg.policies[ReadResource]
+	if opts.policy != nil {
+		p = *opts.policy
+	} else if s.cfg.visible != nil {
+		p.Scope = mcp.ScopePrivate // what a read shows depends on who asks
+	}
+	return s.runRead(ctx, c, req, uri, vars, h, p)
+}
+
+// resourceNotFound is the error of a read of a resource there is none of.
+func resourceNotFound(req *Request, uri string) engine.Reply {
+	return engine.Fail(req.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri})
+}
+
+// runRead runs the resource handler h for uri and answers with its
+// contents, under the cache hint p unless the handler set its own.
+func (s *Server) runRead(ctx context.Context, c *engine.Call, req *Request, uri string, vars map[string]string, h ResourceHandler, p CachePolicy) engine.Reply {
 	if r := s.openState(c, req, uri, nil); r != nil {
 		return *r
 	}
@@ -212,21 +242,15 @@ func (s *Server) readResource(ctx context.Context, c *engine.Call, req *Request)
 	})
 	if err != nil {
 		if errors.Is(err, ErrResourceNotFound) {
-			return notFound()
+			return resourceNotFound(req, uri)
 		}
 		return s.handlerError(ctx, req, uri, nil, err)
 	}
 	if res == nil || len(res.Contents) == 0 {
-		return notFound()
-	}
-	p := s.cfg.policies[ReadResource]
-	if opts.policy != nil {
-		p = *opts.policy
+		return resourceNotFound(req, uri)
 	}
 	if rreq.policy != nil {
 		p = *rreq.policy
-	} else if opts.policy == nil && s.cfg.visible != nil {
-		p.Scope = mcp.ScopePrivate // what a read shows depends on who asks
 	}
 	body, meta := *res, res.Meta
 	body.Meta = nil
@@ -259,11 +283,17 @@ func (s *Server) completeCall(ctx context.Context, c *engine.Call, req *Request)
 	default:
 		return invalid(req.ID, "Invalid params: unknown ref type "+strconv.Quote(ref.Type))
 	}
+	return s.runComplete(ctx, c, req, ref, s.completer())
+}
+
+// runComplete runs a completion handler h for ref and answers with what
+// it found: at most 100 values, and hasMore when there were more.
+func (s *Server) runComplete(ctx context.Context, c *engine.Call, req *Request, ref mcp.CompleteRef, h CompleteHandler) engine.Reply {
 	creq := &CompleteRequest{Request: *req, Ref: ref, Argument: *c.P.Argument}
 	if c.P.Context != nil {
 		creq.Context = *c.P.Context
 	}
-	comp, err := s.completer()(context.WithValue(ctx, ctxKey{}, &creq.Request), creq)
+	comp, err := h(context.WithValue(ctx, ctxKey{}, &creq.Request), creq)
 	if err != nil {
 		return s.handlerError(ctx, req, "", nil, err)
 	}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"time"
 
@@ -192,32 +191,11 @@ func (s *Server) originPrompt(ctx context.Context, c *engine.Call, req *Request)
 	if c.P.Name == nil {
 		return invalid(req.ID, "Invalid params: missing prompt name")
 	}
-	name := *c.P.Name
-	var args map[string]string
-	if len(c.P.Arguments) > 0 && string(c.P.Arguments) != "null" {
-		if err := jsonrpc.UnmarshalParams(c.P.Arguments, &args); err != nil {
-			return invalid(req.ID, "Invalid params: prompt arguments must be an object of strings")
-		}
+	args, bad := promptArgs(c, req)
+	if bad != nil {
+		return *bad
 	}
-	if r := s.openState(c, req, name, c.P.Arguments); r != nil {
-		return *r
-	}
-	preq := &PromptRequest{Request: *req, Arguments: args}
-	res, err := withInput(ctx, &preq.Request, func() (*mcp.GetPromptResult, error) {
-		return s.cfg.origin.GetPrompt(context.WithValue(ctx, ctxKey{}, &preq.Request), preq)
-	})
-	if err != nil {
-		return s.handlerError(ctx, req, name, c.P.Arguments, err)
-	}
-	if res == nil {
-		res = &mcp.GetPromptResult{}
-	}
-	if res.Messages == nil {
-		res.Messages = []mcp.PromptMessage{}
-	}
-	body, meta := *res, res.Meta
-	body.Meta = nil
-	return s.reply(req, &body, engine.Tail{Meta: meta})
+	return s.runPrompt(ctx, c, req, *c.P.Name, args, s.cfg.origin.GetPrompt)
 }
 
 // originRead runs a resources/read through the origin.
@@ -225,30 +203,7 @@ func (s *Server) originRead(ctx context.Context, c *engine.Call, req *Request) e
 	if c.P.URI == nil {
 		return invalid(req.ID, "Invalid params: missing uri")
 	}
-	uri := *c.P.URI
-	if r := s.openState(c, req, uri, nil); r != nil {
-		return *r
-	}
-	rreq := &ResourceRequest{Request: *req, URI: uri}
-	res, err := withInput(ctx, &rreq.Request, func() (*mcp.ReadResourceResult, error) {
-		return s.cfg.origin.ReadResource(context.WithValue(ctx, ctxKey{}, &rreq.Request), rreq)
-	})
-	if err != nil {
-		if errors.Is(err, ErrResourceNotFound) {
-			return engine.Fail(req.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri})
-		}
-		return s.handlerError(ctx, req, uri, nil, err)
-	}
-	if res == nil || len(res.Contents) == 0 {
-		return engine.Fail(req.ID, jsonrpc.CodeInvalidParams, "Resource not found", map[string]string{"uri": uri})
-	}
-	p := s.cfg.policies[ReadResource]
-	if rreq.policy != nil {
-		p = *rreq.policy
-	}
-	body, meta := *res, res.Meta
-	body.Meta = nil
-	return s.reply(req, &body, engine.Tail{Hint: p.hint(), Meta: meta})
+	return s.runRead(ctx, c, req, *c.P.URI, nil, s.cfg.origin.ReadResource, s.cfg.policies[ReadResource])
 }
 
 // originComplete runs a completion/complete through the origin.
@@ -256,27 +211,7 @@ func (s *Server) originComplete(ctx context.Context, c *engine.Call, req *Reques
 	if c.P.Ref == nil || c.P.Argument == nil {
 		return invalid(req.ID, "Invalid params: ref and argument are required")
 	}
-	creq := &CompleteRequest{Request: *req, Ref: *c.P.Ref, Argument: *c.P.Argument}
-	if c.P.Context != nil {
-		creq.Context = *c.P.Context
-	}
-	comp, err := s.cfg.origin.Complete(context.WithValue(ctx, ctxKey{}, &creq.Request), creq)
-	if err != nil {
-		return s.handlerError(ctx, req, "", nil, err)
-	}
-	if comp == nil {
-		comp = &mcp.Completion{}
-	}
-	if comp.Values == nil {
-		comp.Values = []string{}
-	}
-	if len(comp.Values) > 100 {
-		comp.Values = comp.Values[:100]
-		comp.HasMore = true
-	}
-	return s.reply(req, struct {
-		Completion *mcp.Completion `json:"completion"`
-	}{comp}, engine.Tail{})
+	return s.runComplete(ctx, c, req, *c.P.Ref, s.cfg.origin.Complete)
 }
 
 // kindOf is the hub kind under which list l's changes are told.

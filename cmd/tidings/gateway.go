@@ -127,16 +127,12 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 		opts = append(opts, server.WithSecret(cfg.secret))
 	}
 	if cfg.bus != "" {
-		b, err := openBus(ctx, cfg.bus, cfg.secret, log)
+		b, err := joinBus(ctx, cfg, log, obs)
 		if err != nil {
 			return err
 		}
 		defer b.Close()
-		if err := obs.watchBus(b); err != nil {
-			return err
-		}
 		opts = append(opts, server.WithBus(b))
-		log.Info("joined the bus", "origin", b.Stats().Origin)
 	}
 	g, err := gateway.New(ctx, gcfg, gateway.WithLogger(log), gateway.WithServerOptions(opts...))
 	if err != nil {

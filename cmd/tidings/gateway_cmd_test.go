@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,45 +50,8 @@ func TestGatewayCommand(t *testing.T) {
 	}
 	write("upstreams:\n" + upstream("docs", docs))
 
-	cmd := exec.Command(bin, "gateway", "--config", cfgFile, "--addr", "127.0.0.1:0")
-	stderrPipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var stderr testkit.SyncBuffer
-	urls := make(chan string, 1)
-	stderrDone := make(chan struct{})
-	go func() {
-		defer close(stderrDone)
-		sc := bufio.NewScanner(stderrPipe)
-		for sc.Scan() {
-			stderr.Write(append(sc.Bytes(), '\n'))
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case urls <- m[1]:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderrPipe)
-	}()
-	exited := false
-	defer func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			<-stderrDone
-			_ = cmd.Wait()
-		}
-	}()
-	var url string
-	select {
-	case url = <-urls:
-	case <-stderrDone:
-		t.Fatalf("the gateway exited before listening:\n%s", stderr.String())
-	}
+	p := startListening(t, exec.Command(bin, "gateway", "--config", cfgFile, "--addr", "127.0.0.1:0"))
+	url, stderr := p.url, p.stderr
 
 	c := client.NewHTTP(url)
 	defer c.Close()
@@ -138,13 +99,10 @@ func TestGatewayCommand(t *testing.T) {
 		t.Fatalf("after a refused reload the tools are %v", got)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-stderrDone
-	err = cmd.Wait()
-	exited = true
-	if err != nil {
-		t.Fatalf("the gateway exited with %v:\n%s", err, stderr.String())
+	if code := p.exit(t); code != 0 {
+		t.Fatalf("the gateway exited with status %d after SIGTERM", code)
 	}
 }

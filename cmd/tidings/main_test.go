@@ -226,49 +226,8 @@ func testHTTP(t *testing.T, bin string) {
 	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", "--dir", dir, "--addr", "127.0.0.1:0")
-	stderrPipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var stderr testkit.SyncBuffer
-	urls := make(chan string, 1)
-	stderrDone := make(chan struct{})
-	go func() {
-		defer close(stderrDone)
-		sc := bufio.NewScanner(stderrPipe)
-		for sc.Scan() {
-			stderr.Write(append(sc.Bytes(), '\n'))
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case urls <- m[1]:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderrPipe)
-	}()
-	exited := false
-	defer func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			<-stderrDone
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("stderr:\n%s", stderr.String())
-		}
-	}()
-
-	var url string
-	select {
-	case url = <-urls:
-	case <-time.After(wait):
-		t.Fatal("no listening line on stderr")
-	}
+	p := startListening(t, exec.Command(bin, "serve", "--dir", dir, "--addr", "127.0.0.1:0"))
+	url := p.url
 	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/mcp") || strings.HasSuffix(url, ":0/mcp") {
 		t.Fatalf("listening URL %q does not name the real port", url)
 	}
@@ -385,7 +344,7 @@ func testHTTP(t *testing.T, bin string) {
 		t.Errorf("/readyz: %d %s", code, body)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	ev, err = events.Next()
@@ -396,13 +355,78 @@ func testHTTP(t *testing.T, bin string) {
 	if err := json.Unmarshal(ev.Data, &m); err != nil || m.ID != "l" || m.Result["resultType"] != mcp.ResultComplete {
 		t.Fatalf("last event %s (%v), want the complete result", ev.Data, err)
 	}
-	select {
-	case <-stderrDone:
-	case <-time.After(wait):
-		t.Fatal("the process did not exit after SIGTERM")
-	}
-	exited = true
-	if code := waitExit(t, cmd); code != 0 {
+	if code := p.exit(t); code != 0 {
 		t.Fatalf("exit status %d after SIGTERM", code)
 	}
+}
+
+// listeningProc is a tidings process serving HTTP (see startListening).
+type listeningProc struct {
+	cmd *exec.Cmd
+	// url is what its "listening on" line named.
+	url    string
+	stderr *testkit.SyncBuffer
+	// done is closed when its stderr ends: it is exiting.
+	done   chan struct{}
+	exited bool
+}
+
+// startListening starts cmd and waits for the URL its log says it
+// listens on. The process is killed when the test ends unless it exited
+// (exit), and its stderr is shown if the test failed.
+func startListening(t *testing.T, cmd *exec.Cmd) *listeningProc {
+	t.Helper()
+	stderrPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &listeningProc{cmd: cmd, stderr: &testkit.SyncBuffer{}, done: make(chan struct{})}
+	urls := make(chan string, 1)
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stderrPipe)
+		for sc.Scan() {
+			p.stderr.Write(append(sc.Bytes(), '\n'))
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderrPipe)
+	}()
+	t.Cleanup(func() {
+		if !p.exited {
+			_ = cmd.Process.Kill()
+			<-p.done
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("stderr:\n%s", p.stderr.String())
+		}
+	})
+	select {
+	case p.url = <-urls:
+	case <-p.done:
+		t.Fatal("the process exited before it listened")
+	case <-time.After(wait):
+		t.Fatal("no listening line on stderr")
+	}
+	return p
+}
+
+// exit waits for the process to exit, and returns its status.
+func (p *listeningProc) exit(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+		t.Fatal("the process did not exit")
+	}
+	p.exited = true
+	return waitExit(t, p.cmd)
 }

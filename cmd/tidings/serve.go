@@ -377,22 +377,14 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		opts = append(opts, server.WithSecret(cfg.secret))
 	}
 	if cfg.bus != "" {
-		b, err := openBus(ctx, cfg.bus, cfg.secret, log)
+		b, err := joinBus(ctx, cfg, log, obs)
 		if err != nil {
 			return err
 		}
 		// The server closes the bus at shutdown; this covers the ways out
 		// before it (closing twice is harmless).
 		defer b.Close()
-		if err := obs.watchBus(b); err != nil {
-			return err
-		}
 		opts = append(opts, server.WithBus(b))
-		if cfg.secret == nil {
-			log.Warn("joined a bus without a shared key: cursors from one replica are refused by the others, " +
-				"and bus messages are not signed; set --secret-file or TIDINGS_SECRET")
-		}
-		log.Info("joined the bus", "origin", b.Stats().Origin)
 	}
 	srv := server.New(
 		mcp.Implementation{Name: "tidings", Title: "tidings directory server", Version: version()},
@@ -443,6 +435,25 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 		return cause
 	}
 	return nil
+}
+
+// joinBus opens the bus cfg names, with its metrics, for a replica of
+// serve or of the gateway.
+func joinBus(ctx context.Context, cfg serveConfig, log *slog.Logger, obs *observability) (bus.Bus, error) {
+	b, err := openBus(ctx, cfg.bus, cfg.secret, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := obs.watchBus(b); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	if cfg.secret == nil {
+		log.Warn("joined a bus without a shared key: cursors from one replica are refused by the others, " +
+			"and bus messages are not signed; set --secret-file or TIDINGS_SECRET")
+	}
+	log.Info("joined the bus", "origin", b.Stats().Origin)
+	return b, nil
 }
 
 // shutdown ends every open listen with its complete result.
