@@ -10,7 +10,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/spf13/cobra"
@@ -23,7 +22,8 @@ import (
 // newGatewayCmd is `tidings gateway`: many servers behind one endpoint.
 func newGatewayCmd() *cobra.Command {
 	var cfg serveConfig
-	var file, level, logFormat, secretFile string
+	var ep endpointFlags
+	var file string
 	cmd := &cobra.Command{
 		Use:   "gateway --config FILE [--addr HOST:PORT | --stdio]",
 		Short: "Serve many MCP servers behind one endpoint",
@@ -71,44 +71,18 @@ replicas do: a change one hears of is told to listeners on all.
 			if file == "" {
 				return errors.New("--config is required: the YAML file that names the upstreams")
 			}
-			if err := checkConnectionLimits(cmd, cfg.stdio); err != nil {
-				return err
-			}
-			log, err := newLogger(cmd.ErrOrStderr(), logFormat, level)
+			log, ctx, stop, err := ep.start(cmd, &cfg)
 			if err != nil {
 				return err
 			}
-			if cfg.secret, err = serveSecret(secretFile, os.Getenv("TIDINGS_SECRET")); err != nil {
-				return err
-			}
-			if !cmd.Flags().Changed("bus") {
-				cfg.bus = os.Getenv("TIDINGS_BUS")
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runGateway(ctx, cfg, file, log, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&file, "config", "", "the YAML file naming the upstreams (see above)")
-	f.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on for Streamable HTTP; port 0 picks a free port")
-	f.BoolVar(&cfg.stdio, "stdio", false, "serve over stdin and stdout instead of HTTP")
-	f.StringArrayVar(&cfg.allowedHosts, "allowed-host", nil, "accept this Host header besides loopback names (repeatable); needed when serving on a non-loopback address")
-	f.StringArrayVar(&cfg.allowedOrigins, "allowed-origin", nil, "accept browser requests from this origin besides loopback ones (repeatable)")
-	f.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
-	f.StringVar(&level, "log-level", "info", "log level: debug (adds a line per request), info, warn or error")
-	f.StringVar(&logFormat, "log-format", "text", "log format: text, or json for one object per line")
-	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
-	f.StringVar(&cfg.authAudience, "auth-audience", "", "this gateway's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
-	f.StringArrayVar(&cfg.authScopes, "auth-scope", nil, "scope every request's token must grant (repeatable)")
 	f.StringVar(&cfg.bus, "bus", "", "join the other gateway replicas on this bus (as serve's --bus; default $TIDINGS_BUS)")
-	f.StringVar(&secretFile, "secret-file", "", "file holding the key that seals cursors, the same on every replica (or set TIDINGS_SECRET); at least 32 bytes")
-	cfg.limits.register(f)
-	cmd.MarkFlagsMutuallyExclusive("stdio", "auth-issuer")
-	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
-	cmd.MarkFlagsMutuallyExclusive("stdio", "max-sessions")
-	cmd.MarkFlagsMutuallyExclusive("stdio", "max-sessions-per-principal")
-	cfg.conns.register(cmd)
+	ep.register(cmd, &cfg, "gateway")
 	return cmd
 }
 

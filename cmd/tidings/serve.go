@@ -11,10 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -128,7 +126,7 @@ func serveDir(flagDir string, flagSet bool, args []string) (string, error) {
 
 func newServeCmd() *cobra.Command {
 	var cfg serveConfig
-	var level, logFormat, secretFile string
+	var ep endpointFlags
 	cmd := &cobra.Command{
 		Use:   "serve (DIR | --dir DIR) [--addr HOST:PORT | --stdio]",
 		Short: "Serve a directory as live MCP resources",
@@ -201,36 +199,20 @@ tidings_bus_failovers_total counts its moves to another server.
 			if err := checkToolLimits(cfg); err != nil {
 				return err
 			}
-			if err := checkConnectionLimits(cmd, cfg.stdio); err != nil {
-				return err
-			}
 			if _, err := gitignore.Compile(cfg.exclude); err != nil {
 				return fmt.Errorf("--exclude: %w", err)
 			}
-			log, err := newLogger(cmd.ErrOrStderr(), logFormat, level)
+			log, ctx, stop, err := ep.start(cmd, &cfg)
 			if err != nil {
 				return err
 			}
-			if cfg.secret, err = serveSecret(secretFile, os.Getenv("TIDINGS_SECRET")); err != nil {
-				return err
-			}
-			if !cmd.Flags().Changed("bus") {
-				cfg.bus = os.Getenv("TIDINGS_BUS")
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runServe(ctx, cfg, log, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
+	ep.register(cmd, &cfg, "server")
 	f.StringVar(&cfg.dir, "dir", "", "directory to serve (or give it as the argument); \".\" is the current directory")
-	f.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "address to listen on for Streamable HTTP; port 0 picks a free port")
-	f.BoolVar(&cfg.stdio, "stdio", false, "serve over stdin and stdout instead of HTTP")
-	f.StringArrayVar(&cfg.allowedHosts, "allowed-host", nil, "accept this Host header besides loopback names (repeatable); needed when serving on a non-loopback address")
-	f.StringArrayVar(&cfg.allowedOrigins, "allowed-origin", nil, "accept browser requests from this origin besides loopback ones, e.g. https://app.example.com (repeatable)")
-	f.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
-	f.StringVar(&level, "log-level", "info", "log level: debug (adds a line per request), info, warn or error")
-	f.StringVar(&logFormat, "log-format", "text", "log format: text, or json for one object per line")
 	f.IntVar(&cfg.maxFiles, "max-files", dirsource.DefaultMaxFiles, "most files listed; beyond it the list says it is partial")
 	cfg.maxRead, cfg.maxSearch, cfg.searchBudget = dirsource.DefaultMaxReadBytes, dirsource.DefaultMaxSearchBytes, dirsource.DefaultSearchBudget
 	f.Var(&cfg.maxRead, "max-read-bytes", "largest file resources/read returns")
@@ -242,21 +224,7 @@ tidings_bus_failovers_total counts its moves to another server.
 	f.StringArrayVar(&cfg.exclude, "exclude", nil, "leave out what this .gitignore-style pattern matches, from DIR, e.g. '*.tmp' or 'dist/' (repeatable)")
 	f.BoolVar(&cfg.noGitignore, "no-gitignore", false, "serve what DIR's .gitignore files exclude too")
 	f.DurationVar(&cfg.rootGrace, "root-grace", dirsource.DefaultRootGrace, "how long DIR may be missing before serve exits with an error; 0 exits at once, a negative value waits forever")
-	f.StringVar(&cfg.authIssuer, "auth-issuer", "", "require OAuth bearer tokens (JWTs) from this issuer on /mcp")
-	f.StringVar(&cfg.authAudience, "auth-audience", "", "this server's canonical URL, the audience tokens must name (default http://ADDR/mcp)")
-	f.StringArrayVar(&cfg.authScopes, "auth-scope", nil, "scope every request's token must grant (repeatable)")
 	f.StringVar(&cfg.bus, "bus", "", "join the other replicas on this bus: nats://HOST:PORT[,nats://HOST:PORT...][/SUBJECT], redis://HOST:PORT[/DB][?channel=NAME] or redis+sentinel://HOST:PORT,.../MASTER[/DB] (default $TIDINGS_BUS)")
-	cfg.limits.register(f)
-	f.StringVar(&secretFile, "secret-file", "", "file holding the key that seals cursors, the same on every replica (or set TIDINGS_SECRET); at least 32 bytes")
-	cmd.MarkFlagsMutuallyExclusive("stdio", "auth-issuer")
-	cmd.MarkFlagsMutuallyExclusive("stdio", "addr")
-	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-host")
-	cmd.MarkFlagsMutuallyExclusive("stdio", "allowed-origin")
-	// 2025-11-25 sessions of their own exist over HTTP alone: a stdio
-	// connection is its one session.
-	cmd.MarkFlagsMutuallyExclusive("stdio", "max-sessions")
-	cmd.MarkFlagsMutuallyExclusive("stdio", "max-sessions-per-principal")
-	cfg.conns.register(cmd)
 	return cmd
 }
 

@@ -56,11 +56,11 @@ type Session struct {
 	// subscribes to: they are the session's to keep, stream or none.
 	follows engine.Lease
 
-	mu        sync.Mutex
-	logLevel  int
-	uris      map[string]bool
+	mu       sync.Mutex
+	logLevel int
+	uris     map[string]bool
 	// unfollow ends the server's following of each URI in uris.
-	unfollow map[string]func()
+	unfollow  map[string]func()
 	pending   map[string]chan *jsonrpc.Message
 	inflight  map[string]context.CancelFunc
 	streaming bool
