@@ -334,10 +334,17 @@ func served(t *testing.T, c *http.Client, base string) {
 	}
 }
 
-// metric scrapes one series from /metrics.
+// metric scrapes one series from /metrics. A scrape that fails is made
+// once more on a new connection: the server may have just closed the
+// kept-alive one as the connection idle longest, which it does on
+// purpose here, and a request that meets that close gets EOF.
 func metric(t *testing.T, c *http.Client, base, series string) float64 {
 	t.Helper()
 	resp, err := c.Get(base + "/metrics")
+	if err != nil {
+		c.CloseIdleConnections()
+		resp, err = c.Get(base + "/metrics")
+	}
 	if err != nil {
 		t.Fatalf("/metrics: %v", err)
 	}
