@@ -150,7 +150,7 @@ func TestUpdateOfSubResource(t *testing.T) {
 		{"exact://u", []string{"exact://u"}},
 		{"other://z", nil},
 	} {
-		w := &Watcher{c: c, opts: WatchOptions{URIs: followed}, dirty: map[string]bool{}, wake: make(chan struct{}, 1)}
+		w := &Watcher{c: c, opts: WatchOptions{URIs: followed}, dirty: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 		before := map[string]uint64{}
 		for _, u := range followed {
 			before[u] = c.cache.gen(topicResource + u)

@@ -80,8 +80,13 @@ func (k EventKind) String() string {
 
 // Event is one thing a Watcher observed.
 type Event struct {
-	Kind     EventKind
-	At       time.Time
+	Kind EventKind
+	// At is when the event was reported.
+	At time.Time
+	// Since, on a change, is when the watcher first learnt the topic
+	// might have changed — a notification, a poll or a reconnection —
+	// so that At - Since is how long finding out what changed took.
+	Since    time.Time
 	URI      string
 	Added    []string
 	Removed  []string
@@ -135,7 +140,7 @@ type Watcher struct {
 	stats struct{ notes, rereads, reconnects atomic.Int64 }
 
 	mu     sync.Mutex
-	dirty  map[string]bool
+	dirty  map[string]time.Time // topics to re-read, and since when
 	polled map[string]bool
 	// pollFails counts the consecutive failed re-reads of each polled
 	// topic; polling slows down while any of them keeps failing.
@@ -166,7 +171,7 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) *Watcher {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watcher{
 		c: c, opts: opts, cancel: cancel,
-		dirty: map[string]bool{}, polled: map[string]bool{}, pollFails: map[string]int{},
+		dirty: map[string]time.Time{}, polled: map[string]bool{}, pollFails: map[string]int{},
 		seen: map[string]map[string][32]byte{},
 		wake: make(chan struct{}, 1), events: make(chan Event, 64),
 	}
@@ -254,9 +259,12 @@ func (w *Watcher) deliverLoop(ctx context.Context) {
 // markDirty schedules topics for a re-read; bursts coalesce because the
 // set only records that a topic is dirty, not how often.
 func (w *Watcher) markDirty(topics ...string) {
+	now := w.c.cfg.now()
 	w.mu.Lock()
 	for _, t := range topics {
-		w.dirty[t] = true
+		if _, ok := w.dirty[t]; !ok {
+			w.dirty[t] = now
+		}
 	}
 	w.mu.Unlock()
 	select {
@@ -642,8 +650,10 @@ func (w *Watcher) rereadLoop(ctx context.Context) {
 		}
 		w.mu.Lock()
 		topics := make([]string, 0, len(w.dirty))
-		for t := range w.dirty {
+		since := make(map[string]time.Time, len(w.dirty))
+		for t, at := range w.dirty {
 			topics = append(topics, t)
+			since[t] = at
 		}
 		clear(w.dirty)
 		w.mu.Unlock()
@@ -652,14 +662,14 @@ func (w *Watcher) rereadLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			w.reread(ctx, t)
+			w.reread(ctx, t, since[t])
 		}
 	}
 }
 
 // reread reads one topic through the normal path and reports what changed
 // by content since the last read.
-func (w *Watcher) reread(ctx context.Context, topic string) {
+func (w *Watcher) reread(ctx context.Context, topic string, since time.Time) {
 	w.stats.rereads.Add(1)
 	items := map[string][32]byte{}
 	var kind EventKind
@@ -756,5 +766,6 @@ func (w *Watcher) reread(ctx context.Context, topic string) {
 	if kind == ResourceUpdated {
 		e.URI = topic[len(topicResource):]
 	}
+	e.Since = since
 	w.emit(ctx, e)
 }

@@ -622,8 +622,9 @@ type UpstreamStats struct {
 	// upstream, Hits the answers served from what it kept, Misses those
 	// it had to ask for, and Failures the asks that failed.
 	Requests, Hits, Misses, Failures int64
-	// Lag is how long the latest change took from the upstream's
-	// notification to the gateway's own listeners being told.
+	// Lag is how long the latest change took from the upstream's word
+	// (its notification, or a poll or reconnection that found it) to the
+	// gateway's own listeners being told: the re-read in between.
 	Lag time.Duration
 }
 

@@ -190,7 +190,7 @@ func TestPrivateListIsFetchedForEachCaller(t *testing.T) {
 
 func TestChangeIsToldThroughOneUpstreamListen(t *testing.T) {
 	a, b, cfg := twoUpstreams(t, mcp.ScopePublic)
-	_, url := startGateway(t, cfg)
+	g, url := startGateway(t, cfg)
 	testkit.WaitFor(t, waitTimeout, "one listen on each upstream", func() bool {
 		return a.srv.ListenStats().Listens == 1 && b.srv.ListenStats().Listens == 1
 	})
@@ -207,6 +207,12 @@ func TestChangeIsToldThroughOneUpstreamListen(t *testing.T) {
 	e := waitEvent(t, events, client.ToolsChanged)
 	if !slices.Equal(e.Added, []string{"a_mul"}) {
 		t.Fatalf("added %v, want [a_mul]", e.Added)
+	}
+	if e.Since.IsZero() || e.Since.After(e.At) {
+		t.Fatalf("the change was learnt of at %v and reported at %v", e.Since, e.At)
+	}
+	if lag := g.Stats()[0].Lag; lag <= 0 || lag > waitTimeout {
+		t.Fatalf("the gateway's lag for a is %v", lag)
 	}
 	// The same name with another schema is a change too.
 	addEcho(t, a.srv, "mul", `{"type":"object","properties":{"x":{"type":"number"}}}`)

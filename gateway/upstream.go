@@ -314,12 +314,11 @@ func (u *upstream) event(e client.Event) {
 		keys := u.keysOf(i, e)
 		u.forget(i)
 		u.g.srv.ListChanged(listsOf[i], keys...)
-		if !e.At.IsZero() {
-			u.st.lastLagNanos.Store(int64(time.Since(e.At)))
-		}
+		u.lag(e)
 	case client.ResourceUpdated:
 		u.g.forgetRead(e.URI)
 		u.g.srv.ResourceUpdated(e.URI)
+		u.lag(e)
 	case client.Connected:
 		u.setDown(false, nil)
 	case client.Disconnected:
@@ -333,6 +332,14 @@ func (u *upstream) event(e client.Event) {
 		}
 	case client.ReadFailed:
 		u.log.Debug("re-read failed", "err", e.Err)
+	}
+}
+
+// lag records how long the change e reports took from the upstream's
+// word to this gateway's listeners being told: the re-read in between.
+func (u *upstream) lag(e client.Event) {
+	if !e.Since.IsZero() {
+		u.st.lastLagNanos.Store(int64(u.g.now().Sub(e.Since)))
 	}
 }
 
