@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sort"
 	"strconv"
 	"sync"
@@ -219,7 +220,7 @@ func (g *Gateway) Reload(ctx context.Context, cfg Config) error {
 		u.start(g.ctx)
 	}
 	g.mu.Lock()
-	same := len(started) == 0 && len(kept) == len(old) && fmt.Sprint(g.cfg.Callers) == fmt.Sprint(cfg.Callers) &&
+	same := len(started) == 0 && len(kept) == len(old) && reflect.DeepEqual(g.cfg.Callers, cfg.Callers) &&
 		g.cfg.maxTTL() == cfg.maxTTL() && g.cfg.pageSize() == cfg.pageSize()
 	g.cfg = cfg
 	g.ups = next
@@ -241,12 +242,16 @@ func (g *Gateway) Reload(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// sameUpstream reports whether two settings of an upstream connect to it
-// alike, so that its client and listen can be kept.
+// sameUpstream reports whether two settings of an upstream are alike, so
+// that its client, listen and what it kept can be kept.
 func sameUpstream(a, b Upstream) bool {
-	ap, bp := a.prefix(), b.prefix()
-	return a.URL == b.URL && fmt.Sprint(a.Command) == fmt.Sprint(b.Command) && ap == bp &&
-		fmt.Sprint(a.Include, a.Exclude) == fmt.Sprint(b.Include, b.Exclude) && a.Auth == b.Auth && a.Protocol == b.Protocol
+	return a.prefix() == b.prefix() && reflect.DeepEqual(a.withoutPrefix(), b.withoutPrefix())
+}
+
+// withoutPrefix is u with its prefix unset, to compare the rest.
+func (u Upstream) withoutPrefix() Upstream {
+	u.Prefix = nil
+	return u
 }
 
 // checkClashes reads the tool and prompt lists of ups and reports a name
@@ -255,7 +260,11 @@ func (g *Gateway) checkClashes(ctx context.Context, ups []*upstream) error {
 	for _, i := range []int{listIndex(server.ListTools), listIndex(server.ListPrompts)} {
 		owner := map[string]string{}
 		for _, u := range ups {
-			v, err := u.list(ctx, i, "")
+			// One that does not answer soon is left for later, so that
+			// it holds up neither the start nor a reload.
+			lctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			v, err := u.list(lctx, i, "")
+			cancel()
 			if err != nil {
 				u.log.Warn("upstream did not answer; its items are left out until it does", "err", err)
 				continue

@@ -235,8 +235,9 @@ func (u *upstream) start(ctx context.Context) {
 	}()
 }
 
-// listen opens the upstream's one listen, following every list and uris,
-// and closes the one it replaces once it is open.
+// listen opens the upstream's one listen, following the lists the
+// upstream offers and uris, and closes the one it replaces: the new
+// listen's first reads find whatever changed in between.
 func (u *upstream) listen(ctx context.Context, uris []string) {
 	// A new listen's first read of each list reports every item as
 	// added: it is a baseline, told only where it differs from what the
@@ -407,17 +408,15 @@ func (u *upstream) setDown(down bool, err error) {
 	} else {
 		u.log.Info("upstream is back")
 	}
-	u.forgetAll(true)
+	u.forgetAll()
 }
 
-// forgetAll drops every list, and tells listeners when tell is set: the
-// upstream went down or came back, and its items left or return.
-func (u *upstream) forgetAll(tell bool) {
+// forgetAll drops every list and tells every listener: the upstream
+// went down or came back, and its items left or return.
+func (u *upstream) forgetAll() {
 	for i := range listsOf {
 		u.forget(i)
-		if tell {
-			u.g.srv.ListChanged(listsOf[i])
-		}
+		u.g.srv.ListChanged(listsOf[i])
 	}
 }
 
