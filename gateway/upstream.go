@@ -589,7 +589,7 @@ const maxPages = 100
 
 // fetchPages walks list i page by page, past every cache.
 func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value, keys []string, expires time.Time, scope mcp.CacheScope, err error) {
-	method, field, keyField := listMethod(listsOf[i])
+	method, _, _ := listMethod(listsOf[i])
 	// A 2025-11-25 answer carries no cache hints, whatever members it
 	// holds (go-sdk adds both): as the client does, it is private, and
 	// fresh while the upstream's listen is up and announces the list.
@@ -611,33 +611,11 @@ func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value,
 		if rerr != nil {
 			return nil, nil, time.Time{}, "", rerr
 		}
-		var p struct {
-			NextCursor string         `json:"nextCursor"`
-			TTL        *int64         `json:"ttlMs"`
-			Scope      mcp.CacheScope `json:"cacheScope"`
-		}
-		if err := jsonrpc.UnmarshalParams(res, &p); err != nil {
+		p, err := decodePage(res, listsOf[i])
+		if err != nil {
 			return nil, nil, time.Time{}, "", fmt.Errorf("%s: %w", method, err)
 		}
-		var all map[string]jsontext.Value
-		if err := jsonrpc.UnmarshalParams(res, &all); err != nil {
-			return nil, nil, time.Time{}, "", fmt.Errorf("%s: %w", method, err)
-		}
-		var list []map[string]jsontext.Value
-		if err := jsonrpc.UnmarshalParams(all[field], &list); err != nil {
-			return nil, nil, time.Time{}, "", fmt.Errorf("%s: %s: %w", method, field, err)
-		}
-		for _, it := range list {
-			var k string
-			if jsonrpc.UnmarshalParams(it[keyField], &k) != nil || k == "" {
-				continue
-			}
-			b, merr := jsonrpc.Marshal(it)
-			if merr != nil {
-				continue
-			}
-			raw, keys = append(raw, b), append(keys, k)
-		}
+		raw, keys = append(raw, p.items...), append(keys, p.keys...)
 		if legacy {
 			p.TTL, p.Scope = nil, mcp.ScopePrivate
 		}
@@ -659,6 +637,77 @@ func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value,
 		}
 		cursor = p.NextCursor
 	}
+}
+
+// page is one page of an upstream's list, as the gateway reads it.
+type page struct {
+	items      []jsontext.Value // each item, encoded again from its type
+	keys       []string         // each item's name or URI
+	NextCursor string           `json:"nextCursor"`
+	TTL        *int64           `json:"ttlMs"`
+	Scope      mcp.CacheScope   `json:"cacheScope"`
+}
+
+// decodePage reads one page of list l as an upstream sent it. Items are
+// decoded into their types and encoded again, as the client's cache has
+// them, so that members the protocol does not define do not pass; an
+// item without its name or URI is left out.
+func decodePage(res jsontext.Value, l server.List) (*page, error) {
+	var p page
+	if err := jsonrpc.UnmarshalParams(res, &p); err != nil {
+		return nil, err
+	}
+	add := func(k string, v any) {
+		if k == "" {
+			return
+		}
+		if b, err := jsonrpc.Marshal(v); err == nil {
+			p.items, p.keys = append(p.items, b), append(p.keys, k)
+		}
+	}
+	var err error
+	switch l {
+	case server.ListTools:
+		var r struct {
+			Tools []mcp.Tool `json:"tools"`
+		}
+		if err = jsonrpc.UnmarshalParams(res, &r); err == nil {
+			for _, t := range r.Tools {
+				add(t.Name, t)
+			}
+		}
+	case server.ListPrompts:
+		var r struct {
+			Prompts []mcp.Prompt `json:"prompts"`
+		}
+		if err = jsonrpc.UnmarshalParams(res, &r); err == nil {
+			for _, x := range r.Prompts {
+				add(x.Name, x)
+			}
+		}
+	case server.ListResources:
+		var r struct {
+			Resources []mcp.Resource `json:"resources"`
+		}
+		if err = jsonrpc.UnmarshalParams(res, &r); err == nil {
+			for _, x := range r.Resources {
+				add(x.URI, x)
+			}
+		}
+	default:
+		var r struct {
+			Templates []mcp.ResourceTemplate `json:"resourceTemplates"`
+		}
+		if err = jsonrpc.UnmarshalParams(res, &r); err == nil {
+			for _, x := range r.Templates {
+				add(x.URITemplate, x)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // announces reports whether the upstream's listen is up and was granted
