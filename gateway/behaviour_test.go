@@ -353,3 +353,18 @@ func TestLegacySubscribeFollowsTheUpstream(t *testing.T) {
 		return u.srv.ListenStats().URIs == 0
 	})
 }
+
+// TestMaxItemsCutsAList: an upstream that offers more than max_items has
+// the rest left out, and the cut is counted.
+func TestMaxItemsCutsAList(t *testing.T) {
+	a := startUpstream(t, mcp.ScopePublic, "t1", "t2", "t3", "t4", "t5")
+	g, url := startGateway(t, gateway.Config{MaxItems: 3, Upstreams: []gateway.Upstream{{ID: "a", URL: a.url}}})
+	c := client.NewHTTP(url)
+	defer c.Close()
+	if got, want := toolNames(t, c), []string{"a_t1", "a_t2", "a_t3"}; !slices.Equal(got, want) {
+		t.Fatalf("tools %v, want %v", got, want)
+	}
+	if g.Stats()[0].Cut == 0 {
+		t.Fatal("the cut is not counted")
+	}
+}

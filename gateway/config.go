@@ -44,6 +44,10 @@ type Config struct {
 	MaxTTL Duration `yaml:"max_ttl"`
 	// PageSize is how many items a page of a merged list holds (default 100).
 	PageSize int `yaml:"page_size"`
+	// MaxItems bounds what the gateway keeps of one upstream's list
+	// (default 10000): an upstream that offers more has the rest left
+	// out, logged and counted (tidings_gateway_lists_cut_total).
+	MaxItems int `yaml:"max_items"`
 }
 
 // Upstream is one server behind the gateway.
@@ -133,6 +137,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 const (
 	defaultMaxTTL   = 5 * time.Minute
 	defaultPageSize = 100
+	defaultMaxItems = 10000
 	maxIDLen        = 32
 	// prefixSeparator ends a default prefix. IDs never hold it.
 	prefixSeparator = "_"
@@ -170,6 +175,9 @@ func (c *Config) Check() error {
 	}
 	if c.PageSize < 0 {
 		return fmt.Errorf("page_size is %d; it must be positive", c.PageSize)
+	}
+	if c.MaxItems < 0 {
+		return fmt.Errorf("max_items is %d; it must be positive", c.MaxItems)
 	}
 	ids := map[string]bool{}
 	for i, u := range c.Upstreams {
@@ -274,6 +282,13 @@ func (c *Config) maxTTL() time.Duration {
 		return defaultMaxTTL
 	}
 	return time.Duration(c.MaxTTL)
+}
+
+func (c *Config) maxItems() int {
+	if c.MaxItems <= 0 {
+		return defaultMaxItems
+	}
+	return c.MaxItems
 }
 
 func (c *Config) pageSize() int {

@@ -44,7 +44,7 @@ import (
 
 // Gateway is a server in front of other servers. Make one with New.
 type Gateway struct {
-	cfg    Config
+	cfg    *Config // replaced whole by Reload, never changed in place
 	log    *slog.Logger
 	srv    *server.Server
 	now    func() time.Time
@@ -132,7 +132,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Gateway, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g := &Gateway{cfg: cfg, log: o.log, now: o.now, callers: map[string]*auth.Info{}, reads: map[string]*keptRead{}}
+	g := &Gateway{cfg: &cfg, log: o.log, now: o.now, callers: map[string]*auth.Info{}, reads: map[string]*keptRead{}}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	srvOpts := append([]server.Option{
 		server.WithCapabilities(server.Tools, server.Prompts, server.Resources, server.Completions),
@@ -222,7 +222,7 @@ func (g *Gateway) Reload(ctx context.Context, cfg Config) error {
 	g.mu.Lock()
 	same := len(started) == 0 && len(kept) == len(old) && reflect.DeepEqual(g.cfg.Callers, cfg.Callers) &&
 		g.cfg.maxTTL() == cfg.maxTTL() && g.cfg.pageSize() == cfg.pageSize()
-	g.cfg = cfg
+	g.cfg = &cfg
 	g.ups = next
 	g.mu.Unlock()
 	if same {
@@ -288,7 +288,14 @@ func (g *Gateway) checkClashes(ctx context.Context, ups []*upstream) error {
 func (g *Gateway) upstreams() ([]*upstream, *Config) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.ups, &g.cfg
+	return g.ups, g.cfg
+}
+
+// config returns the configuration in force.
+func (g *Gateway) config() *Config {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.cfg
 }
 
 // bump makes every merged list stale.
@@ -631,6 +638,8 @@ type UpstreamStats struct {
 	// upstream, Hits the answers served from what it kept, Misses those
 	// it had to ask for, and Failures the asks that failed.
 	Requests, Hits, Misses, Failures int64
+	// Cut counts the lists of the upstream cut at MaxItems.
+	Cut int64
 	// Lag is how long the latest change took from the upstream's word
 	// (its notification, or a poll or reconnection that found it) to the
 	// gateway's own listeners being told: the re-read in between.
@@ -645,7 +654,7 @@ func (g *Gateway) Stats() []UpstreamStats {
 	for _, u := range ups {
 		s := UpstreamStats{ID: u.cfg.ID, Up: !u.down.Load(),
 			Requests: u.st.requests.Load(), Hits: u.st.hits.Load(), Misses: u.st.misses.Load(),
-			Failures: u.st.failures.Load(), Lag: time.Duration(u.st.lastLagNanos.Load())}
+			Failures: u.st.failures.Load(), Cut: u.st.cut.Load(), Lag: time.Duration(u.st.lastLagNanos.Load())}
 		u.mu.Lock()
 		if u.watcher != nil && u.watcher.State() == client.Live {
 			s.Listens = 1

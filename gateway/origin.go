@@ -140,7 +140,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	}
 	ttl := time.Duration(0)
 	if rr.TTL != nil && *rr.TTL > 0 {
-		ttl = min(time.Duration(*rr.TTL)*time.Millisecond, g.cfg.maxTTL())
+		ttl = min(time.Duration(*rr.TTL)*time.Millisecond, g.config().maxTTL())
 	}
 	scope := mcp.ScopePrivate
 	_, cfg := g.upstreams()

@@ -29,6 +29,9 @@ var listsOf = [...]server.List{server.ListTools, server.ListPrompts, server.List
 
 const numLists = len(listsOf)
 
+// listNames name the lists in logs, in listsOf's order.
+var listNames = [numLists]string{"tools", "prompts", "resources", "resourceTemplates"}
+
 // listIndex is the index of l in listsOf, -1 for others.
 func listIndex(l server.List) int {
 	for i, x := range listsOf {
@@ -107,7 +110,9 @@ type upstream struct {
 // upstreamCounters are what Stats reports of an upstream.
 type upstreamCounters struct {
 	requests, hits, misses, failures atomic.Int64
-	lastLagNanos                     atomic.Int64
+	// cut counts lists cut at max_items.
+	cut          atomic.Int64
+	lastLagNanos atomic.Int64
 }
 
 // newUpstream connects (lazily) to the server cfg names.
@@ -521,12 +526,12 @@ func (u *upstream) fetch(ctx context.Context, i int, private bool) (*view, error
 	if errors.As(err, &rpc) && rpc.Code == jsonrpc.CodeMethodNotFound {
 		// An upstream that does not offer the list has none: it
 		// answered, so it is not down.
-		raw, keys, expires, scope, err = nil, nil, u.g.now().Add(u.g.cfg.maxTTL()), mcp.ScopePublic, nil
+		raw, keys, expires, scope, err = nil, nil, u.g.now().Add(u.g.config().maxTTL()), mcp.ScopePublic, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	limit := u.g.now().Add(u.g.cfg.maxTTL())
+	limit := u.g.now().Add(u.g.config().maxTTL())
 	if expires.After(limit) {
 		expires = limit
 	}
@@ -597,7 +602,7 @@ func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value,
 	legacy := era == client.EraLegacy
 	scope = mcp.ScopePublic
 	start := u.g.now()
-	expires = start.Add(u.g.cfg.maxTTL())
+	expires = start.Add(u.g.config().maxTTL())
 	var cursor string
 	for page := 0; ; page++ {
 		if page == maxPages {
@@ -616,13 +621,17 @@ func (u *upstream) fetchPages(ctx context.Context, i int) (raw []jsontext.Value,
 			return nil, nil, time.Time{}, "", fmt.Errorf("%s: %w", method, err)
 		}
 		raw, keys = append(raw, p.items...), append(keys, p.keys...)
+		if len(raw) > u.g.config().maxItems() {
+			// No more can be served: the walk stops here (build says so).
+			return raw, keys, expires, scope, nil
+		}
 		if legacy {
 			p.TTL, p.Scope = nil, mcp.ScopePrivate
 		}
 		ttl := time.Duration(0)
 		switch {
 		case legacy && u.announces(i):
-			ttl = u.g.cfg.maxTTL()
+			ttl = u.g.config().maxTTL()
 		case p.TTL != nil && *p.TTL > 0:
 			ttl = time.Duration(*p.TTL) * time.Millisecond
 		}
@@ -749,8 +758,14 @@ func listMethod(l server.List) (method, field, key string) {
 func (u *upstream) build(i int, raw []jsontext.Value, keys []string, expires time.Time, scope mcp.CacheScope) *view {
 	l := listsOf[i]
 	_, _, keyField := listMethod(l)
-	v := &view{expires: expires, scope: scope, byKey: make(map[string]int, len(raw))}
+	v := &view{expires: expires, scope: scope, byKey: make(map[string]int, min(len(raw), u.g.config().maxItems()))}
 	for j, b := range raw {
+		if len(v.items) == u.g.config().maxItems() {
+			u.st.cut.Add(1)
+			u.log.Warn("list cut at max_items: the rest of the upstream's items are left out", "list", listNames[i],
+				"max_items", u.g.config().maxItems(), "offered", len(raw))
+			break
+		}
 		orig := keys[j]
 		if len(u.cfg.Include) > 0 && !matchAny(u.cfg.Include, orig) || matchAny(u.cfg.Exclude, orig) {
 			continue

@@ -18,6 +18,7 @@ import (
 //	tidings_gateway_cache_hits_total{upstream="..."}           answers served from what the gateway kept: upstream requests saved
 //	tidings_gateway_cache_misses_total{upstream="..."}         answers the gateway had to ask for
 //	tidings_gateway_upstream_failures_total{upstream="..."}    asks that failed
+//	tidings_gateway_lists_cut_total{upstream="..."}            lists cut at max_items, the rest of their items left out
 //	tidings_gateway_notification_lag_seconds{upstream="..."}   the latest change's time from the upstream's word to the gateway's listeners
 //
 // tidings_listens_open (New) counts the callers' listens on the gateway
@@ -49,6 +50,8 @@ var gatewaySeries = []struct {
 		prometheus.CounterValue, func(s gateway.UpstreamStats) float64 { return float64(s.Misses) }},
 	{gatewayDesc("tidings_gateway_upstream_failures_total", "Lists and reads of the upstream that failed."),
 		prometheus.CounterValue, func(s gateway.UpstreamStats) float64 { return float64(s.Failures) }},
+	{gatewayDesc("tidings_gateway_lists_cut_total", "Lists of the upstream cut at the configuration's max_items, the rest of their items left out."),
+		prometheus.CounterValue, func(s gateway.UpstreamStats) float64 { return float64(s.Cut) }},
 	{gatewayDesc("tidings_gateway_notification_lag_seconds", "The latest change's time from the upstream's word to the gateway's listeners being told."),
 		prometheus.GaugeValue, func(s gateway.UpstreamStats) float64 { return s.Lag.Seconds() }},
 }

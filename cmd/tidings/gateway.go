@@ -46,7 +46,8 @@ FILE is YAML:
     - scope: admin
     - upstreams: [files]
       exclude: ["files_delete*"]
-  max_ttl: 1m                        # cap on ttlMs and on keeping answers
+  max_ttl: 1m                        # cap on ttlMs and on keeping answers (default 5m)
+  max_items: 10000                   # most items kept of one upstream's list (the default)
 
 Tool and prompt names get the upstream's prefix; resource URIs are kept.
 Two upstreams offering one name is an error, at start and at a reload.
