@@ -310,32 +310,31 @@ func (g *Gateway) forgetRead(uri string) {
 
 // ---- callers ----
 
-// noteCaller is middleware that learns each caller's rule from its
-// token, so that a change can later be told only to those who may see it.
+// noteCaller is middleware that remembers each caller's token, so that
+// a change can later be told only to those its rule lets see it.
 func (g *Gateway) noteCaller(next server.MethodHandler) server.MethodHandler {
 	return func(ctx context.Context, req *server.Request) error {
-		g.ruleFor(ctx, req.Principal)
+		if _, cfg := g.upstreams(); len(cfg.Callers) > 0 {
+			info, _ := auth.FromContext(ctx)
+			g.callersMu.Lock()
+			if len(g.callers) >= maxCallers {
+				clear(g.callers)
+			}
+			g.callers[req.Principal] = info
+			g.callersMu.Unlock()
+		}
 		return next(ctx, req)
 	}
 }
 
-// maxCallers bounds the callers whose rule is remembered.
+// maxCallers bounds the callers whose token is remembered.
 const maxCallers = 100000
 
 // ruleFor returns the index of the rule the caller of ctx falls under
-// (ruleAll without rules; -2 when none matches), and remembers it.
-func (g *Gateway) ruleFor(ctx context.Context, principal string) int {
-	_, cfg := g.upstreams()
-	if len(cfg.Callers) == 0 {
-		return ruleAll
-	}
+// (ruleAll without rules; -2 when none matches).
+func (g *Gateway) ruleFor(ctx context.Context) int {
 	info, _ := auth.FromContext(ctx)
-	g.callersMu.Lock()
-	if len(g.callers) >= maxCallers {
-		clear(g.callers)
-	}
-	g.callers[principal] = info
-	g.callersMu.Unlock()
+	_, cfg := g.upstreams()
 	return cfg.ruleOf(info)
 }
 
@@ -527,7 +526,7 @@ func errUnknown(what, name string) error {
 // route finds the upstream and the upstream's own name of the item key
 // of list i, as the caller of ctx may see it.
 func (g *Gateway) route(ctx context.Context, i int, principal, key string) (*upstream, item, bool) {
-	r := g.ruleFor(ctx, principal)
+	r := g.ruleFor(ctx)
 	ups, cfg := g.upstreams()
 	for _, u := range ups {
 		if (listsOf[i] == server.ListTools || listsOf[i] == server.ListPrompts) && u.prefix != "" &&
@@ -545,16 +544,27 @@ func (g *Gateway) route(ctx context.Context, i int, principal, key string) (*ups
 	return nil, item{}, false
 }
 
-// routeURI finds the upstream that serves the resource uri: the one that
-// lists it, else the first whose template matches it.
+// routeURI finds the upstream that serves the resource uri to the caller
+// of ctx (see ownerOf), as the caller's rule lets it.
 func (g *Gateway) routeURI(ctx context.Context, principal, uri string) (*upstream, bool) {
-	r := g.ruleFor(ctx, principal)
-	ups, cfg := g.upstreams()
+	u, key, ok := g.ownerOf(ctx, principal, uri)
+	if !ok {
+		return nil, false
+	}
+	_, cfg := g.upstreams()
+	return u, cfg.sees(g.ruleFor(ctx), u, key)
+}
+
+// ownerOf finds the upstream that serves the resource uri: the first that
+// lists it, else the first whose template matches it. key is the listed
+// URI or the template.
+func (g *Gateway) ownerOf(ctx context.Context, principal, uri string) (u *upstream, key string, ok bool) {
+	ups, _ := g.upstreams()
 	ri, ti := listIndex(server.ListResources), listIndex(server.ListTemplates)
 	for _, u := range ups {
 		if v, err := u.list(ctx, ri, principal); err == nil {
 			if _, ok := v.byKey[uri]; ok {
-				return u, cfg.sees(r, u, uri)
+				return u, uri, true
 			}
 		}
 	}
@@ -564,12 +574,12 @@ func (g *Gateway) routeURI(ctx context.Context, principal, uri string) (*upstrea
 			continue
 		}
 		for _, it := range v.items {
-			if it.tmpl != nil && it.tmpl.Match(uri) != nil && cfg.sees(r, u, it.key) {
-				return u, true
+			if it.tmpl != nil && it.tmpl.Match(uri) != nil {
+				return u, it.key, true
 			}
 		}
 	}
-	return nil, false
+	return nil, "", false
 }
 
 // upstreamError is what a caller is told when an upstream fails a

@@ -27,7 +27,7 @@ func (o origin) List(ctx context.Context, req *server.ListRequest) (*server.List
 	if i < 0 {
 		return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "no such list", nil)
 	}
-	r := g.ruleFor(ctx, req.Principal)
+	r := g.ruleFor(ctx)
 	mv := g.mergedList(ctx, i, req.Principal, r)
 	start := 0
 	if req.Cursor != nil {
@@ -239,17 +239,30 @@ func (o origin) Follow(principal string, uris []string) func() {
 	}
 	var hs []held
 	for _, uri := range uris {
-		u, ok := g.routeURI(ctx, "", uri)
-		if !ok {
-			continue
+		// The listen's grant has already held the URIs to the caller's
+		// rule (the server's visibility). A URI no upstream lists or
+		// matches may still be one an upstream serves: every upstream
+		// with resources follows it.
+		owners := []*upstream{}
+		if u, _, ok := g.ownerOf(ctx, principal, uri); ok {
+			owners = append(owners, u)
+		} else {
+			ups, _ := g.upstreams()
+			for _, u := range ups {
+				if u.offers.resources {
+					owners = append(owners, u)
+				}
+			}
 		}
-		hs = append(hs, held{u, uri})
-		u.mu.Lock()
-		u.follows[uri]++
-		first := u.follows[uri] == 1
-		u.mu.Unlock()
-		if first {
-			u.wake()
+		for _, u := range owners {
+			hs = append(hs, held{u, uri})
+			u.mu.Lock()
+			u.follows[uri]++
+			first := u.follows[uri] == 1
+			u.mu.Unlock()
+			if first {
+				u.wake()
+			}
 		}
 	}
 	return func() {
