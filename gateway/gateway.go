@@ -180,9 +180,10 @@ func (g *Gateway) Close() {
 
 // Reload makes the gateway serve cfg: upstreams that are new are
 // connected, those gone are closed, those whose settings changed are
-// connected again, and every listener here is told the lists changed.
-// A configuration that does not check, or whose upstreams would offer
-// one name twice, is refused and the old one goes on.
+// connected again, and, unless nothing changed, every listener here is
+// told the lists changed. A configuration that does not check, or whose
+// upstreams would offer one name twice, is refused and the old one goes
+// on.
 func (g *Gateway) Reload(ctx context.Context, cfg Config) error {
 	if err := cfg.Check(); err != nil {
 		return err
