@@ -25,6 +25,14 @@ type WatchOptions struct {
 	Tools, Prompts, Resources bool
 	// URIs are resources whose content to follow.
 	URIs []string
+	// OnAnnounce, when set, receives each change the server announces on
+	// the listen as it arrives — after the cache has dropped what it
+	// announces, before the re-read that finds out what really changed
+	// (which OnEvent then reports, if anything did, with a Since no later
+	// than the announcement's At) — with Kind and URI set and no items: a
+	// proxy passes the word on at once. It runs on the connection's
+	// reader and must not block.
+	OnAnnounce func(Event)
 	// OnEvent receives every event, in order, from the watcher's own
 	// goroutine, never from the connection's reader: a slow callback holds
 	// up the watcher's re-reads (which wait for room among the 64 events
@@ -258,8 +266,11 @@ func (w *Watcher) deliverLoop(ctx context.Context) {
 
 // markDirty schedules topics for a re-read; bursts coalesce because the
 // set only records that a topic is dirty, not how often.
-func (w *Watcher) markDirty(topics ...string) {
-	now := w.c.cfg.now()
+func (w *Watcher) markDirty(topics ...string) { w.markDirtyAt(w.c.cfg.now(), topics...) }
+
+// markDirtyAt is markDirty for what was learnt at now: a re-read's event
+// then says since when (Event.Since).
+func (w *Watcher) markDirtyAt(now time.Time, topics ...string) {
 	w.mu.Lock()
 	for _, t := range topics {
 		if _, ok := w.dirty[t]; !ok {
@@ -574,7 +585,31 @@ func (w *Watcher) notification(m *jsonrpc.Message, how tie) {
 		w.c.cache.cover.heardUntagged(w, covered)
 		w.reportUntied(m.Method, how)
 	}
-	w.markDirty(covered...)
+	now := w.c.cfg.now()
+	if w.opts.OnAnnounce != nil {
+		for _, t := range covered {
+			w.opts.OnAnnounce(announced(t, now))
+		}
+	}
+	w.markDirtyAt(now, covered...)
+}
+
+// announced is the event that tells a change of topic was announced.
+func announced(topic string, at time.Time) Event {
+	e := Event{At: at, Since: at}
+	switch topic {
+	case topicTools:
+		e.Kind = ToolsChanged
+	case topicPrompts:
+		e.Kind = PromptsChanged
+	case topicResources:
+		e.Kind = ResourcesChanged
+	case topicTemplates:
+		e.Kind = TemplatesChanged
+	default:
+		e.Kind, e.URI = ResourceUpdated, strings.TrimPrefix(topic, topicResource)
+	}
+	return e
 }
 
 // reportUntied logs, once per connection, that the server sends change

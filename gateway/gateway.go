@@ -12,10 +12,12 @@
 // private; renaming and the callers' rules apply per request on top, and
 // a list filtered per caller is told as private. One subscriptions/listen
 // per upstream, whatever the number of callers listening here, hears of
-// its changes: what was kept is dropped first, then every listen here that
-// may see a changed item is told, tagged as its own. A listen that drops
-// is healed by the client's Watcher, which re-reads and reports only real
-// changes, compared by whole definitions, not names.
+// its changes: what was kept is dropped first, then every listen here
+// that follows the list is told at once, tagged as its own — or, under
+// caller rules, once the re-read has named the changed items, only those
+// that may see one. A listen that drops is healed by the client's
+// Watcher, which re-reads and reports only real changes, compared by
+// whole definitions, not names.
 //
 // The upstream never sees the caller's credential: the gateway presents
 // its own, per upstream (Auth).

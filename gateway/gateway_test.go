@@ -254,3 +254,27 @@ func settled(t *testing.T, ups ...*upstreamServer) {
 		return true
 	})
 }
+
+// TestAnnouncementIsPassedOnAtOnce: an upstream's notification is told
+// downstream as it arrives, once, even when the re-read that follows
+// finds nothing changed (a server may know a list changed without the
+// gateway seeing how: the items it shows this caller, say).
+func TestAnnouncementIsPassedOnAtOnce(t *testing.T) {
+	a, _, cfg := twoUpstreams(t, mcp.ScopePublic)
+	_, url := startGateway(t, cfg)
+	c := client.NewHTTP(url)
+	defer c.Close()
+	events := make(chan client.Event, 16)
+	w := c.Watch(context.Background(), client.WatchOptions{Tools: true, OnEvent: func(e client.Event) { events <- e }})
+	defer w.Close()
+	waitEvent(t, events, client.Connected)
+	waitEvent(t, events, client.ToolsChanged)
+	before := w.Stats().Notifications
+	a.srv.ListChanged(server.ListTools) // nothing changed
+	testkit.WaitFor(t, waitTimeout, "the announcement downstream", func() bool { return w.Stats().Notifications > before })
+	// A real change afterwards is told once more.
+	addEcho(t, a.srv, "late", `{"type":"object"}`)
+	if e := waitEvent(t, events, client.ToolsChanged); !slices.Equal(e.Added, []string{"a_late"}) {
+		t.Fatalf("added %v", e.Added)
+	}
+}

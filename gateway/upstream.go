@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,9 @@ type upstream struct {
 	// flow obtains the gateway's own tokens (client_credentials), nil
 	// for other ways.
 	flow *oauth.Flow
+	// announced holds the announcements passed on whose re-read has not
+	// reported yet, by topic (a list's index, or "uri:" and the URI).
+	announced map[string]announcement
 	// down is set while the upstream does not answer; its items are
 	// then left out, and asked for again from retryAt (Unix nanoseconds).
 	down    atomic.Bool
@@ -258,7 +262,7 @@ func (u *upstream) listen(ctx context.Context, uris []string) {
 		u.event(e)
 	}
 	w := u.c.Watch(ctx, client.WatchOptions{Tools: u.offers.tools, Prompts: u.offers.prompts, Resources: u.offers.resources,
-		URIs: uris, OnEvent: onEvent, MaxBackoff: 5 * time.Second})
+		URIs: uris, OnEvent: onEvent, OnAnnounce: u.announce, MaxBackoff: 5 * time.Second})
 	u.mu.Lock()
 	old := u.watcher
 	u.watcher = w
@@ -319,10 +323,16 @@ func (u *upstream) event(e client.Event) {
 		i := int(e.Kind - client.ToolsChanged)
 		keys := u.keysOf(i, e)
 		u.forget(i)
+		if _, ok := u.takeAnnounced(strconv.Itoa(i), e.Since); ok {
+			return // everyone who follows the list was told already
+		}
 		u.g.srv.ListChanged(listsOf[i], keys...)
 		u.lag(e)
 	case client.ResourceUpdated:
 		u.g.forgetRead(e.URI)
+		if _, ok := u.takeAnnounced("uri:"+e.URI, e.Since); ok {
+			return
+		}
 		u.g.srv.ResourceUpdated(e.URI)
 		u.lag(e)
 	case client.Connected:
@@ -339,6 +349,59 @@ func (u *upstream) event(e client.Event) {
 	case client.ReadFailed:
 		u.log.Debug("re-read failed", "err", e.Err)
 	}
+}
+
+// announcement is a change the upstream announced that the gateway
+// passed on before the re-read that finds out what changed.
+type announcement struct{ at time.Time }
+
+// announce passes an upstream's word of a change on at once: what the
+// gateway kept is dropped first, then every listener here that follows
+// the list (or the resource) is told. Under caller rules a list's change
+// waits for the re-read instead, which names the items that changed, so
+// that only those who may see one are told, once.
+func (u *upstream) announce(e client.Event) {
+	if e.Kind == client.ResourceUpdated {
+		u.g.forgetRead(e.URI)
+		u.g.srv.ResourceUpdated(e.URI)
+		u.noteAnnounced("uri:"+e.URI, announcement{at: e.At})
+		u.lag(e)
+		return
+	}
+	i := int(e.Kind - client.ToolsChanged)
+	if _, cfg := u.g.upstreams(); i < 0 || i >= numLists || len(cfg.Callers) > 0 {
+		return
+	}
+	u.forget(i)
+	u.noteAnnounced(strconv.Itoa(i), announcement{at: e.At})
+	u.g.srv.ListChanged(listsOf[i])
+	u.lag(e)
+}
+
+// noteAnnounced records what was told of an announcement of topic.
+func (u *upstream) noteAnnounced(topic string, a announcement) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.announced == nil {
+		u.announced = map[string]announcement{}
+	}
+	if len(u.announced) >= maxAnnounced {
+		clear(u.announced)
+	}
+	u.announced[topic] = a
+}
+
+// maxAnnounced bounds the announcements remembered per upstream.
+const maxAnnounced = 10000
+
+// takeAnnounced returns the announcement of topic that a re-read begun
+// at since answers, if one was passed on; either way it is forgotten.
+func (u *upstream) takeAnnounced(topic string, since time.Time) (announcement, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	a, ok := u.announced[topic]
+	delete(u.announced, topic)
+	return a, ok && !since.After(a.at)
 }
 
 // lag records how long the change e reports took from the upstream's
