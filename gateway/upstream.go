@@ -99,9 +99,10 @@ type upstream struct {
 	// flow obtains the gateway's own tokens (client_credentials), nil
 	// for other ways.
 	flow *oauth.Flow
-	// announced holds the announcements passed on whose re-read has not
-	// reported yet, by topic (a list's index, or "uri:" and the URI).
-	announced map[string]announcement
+	// announced holds when the announcements passed on were made, whose
+	// re-read has not reported yet, by topic (a list's index, or "uri:"
+	// and the URI).
+	announced map[string][]time.Time
 	// down is set while the upstream does not answer; its items are
 	// then left out, and asked for again from retryAt (Unix nanoseconds).
 	down    atomic.Bool
@@ -323,14 +324,14 @@ func (u *upstream) event(e client.Event) {
 		i := int(e.Kind - client.ToolsChanged)
 		keys := u.keysOf(i, e)
 		u.forget(i)
-		if _, ok := u.takeAnnounced(strconv.Itoa(i), e.Since); ok {
+		if u.takeAnnounced(strconv.Itoa(i), e.Since) {
 			return // everyone who follows the list was told already
 		}
 		u.g.srv.ListChanged(listsOf[i], keys...)
 		u.lag(e)
 	case client.ResourceUpdated:
 		u.g.forgetRead(e.URI)
-		if _, ok := u.takeAnnounced("uri:"+e.URI, e.Since); ok {
+		if u.takeAnnounced("uri:"+e.URI, e.Since) {
 			return
 		}
 		u.g.srv.ResourceUpdated(e.URI)
@@ -351,10 +352,6 @@ func (u *upstream) event(e client.Event) {
 	}
 }
 
-// announcement is a change the upstream announced that the gateway
-// passed on before the re-read that finds out what changed.
-type announcement struct{ at time.Time }
-
 // announce passes an upstream's word of a change on at once: what the
 // gateway kept is dropped first, then every listener here that follows
 // the list (or the resource) is told. Under caller rules a list's change
@@ -364,7 +361,7 @@ func (u *upstream) announce(e client.Event) {
 	if e.Kind == client.ResourceUpdated {
 		u.g.forgetRead(e.URI)
 		u.g.srv.ResourceUpdated(e.URI)
-		u.noteAnnounced("uri:"+e.URI, announcement{at: e.At})
+		u.noteAnnounced("uri:"+e.URI, e.At)
 		u.lag(e)
 		return
 	}
@@ -373,35 +370,53 @@ func (u *upstream) announce(e client.Event) {
 		return
 	}
 	u.forget(i)
-	u.noteAnnounced(strconv.Itoa(i), announcement{at: e.At})
+	u.noteAnnounced(strconv.Itoa(i), e.At)
 	u.g.srv.ListChanged(listsOf[i])
 	u.lag(e)
 }
 
-// noteAnnounced records what was told of an announcement of topic.
-func (u *upstream) noteAnnounced(topic string, a announcement) {
+// noteAnnounced records that an announcement of topic, made at at, was
+// passed on.
+func (u *upstream) noteAnnounced(topic string, at time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.announced == nil {
-		u.announced = map[string]announcement{}
+		u.announced = map[string][]time.Time{}
 	}
 	if len(u.announced) >= maxAnnounced {
 		clear(u.announced)
 	}
-	u.announced[topic] = a
+	ats := u.announced[topic]
+	if len(ats) == maxAnnouncedPerTopic {
+		ats = ats[1:]
+	}
+	u.announced[topic] = append(ats, at)
 }
 
-// maxAnnounced bounds the announcements remembered per upstream.
-const maxAnnounced = 10000
+// Bounds on the announcements remembered: topics per upstream, and
+// announcements per topic whose re-read has not reported.
+const (
+	maxAnnounced         = 10000
+	maxAnnouncedPerTopic = 64
+)
 
-// takeAnnounced returns the announcement of topic that a re-read begun
-// at since answers, if one was passed on; either way it is forgotten.
-func (u *upstream) takeAnnounced(topic string, since time.Time) (announcement, bool) {
+// takeAnnounced reports whether the change a re-read reports, the re-read
+// of what was learnt at since, answers an announcement of topic passed
+// on already: the watcher dates that re-read by the announcement's own
+// time. Announcements up to since are forgotten either way (their
+// re-reads have run).
+func (u *upstream) takeAnnounced(topic string, since time.Time) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	a, ok := u.announced[topic]
-	delete(u.announced, topic)
-	return a, ok && !since.After(a.at)
+	ats := u.announced[topic]
+	found := slices.ContainsFunc(ats, func(at time.Time) bool { return at.Equal(since) })
+	ats = slices.DeleteFunc(ats, func(at time.Time) bool { return !at.After(since) })
+	if len(ats) == 0 {
+		delete(u.announced, topic)
+	} else {
+		u.announced[topic] = ats
+	}
+	return found
 }
 
 // lag records how long the change e reports took from the upstream's
