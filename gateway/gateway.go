@@ -89,7 +89,6 @@ type mergedView struct {
 // keptRead is a public resources/read answer, kept for its ttlMs.
 type keptRead struct {
 	res     *mcp.ReadResourceResult
-	ttl     time.Duration
 	expires time.Time
 }
 
@@ -608,11 +607,12 @@ type rawResult struct {
 	Scope         mcp.CacheScope              `json:"cacheScope"`
 }
 
-// interim turns an upstream's input_required result into the caller's.
-func interim(res jsontext.Value) (*rawResult, error) {
+// interim reads what an upstream's result says of itself; an
+// input_required one is returned as the caller's *server.InputRequired.
+func interim(u *upstream, res jsontext.Value) (*rawResult, error) {
 	var rr rawResult
 	if err := jsonrpc.UnmarshalParams(res, &rr); err != nil {
-		return nil, err
+		return nil, upstreamError(u, err)
 	}
 	if rr.ResultType == mcp.ResultInputRequired {
 		ir := &server.InputRequired{Requests: rr.InputRequests}

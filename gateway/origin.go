@@ -2,11 +2,10 @@ package gateway
 
 import (
 	"context"
-
-	"github.com/go-json-experiment/json/jsontext"
-
 	"sort"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/client"
 	"tidings/jsonrpc"
@@ -63,7 +62,7 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
-	rr, err := interim(res)
+	rr, err := interim(u, res)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +93,7 @@ func (o origin) GetPrompt(ctx context.Context, req *server.PromptRequest) (*mcp.
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
-	if _, err := interim(res); err != nil {
+	if _, err := interim(u, res); err != nil {
 		return nil, err
 	}
 	var out mcp.GetPromptResult
@@ -130,7 +129,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
-	rr, err := interim(res)
+	rr, err := interim(u, res)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +152,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 		if len(g.reads) >= maxKeptReads {
 			clear(g.reads)
 		}
-		g.reads[req.URI] = &keptRead{res: &out, ttl: ttl, expires: now.Add(ttl)}
+		g.reads[req.URI] = &keptRead{res: &out, expires: now.Add(ttl)}
 		g.readsMu.Unlock()
 	}
 	return &out, nil
