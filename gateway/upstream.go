@@ -71,6 +71,8 @@ type upstream struct {
 	c      *client.Client
 	log    *slog.Logger
 
+	// mu guards what follows, down to announced; offers, cancel and flow
+	// are set before the upstream starts and only read after.
 	mu sync.Mutex
 	// public are the lists the upstream marked public, shared by all.
 	public [numLists]*view
