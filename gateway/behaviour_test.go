@@ -93,10 +93,7 @@ func TestUpstreamDownLeavesTheListsAndComesBack(t *testing.T) {
 	g, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "a", URL: a.url}, {ID: "b", URL: b.url()}}})
 	c := client.NewHTTP(url)
 	defer c.Close()
-	events := make(chan client.Event, 64)
-	w := c.Watch(context.Background(), client.WatchOptions{Tools: true, OnEvent: func(e client.Event) { events <- e }})
-	defer w.Close()
-	waitEvent(t, events, client.Connected)
+	_, events := watchTools(t, c)
 	if e := waitEvent(t, events, client.ToolsChanged); !slices.Equal(e.Added, []string{"a_echo", "b_echo"}) {
 		t.Fatalf("the first read found %v", e.Added)
 	}
@@ -137,10 +134,7 @@ func TestReload(t *testing.T) {
 	g, url := startGateway(t, cfg)
 	c := client.NewHTTP(url)
 	defer c.Close()
-	events := make(chan client.Event, 64)
-	w := c.Watch(context.Background(), client.WatchOptions{Tools: true, OnEvent: func(e client.Event) { events <- e }})
-	defer w.Close()
-	waitEvent(t, events, client.Connected)
+	_, events := watchTools(t, c)
 	waitEvent(t, events, client.ToolsChanged)
 
 	// An upstream added is told and listed.
@@ -307,8 +301,10 @@ func TestResourceUpdatesFollowTheOneUpstreamListen(t *testing.T) {
 		defer w.Close()
 		watchers = append(watchers, w)
 	}
+	// Each watcher's first read of the resource is its baseline, reported
+	// as an update; the change must come after it to be one.
 	for range watchers {
-		waitEvent(t, events, client.Connected)
+		waitEvent(t, events, client.ResourceUpdated)
 	}
 	testkit.WaitFor(t, waitTimeout, "the upstream listen to follow the URI", func() bool {
 		st := u.srv.ListenStats()
@@ -336,7 +332,7 @@ func TestLegacySubscribeFollowsTheUpstream(t *testing.T) {
 	c := client.NewHTTP(url, client.WithProtocolVersion("2025-11-25"))
 	events := make(chan client.Event, 64)
 	w := c.Watch(context.Background(), client.WatchOptions{URIs: []string{"mem://doc"}, OnEvent: func(e client.Event) { events <- e }})
-	waitEvent(t, events, client.Connected)
+	waitEvent(t, events, client.ResourceUpdated) // the first read, the baseline
 	testkit.WaitFor(t, waitTimeout, "the upstream listen to follow the URI", func() bool {
 		st := u.srv.ListenStats()
 		return st.Listens == 1 && st.URIs == 1

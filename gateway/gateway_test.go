@@ -196,10 +196,7 @@ func TestChangeIsToldThroughOneUpstreamListen(t *testing.T) {
 	})
 	c := client.NewHTTP(url)
 	defer c.Close()
-	events := make(chan client.Event, 16)
-	w := c.Watch(context.Background(), client.WatchOptions{Tools: true, OnEvent: func(e client.Event) { events <- e }})
-	defer w.Close()
-	waitEvent(t, events, client.Connected)
+	_, events := watchTools(t, c)
 	if e := waitEvent(t, events, client.ToolsChanged); len(e.Added) != 3 {
 		t.Fatalf("the first read found %v", e.Added)
 	}
@@ -261,14 +258,14 @@ func settled(t *testing.T, ups ...*upstreamServer) {
 // gateway seeing how: the items it shows this caller, say).
 func TestAnnouncementIsPassedOnAtOnce(t *testing.T) {
 	a, _, cfg := twoUpstreams(t, mcp.ScopePublic)
-	_, url := startGateway(t, cfg)
+	g, url := startGateway(t, cfg)
 	c := client.NewHTTP(url)
 	defer c.Close()
-	events := make(chan client.Event, 16)
-	w := c.Watch(context.Background(), client.WatchOptions{Tools: true, OnEvent: func(e client.Event) { events <- e }})
-	defer w.Close()
-	waitEvent(t, events, client.Connected)
+	w, events := watchTools(t, c)
 	waitEvent(t, events, client.ToolsChanged)
+	// The announcement is sent to the listens open at the time: the
+	// gateway's must be one of them.
+	testkit.WaitFor(t, waitTimeout, "the gateway's listen on a, acknowledged", func() bool { return g.Stats()[0].Listens == 1 })
 	before := w.Stats().Notifications
 	a.srv.ListChanged(server.ListTools) // nothing changed
 	testkit.WaitFor(t, waitTimeout, "the announcement downstream", func() bool { return w.Stats().Notifications > before })
@@ -277,4 +274,15 @@ func TestAnnouncementIsPassedOnAtOnce(t *testing.T) {
 	if e := waitEvent(t, events, client.ToolsChanged); !slices.Equal(e.Added, []string{"a_late"}) {
 		t.Fatalf("added %v", e.Added)
 	}
+}
+
+// watchTools follows c's tool list until the test ends, and returns once
+// its listen is acknowledged; the first read's report is the next event.
+func watchTools(t *testing.T, c *client.Client) (*client.Watcher, <-chan client.Event) {
+	t.Helper()
+	events := make(chan client.Event, 64)
+	w := c.Watch(context.Background(), client.WatchOptions{Tools: true, OnEvent: func(e client.Event) { events <- e }})
+	t.Cleanup(w.Close)
+	waitEvent(t, events, client.Connected)
+	return w, events
 }
