@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"tidings/mcp"
+	"tidings/client"
 )
 
 // Config is what a gateway serves, as its YAML file says it:
@@ -253,20 +254,8 @@ func checkID(id string) error {
 	return nil
 }
 
-func knownVersion(v string) bool {
-	if v == mcp.Version {
-		return true
-	}
-	for _, l := range legacyVersions {
-		if v == l {
-			return true
-		}
-	}
-	return false
-}
-
-// legacyVersions are the earlier revisions the client speaks.
-var legacyVersions = [...]string{"2025-11-25", "2025-06-18", "2025-03-26"}
+// knownVersion reports whether the client speaks revision v.
+func knownVersion(v string) bool { return slices.Contains(client.Versions(), v) }
 
 // prefix is the prefix of u's names.
 func (u *Upstream) prefix() string {
