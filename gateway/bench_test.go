@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -69,14 +68,7 @@ func startBenchUpstream(b testing.TB, opts ...server.Option) *benchUpstream {
 	}
 	u.srv = testkit.ToolsServer(b, append([]server.Option{server.WithLogger(quiet),
 		server.WithCachePolicy(server.ListTools, benchPolicy), server.WithMiddleware(count)}, opts...)...)
-	hs := httptest.NewServer(streamhttp.New(u.srv))
-	u.url = hs.URL
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = u.srv.Shutdown(ctx)
-		hs.Close()
-	})
+	u.url = serveOnLoopback(b, u.srv, streamhttp.New(u.srv))
 	return u
 }
 
@@ -91,21 +83,15 @@ func startBenchGateway(b testing.TB, up *benchUpstream, prefix *string, opts ...
 	if err != nil {
 		b.Fatal(err)
 	}
-	hs := httptest.NewServer(streamhttp.New(g.Server()))
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = g.Server().Shutdown(ctx)
-		hs.Close()
-		g.Close()
-	})
+	b.Cleanup(g.Close) // after the server below is shut down
+	url := serveOnLoopback(b, g.Server(), streamhttp.New(g.Server()))
 	// The gateway read the list once at its start (for clashes) and its
 	// Watcher reads it again once the listen is acknowledged.
 	testkit.WaitFor(b, waitTimeout, "the gateway's listen on the upstream and the read after it", func() bool {
 		st := g.Stats()
 		return len(st) == 1 && st[0].Listens == 1 && up.srv.ListenStats().Listens == 1 && up.lists.Load() >= 2
 	})
-	return g, hs.URL
+	return g, url
 }
 
 // toolsListBody and toolsListHeaders are the request of every tools/list

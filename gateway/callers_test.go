@@ -43,14 +43,8 @@ func authGateway(t *testing.T, as *testas.Server, cfg gateway.Config) (string, f
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(guard.Require(streamhttp.New(g.Server(), streamhttp.WithPrincipal(auth.Principal))))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = g.Server().Shutdown(ctx)
-		hs.Close()
-		g.Close()
-	})
+	t.Cleanup(g.Close) // after the server below is shut down
+	url := serveOnLoopback(t, g.Server(), guard.Require(streamhttp.New(g.Server(), streamhttp.WithPrincipal(auth.Principal))))
 	kid, key := as.SigningKey()
 	mint := func(sub string, scopes ...string) string {
 		t.Helper()
@@ -68,7 +62,7 @@ func authGateway(t *testing.T, as *testas.Server, cfg gateway.Config) (string, f
 		}
 		return tok
 	}
-	return hs.URL, mint
+	return url, mint
 }
 
 func joinScopes(s []string) string {

@@ -57,14 +57,7 @@ func startUpstream(t *testing.T, scope mcp.CacheScope, tools ...string) *upstrea
 		text := "hello"
 		return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{{URI: "mem://" + tools[0], Text: &text}}}, nil
 	})
-	hs := httptest.NewServer(streamhttp.New(u.srv))
-	u.url = hs.URL
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = u.srv.Shutdown(ctx)
-		hs.Close()
-	})
+	u.url = serveOnLoopback(t, u.srv, streamhttp.New(u.srv))
 	return u
 }
 
@@ -87,15 +80,24 @@ func startGateway(t *testing.T, cfg gateway.Config, opts ...gateway.Option) (*ga
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(streamhttp.New(g.Server(), streamhttp.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-User") })))
-	t.Cleanup(func() {
+	t.Cleanup(g.Close) // after the server below is shut down
+	url := serveOnLoopback(t, g.Server(), streamhttp.New(g.Server(), streamhttp.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-User") })))
+	return g, url
+}
+
+// serveOnLoopback serves h, the transport of srv, over HTTP on loopback
+// until the test ends, and then shuts srv down (its listens end with
+// their complete result) before the HTTP server closes.
+func serveOnLoopback(tb testing.TB, srv *server.Server, h http.Handler) string {
+	tb.Helper()
+	hs := httptest.NewServer(h)
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
-		_ = g.Server().Shutdown(ctx)
+		_ = srv.Shutdown(ctx)
 		hs.Close()
-		g.Close()
 	})
-	return g, hs.URL
+	return hs.URL
 }
 
 func names(ts []mcp.Tool) []string {
