@@ -701,7 +701,11 @@ func (c *Client) Request(ctx context.Context, method string, params map[string]a
 				// another type), the request goes without them, and the
 				// server says what is missing.
 				var raw jsontext.Value
-				if a := params["arguments"]; a != nil {
+				switch a := params["arguments"].(type) {
+				case nil:
+				case jsontext.Value:
+					raw = a // already encoded, as a proxy has it
+				default:
 					b, err := json.Marshal(a, json.Deterministic(true))
 					if err != nil {
 						return nil, fmt.Errorf("client: tool %q arguments: %w", s, err)
