@@ -591,7 +591,7 @@ func (c *Client) doModern(ctx context.Context, method string, params map[string]
 			}
 			return nil, resp.Error
 		}
-		if err := checkResultType(resp.Result, method == mcp.MethodToolsCall && c.declaresTasks(method)); err != nil {
+		if err := checkResultType(resp.Result, method == mcp.MethodToolsCall && o.declaredTasks(c, method)); err != nil {
 			return nil, fmt.Errorf("client: %s: %w", method, err)
 		}
 		return resp.Result, nil
@@ -650,6 +650,17 @@ func (c *Client) adoptVersion(e *jsonrpc.Error) bool {
 		}
 	}
 	return false
+}
+
+// declaredTasks reports whether a request of method with these options
+// declared the tasks extension: the capabilities of WithCapabilities
+// where given (a gateway declares its caller's), else the client's.
+func (o *callOpts) declaredTasks(c *Client, method string) bool {
+	if o.caps != nil {
+		v, ok := o.caps.Extensions[mcp.ExtensionTasks]
+		return ok && string(v) != "null"
+	}
+	return c.declaresTasks(method)
 }
 
 // checkResultType enforces that a result's resultType is one we know; an

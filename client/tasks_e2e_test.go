@@ -497,3 +497,32 @@ func TestTaskE2EListenAcrossRestart(t *testing.T) {
 		t.Errorf("states = %q, want %q", msgs, want)
 	}
 }
+
+// TestRequestTakesATaskWhereItsCapabilitiesAskedForOne: Request returns
+// the task handle of a tools/call whose WithCapabilities declared the
+// extension, as a gateway asks on its caller's behalf, though the client
+// itself declares no tasks.
+func TestRequestTakesATaskWhereItsCapabilitiesAskedForOne(t *testing.T) {
+	f := taskFixture(t, slowPoll)
+	steps := make(chan string)
+	defer close(steps)
+	stepTool(t, f.srv, "slow", steps, nil)
+	c := NewHTTP(f.url, WithoutTasks())
+	defer c.Close()
+	ctx := context.Background()
+	caps := mcp.ClientCaps{Extensions: map[string]jsontext.Value{mcp.ExtensionTasks: jsontext.Value("{}")}}
+	res, err := c.Request(ctx, mcp.MethodToolsCall, map[string]any{"name": "slow"}, WithCapabilities(caps))
+	if err != nil {
+		t.Fatalf("with the extension declared: %v", err)
+	}
+	var r struct {
+		ResultType string `json:"resultType"`
+		TaskID     string `json:"taskId"`
+	}
+	if err := json.Unmarshal(res, &r); err != nil || r.ResultType != mcp.ResultTask || r.TaskID == "" {
+		t.Fatalf("with the extension declared: %s (%v), want a task handle", res, err)
+	}
+	if _, err := c.Request(ctx, mcp.MethodTasksCancel, map[string]any{"taskId": r.TaskID}, WithCapabilities(caps)); err != nil {
+		t.Fatalf("tasks/cancel: %v", err)
+	}
+}
