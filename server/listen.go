@@ -49,6 +49,11 @@ type listenNotices struct {
 	changed   [3][]byte // by mcp.List
 	srv       *Server
 	principal string
+	// origin, req and sent are set for a listen whose tasks an origin
+	// runs (see originTask).
+	origin TaskOrigin
+	req    *Request
+	sent   map[string][]byte
 }
 
 func newListenNotices(srv *Server, principal string, id jsonrpc.ID) *listenNotices {
@@ -121,16 +126,18 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	if !closed {
 		defer sub.Close()
 	}
-	var firsts []*taskRecord
+	n := newListenNotices(s, req.Principal, req.ID)
+	var firsts [][]byte
 	if taskIDs != nil {
-		ids, recs, err := s.grantTasks(ctx, req.Principal, taskIDs)
+		ids, msgs, release, err := s.grantListenTasks(ctx, req, n, taskIDs)
 		if err != nil {
 			if ctx.Err() != nil {
 				return engine.Reply{Outcome: engine.Silent}
 			}
 			return s.internal(req.ID, err)
 		}
-		granted.TaskIDs, firsts = ids, recs
+		defer release()
+		granted.TaskIDs, firsts = ids, msgs
 	}
 	gb, err := jsonrpc.Marshal(granted)
 	if err != nil {
@@ -139,7 +146,6 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	// The hub keeps its own copy of each URI, shared by every listen
 	// that follows it; the request's copies can go.
 	granted.ResourceSubscriptions, hf.URIs, f.ResourceSubscriptions = nil, nil, nil
-	n := newListenNotices(s, req.Principal, req.ID)
 	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
 		[]byte(`{"_meta":`+n.idMeta+`,"notifications":`+string(gb)+`}`))
 	out := req.out.stream
@@ -160,8 +166,8 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		return complete()
 	}
 	// Each task's state as it was read comes first.
-	for i, id := range granted.TaskIDs {
-		if msg := n.taskNotice(id, firsts[i]); msg != nil {
+	for _, msg := range firsts {
+		if msg != nil {
 			if err := out.Send(msg); err != nil {
 				return engine.Reply{Outcome: engine.Broken}
 			}

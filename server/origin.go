@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -180,6 +181,10 @@ func (s *Server) originCall(ctx context.Context, c *engine.Call, req *Request) e
 	res, err := withInput(ctx, &treq.Request, func() (*mcp.CallToolResult, error) {
 		return s.cfg.origin.CallTool(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
 	})
+	var ts *TaskStarted
+	if errors.As(err, &ts) {
+		return s.originTaskStarted(req, ts.Task)
+	}
 	if err != nil {
 		return s.handlerError(ctx, req, name, args, err)
 	}

@@ -120,6 +120,9 @@ type Server struct {
 	// leases follows the leases of the tasks this replica's listens
 	// follow (WithTaskLease).
 	leases *leaseWatch
+	// originFollows are the listens following an origin's tasks
+	// (TaskOrigin).
+	originFollows originTaskFollows
 
 	completeMu sync.RWMutex
 	complete   CompleteHandler

@@ -129,6 +129,9 @@ func RequireTasks() ItemOption {
 // WithMaxTasks), or a tool registered with RequireTasks. A server that
 // does not offer tasks runs the work of RunAsTask synchronously.
 func (s *Server) offersTasks() bool {
+	if o := s.taskOrigin(); o != nil && o.OffersTasks() {
+		return true
+	}
 	return s.cfg.capabilities.tasks || s.cfg.taskOpts || s.taskTools.Load()
 }
 
@@ -577,6 +580,9 @@ var inputResponsesTooLarge = "Invalid params: the inputResponses are too large t
 
 // tasksGet serves tasks/get.
 func (s *Server) tasksGet(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if o := s.taskOrigin(); o != nil {
+		return s.originTaskMethod(ctx, c, req, o)
+	}
 	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
 		rec, err := s.loadTask(ctx, id, req.Principal)
 		return rec, "", err
@@ -585,6 +591,9 @@ func (s *Server) tasksGet(ctx context.Context, c *engine.Call, req *Request) eng
 
 // tasksUpdate serves tasks/update.
 func (s *Server) tasksUpdate(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if o := s.taskOrigin(); o != nil {
+		return s.originTaskMethod(ctx, c, req, o)
+	}
 	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
 		if c.P.InputResponses == nil {
 			return nil, "Invalid params: missing inputResponses", nil
@@ -605,6 +614,9 @@ func (s *Server) tasksUpdate(ctx context.Context, c *engine.Call, req *Request) 
 
 // tasksCancel serves tasks/cancel.
 func (s *Server) tasksCancel(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	if o := s.taskOrigin(); o != nil {
+		return s.originTaskMethod(ctx, c, req, o)
+	}
 	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
 		_, err := s.changeTask(ctx, id, req.Principal, (*taskRecord).cancel)
 		return nil, "", err
@@ -729,6 +741,13 @@ func (s *Server) checkListenTasks(req *Request, ids []string) *engine.Reply {
 // the client with a state it believes current, while a client told the
 // listen failed listens again and hears every task's state anew.
 func (n *listenNotices) Task(ctx context.Context, id string) ([]byte, error) {
+	if n.origin != nil {
+		oid, ok := n.srv.openTask(id, n.principal)
+		if !ok {
+			return nil, nil
+		}
+		return n.originTask(ctx, id, oid)
+	}
 	rec, err := n.srv.loadTask(ctx, id, n.principal)
 	switch {
 	case errors.Is(err, errTaskNotFound), err != nil && ctx.Err() != nil:
