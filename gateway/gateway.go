@@ -69,6 +69,9 @@ type Gateway struct {
 
 	readsMu sync.Mutex
 	reads   map[string]*keptRead
+
+	// taskPolls follow upstream the tasks listens here follow.
+	taskPolls taskPolls
 }
 
 // mergedKey names a merged list kept for the callers of one rule.
@@ -174,6 +177,7 @@ func (g *Gateway) Close() {
 	ups := g.ups
 	g.ups = nil
 	g.mu.Unlock()
+	g.taskPolls.wg.Wait()
 	for _, u := range ups {
 		u.stop()
 	}

@@ -56,9 +56,13 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 	}
 	params := map[string]any{"name": it.orig, "arguments": req.Arguments}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodToolsCall, params, append(forCaller(&req.Request), client.WithProgress(func(p float64, total *float64, msg string) {
+	opts := append(forCaller(&req.Request), client.WithProgress(func(p float64, total *float64, msg string) {
 		_ = req.Progress(p, total, msg)
-	}))...)
+	}))
+	if asksTask(u, &req.Request) {
+		opts = append(opts, withTasks(req.Capabilities))
+	}
+	res, err := u.c.Request(ctx, mcp.MethodToolsCall, params, opts...)
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
@@ -67,9 +71,7 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 		return nil, err
 	}
 	if rr.ResultType == mcp.ResultTask {
-		// The gateway declares no tasks upstream: a task handle is the
-		// upstream's mistake, and nothing the caller could follow.
-		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+" answered with a task, which the gateway did not ask for", nil)
+		return nil, taskStarted(u, &req.Request, res)
 	}
 	var out mcp.CallToolResult
 	if err := jsonrpc.UnmarshalParams(res, &out); err != nil {
@@ -315,7 +317,8 @@ func (u *upstream) wake() {
 // a caller: the input the caller can give (elicitation, sampling, roots)
 // is declared, so that the upstream asks for no other, and the log
 // messages the caller asked for are asked for and passed on. Extensions
-// are the gateway's to declare, and it declares none.
+// are the gateway's to declare: it declares tasks alone, where it passes
+// them on (withTasks).
 func forCaller(req *server.Request) []client.CallOption {
 	caps := req.Capabilities
 	caps.Extensions = nil

@@ -211,18 +211,18 @@ func readCredential(a Auth) (credential, error) {
 
 // offered says which lists an upstream offers, as it said when the
 // gateway started following it.
-type offered struct{ tools, prompts, resources bool }
+type offered struct{ tools, prompts, resources, tasks bool }
 
 // start opens the upstream's listen and the loop that renews it when
 // the URIs followed change. ctx is the gateway's. The listen follows the
 // lists the upstream offers; one that does not say follows them all.
 func (u *upstream) start(ctx context.Context) {
 	ctx, u.cancel = context.WithCancel(ctx)
-	u.offers = offered{true, true, true}
+	u.offers = offered{true, true, true, false}
 	dctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	if d, err := u.c.Discover(dctx); err == nil {
 		caps := d.Capabilities
-		u.offers = offered{caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil}
+		u.offers = offered{caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil, caps.Extensions[mcp.ExtensionTasks] != nil}
 	}
 	cancel()
 	u.listen(ctx, nil)

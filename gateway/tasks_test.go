@@ -1,0 +1,409 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/client"
+	"tidings/gateway"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+	"tidings/server"
+	"tidings/streamhttp"
+)
+
+// taskUpstream serves, on loopback, a server whose tools go on as tasks:
+// "slow" completes once release is closed, "wait" only when cancelled,
+// and "ask" asks for a name, then greets it.
+func taskUpstream(t *testing.T) (url string, release chan struct{}) {
+	t.Helper()
+	release = make(chan struct{})
+	srv := server.New(mcp.Implementation{Name: "tasks", Version: "1"}, server.WithTaskPollInterval(20*time.Millisecond))
+	add := func(name string, work server.ToolHandler) {
+		err := srv.AddTool(mcp.Tool{Name: name, InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+			return req.RunAsTask(ctx, work)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("slow", func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("done")}}, nil
+	})
+	add("wait", func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	add("ask", func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		raw, ok := req.InputResponses["name"]
+		if !ok {
+			return nil, &server.InputRequired{Requests: map[string]mcp.InputRequest{"name": {Method: mcp.MethodElicit, Params: jsontext.Value(
+				`{"mode":"form","message":"name?","requestedSchema":{"type":"object","properties":{"name":{"type":"string"}}}}`)}}}
+		}
+		var a struct {
+			Content struct {
+				Name string `json:"name"`
+			} `json:"content"`
+		}
+		_ = json.Unmarshal(raw, &a)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("hello " + a.Content.Name)}}, nil
+	})
+	return serveOnLoopback(t, srv, streamhttp.New(srv)), release
+}
+
+// tasksCaps declares the tasks extension, and form elicitation.
+var tasksCaps = mcp.ClientCaps{Elicitation: &mcp.ElicitationCaps{},
+	Extensions: map[string]jsontext.Value{mcp.ExtensionTasks: jsontext.Value("{}")}}
+
+// caller is one principal's client of the gateway (X-User, see
+// startGateway), asking with the tasks extension declared.
+type caller struct {
+	t    *testing.T
+	c    *client.Client
+	url  string
+	user string
+}
+
+func newCaller(t *testing.T, url, user string) *caller {
+	c := client.NewHTTP(url, client.WithHeader("X-User", user))
+	t.Cleanup(func() { _ = c.Close() })
+	return &caller{t: t, c: c, url: url, user: user}
+}
+
+// task sends method about the task id and decodes its result into a
+// task; the error is the gateway's refusal.
+func (c *caller) task(method, id string, extra map[string]any) (mcp.Task, error) {
+	c.t.Helper()
+	params := map[string]any{"taskId": id}
+	for k, v := range extra {
+		params[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	res, err := c.c.Request(ctx, method, params, client.WithCapabilities(tasksCaps))
+	if err != nil {
+		return mcp.Task{}, err
+	}
+	var tk mcp.Task
+	if err := json.Unmarshal(res, &tk); err != nil {
+		c.t.Fatalf("%s: %v", method, err)
+	}
+	return tk, nil
+}
+
+// start calls tool and returns the task it went on as.
+func (c *caller) start(tool string) mcp.Task {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	res, err := c.c.Request(ctx, mcp.MethodToolsCall, map[string]any{"name": tool, "arguments": map[string]any{}}, client.WithCapabilities(tasksCaps))
+	if err != nil {
+		c.t.Fatalf("tools/call %s: %v", tool, err)
+	}
+	var tk struct {
+		ResultType string `json:"resultType"`
+		mcp.Task
+	}
+	if err := json.Unmarshal(res, &tk); err != nil || tk.ResultType != mcp.ResultTask || tk.TaskID == "" {
+		c.t.Fatalf("tools/call %s answered %s (%v), not a task", tool, res, err)
+	}
+	return tk.Task
+}
+
+// waitFor polls the task until its status is want.
+func (c *caller) waitFor(id string, want mcp.TaskStatus) mcp.Task {
+	c.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		tk, err := c.task(mcp.MethodTasksGet, id, nil)
+		if err != nil {
+			c.t.Fatalf("tasks/get: %v", err)
+		}
+		if tk.Status == want {
+			return tk
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("task %s stayed %s, want %s", id, tk.Status, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// notFound checks that err is the refusal of an unknown task.
+func notFound(t *testing.T, what string, err error) *jsonrpc.Error {
+	t.Helper()
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, "Task not found") {
+		t.Fatalf("%s: got %v, want the unknown task's -32602", what, err)
+	}
+	return je
+}
+
+// listenTasks opens a subscriptions/listen following ids as c, and
+// returns its messages, one decoded JSON-RPC message each.
+func (c *caller) listenTasks(ids ...string) <-chan map[string]json.RawMessage {
+	c.t.Helper()
+	b, _ := json.Marshal(ids)
+	body := `{"jsonrpc":"2.0","id":7,"method":"subscriptions/listen","params":{"_meta":{` +
+		`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":` +
+		`{"extensions":{"io.modelcontextprotocol/tasks":{}}}},"notifications":{"taskIds":` + string(b) + `}}}`
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
+	req.Header.Set(mcp.HeaderMethod, mcp.MethodListen)
+	req.Header.Set("X-User", c.user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		c.t.Fatal(err)
+	}
+	out := make(chan map[string]json.RawMessage, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var m map[string]json.RawMessage
+			if json.Unmarshal([]byte(data), &m) == nil {
+				select {
+				case out <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	c.t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+		<-done
+	})
+	return out
+}
+
+// next returns the listen's next message of method.
+func next(t *testing.T, msgs <-chan map[string]json.RawMessage, method string) json.RawMessage {
+	t.Helper()
+	timeout := time.After(waitTimeout)
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("the listen ended before a %s", method)
+			}
+			var got string
+			_ = json.Unmarshal(m["method"], &got)
+			if got == method {
+				return m["params"]
+			}
+		case <-timeout:
+			t.Fatalf("no %s within %v", method, waitTimeout)
+		}
+	}
+}
+
+// nextStatus returns the next notifications/tasks of the listen.
+func nextStatus(t *testing.T, msgs <-chan map[string]json.RawMessage) mcp.Task {
+	t.Helper()
+	var tk mcp.Task
+	if err := json.Unmarshal(next(t, msgs, mcp.NotifyTasks), &tk); err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// TestTaskPassesThroughTheGateway: a call the upstream runs as a task
+// goes down as one, under an id of the gateway's own; tasks/get finds
+// it under that id, working and then completed with the upstream's
+// result.
+func TestTaskPassesThroughTheGateway(t *testing.T) {
+	url, release := taskUpstream(t)
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
+	alice := newCaller(t, gw, "alice")
+
+	tk := alice.start("up_slow")
+	if tk.Status != mcp.TaskWorking {
+		t.Fatalf("created %s, want working", tk.Status)
+	}
+	got, err := alice.task(mcp.MethodTasksGet, tk.TaskID, nil)
+	if err != nil {
+		t.Fatalf("tasks/get: %v", err)
+	}
+	if got.TaskID != tk.TaskID || got.Status != mcp.TaskWorking {
+		t.Fatalf("tasks/get: %s %s, want %s working", got.TaskID, got.Status, tk.TaskID)
+	}
+	close(release)
+	done := alice.waitFor(tk.TaskID, mcp.TaskCompleted)
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(done.Result, &res); err != nil || len(res.Content) != 1 || *res.Content[0].Text != "done" {
+		t.Fatalf("completed with %s (%v)", done.Result, err)
+	}
+	if done.TaskID != tk.TaskID {
+		t.Fatalf("completed task told as %s, want %s", done.TaskID, tk.TaskID)
+	}
+}
+
+// TestTaskIsTheCallersAlone: another caller, an id forged from a real
+// one and one made up are all told what an unknown task is told, for
+// get, update and cancel alike, and the task goes on untouched.
+func TestTaskIsTheCallersAlone(t *testing.T) {
+	url, _ := taskUpstream(t)
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
+	alice, bob := newCaller(t, gw, "alice"), newCaller(t, gw, "bob")
+	tk := alice.start("up_wait")
+
+	forged := []byte(tk.TaskID)
+	forged[len(forged)/2] ^= 1
+	var first *jsonrpc.Error
+	for _, tc := range []struct {
+		who *caller
+		id  string
+	}{{bob, tk.TaskID}, {alice, string(forged)}, {alice, "up/" + tk.TaskID}, {alice, "nothing"}} {
+		for _, m := range []string{mcp.MethodTasksGet, mcp.MethodTasksCancel, mcp.MethodTasksUpdate} {
+			_, err := tc.who.task(m, tc.id, map[string]any{"inputResponses": map[string]any{}})
+			je := notFound(t, tc.who.user+" "+m+" "+tc.id, err)
+			if first == nil {
+				first = je
+			} else if je.Message != first.Message {
+				t.Fatalf("%s %s: %q, where an unknown task is %q", tc.who.user, m, je.Message, first.Message)
+			}
+		}
+	}
+	if got, err := alice.task(mcp.MethodTasksGet, tk.TaskID, nil); err != nil || got.Status != mcp.TaskWorking {
+		t.Fatalf("after the others' tries, alice's task is %s (%v), want working", got.Status, err)
+	}
+}
+
+// TestTaskCancelGoesUpstream: tasks/cancel reaches the upstream, whose
+// task then reads cancelled.
+func TestTaskCancelGoesUpstream(t *testing.T) {
+	url, _ := taskUpstream(t)
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
+	alice := newCaller(t, gw, "alice")
+	tk := alice.start("up_wait")
+	if _, err := alice.task(mcp.MethodTasksCancel, tk.TaskID, nil); err != nil {
+		t.Fatalf("tasks/cancel: %v", err)
+	}
+	alice.waitFor(tk.TaskID, mcp.TaskCancelled)
+}
+
+// TestTaskInputGoesDownAndAnswersUp: a task's requests for input reach
+// the caller through tasks/get, and its answers, through tasks/update,
+// the upstream's task, which then completes with them.
+func TestTaskInputGoesDownAndAnswersUp(t *testing.T) {
+	url, _ := taskUpstream(t)
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
+	alice := newCaller(t, gw, "alice")
+	tk := alice.start("up_ask")
+	asked := alice.waitFor(tk.TaskID, mcp.TaskInputRequired)
+	if len(asked.InputRequests) != 1 {
+		t.Fatalf("input_required with %v, want one request", asked.InputRequests)
+	}
+	answers := map[string]any{}
+	for k, r := range asked.InputRequests {
+		if r.Method != mcp.MethodElicit {
+			t.Fatalf("asked %s, want %s", r.Method, mcp.MethodElicit)
+		}
+		answers[k] = map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}
+	}
+	if _, err := alice.task(mcp.MethodTasksUpdate, tk.TaskID, map[string]any{"inputResponses": answers}); err != nil {
+		t.Fatalf("tasks/update: %v", err)
+	}
+	done := alice.waitFor(tk.TaskID, mcp.TaskCompleted)
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(done.Result, &res); err != nil || len(res.Content) != 1 || *res.Content[0].Text != "hello Ada" {
+		t.Fatalf("completed with %s (%v)", done.Result, err)
+	}
+}
+
+// TestListenFollowsTaskThroughTheGateway: a listen that follows a task
+// by the gateway's id is told its state at once and again when it
+// changes upstream, under that id; another caller's listen is granted
+// nothing of it.
+func TestListenFollowsTaskThroughTheGateway(t *testing.T) {
+	url, release := taskUpstream(t)
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
+	alice, bob := newCaller(t, gw, "alice"), newCaller(t, gw, "bob")
+	tk := alice.start("up_slow")
+
+	var ack struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	if err := json.Unmarshal(next(t, bob.listenTasks(tk.TaskID), mcp.NotifyAcknowledged), &ack); err != nil {
+		t.Fatal(err)
+	}
+	if len(ack.Notifications.TaskIDs) != 0 {
+		t.Fatalf("bob's listen was granted %v of alice's task", ack.Notifications.TaskIDs)
+	}
+
+	msgs := alice.listenTasks(tk.TaskID)
+	if err := json.Unmarshal(next(t, msgs, mcp.NotifyAcknowledged), &ack); err != nil {
+		t.Fatal(err)
+	}
+	if len(ack.Notifications.TaskIDs) != 1 || ack.Notifications.TaskIDs[0] != tk.TaskID {
+		t.Fatalf("alice's listen was granted %v, want [%s]", ack.Notifications.TaskIDs, tk.TaskID)
+	}
+	if first := nextStatus(t, msgs); first.TaskID != tk.TaskID || first.Status != mcp.TaskWorking {
+		t.Fatalf("first told %s %s, want %s working", first.TaskID, first.Status, tk.TaskID)
+	}
+	// The task says nothing more until it completes: a state told once
+	// is not told again (the gateway's first look upstream finds what
+	// the listen began with).
+	close(release)
+	st := nextStatus(t, msgs)
+	if st.TaskID != tk.TaskID || st.Status != mcp.TaskCompleted || len(st.Result) == 0 {
+		t.Fatalf("then told %s %s with result %s, want %s completed with one", st.TaskID, st.Status, st.Result, tk.TaskID)
+	}
+}
+
+// TestTasksAreOfferedOnlyWhereAnUpstreamRunsThem: the gateway advertises
+// the extension when an upstream does, and otherwise neither advertises
+// nor serves it.
+func TestTasksAreOfferedOnlyWhereAnUpstreamRunsThem(t *testing.T) {
+	ctx := context.Background()
+	url, _ := taskUpstream(t)
+	plain := startUpstream(t, mcp.ScopePublic, "echo")
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{{url, true}, {plain.url, false}} {
+		_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: tc.url}}})
+		c := client.NewHTTP(gw)
+		d, err := c.Discover(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, got := d.Capabilities.Extensions[mcp.ExtensionTasks]; got != tc.want {
+			t.Fatalf("in front of %s, the gateway advertises tasks: %v, want %v", tc.url, got, tc.want)
+		}
+		if !tc.want {
+			_, err := c.Request(ctx, mcp.MethodTasksGet, map[string]any{"taskId": "x"}, client.WithCapabilities(tasksCaps))
+			var je *jsonrpc.Error
+			if !errors.As(err, &je) || je.Code != jsonrpc.CodeMethodNotFound {
+				t.Fatalf("tasks/get without tasks upstream: %v, want method not found", err)
+			}
+		}
+		_ = c.Close()
+	}
+}
