@@ -19,6 +19,19 @@
 // Watcher, which re-reads and reports only real changes, compared by
 // whole definitions, not names.
 //
+// Tasks (the tasks extension) pass through. The gateway advertises the
+// extension while an upstream does (one not reached when the gateway
+// began to follow it is taken to run none), and declares it upstream on
+// a tools/call whose caller declared it. A task an upstream starts goes
+// down under an id that names the upstream, sealed and bound to the
+// caller: no other caller can poll, update, cancel or follow it, and a
+// forged or another's id is told what an unknown task is. tasks/get,
+// tasks/update and tasks/cancel go to the task's upstream, the task's
+// requests for input down and the caller's answers up as they are. A
+// listen here that follows a task has the gateway poll the task's
+// upstream, at the interval the upstream suggests, while the listen
+// lasts, and is told each change under the caller's id.
+//
 // The upstream never sees the caller's credential: the gateway presents
 // its own, per upstream (Auth).
 package gateway

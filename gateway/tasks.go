@@ -59,9 +59,10 @@ func withTasks(caps mcp.ClientCaps) client.CallOption {
 }
 
 // asksTask reports whether a call of req to u may be answered with a
-// task: the caller declared the extension, and u runs tasks.
+// task: the caller declared the extension on a 2026-07-28 request (the
+// extension has no earlier form), and u runs tasks.
 func asksTask(u *upstream, req *server.Request) bool {
-	return declaresTasks(req.Capabilities) && u.offersTasks()
+	return req.ProtocolVersion == mcp.Version && declaresTasks(req.Capabilities) && u.offersTasks()
 }
 
 // taskStarted is what CallTool returns for u's task handle res: the task,

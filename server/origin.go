@@ -27,6 +27,7 @@ import (
 // caller marks its pages private. Errors are told as from any handler: a
 // *jsonrpc.Error as it is, an *InputRequired as an input_required result,
 // ErrResourceNotFound (from ReadResource) as the spec's not-found error.
+// An origin that also implements TaskOrigin passes tasks on.
 type Origin interface {
 	// List returns one page of req.List for req.Principal.
 	List(ctx context.Context, req *ListRequest) (*ListPage, error)
