@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,11 +23,20 @@ import (
 
 // taskUpstream serves, on loopback, a server whose tools go on as tasks:
 // "slow" completes once release is closed, "wait" only when cancelled,
-// and "ask" asks for a name, then greets it.
-func taskUpstream(t *testing.T) (url string, release chan struct{}) {
+// and "ask" asks for a name, then greets it. gets counts the tasks/get
+// it answers.
+func taskUpstream(t *testing.T) (url string, release chan struct{}, gets *atomic.Int64) {
 	t.Helper()
-	release = make(chan struct{})
-	srv := server.New(mcp.Implementation{Name: "tasks", Version: "1"}, server.WithTaskPollInterval(20*time.Millisecond))
+	release, gets = make(chan struct{}), new(atomic.Int64)
+	counter := func(next server.MethodHandler) server.MethodHandler {
+		return func(ctx context.Context, req *server.Request) error {
+			if req.Method == mcp.MethodTasksGet {
+				gets.Add(1)
+			}
+			return next(ctx, req)
+		}
+	}
+	srv := server.New(mcp.Implementation{Name: "tasks", Version: "1"}, server.WithTaskPollInterval(20*time.Millisecond), server.WithMiddleware(counter))
 	add := func(name string, work server.ToolHandler) {
 		err := srv.AddTool(mcp.Tool{Name: name, InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 			return req.RunAsTask(ctx, work)
@@ -61,7 +71,7 @@ func taskUpstream(t *testing.T) (url string, release chan struct{}) {
 		_ = json.Unmarshal(raw, &a)
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("hello " + a.Content.Name)}}, nil
 	})
-	return serveOnLoopback(t, srv, streamhttp.New(srv)), release
+	return serveOnLoopback(t, srv, streamhttp.New(srv)), release, gets
 }
 
 // tasksCaps declares the tasks extension, and form elicitation.
@@ -238,7 +248,7 @@ func nextStatus(t *testing.T, msgs <-chan map[string]json.RawMessage) mcp.Task {
 // it under that id, working and then completed with the upstream's
 // result.
 func TestTaskPassesThroughTheGateway(t *testing.T) {
-	url, release := taskUpstream(t)
+	url, release, _ := taskUpstream(t)
 	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
 	alice := newCaller(t, gw, "alice")
 
@@ -268,7 +278,7 @@ func TestTaskPassesThroughTheGateway(t *testing.T) {
 // one and one made up are all told what an unknown task is told, for
 // get, update and cancel alike, and the task goes on untouched.
 func TestTaskIsTheCallersAlone(t *testing.T) {
-	url, _ := taskUpstream(t)
+	url, _, _ := taskUpstream(t)
 	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
 	alice, bob := newCaller(t, gw, "alice"), newCaller(t, gw, "bob")
 	tk := alice.start("up_wait")
@@ -298,7 +308,7 @@ func TestTaskIsTheCallersAlone(t *testing.T) {
 // TestTaskCancelGoesUpstream: tasks/cancel reaches the upstream, whose
 // task then reads cancelled.
 func TestTaskCancelGoesUpstream(t *testing.T) {
-	url, _ := taskUpstream(t)
+	url, _, _ := taskUpstream(t)
 	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
 	alice := newCaller(t, gw, "alice")
 	tk := alice.start("up_wait")
@@ -312,7 +322,7 @@ func TestTaskCancelGoesUpstream(t *testing.T) {
 // the caller through tasks/get, and its answers, through tasks/update,
 // the upstream's task, which then completes with them.
 func TestTaskInputGoesDownAndAnswersUp(t *testing.T) {
-	url, _ := taskUpstream(t)
+	url, _, _ := taskUpstream(t)
 	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
 	alice := newCaller(t, gw, "alice")
 	tk := alice.start("up_ask")
@@ -342,7 +352,7 @@ func TestTaskInputGoesDownAndAnswersUp(t *testing.T) {
 // changes upstream, under that id; another caller's listen is granted
 // nothing of it.
 func TestListenFollowsTaskThroughTheGateway(t *testing.T) {
-	url, release := taskUpstream(t)
+	url, release, gets := taskUpstream(t)
 	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
 	alice, bob := newCaller(t, gw, "alice"), newCaller(t, gw, "bob")
 	tk := alice.start("up_slow")
@@ -357,6 +367,7 @@ func TestListenFollowsTaskThroughTheGateway(t *testing.T) {
 		t.Fatalf("bob's listen was granted %v of alice's task", ack.Notifications.TaskIDs)
 	}
 
+	before := gets.Load()
 	msgs := alice.listenTasks(tk.TaskID)
 	if err := json.Unmarshal(next(t, msgs, mcp.NotifyAcknowledged), &ack); err != nil {
 		t.Fatal(err)
@@ -368,8 +379,17 @@ func TestListenFollowsTaskThroughTheGateway(t *testing.T) {
 		t.Fatalf("first told %s %s, want %s working", first.TaskID, first.Status, tk.TaskID)
 	}
 	// The task says nothing more until it completes: a state told once
-	// is not told again (the gateway's first look upstream finds what
-	// the listen began with).
+	// is not told again, though the gateway's first look upstream finds
+	// what the listen began with and has it read again. Four reads (the
+	// listen's, the first look, the read it has made, a second look) are
+	// waited for, so that the task completes after them.
+	deadline := time.Now().Add(waitTimeout)
+	for gets.Load() < before+4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway read the task %d times upstream, want 4", gets.Load()-before)
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
 	close(release)
 	st := nextStatus(t, msgs)
 	if st.TaskID != tk.TaskID || st.Status != mcp.TaskCompleted || len(st.Result) == 0 {
@@ -382,7 +402,7 @@ func TestListenFollowsTaskThroughTheGateway(t *testing.T) {
 // nor serves it.
 func TestTasksAreOfferedOnlyWhereAnUpstreamRunsThem(t *testing.T) {
 	ctx := context.Background()
-	url, _ := taskUpstream(t)
+	url, _, _ := taskUpstream(t)
 	plain := startUpstream(t, mcp.ScopePublic, "echo")
 	for _, tc := range []struct {
 		url  string
