@@ -23,7 +23,7 @@ import (
 
 // taskUpstream serves, on loopback, a server whose tools go on as tasks:
 // "slow" completes once release is closed, "wait" only when cancelled,
-// and "ask" asks for a name, then greets it. gets counts the tasks/get
+// "quick" at once, and "ask" asks for a name, then greets it. gets counts the tasks/get
 // it answers.
 func taskUpstream(t *testing.T) (url string, release chan struct{}, gets *atomic.Int64) {
 	t.Helper()
@@ -52,6 +52,9 @@ func taskUpstream(t *testing.T) (url string, release chan struct{}, gets *atomic
 			return nil, ctx.Err()
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("done")}}, nil
+	})
+	add("quick", func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("quick")}}, nil
 	})
 	add("wait", func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
 		<-ctx.Done()
@@ -425,5 +428,53 @@ func TestTasksAreOfferedOnlyWhereAnUpstreamRunsThem(t *testing.T) {
 			}
 		}
 		_ = c.Close()
+	}
+}
+
+// TestEarlierEraCallerGetsTheResult: a 2025-11-25 caller, for whom the
+// extension has no form, is never answered with a task, even one that
+// declared the extension in its initialize: the gateway asks the
+// upstream for none, and the call is answered with the result.
+func TestEarlierEraCallerGetsTheResult(t *testing.T) {
+	url, _, _ := taskUpstream(t)
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}})
+	session := ""
+	post := func(body string) string {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, gw, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set(mcp.HeaderProtocolVersion, "2025-11-25")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
+			session = id
+		}
+		var b strings.Builder
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				b.WriteString(data)
+			} else if strings.HasPrefix(sc.Text(), "{") {
+				b.WriteString(sc.Text())
+			}
+		}
+		return b.String()
+	}
+	post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",` +
+		`"capabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}},"clientInfo":{"name":"old","version":"1"}}}`)
+	if session == "" {
+		t.Fatal("no session")
+	}
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	got := post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"up_quick","arguments":{}}}`)
+	if !strings.Contains(got, `"text":"quick"`) {
+		t.Fatalf("2025-11-25 call answered %s, want the tool's result", got)
 	}
 }
