@@ -324,7 +324,9 @@ func (g *Guard) Require(next http.Handler) http.Handler {
 			g.fail(w, http.StatusForbidden, "insufficient_scope", "the token lacks a scope this request needs", strings.Join(need, " "))
 			return
 		}
-		r2 := r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
+		ctx := context.WithValue(r.Context(), ctxKey{}, info)
+		ctx = context.WithValue(ctx, subjectKey{}, &SubjectToken{raw: raw})
+		r2 := r.WithContext(ctx)
 		r2.Header = r.Header.Clone()
 		r2.Header.Del("Authorization")
 		next.ServeHTTP(w, r2)

@@ -42,6 +42,10 @@ FILE is YAML:
       exclude: ["debug_*"]           # its items left out, by their own names
       auth:
         bearer_file: /run/secrets/weather   # or header: X-Api-Key, header_file: …
+    - id: mail
+      url: https://mail.example.com/mcp
+      auth:                          # each caller's token, exchanged (RFC 8693); needs --auth-issuer
+        token_exchange: {issuer: https://as.example.com, client_id: gw, client_secret_file: /run/secrets/gw}
   callers:                           # optional: who sees what (first match)
     - scope: admin
     - upstreams: [files]
@@ -93,6 +97,18 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	if err != nil {
 		return err
 	}
+	// An upstream reached with each caller's token exchanged needs
+	// callers that bring one.
+	checkCallers := func(gcfg gateway.Config) error {
+		if gcfg.ExchangesTokens() && cfg.authIssuer == "" {
+			return fmt.Errorf("gateway config %s: an upstream's auth is token_exchange, which exchanges each caller's token, "+
+				"but callers bring none: give --auth-issuer (and --auth-audience) so that they must", file)
+		}
+		return nil
+	}
+	if err := checkCallers(gcfg); err != nil {
+		return err
+	}
 	obs, err := newObservability()
 	if err != nil {
 		return err
@@ -125,7 +141,7 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	reloaded := make(chan struct{})
 	go func() {
 		defer close(reloaded)
-		reloadOnChange(reloadCtx, file, g, log)
+		reloadOnChange(reloadCtx, file, g, checkCallers, log)
 	}()
 	defer func() {
 		stopReload()
@@ -144,7 +160,7 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 // reloadOnChange reloads the gateway's configuration on SIGHUP and when
 // FILE changes, until ctx ends. A file that does not check is logged and
 // the running configuration goes on.
-func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, log *slog.Logger) {
+func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, check func(gateway.Config) error, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -172,6 +188,9 @@ func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, log *s
 			}
 		}
 		gcfg, err := gateway.LoadConfig(file)
+		if err == nil {
+			err = check(gcfg)
+		}
 		if err == nil {
 			err = g.Reload(ctx, gcfg)
 		}

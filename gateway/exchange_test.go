@@ -1,0 +1,369 @@
+package gateway_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"tidings/auth"
+	"tidings/client"
+	"tidings/gateway"
+	"tidings/internal/testrig/testas"
+	"tidings/internal/testrig/testkit"
+	"tidings/mcp"
+	"tidings/server"
+	"tidings/streamhttp"
+)
+
+// exchangeRig is a gateway in front of one upstream that it reaches with
+// each caller's token exchanged at a real authorization server: the
+// gateway trusts the server's tokens for itself (audience), the upstream
+// its tokens for the upstream, and the upstream serves each subject its
+// own tools ("<sub>-notes") besides "whoami", which answers with the
+// subject and client it was called by.
+type exchangeRig struct {
+	as       *testas.Server
+	g        *gateway.Gateway
+	url      string // the gateway's
+	upURL    string
+	up       *server.Server
+	clientID string // the gateway's at the authorization server
+	// skew moves the gateway's clock.
+	skew atomic.Int64
+
+	mu sync.Mutex
+	// seen are the Authorization values the upstream received; refused
+	// the tokens it now refuses (as if revoked).
+	seen    []string
+	refused map[string]bool
+}
+
+func startExchangeRig(t *testing.T) *exchangeRig {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &exchangeRig{upURL: "http://" + ln.Addr().String() + "/mcp", refused: map[string]bool{}}
+	r.as = testas.Start(t, audience)
+	subjectOf := func(principal string) string {
+		for _, sub := range []string{"alice", "bob", "carol", "dave"} {
+			if (&auth.Info{Issuer: r.as.Issuer(), Subject: sub}).Principal() == principal {
+				return sub
+			}
+		}
+		return ""
+	}
+	r.up = server.New(mcp.Implementation{Name: "per-subject", Version: "1"},
+		server.WithVisibility(func(principal string, _ server.List, key string) bool {
+			sub := subjectOf(principal)
+			return key == "whoami" || sub != "" && strings.HasPrefix(key, sub+"-")
+		}))
+	for _, name := range []string{"alice-notes", "bob-notes", "carol-notes", "dave-notes"} {
+		addEcho(t, r.up, name, `{"type":"object"}`)
+	}
+	err = r.up.AddTool(mcp.Tool{Name: "whoami", InputSchema: []byte(`{"type":"object"}`)}, func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+		info, _ := auth.FromContext(ctx)
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("sub=" + info.Subject + " client=" + info.ClientID)}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := auth.New(r.as.Issuer(), r.upURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	guard.Mount(mux, streamhttp.New(r.up, streamhttp.WithPrincipal(auth.Principal)))
+	hs := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		v := req.Header.Get("Authorization")
+		r.mu.Lock()
+		r.seen = append(r.seen, v)
+		refused := r.refused[strings.TrimPrefix(v, "Bearer ")]
+		r.mu.Unlock()
+		if refused {
+			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", resource_metadata="`+guard.MetadataURL()+`"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, req)
+	})}}
+	hs.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = r.up.Shutdown(ctx)
+		hs.Close()
+	})
+
+	var secret string
+	r.clientID, secret = r.as.RegisterConfidentialClient("http://127.0.0.1/cb")
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "x", URL: r.upURL, Auth: gateway.Auth{
+		TokenExchange: &gateway.TokenExchange{Issuer: r.as.Issuer(), ClientID: r.clientID, SecretFile: secretFile, Scopes: []string{"notes"}}}}}}
+	r.g, err = gateway.New(context.Background(), cfg, gateway.WithClock(func() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.g.Close) // after the server below is shut down
+	gguard, err := auth.New(r.as.Issuer(), audience)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.url = serveOnLoopback(t, r.g.Server(), gguard.Require(streamhttp.New(r.g.Server(), streamhttp.WithPrincipal(auth.Principal))))
+	return r
+}
+
+// token mints sub's access token for the gateway, signed by the
+// authorization server's key.
+func (r *exchangeRig) token(t *testing.T, sub string) string {
+	t.Helper()
+	kid, key := r.as.SigningKey()
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, (&jose.SignerOptions{}).WithType("at+jwt").WithHeader("kid", kid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tok, err := jwt.Signed(s).Claims(map[string]any{
+		"iss": r.as.Issuer(), "sub": sub, "aud": []string{audience}, "scope": "mcp",
+		"exp": now.Add(5 * time.Minute).Unix(), "iat": now.Unix(), "jti": sub + now.String(),
+	}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// caller is a client of the gateway presenting tok.
+func (r *exchangeRig) caller(t *testing.T, tok string) *client.Client {
+	t.Helper()
+	c := client.NewHTTP(r.url, client.WithAuthorization("Bearer "+tok))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (r *exchangeRig) upstreamSaw() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
+}
+
+// refuseSeen has the upstream refuse every token it has seen so far.
+func (r *exchangeRig) refuseSeen() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range r.seen {
+		r.refused[strings.TrimPrefix(v, "Bearer ")] = true
+	}
+}
+
+func (r *exchangeRig) exchangesOf(sub string) int {
+	n := 0
+	for _, x := range r.as.Exchanges() {
+		if x.Subject == sub {
+			n++
+		}
+	}
+	return n
+}
+
+func callText(t *testing.T, c *client.Client, name string) string {
+	t.Helper()
+	res, err := c.CallTool(context.Background(), name, map[string]any{})
+	if err != nil {
+		t.Fatalf("calling %s: %v", name, err)
+	}
+	if len(res.Content) != 1 || res.Content[0].Text == nil {
+		t.Fatalf("calling %s: %+v", name, res)
+	}
+	return *res.Content[0].Text
+}
+
+// TestTokenExchangeReachesTheUpstreamAsTheCaller: a call through the
+// gateway reaches the upstream with a token the authorization server
+// issued by exchange — the caller's subject, the upstream's audience, the
+// gateway's client — and never with the caller's own token.
+func TestTokenExchangeReachesTheUpstreamAsTheCaller(t *testing.T) {
+	r := startExchangeRig(t)
+	alice := r.token(t, "alice")
+	c := r.caller(t, alice)
+	if got := callText(t, c, "x_whoami"); got != "sub=alice client="+r.clientID {
+		t.Fatalf("the upstream was called by %q", got)
+	}
+	seen := r.upstreamSaw()
+	if len(seen) == 0 {
+		t.Fatal("the upstream saw no request")
+	}
+	for _, v := range seen {
+		if strings.Contains(v, alice) {
+			t.Fatal("the upstream received the caller's own token")
+		}
+		tok, err := jwt.ParseSigned(strings.TrimPrefix(v, "Bearer "), []jose.SignatureAlgorithm{jose.RS256})
+		if err != nil {
+			t.Fatalf("the upstream got %q, not a JWT: %v", v, err)
+		}
+		var claims struct {
+			Sub      string       `json:"sub"`
+			Aud      jwt.Audience `json:"aud"`
+			ClientID string       `json:"client_id"`
+		}
+		if err := tok.UnsafeClaimsWithoutVerification(&claims); err != nil {
+			t.Fatal(err)
+		}
+		if claims.Sub != "alice" || !slices.Contains(claims.Aud, r.upURL) || claims.ClientID != r.clientID {
+			t.Fatalf("the upstream's token says %+v", claims)
+		}
+	}
+	xs := r.as.Exchanges()
+	if len(xs) != 1 {
+		t.Fatalf("%d exchanges, want 1: %+v", len(xs), xs)
+	}
+	x := xs[0]
+	const accessToken = "urn:ietf:params:oauth:token-type:access_token"
+	if x.ClientID != r.clientID || x.Subject != "alice" || x.SubjectTokenType != accessToken || x.RequestedTokenType != accessToken ||
+		!slices.Equal(x.Audience, []string{r.upURL}) || !slices.Equal(x.Resources, []string{r.upURL}) || !slices.Equal(x.Scopes, []string{"notes"}) {
+		t.Fatalf("the exchange asked %+v", x)
+	}
+}
+
+// TestTokenExchangeListsArePrivatePerCaller: each caller gets the
+// upstream's list as the upstream gives it to them, never another's, and
+// told as private; an item of another's is unknown to them.
+func TestTokenExchangeListsArePrivatePerCaller(t *testing.T) {
+	r := startExchangeRig(t)
+	alice, bob := r.caller(t, r.token(t, "alice")), r.caller(t, r.token(t, "bob"))
+	for range 2 {
+		if got := toolNames(t, alice); !slices.Equal(got, []string{"x_alice-notes", "x_whoami"}) {
+			t.Fatalf("alice sees %v", got)
+		}
+		if got := toolNames(t, bob); !slices.Equal(got, []string{"x_bob-notes", "x_whoami"}) {
+			t.Fatalf("bob sees %v", got)
+		}
+	}
+	if f := alice.Freshness(mcp.MethodToolsList, ""); f.Scope != mcp.ScopePrivate {
+		t.Fatalf("alice's list is told as %q", f.Scope)
+	}
+	if _, err := alice.CallTool(context.Background(), "x_bob-notes", map[string]any{}); err == nil || !strings.Contains(err.Error(), "Unknown tool") {
+		t.Fatalf("alice calling bob's tool: %v", err)
+	}
+	if got := callText(t, bob, "x_bob-notes"); got != "from bob-notes" {
+		t.Fatalf("bob's tool answered %q", got)
+	}
+}
+
+// TestTokenExchangeTokensAreKeptAndRenewed: one exchange serves a
+// caller's requests until the upstream refuses its token (then one more)
+// or it nears its expiry (then one more); concurrent first requests of a
+// caller share one exchange.
+func TestTokenExchangeTokensAreKeptAndRenewed(t *testing.T) {
+	r := startExchangeRig(t)
+	c := r.caller(t, r.token(t, "alice"))
+	for range 3 {
+		callText(t, c, "x_whoami")
+	}
+	if n := r.exchangesOf("alice"); n != 1 {
+		t.Fatalf("%d exchanges for three calls, want 1", n)
+	}
+
+	r.refuseSeen()
+	if got := callText(t, c, "x_whoami"); got != "sub=alice client="+r.clientID {
+		t.Fatalf("after the refusal: %q", got)
+	}
+	if n := r.exchangesOf("alice"); n != 2 {
+		t.Fatalf("%d exchanges after the upstream refused the token, want 2", n)
+	}
+
+	r.skew.Store(int64(10 * time.Minute)) // the token's five minutes are up
+	callText(t, c, "x_whoami")
+	if n := r.exchangesOf("alice"); n != 3 {
+		t.Fatalf("%d exchanges after the token expired, want 3", n)
+	}
+	if st := r.g.Stats()[0]; st.Exchanges != 3 || st.ExchangeFailures != 0 || st.ExchangedTokens != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	carol := r.caller(t, r.token(t, "carol"))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := carol.CallTool(context.Background(), "x_whoami", map[string]any{}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := r.exchangesOf("carol"); n != 1 {
+		t.Fatalf("%d exchanges for carol's concurrent calls, want 1", n)
+	}
+}
+
+// TestTokenExchangeRefusedIsToldToTheCaller: an exchange the
+// authorization server refuses fails the caller's request with an error
+// naming the upstream and the server's error, and no token; other
+// callers go on.
+func TestTokenExchangeRefusedIsToldToTheCaller(t *testing.T) {
+	r := startExchangeRig(t)
+	r.as.DenyExchanges("dave")
+	dave := r.token(t, "dave")
+	c := r.caller(t, dave)
+	_, err := c.CallTool(context.Background(), "x_whoami", map[string]any{})
+	if err == nil {
+		t.Fatal("dave's call went through")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "upstream x") || !strings.Contains(msg, "invalid_grant") || strings.Contains(msg, dave) {
+		t.Fatalf("dave was told %q", msg)
+	}
+	if st := r.g.Stats()[0]; st.ExchangeFailures == 0 || !st.Up {
+		t.Fatalf("stats %+v", st)
+	}
+	if got := toolNames(t, r.caller(t, r.token(t, "alice"))); !slices.Equal(got, []string{"x_alice-notes", "x_whoami"}) {
+		t.Fatalf("alice sees %v after dave's refusal", got)
+	}
+}
+
+// TestTokenExchangeListensAreEachCallers: the gateway holds one listen on
+// the upstream per caller listening here, in that caller's name, and a
+// change heard on it is told to that caller alone; the listen ends with
+// the caller's last.
+func TestTokenExchangeListensAreEachCallers(t *testing.T) {
+	r := startExchangeRig(t)
+	alice, bob := r.caller(t, r.token(t, "alice")), r.caller(t, r.token(t, "bob"))
+	toolNames(t, alice)
+	toolNames(t, bob)
+	_, aliceEvents := watchTools(t, alice)
+	waitEvent(t, aliceEvents, client.ToolsChanged) // the first read
+	bw, bobEvents := watchTools(t, bob)
+	waitEvent(t, bobEvents, client.ToolsChanged)
+	testkit.WaitFor(t, waitTimeout, "a listen on the upstream for each caller", func() bool { return r.g.Stats()[0].Listens == 2 })
+	bobBefore := bw.Stats().Notifications
+
+	addEcho(t, r.up, "alice-new", `{"type":"object"}`)
+	if e := waitEvent(t, aliceEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_alice-new"}) {
+		t.Fatalf("alice heard %+v", e)
+	}
+	addEcho(t, r.up, "bob-new", `{"type":"object"}`)
+	if e := waitEvent(t, bobEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_bob-new"}) {
+		t.Fatalf("bob heard %+v", e)
+	}
+	if n := bw.Stats().Notifications - bobBefore; n != 1 {
+		t.Fatalf("bob was told of %d changes, his own alone is 1", n)
+	}
+	bw.Close()
+	testkit.WaitFor(t, waitTimeout, "bob's listen on the upstream gone with his", func() bool { return r.g.Stats()[0].Listens == 1 })
+}
