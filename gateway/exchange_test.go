@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -42,6 +43,9 @@ type exchangeRig struct {
 	clientID string // the gateway's at the authorization server
 	// skew moves the gateway's clock.
 	skew atomic.Int64
+	// claimPublic has the upstream mark its tool lists public, which
+	// they are not: each subject's differs.
+	claimPublic atomic.Bool
 
 	mu sync.Mutex
 	// seen are the Authorization values the upstream received; refused
@@ -98,7 +102,18 @@ func startExchangeRig(t *testing.T) *exchangeRig {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
-		mux.ServeHTTP(w, req)
+		if !r.claimPublic.Load() || req.Header.Get(mcp.HeaderMethod) != mcp.MethodToolsList {
+			mux.ServeHTTP(w, req)
+			return
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.Header().Del("Content-Length")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(bytes.ReplaceAll(rec.Body.Bytes(), []byte(`"cacheScope":"private"`), []byte(`"cacheScope":"public"`)))
 	})}}
 	hs.Start()
 	t.Cleanup(func() {
@@ -243,9 +258,11 @@ func TestTokenExchangeReachesTheUpstreamAsTheCaller(t *testing.T) {
 
 // TestTokenExchangeListsArePrivatePerCaller: each caller gets the
 // upstream's list as the upstream gives it to them, never another's, and
-// told as private; an item of another's is unknown to them.
+// told as private — even when the upstream marks it public, since it was
+// asked in the caller's name; an item of another's is unknown to them.
 func TestTokenExchangeListsArePrivatePerCaller(t *testing.T) {
 	r := startExchangeRig(t)
+	r.claimPublic.Store(true)
 	alice, bob := r.caller(t, r.token(t, "alice")), r.caller(t, r.token(t, "bob"))
 	for range 2 {
 		if got := toolNames(t, alice); !slices.Equal(got, []string{"x_alice-notes", "x_whoami"}) {
@@ -297,15 +314,20 @@ func TestTokenExchangeTokensAreKeptAndRenewed(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 
-	carol := r.caller(t, r.token(t, "carol"))
+	// Each of carol's clients asks on its own, past any cache of theirs.
+	carol := r.token(t, "carol")
+	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 8 {
+		c := r.caller(t, carol)
 		wg.Go(func() {
-			if _, err := carol.CallTool(context.Background(), "x_whoami", map[string]any{}); err != nil {
+			<-start
+			if _, err := c.Request(context.Background(), mcp.MethodToolsList, map[string]any{}); err != nil {
 				t.Error(err)
 			}
 		})
 	}
+	close(start)
 	wg.Wait()
 	if n := r.exchangesOf("carol"); n != 1 {
 		t.Fatalf("%d exchanges for carol's concurrent calls, want 1", n)
