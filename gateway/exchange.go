@@ -129,6 +129,7 @@ func (g *Gateway) exchangeCaller(ctx context.Context, req *server.Request) (cont
 	var releases []func()
 	for _, x := range xs {
 		x.note(req.Principal, tok)
+		// A 2025-11-25 session's stream comes as a listen too.
 		if req.Method == mcp.MethodListen {
 			releases = append(releases, x.hold(req.Principal, tok))
 		}

@@ -389,3 +389,40 @@ func TestTokenExchangeListensAreEachCallers(t *testing.T) {
 	bw.Close()
 	testkit.WaitFor(t, waitTimeout, "bob's listen on the upstream gone with his", func() bool { return r.g.Stats()[0].Listens == 1 })
 }
+
+// TestTokenExchangeForEarlierSessions: a 2025-11-25 session's requests go
+// upstream with its caller's token exchanged too, and its stream hears
+// the changes of its caller's list, and not another's.
+func TestTokenExchangeForEarlierSessions(t *testing.T) {
+	r := startExchangeRig(t)
+	legacy := func(sub string) *client.Client {
+		c := client.NewHTTP(r.url, client.WithAuthorization("Bearer "+r.token(t, sub)), client.WithProtocolVersion(mcp.LegacyVersion))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	alice, bob := legacy("alice"), legacy("bob")
+	if got := callText(t, alice, "x_whoami"); got != "sub=alice client="+r.clientID {
+		t.Fatalf("the upstream was called by %q", got)
+	}
+	if got := toolNames(t, bob); !slices.Equal(got, []string{"x_bob-notes", "x_whoami"}) {
+		t.Fatalf("bob sees %v", got)
+	}
+	_, aliceEvents := watchTools(t, alice)
+	waitEvent(t, aliceEvents, client.ToolsChanged)
+	bw, bobEvents := watchTools(t, bob)
+	waitEvent(t, bobEvents, client.ToolsChanged)
+	testkit.WaitFor(t, waitTimeout, "a listen on the upstream for each caller", func() bool { return r.g.Stats()[0].Listens == 2 })
+	bobBefore := bw.Stats().Notifications
+
+	addEcho(t, r.up, "alice-new", `{"type":"object"}`)
+	if e := waitEvent(t, aliceEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_alice-new"}) {
+		t.Fatalf("alice heard %+v", e)
+	}
+	addEcho(t, r.up, "bob-new", `{"type":"object"}`)
+	if e := waitEvent(t, bobEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_bob-new"}) {
+		t.Fatalf("bob heard %+v", e)
+	}
+	if n := bw.Stats().Notifications - bobBefore; n != 1 {
+		t.Fatalf("bob was told of %d changes, his own alone is 1", n)
+	}
+}
