@@ -3,6 +3,7 @@ package gateway
 import (
 	"container/list"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -139,6 +140,23 @@ func (g *Gateway) exchangeCaller(ctx context.Context, req *server.Request) (cont
 			r()
 		}
 	}
+}
+
+// viewKey is the key under which a list of an upstream that exchanges
+// tokens is kept for the caller of ctx: its principal and the digest of
+// the token it came with, which the token presented upstream was
+// exchanged for — the list is the answer to that credential.
+func viewKey(ctx context.Context, principal string) string {
+	c, ok := ctx.Value(callerKey{}).(caller)
+	if !ok || c.token == nil {
+		return principal
+	}
+	return credentialKey(principal, c.token)
+}
+
+func credentialKey(principal string, tok *auth.SubjectToken) string {
+	d := tok.Digest()
+	return principal + "\x00" + hex.EncodeToString(d[:])
 }
 
 // exchanger obtains, keeps and presents the exchanged tokens of one
@@ -603,13 +621,23 @@ func (x *exchanger) event(principal string, gen int, baseline *[numLists]bool, e
 		i := int(e.Kind - client.ToolsChanged)
 		first := !baseline[i]
 		baseline[i] = true
-		u.mu.Lock()
-		v := u.private[i][principal]
-		if first && v != nil && sameNames(v, e.Added) && len(e.Removed) == 0 && len(e.Changed) == 0 {
+		var v *view
+		if tok := x.latest(principal); tok != nil {
+			u.mu.Lock()
+			v = u.private[i][credentialKey(principal, tok)]
 			u.mu.Unlock()
+		}
+		if first && v != nil && sameNames(v, e.Added) && len(e.Removed) == 0 && len(e.Changed) == 0 {
 			return
 		}
-		delete(u.private[i], principal)
+		// Every list kept for the caller goes, whichever of its tokens
+		// it was read with.
+		u.mu.Lock()
+		for k := range u.private[i] {
+			if k == principal || strings.HasPrefix(k, principal+"\x00") {
+				delete(u.private[i], k)
+			}
+		}
 		u.mu.Unlock()
 		if first && v == nil {
 			return // nothing was served that could be stale

@@ -259,7 +259,8 @@ func TestTokenExchangeReachesTheUpstreamAsTheCaller(t *testing.T) {
 // TestTokenExchangeListsArePrivatePerCaller: each caller gets the
 // upstream's list as the upstream gives it to them, never another's, and
 // told as private — even when the upstream marks it public, since it was
-// asked in the caller's name; an item of another's is unknown to them.
+// asked in the caller's name — and kept per caller and credential; an
+// item of another's is unknown to them.
 func TestTokenExchangeListsArePrivatePerCaller(t *testing.T) {
 	r := startExchangeRig(t)
 	r.claimPublic.Store(true)
@@ -271,6 +272,15 @@ func TestTokenExchangeListsArePrivatePerCaller(t *testing.T) {
 		if got := toolNames(t, bob); !slices.Equal(got, []string{"x_bob-notes", "x_whoami"}) {
 			t.Fatalf("bob sees %v", got)
 		}
+	}
+	// A list is kept per credential too: alice with another token is
+	// asked for anew, not served what her first token was answered.
+	before := len(r.upstreamSaw())
+	if got := toolNames(t, r.caller(t, r.token(t, "alice"))); !slices.Equal(got, []string{"x_alice-notes", "x_whoami"}) {
+		t.Fatalf("alice with another token sees %v", got)
+	}
+	if len(r.upstreamSaw()) == before {
+		t.Fatal("alice's list under another token was served from what her first token was answered")
 	}
 	if f := alice.Freshness(mcp.MethodToolsList, ""); f.Scope != mcp.ScopePrivate {
 		t.Fatalf("alice's list is told as %q", f.Scope)

@@ -528,6 +528,9 @@ func (u *upstream) forgetAll() {
 // list returns the upstream's list i as principal may be served it:
 // kept if fresh, fetched otherwise.
 func (u *upstream) list(ctx context.Context, i int, principal string) (*view, error) {
+	if u.x != nil {
+		principal = viewKey(ctx, principal)
+	}
 	now := u.g.now()
 	u.mu.Lock()
 	v := u.public[i]
