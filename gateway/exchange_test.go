@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,8 @@ type exchangeRig struct {
 	// claimPublic has the upstream mark its tool lists public, which
 	// they are not: each subject's differs.
 	claimPublic atomic.Bool
+	// version is in the text of every resource.
+	version atomic.Int64
 
 	mu sync.Mutex
 	// seen are the Authorization values the upstream received; refused
@@ -77,6 +80,15 @@ func startExchangeRig(t *testing.T) *exchangeRig {
 		}))
 	for _, name := range []string{"alice-notes", "bob-notes", "carol-notes", "dave-notes"} {
 		addEcho(t, r.up, name, `{"type":"object"}`)
+	}
+	for _, uri := range []string{"alice-doc://note", "bob-doc://note"} {
+		err := r.up.AddResource(mcp.Resource{URI: uri, Name: uri}, func(context.Context, *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
+			text := uri + " v" + strconv.FormatInt(r.version.Load(), 10)
+			return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{{URI: uri, Text: &text}}}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	err = r.up.AddTool(mcp.Tool{Name: "whoami", InputSchema: []byte(`{"type":"object"}`)}, func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
 		info, _ := auth.FromContext(ctx)
@@ -434,5 +446,34 @@ func TestTokenExchangeForEarlierSessions(t *testing.T) {
 	}
 	if n := bw.Stats().Notifications - bobBefore; n != 1 {
 		t.Fatalf("bob was told of %d changes, his own alone is 1", n)
+	}
+}
+
+// TestTokenExchangeResourceUpdatesAreEachCallers: a resource a caller
+// follows is followed on that caller's own listen upstream, and its
+// update is told to that caller.
+func TestTokenExchangeResourceUpdatesAreEachCallers(t *testing.T) {
+	r := startExchangeRig(t)
+	events := map[string]chan client.Event{}
+	for _, sub := range []string{"alice", "bob"} {
+		ch := make(chan client.Event, 64)
+		events[sub] = ch
+		w := r.caller(t, r.token(t, sub)).Watch(context.Background(), client.WatchOptions{URIs: []string{sub + "-doc://note"},
+			OnEvent: func(e client.Event) { ch <- e }})
+		t.Cleanup(w.Close)
+		waitEvent(t, ch, client.ResourceUpdated) // the first read
+	}
+	testkit.WaitFor(t, waitTimeout, "each caller's listen upstream to follow its resource", func() bool {
+		st := r.up.ListenStats()
+		return st.Listens == 2 && st.URIs == 2
+	})
+	r.version.Add(1)
+	r.up.ResourceUpdated("alice-doc://note")
+	if e := waitEvent(t, events["alice"], client.ResourceUpdated); e.URI != "alice-doc://note" {
+		t.Fatalf("alice heard of %q", e.URI)
+	}
+	r.up.ResourceUpdated("bob-doc://note")
+	if e := waitEvent(t, events["bob"], client.ResourceUpdated); e.URI != "bob-doc://note" {
+		t.Fatalf("bob heard of %q", e.URI)
 	}
 }
