@@ -20,7 +20,12 @@
 // whole definitions, not names.
 //
 // The upstream never sees the caller's credential: the gateway presents
-// its own, per upstream (Auth).
+// its own, per upstream (Auth) — or, for an upstream that must know who
+// calls, one an authorization server issued for that upstream in the
+// caller's name, in exchange for the caller's token (RFC 8693,
+// Auth.TokenExchange). Everything such an upstream answers is then kept
+// per caller and credential, and its changes are heard on one listen per
+// caller listening here, told to that caller alone.
 package gateway
 
 import (

@@ -62,7 +62,10 @@ subscriptions/listen per upstream hears of its changes, however many
 clients listen here; each is told only what it may see. An upstream that
 goes down leaves the lists (listeners are told) and returns when it is
 back. The callers' tokens are never sent upstream: each upstream gets the
-credential its auth names.
+credential its auth names — with token_exchange, a token the authorization
+server issues for that upstream in exchange for the caller's own, which
+needs --auth-issuer; such an upstream's answers are kept per caller, and
+one listen per caller listening here hears of its changes.
 
 SIGHUP, or a change to FILE, reloads it; a file that does not check is
 refused and the running configuration goes on. /metrics has
@@ -158,8 +161,8 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 }
 
 // reloadOnChange reloads the gateway's configuration on SIGHUP and when
-// FILE changes, until ctx ends. A file that does not check is logged and
-// the running configuration goes on.
+// FILE changes, until ctx ends. A file that does not check, or that check
+// refuses, is logged and the running configuration goes on.
 func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, check func(gateway.Config) error, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
