@@ -47,6 +47,8 @@ type exchangeRig struct {
 	// claimPublic has the upstream mark its tool lists public, which
 	// they are not: each subject's differs.
 	claimPublic atomic.Bool
+	// refuseAll has the upstream refuse every token.
+	refuseAll atomic.Bool
 	// version is in the text of every resource.
 	version atomic.Int64
 
@@ -107,7 +109,7 @@ func startExchangeRig(t *testing.T) *exchangeRig {
 		v := req.Header.Get("Authorization")
 		r.mu.Lock()
 		r.seen = append(r.seen, v)
-		refused := r.refused[strings.TrimPrefix(v, "Bearer ")]
+		refused := r.refused[strings.TrimPrefix(v, "Bearer ")] || r.refuseAll.Load()
 		r.mu.Unlock()
 		if refused {
 			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", resource_metadata="`+guard.MetadataURL()+`"`)
@@ -335,6 +337,18 @@ func TestTokenExchangeTokensAreKeptAndRenewed(t *testing.T) {
 	if st := r.g.Stats()[0]; st.Exchanges != 3 || st.ExchangeFailures != 0 || st.ExchangedTokens != 1 {
 		t.Fatalf("stats %+v", st)
 	}
+
+	// A token obtained because the one before was refused is not
+	// replaced again when it is refused too: the caller is told.
+	r.refuseAll.Store(true)
+	_, err := c.CallTool(context.Background(), "x_whoami", map[string]any{})
+	if err == nil || !strings.Contains(err.Error(), "upstream x") || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("a call the upstream refuses whatever the token: %v", err)
+	}
+	if n := r.exchangesOf("alice"); n != 4 {
+		t.Fatalf("%d exchanges after the upstream refused a token and its replacement, want 4", n)
+	}
+	r.refuseAll.Store(false)
 
 	// Each of carol's clients asks on its own, past any cache of theirs.
 	carol := r.token(t, "carol")
