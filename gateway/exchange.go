@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -132,7 +133,8 @@ func (g *Gateway) exchangeCaller(ctx context.Context, req *server.Request) (cont
 		x.note(req.Principal, tok)
 		// A 2025-11-25 session's stream comes as a listen too.
 		if req.Method == mcp.MethodListen {
-			releases = append(releases, x.hold(req.Principal, tok))
+			x.hold(req.Principal, tok)
+			releases = append(releases, g.releaser(x.u.cfg.ID, req.Principal))
 		}
 	}
 	return withCaller(ctx, caller{req.Principal, tok}), func() {
@@ -157,6 +159,52 @@ func viewKey(ctx context.Context, principal string) string {
 func credentialKey(principal string, tok *auth.SubjectToken) string {
 	d := tok.Digest()
 	return principal + "\x00" + hex.EncodeToString(d[:])
+}
+
+// releaser returns the function that lets go of a hold of principal's
+// listen on the upstream id: on the upstream of that id when it is
+// called, which a reload may have replaced meanwhile (adoptListens).
+func (g *Gateway) releaser(id, principal string) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			ups, _ := g.upstreams()
+			for _, u := range ups {
+				if u.cfg.ID == id && u.x != nil {
+					u.x.release(principal)
+				}
+			}
+		})
+	}
+}
+
+// adoptListens has each upstream started by a reload that exchanges
+// tokens take over the callers' listens held on the one of its id it
+// replaces: their holds, latest tokens and resources. It is called with
+// g.mu held, when the upstreams change, so that no hold is let go of in
+// between; the returned function, called once g.mu is let go of, opens
+// the adopted listens.
+func adoptListens(old map[string]*upstream, started []*upstream) func() {
+	var opens []func()
+	for _, u := range started {
+		o := old[u.cfg.ID]
+		if u.x == nil || o == nil || o.x == nil {
+			continue
+		}
+		o.x.mu.Lock()
+		u.x.mu.Lock()
+		for p, w := range o.x.watches {
+			u.x.watches[p] = &watch{refs: w.refs, latest: w.latest, uris: maps.Clone(w.uris)}
+			opens = append(opens, func() { u.x.relisten(p) })
+		}
+		u.x.mu.Unlock()
+		o.x.mu.Unlock()
+	}
+	return func() {
+		for _, open := range opens {
+			open()
+		}
+	}
 }
 
 // exchanger obtains, keeps and presents the exchanged tokens of one
@@ -480,9 +528,9 @@ func (x *exchanger) latest(principal string) *auth.SubjectToken {
 }
 
 // hold has the upstream listened to for principal, whose token is tok,
-// until the returned function is called as many times as hold was: one
-// listen per caller, whatever the number of its listens here.
-func (x *exchanger) hold(principal string, tok *auth.SubjectToken) func() {
+// until release is called as many times as hold was: one listen per
+// caller, whatever the number of its listens here.
+func (x *exchanger) hold(principal string, tok *auth.SubjectToken) {
 	x.mu.Lock()
 	w, ok := x.watches[principal]
 	if !ok {
@@ -496,8 +544,6 @@ func (x *exchanger) hold(principal string, tok *auth.SubjectToken) func() {
 	if first {
 		x.relisten(principal)
 	}
-	var once sync.Once
-	return func() { once.Do(func() { x.release(principal) }) }
 }
 
 // release lets go of one hold of principal's listen, and ends the listen

@@ -41,6 +41,7 @@ type exchangeRig struct {
 	url      string // the gateway's
 	upURL    string
 	up       *server.Server
+	cfg      gateway.Config
 	clientID string // the gateway's at the authorization server
 	// skew moves the gateway's clock.
 	skew atomic.Int64
@@ -145,6 +146,7 @@ func startExchangeRig(t *testing.T) *exchangeRig {
 	}
 	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "x", URL: r.upURL, Auth: gateway.Auth{
 		TokenExchange: &gateway.TokenExchange{Issuer: r.as.Issuer(), ClientID: r.clientID, SecretFile: secretFile, Scopes: []string{"notes"}}}}}}
+	r.cfg = cfg
 	r.g, err = gateway.New(context.Background(), cfg, gateway.WithClock(func() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }))
 	if err != nil {
 		t.Fatal(err)
@@ -490,4 +492,38 @@ func TestTokenExchangeResourceUpdatesAreEachCallers(t *testing.T) {
 	if e := waitEvent(t, events["bob"], client.ResourceUpdated); e.URI != "bob-doc://note" {
 		t.Fatalf("bob heard of %q", e.URI)
 	}
+}
+
+// TestTokenExchangeListensSurviveAReload: a reload that changes how an
+// upstream's tokens are exchanged hands the callers' listens on it over to
+// the new one, which hears their changes and lets go with their last.
+func TestTokenExchangeListensSurviveAReload(t *testing.T) {
+	r := startExchangeRig(t)
+	alice := r.caller(t, r.token(t, "alice"))
+	toolNames(t, alice)
+	aw, events := watchTools(t, alice)
+	waitEvent(t, events, client.ToolsChanged)
+	testkit.WaitFor(t, waitTimeout, "alice's listen upstream", func() bool { return r.g.Stats()[0].Listens == 1 })
+
+	cfg := r.cfg
+	cfg.Upstreams = slices.Clone(cfg.Upstreams)
+	te := *cfg.Upstreams[0].Auth.TokenExchange
+	te.Scopes = []string{"notes", "more"}
+	cfg.Upstreams[0].Auth.TokenExchange = &te
+	if err := r.g.Reload(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, waitTimeout, "alice's listen upstream, held by the new upstream", func() bool { return r.g.Stats()[0].Listens == 1 })
+	addEcho(t, r.up, "alice-new", `{"type":"object"}`)
+	for {
+		// The reload itself is told as a change of every list.
+		if e := waitEvent(t, events, client.ToolsChanged); slices.Contains(e.Added, "x_alice-new") {
+			break
+		}
+	}
+	if x := r.as.Exchanges(); !slices.Equal(x[len(x)-1].Scopes, []string{"notes", "more"}) {
+		t.Fatalf("the latest exchange asked %+v", x[len(x)-1])
+	}
+	aw.Close()
+	testkit.WaitFor(t, waitTimeout, "alice's listen upstream gone with hers", func() bool { return r.g.Stats()[0].Listens == 0 })
 }

@@ -231,7 +231,9 @@ func (g *Gateway) Reload(ctx context.Context, cfg Config) error {
 		g.cfg.maxTTL() == cfg.maxTTL() && g.cfg.pageSize() == cfg.pageSize()
 	g.cfg = &cfg
 	g.ups = next
+	relisten := adoptListens(old, started)
 	g.mu.Unlock()
+	relisten()
 	if same {
 		// A file saved again, or in another order: nothing to tell.
 		return nil
