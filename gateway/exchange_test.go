@@ -60,7 +60,7 @@ type exchangeRig struct {
 	refused map[string]bool
 }
 
-func startExchangeRig(t *testing.T) *exchangeRig {
+func startExchangeRig(t *testing.T, tune ...func(*gateway.Config)) *exchangeRig {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -146,6 +146,9 @@ func startExchangeRig(t *testing.T) *exchangeRig {
 	}
 	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "x", URL: r.upURL, Auth: gateway.Auth{
 		TokenExchange: &gateway.TokenExchange{Issuer: r.as.Issuer(), ClientID: r.clientID, SecretFile: secretFile, Scopes: []string{"notes"}}}}}}
+	for _, f := range tune {
+		f(&cfg)
+	}
 	r.cfg = cfg
 	r.g, err = gateway.New(context.Background(), cfg, gateway.WithClock(func() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }))
 	if err != nil {
@@ -526,4 +529,22 @@ func TestTokenExchangeListensSurviveAReload(t *testing.T) {
 	}
 	aw.Close()
 	testkit.WaitFor(t, waitTimeout, "alice's listen upstream gone with hers", func() bool { return r.g.Stats()[0].Listens == 0 })
+}
+
+// TestTokenExchangeKeepsAtMostMaxExchangedTokens: past
+// max_exchanged_tokens the least recently used token goes, counted.
+func TestTokenExchangeKeepsAtMostMaxExchangedTokens(t *testing.T) {
+	r := startExchangeRig(t, func(c *gateway.Config) { c.MaxExchangedTokens = 2 })
+	alice := r.caller(t, r.token(t, "alice"))
+	callText(t, alice, "x_whoami")
+	callText(t, r.caller(t, r.token(t, "bob")), "x_whoami")
+	callText(t, alice, "x_whoami") // alice's is now the latest used
+	callText(t, r.caller(t, r.token(t, "carol")), "x_whoami")
+	if st := r.g.Stats()[0]; st.ExchangedTokens != 2 || st.ExchangedEvicted != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	callText(t, alice, "x_whoami")
+	if n := r.exchangesOf("alice"); n != 1 {
+		t.Fatalf("alice's token was exchanged %d times; bob's, used less lately, was the one to go", n)
+	}
 }
