@@ -114,28 +114,31 @@ func withCaller(ctx context.Context, c caller) context.Context {
 // held for it, and a subscriptions/listen holds one listen on each such
 // upstream for its caller until it ends (release).
 func (g *Gateway) exchangeCaller(ctx context.Context, req *server.Request) (context.Context, func()) {
-	ups, _ := g.upstreams()
-	var xs []*exchanger
-	for _, u := range ups {
-		if u.x != nil {
-			xs = append(xs, u.x)
-		}
-	}
-	if len(xs) == 0 {
-		return ctx, func() {}
-	}
 	tok, ok := auth.SubjectTokenFromContext(ctx)
 	if !ok || req.Principal == "" {
 		return ctx, func() {}
 	}
 	var releases []func()
-	for _, x := range xs {
-		x.note(req.Principal, tok)
+	// Held while the holds are taken, so that a reload hands each over
+	// to the upstream that replaces its own (adoptListens), or finds it
+	// there already.
+	g.mu.RLock()
+	exchanges := false
+	for _, u := range g.ups {
+		if u.x == nil {
+			continue
+		}
+		exchanges = true
+		u.x.note(req.Principal, tok)
 		// A 2025-11-25 session's stream comes as a listen too.
 		if req.Method == mcp.MethodListen {
-			x.hold(req.Principal, tok)
-			releases = append(releases, g.releaser(x.u.cfg.ID, req.Principal))
+			u.x.hold(req.Principal, tok)
+			releases = append(releases, g.releaser(u.cfg.ID, req.Principal))
 		}
+	}
+	g.mu.RUnlock()
+	if !exchanges {
+		return ctx, func() {}
 	}
 	return withCaller(ctx, caller{req.Principal, tok}), func() {
 		for _, r := range releases {
