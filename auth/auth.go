@@ -10,7 +10,9 @@
 // WithIntrospection, opaque ones are checked by asking the issuer
 // (RFC 7662). A token is never
 // logged, and the Authorization header is removed before the wrapped
-// handler runs, so nothing downstream can forward it.
+// handler runs, so nothing downstream can forward it: the token is left
+// to the handler only as a SubjectToken (SubjectTokenFromContext), to
+// exchange for a token of its own (RFC 8693) and for nothing else.
 //
 // The stdio transport takes its credentials from the environment and
 // does not use this package.
