@@ -229,7 +229,12 @@ type exchanger struct {
 	// until one succeeds: the reason a caller sees none of the
 	// upstream's items.
 	refused map[string]error
-	ctx     context.Context // the upstream's, once it started
+	// refusedUntil says, by caller and token, until when a refused
+	// exchange is not asked again: the authorization server's answer
+	// will not change for the same token, and the callers' listens would
+	// otherwise ask on every retry.
+	refusedUntil map[tokenKey]time.Time
+	ctx          context.Context // the upstream's, once it started
 
 	exchanges, failures, evicted atomic.Int64
 }
@@ -279,6 +284,9 @@ const (
 	// finalRefusal is how soon after a token was obtained to replace a
 	// refused one that the upstream's refusal of it is taken as final.
 	finalRefusal = time.Minute
+	// refusalHold is how long an exchange the authorization server
+	// refused is not asked again for the same token.
+	refusalHold = 10 * time.Second
 )
 
 // newExchanger reads the secret of cfg.Auth.TokenExchange and makes the
@@ -296,7 +304,7 @@ func newExchanger(u *upstream, max int) (*exchanger, error) {
 	}
 	x := &exchanger{u: u, flow: f, resource: te.Resource, audience: te.Audience, scopes: te.Scopes, max: max,
 		tokens: map[tokenKey]*list.Element{}, lru: list.New(), flights: map[tokenKey]*flight{}, watches: map[string]*watch{},
-		refused: map[string]error{}}
+		refused: map[string]error{}, refusedUntil: map[tokenKey]time.Time{}}
 	if x.resource == "" {
 		x.resource = u.cfg.URL
 	}
@@ -383,6 +391,17 @@ func (x *exchanger) token(ctx context.Context, key tokenKey, tok *auth.SubjectTo
 			}
 			x.dropLocked(el)
 		}
+		if until, ok := x.refusedUntil[key]; ok {
+			if now.Before(until) {
+				err := x.refused[key.principal]
+				x.mu.Unlock()
+				if err == nil {
+					err = x.refusal("the authorization server did not exchange the caller's token", nil)
+				}
+				return "", err
+			}
+			delete(x.refusedUntil, key)
+		}
 		if f, ok := x.flights[key]; ok {
 			x.mu.Unlock()
 			select {
@@ -423,10 +442,12 @@ func (x *exchanger) exchange(ctx context.Context, key tokenKey, tok *auth.Subjec
 		x.u.log.Warn("token exchange refused", "issuer", x.u.cfg.Auth.TokenExchange.Issuer, "err", redactToken(err.Error(), tok))
 		err = x.refusal("the authorization server "+x.u.cfg.Auth.TokenExchange.Issuer+" did not exchange the caller's token", redactErr(err, tok))
 		x.mu.Lock()
-		if len(x.refused) >= maxCallers {
+		if len(x.refused) >= maxCallers || len(x.refusedUntil) >= maxCallers {
 			clear(x.refused)
+			clear(x.refusedUntil)
 		}
 		x.refused[key.principal] = err
+		x.refusedUntil[key] = x.u.g.now().Add(refusalHold)
 		x.mu.Unlock()
 		return "", err
 	}

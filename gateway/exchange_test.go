@@ -377,8 +377,9 @@ func TestTokenExchangeTokensAreKeptAndRenewed(t *testing.T) {
 
 // TestTokenExchangeRefusedIsToldToTheCaller: an exchange the
 // authorization server refuses fails the caller's request with an error
-// naming the upstream and the server's error, and no token; other
-// callers go on.
+// naming the upstream and the server's error, and no token; the same
+// token is not sent to be refused again for a while; other callers go
+// on.
 func TestTokenExchangeRefusedIsToldToTheCaller(t *testing.T) {
 	r := startExchangeRig(t)
 	r.as.DenyExchanges("dave")
@@ -394,6 +395,19 @@ func TestTokenExchangeRefusedIsToldToTheCaller(t *testing.T) {
 	}
 	if st := r.g.Stats()[0]; st.ExchangeFailures == 0 || !st.Up {
 		t.Fatalf("stats %+v", st)
+	}
+	// The same token is not sent to be refused again at once.
+	n := r.exchangesOf("dave")
+	if _, err := c.CallTool(context.Background(), "x_whoami", map[string]any{}); err == nil || !strings.Contains(err.Error(), "invalid_grant") {
+		t.Fatalf("dave's second call: %v", err)
+	}
+	if r.exchangesOf("dave") != n {
+		t.Fatal("a refused exchange was asked again at once")
+	}
+	r.skew.Store(int64(time.Minute))
+	_, _ = c.CallTool(context.Background(), "x_whoami", map[string]any{}) // refused again, but asked anew
+	if r.exchangesOf("dave") == n {
+		t.Fatal("a refused exchange was not asked again later")
 	}
 	if got := toolNames(t, r.caller(t, r.token(t, "alice"))); !slices.Equal(got, []string{"x_alice-notes", "x_whoami"}) {
 		t.Fatalf("alice sees %v after dave's refusal", got)
