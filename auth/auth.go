@@ -10,7 +10,9 @@
 // WithIntrospection, opaque ones are checked by asking the issuer
 // (RFC 7662). A token is never
 // logged, and the Authorization header is removed before the wrapped
-// handler runs, so nothing downstream can forward it.
+// handler runs, so nothing downstream can forward it: the token is left
+// to the handler only as a SubjectToken (SubjectTokenFromContext), to
+// exchange for a token of its own (RFC 8693) and for nothing else.
 //
 // The stdio transport takes its credentials from the environment and
 // does not use this package.
@@ -324,7 +326,9 @@ func (g *Guard) Require(next http.Handler) http.Handler {
 			g.fail(w, http.StatusForbidden, "insufficient_scope", "the token lacks a scope this request needs", strings.Join(need, " "))
 			return
 		}
-		r2 := r.WithContext(context.WithValue(r.Context(), ctxKey{}, info))
+		ctx := context.WithValue(r.Context(), ctxKey{}, info)
+		ctx = context.WithValue(ctx, subjectKey{}, &SubjectToken{raw: raw})
+		r2 := r.WithContext(ctx)
 		r2.Header = r.Header.Clone()
 		r2.Header.Del("Authorization")
 		next.ServeHTTP(w, r2)

@@ -25,6 +25,10 @@ import (
 //	    exclude: ["debug_*"]  # by the upstream's own names
 //	    auth:
 //	      bearer_file: /run/secrets/weather
+//	  - id: mail              # each caller's own token, exchanged for one for mail
+//	    url: https://mail.example.com/mcp
+//	    auth:
+//	      token_exchange: {issuer: https://as.example.com, client_id: gw, client_secret_file: /run/secrets/gw}
 //	callers:
 //	  - scope: admin          # callers with this scope see everything
 //	  - upstreams: [files]    # everyone else sees only these
@@ -49,6 +53,11 @@ type Config struct {
 	// (default 10000): an upstream that offers more has the rest left
 	// out, logged and counted (tidings_gateway_lists_cut_total).
 	MaxItems int `yaml:"max_items"`
+	// MaxExchangedTokens bounds the tokens obtained by token exchange
+	// that the gateway keeps for one upstream, over all its callers
+	// (default 10000): past it the least recently used is dropped, and
+	// counted (tidings_gateway_exchanged_tokens_evicted_total).
+	MaxExchangedTokens int `yaml:"max_exchanged_tokens"`
 }
 
 // Upstream is one server behind the gateway.
@@ -91,6 +100,33 @@ type Auth struct {
 	// the OAuth client credentials grant, when the upstream's 401
 	// challenge asks for one, and renew them.
 	ClientCredentials *ClientCredentials `yaml:"client_credentials"`
+	// TokenExchange has the gateway present, for each caller, a token
+	// the authorization server issues in the caller's name for this
+	// upstream, in exchange for the caller's own (RFC 8693): the upstream
+	// then knows who calls, and still never sees the token the caller
+	// gave the gateway. Every answer of such an upstream is then kept
+	// per caller, and its changes are heard on one listen per caller.
+	TokenExchange *TokenExchange `yaml:"token_exchange"`
+}
+
+// TokenExchange is where and how the gateway exchanges each caller's
+// access token for one to present to an upstream.
+type TokenExchange struct {
+	// Issuer is the authorization server that exchanges tokens: its
+	// token endpoint is found in its metadata, and, like the issuer,
+	// must be HTTPS or HTTP on a loopback address.
+	Issuer string `yaml:"issuer"`
+	// ClientID and SecretFile are the gateway's registration there; the
+	// file holds the secret.
+	ClientID   string `yaml:"client_id"`
+	SecretFile string `yaml:"client_secret_file"`
+	// Audience and Resource name the upstream to the authorization
+	// server (RFC 8693 audience, RFC 8707 resource). Resource is by
+	// default the upstream's URL, and Audience the Resource.
+	Audience string `yaml:"audience"`
+	Resource string `yaml:"resource"`
+	// Scopes are asked for; none leaves them to the authorization server.
+	Scopes []string `yaml:"scopes"`
 }
 
 // ClientCredentials are the gateway's own credentials at the
@@ -139,7 +175,9 @@ const (
 	defaultMaxTTL   = 5 * time.Minute
 	defaultPageSize = 100
 	defaultMaxItems = 10000
-	maxIDLen        = 32
+	// defaultMaxExchanged bounds the exchanged tokens kept.
+	defaultMaxExchanged = 10000
+	maxIDLen            = 32
 	// prefixSeparator ends a default prefix. IDs never hold it.
 	prefixSeparator = "_"
 )
@@ -180,6 +218,9 @@ func (c *Config) Check() error {
 	if c.MaxItems < 0 {
 		return fmt.Errorf("max_items is %d; it must be positive", c.MaxItems)
 	}
+	if c.MaxExchangedTokens < 0 {
+		return fmt.Errorf("max_exchanged_tokens is %d; it must be positive", c.MaxExchangedTokens)
+	}
 	ids := map[string]bool{}
 	for i, u := range c.Upstreams {
 		where := fmt.Sprintf("upstream %d (%q)", i+1, u.ID)
@@ -200,13 +241,13 @@ func (c *Config) Check() error {
 		}
 		a := u.Auth
 		ways := 0
-		for _, set := range []bool{a.BearerFile != "", a.Header != "" || a.HeaderFile != "", a.ClientCredentials != nil} {
+		for _, set := range []bool{a.BearerFile != "", a.Header != "" || a.HeaderFile != "", a.ClientCredentials != nil, a.TokenExchange != nil} {
 			if set {
 				ways++
 			}
 		}
 		if ways > 1 {
-			return fmt.Errorf("%s: auth: give one of bearer_file, header with header_file, and client_credentials", where)
+			return fmt.Errorf("%s: auth: give one of bearer_file, header with header_file, client_credentials and token_exchange", where)
 		}
 		if cc := a.ClientCredentials; cc != nil {
 			if cc.Issuer == "" || cc.ClientID == "" || cc.SecretFile == "" {
@@ -215,6 +256,9 @@ func (c *Config) Check() error {
 			if u.URL == "" {
 				return fmt.Errorf("%s: auth: client_credentials is for an upstream over HTTP (url)", where)
 			}
+		}
+		if err := a.TokenExchange.check(u.URL); err != nil {
+			return fmt.Errorf("%s: auth: %w", where, err)
 		}
 		if (a.Header == "") != (a.HeaderFile == "") {
 			return fmt.Errorf("%s: auth: header and header_file go together", where)
@@ -278,6 +322,13 @@ func (c *Config) maxItems() int {
 		return defaultMaxItems
 	}
 	return c.MaxItems
+}
+
+func (c *Config) maxExchanged() int {
+	if c.MaxExchangedTokens <= 0 {
+		return defaultMaxExchanged
+	}
+	return c.MaxExchangedTokens
 }
 
 func (c *Config) pageSize() int {

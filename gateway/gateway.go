@@ -33,7 +33,12 @@
 // lasts, and is told each change under the caller's id.
 //
 // The upstream never sees the caller's credential: the gateway presents
-// its own, per upstream (Auth).
+// its own, per upstream (Auth) — or, for an upstream that must know who
+// calls, one an authorization server issued for that upstream in the
+// caller's name, in exchange for the caller's token (RFC 8693,
+// Auth.TokenExchange). Everything such an upstream answers is then kept
+// per caller and credential, and its changes are heard on one listen per
+// caller listening here, told to that caller alone.
 package gateway
 
 import (
@@ -243,7 +248,9 @@ func (g *Gateway) Reload(ctx context.Context, cfg Config) error {
 		g.cfg.maxTTL() == cfg.maxTTL() && g.cfg.pageSize() == cfg.pageSize()
 	g.cfg = &cfg
 	g.ups = next
+	relisten := adoptListens(old, started)
 	g.mu.Unlock()
+	relisten()
 	if same {
 		// A file saved again, or in another order: nothing to tell.
 		return nil
@@ -279,6 +286,9 @@ func (g *Gateway) checkClashes(ctx context.Context, ups []*upstream) error {
 	for _, i := range []int{listIndex(server.ListTools), listIndex(server.ListPrompts)} {
 		owner := map[string]string{}
 		for _, u := range ups {
+			if u.x != nil {
+				continue // its lists are each caller's: there is none to compare
+			}
 			// One that does not answer soon is left for later, so that
 			// it holds up neither the start nor a reload.
 			lctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -333,6 +343,8 @@ func (g *Gateway) forgetRead(uri string) {
 // a change can later be told only to those its rule lets see it.
 func (g *Gateway) noteCaller(next server.MethodHandler) server.MethodHandler {
 	return func(ctx context.Context, req *server.Request) error {
+		ctx, release := g.exchangeCaller(ctx, req)
+		defer release()
 		if _, cfg := g.upstreams(); len(cfg.Callers) > 0 {
 			info, _ := auth.FromContext(ctx)
 			g.callersMu.Lock()
@@ -662,7 +674,9 @@ type UpstreamStats struct {
 	// left out of the lists.
 	Up bool
 	// Listens is how many listens the gateway holds on the upstream: one
-	// while it is up, whatever the number of callers listening here.
+	// while it is up, whatever the number of callers listening here — or,
+	// for an upstream spoken to with each caller's token exchanged, one
+	// per caller listening here.
 	Listens int
 	// Requests counts the lists and reads the gateway asked of the
 	// upstream, Hits the answers served from what it kept, Misses those
@@ -670,6 +684,12 @@ type UpstreamStats struct {
 	Requests, Hits, Misses, Failures int64
 	// Cut counts the lists of the upstream cut at MaxItems.
 	Cut int64
+	// Exchanges counts the token exchanges asked for the upstream's
+	// callers (token_exchange), ExchangeFailures those refused, and
+	// ExchangedEvicted the exchanged tokens dropped at
+	// max_exchanged_tokens; ExchangedTokens is how many are kept now.
+	Exchanges, ExchangeFailures, ExchangedEvicted int64
+	ExchangedTokens                               int
 	// Lag is how long the latest change took from the upstream's word
 	// (its notification, or a poll or reconnection that found it) to the
 	// gateway's own listeners being told: the re-read in between.
@@ -690,6 +710,9 @@ func (g *Gateway) Stats() []UpstreamStats {
 			s.Listens = 1
 		}
 		u.mu.Unlock()
+		if u.x != nil {
+			u.x.stats(&s)
+		}
 		out = append(out, s)
 	}
 	return out

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"sort"
 	"time"
@@ -52,7 +53,7 @@ func (o origin) List(ctx context.Context, req *server.ListRequest) (*server.List
 func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
 	u, it, ok := o.g.route(ctx, listIndex(server.ListTools), req.Principal, req.Name)
 	if !ok {
-		return nil, errUnknown("tool", req.Name)
+		return nil, cmp.Or(o.g.refusal(req.Principal, listIndex(server.ListTools), req.Name), errUnknown("tool", req.Name))
 	}
 	params := map[string]any{"name": it.orig, "arguments": req.Arguments}
 	retryParams(params, &req.Request)
@@ -84,7 +85,7 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 func (o origin) GetPrompt(ctx context.Context, req *server.PromptRequest) (*mcp.GetPromptResult, error) {
 	u, it, ok := o.g.route(ctx, listIndex(server.ListPrompts), req.Principal, req.Name)
 	if !ok {
-		return nil, errUnknown("prompt", req.Name)
+		return nil, cmp.Or(o.g.refusal(req.Principal, listIndex(server.ListPrompts), req.Name), errUnknown("prompt", req.Name))
 	}
 	params := map[string]any{"name": it.orig}
 	if req.Arguments != nil {
@@ -112,7 +113,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	g := o.g
 	u, ok := g.routeURI(ctx, req.Principal, req.URI)
 	if !ok {
-		return nil, server.ErrResourceNotFound
+		return nil, cmp.Or(g.refusal(req.Principal, -1, req.URI), server.ErrResourceNotFound)
 	}
 	now := g.now()
 	g.readsMu.Lock()
@@ -145,11 +146,11 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	}
 	scope := mcp.ScopePrivate
 	_, cfg := g.upstreams()
-	if rr.Scope == mcp.ScopePublic && len(cfg.Callers) == 0 {
+	if rr.Scope == mcp.ScopePublic && len(cfg.Callers) == 0 && u.x == nil {
 		scope = mcp.ScopePublic
 	}
 	req.SetCache(server.CachePolicy{TTL: ttl, Scope: scope})
-	if rr.Scope == mcp.ScopePublic && ttl > 0 {
+	if rr.Scope == mcp.ScopePublic && ttl > 0 && u.x == nil {
 		g.readsMu.Lock()
 		if len(g.reads) >= maxKeptReads {
 			clear(g.reads)
@@ -239,6 +240,7 @@ func (o origin) Follow(principal string, uris []string) func() {
 		uri string
 	}
 	var hs []held
+	var own []func()
 	for _, uri := range uris {
 		// The listen's grant has already held the URIs to the caller's
 		// rule (the server's visibility). A URI no upstream lists or
@@ -256,6 +258,11 @@ func (o origin) Follow(principal string, uris []string) func() {
 			}
 		}
 		for _, u := range owners {
+			if u.x != nil {
+				// Followed on the caller's own listen there.
+				own = append(own, u.x.follow(principal, uri))
+				continue
+			}
 			hs = append(hs, held{u, uri})
 			u.mu.Lock()
 			u.follows[uri]++
@@ -267,6 +274,9 @@ func (o origin) Follow(principal string, uris []string) func() {
 		}
 	}
 	return func() {
+		for _, release := range own {
+			release()
+		}
 		for _, h := range hs {
 			h.u.mu.Lock()
 			h.u.follows[h.uri]--

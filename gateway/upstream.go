@@ -101,6 +101,9 @@ type upstream struct {
 	// flow obtains the gateway's own tokens (client_credentials), nil
 	// for other ways.
 	flow *oauth.Flow
+	// x exchanges each caller's token for the one presented upstream
+	// (token_exchange), nil for other ways.
+	x *exchanger
 	// announced holds when the announcements passed on were made, whose
 	// re-read has not reported yet, by topic (a list's index, or "uri:"
 	// and the URI).
@@ -158,6 +161,14 @@ func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, erro
 			}
 			u.flow = f
 			hopts = append(hopts, client.WithAuthorizer(f))
+		}
+		if cfg.Auth.TokenExchange != nil {
+			x, err := newExchanger(u, g.config().maxExchanged())
+			if err != nil {
+				return nil, fmt.Errorf("upstream %s: %w", cfg.ID, err)
+			}
+			u.x = x
+			hopts = append(hopts, client.WithAuthorizer(x))
 		}
 		u.c = client.NewHTTP(cfg.URL, hopts...)
 	} else {
@@ -219,6 +230,12 @@ type offered struct{ tools, prompts, resources, tasks bool }
 func (u *upstream) start(ctx context.Context) {
 	ctx, u.cancel = context.WithCancel(ctx)
 	u.offers = offered{true, true, true, false}
+	if u.x != nil {
+		// Nothing is asked of it but in a caller's name: its listens are
+		// each caller's (exchanger.hold).
+		u.x.start(ctx)
+		return
+	}
 	dctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	if d, err := u.c.Discover(dctx); err == nil {
 		caps := d.Capabilities
@@ -312,6 +329,9 @@ func (u *upstream) stop() {
 		w.Close()
 	}
 	u.wg.Wait()
+	if u.x != nil {
+		u.x.stop()
+	}
 	_ = u.c.Close()
 	if u.flow != nil {
 		_ = u.flow.Close()
@@ -508,10 +528,14 @@ func (u *upstream) forgetAll() {
 // list returns the upstream's list i as principal may be served it:
 // kept if fresh, fetched otherwise.
 func (u *upstream) list(ctx context.Context, i int, principal string) (*view, error) {
+	if u.x != nil {
+		principal = viewKey(ctx, principal)
+	}
 	now := u.g.now()
 	u.mu.Lock()
 	v := u.public[i]
-	priv := u.isPrivate[i]
+	// An upstream spoken to in each caller's name answers each alone.
+	priv := u.isPrivate[i] || u.x != nil
 	if priv {
 		v = u.private[i][principal]
 	}
@@ -536,6 +560,9 @@ func (u *upstream) list(ctx context.Context, i int, principal string) (*view, er
 		return nil, err
 	}
 	u.setDown(false, nil)
+	if u.x != nil {
+		v.scope = mcp.ScopePrivate
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.gen[i] == gen {

@@ -109,6 +109,22 @@ func (s *Server) ListChanged(l List, keys ...string) {
 	}
 }
 
+// ListChangedFor tells the listeners of principal alone, on this
+// replica, that list l changed: for an origin whose items differ per
+// caller and which hears of each caller's changes on its own (a gateway
+// speaking to an upstream with each caller's credential). Another
+// replica's listeners of principal are not told: that replica hears of
+// the change itself, on its own listen.
+func (s *Server) ListChangedFor(principal string, l List) {
+	s.hub.PublishRemote(hub.Event{Kinds: kindOf(l), Audience: []string{principal}})
+}
+
+// ResourceUpdatedFor tells the listeners of principal alone, on this
+// replica, that the content of uri changed (see ListChangedFor).
+func (s *Server) ResourceUpdatedFor(principal, uri string) {
+	s.hub.PublishRemote(hub.Event{URI: uri, Audience: []string{principal}})
+}
+
 // listFields are the result members of each list.
 var listFields = [...]string{ListTools: "tools", ListPrompts: "prompts", ListResources: "resources", ListTemplates: "resourceTemplates"}
 

@@ -44,7 +44,10 @@
 // [ClientCredentials] (client_secret_basic or private_key_jwt),
 // [JWTBearer] (workload identity federation) and [IdentityAssertion]
 // (enterprise-managed authorization: token exchange at the identity
-// provider, then the JWT bearer grant). With Config.DPoP the tokens are
+// provider, then the JWT bearer grant). [Flow.Exchange] serves a party
+// that speaks for callers of its own, such as a gateway: it trades a
+// caller's access token for one issued for another audience (RFC 8693),
+// at the client's own authorization server. With Config.DPoP the tokens are
 // DPoP-bound (RFC 9449) where the authorization server supports it: a
 // proof goes with every token and resource request, and the servers'
 // nonces are taken up.

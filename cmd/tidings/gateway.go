@@ -42,6 +42,10 @@ FILE is YAML:
       exclude: ["debug_*"]           # its items left out, by their own names
       auth:
         bearer_file: /run/secrets/weather   # or header: X-Api-Key, header_file: …
+    - id: mail
+      url: https://mail.example.com/mcp
+      auth:                          # each caller's token, exchanged (RFC 8693); needs --auth-issuer
+        token_exchange: {issuer: https://as.example.com, client_id: gw, client_secret_file: /run/secrets/gw}
   callers:                           # optional: who sees what (first match)
     - scope: admin
     - upstreams: [files]
@@ -58,7 +62,10 @@ subscriptions/listen per upstream hears of its changes, however many
 clients listen here; each is told only what it may see. An upstream that
 goes down leaves the lists (listeners are told) and returns when it is
 back. The callers' tokens are never sent upstream: each upstream gets the
-credential its auth names.
+credential its auth names — with token_exchange, a token the authorization
+server issues for that upstream in exchange for the caller's own, which
+needs --auth-issuer; such an upstream's answers are kept per caller, and
+one listen per caller listening here hears of its changes.
 
 SIGHUP, or a change to FILE, reloads it; a file that does not check is
 refused and the running configuration goes on. /metrics has
@@ -93,6 +100,18 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	if err != nil {
 		return err
 	}
+	// An upstream reached with each caller's token exchanged needs
+	// callers that bring one.
+	checkCallers := func(gcfg gateway.Config) error {
+		if gcfg.ExchangesTokens() && cfg.authIssuer == "" {
+			return fmt.Errorf("gateway config %s: an upstream's auth is token_exchange, which exchanges each caller's token, "+
+				"but callers bring none: give --auth-issuer (and --auth-audience) so that they must", file)
+		}
+		return nil
+	}
+	if err := checkCallers(gcfg); err != nil {
+		return err
+	}
 	obs, err := newObservability()
 	if err != nil {
 		return err
@@ -125,7 +144,7 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	reloaded := make(chan struct{})
 	go func() {
 		defer close(reloaded)
-		reloadOnChange(reloadCtx, file, g, log)
+		reloadOnChange(reloadCtx, file, g, checkCallers, log)
 	}()
 	defer func() {
 		stopReload()
@@ -142,9 +161,9 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 }
 
 // reloadOnChange reloads the gateway's configuration on SIGHUP and when
-// FILE changes, until ctx ends. A file that does not check is logged and
-// the running configuration goes on.
-func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, log *slog.Logger) {
+// FILE changes, until ctx ends. A file that does not check, or that check
+// refuses, is logged and the running configuration goes on.
+func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, check func(gateway.Config) error, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -172,6 +191,9 @@ func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, log *s
 			}
 		}
 		gcfg, err := gateway.LoadConfig(file)
+		if err == nil {
+			err = check(gcfg)
+		}
 		if err == nil {
 			err = g.Reload(ctx, gcfg)
 		}

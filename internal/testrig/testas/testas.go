@@ -20,6 +20,13 @@
 // none, carrying the scopes granted; asking for offline_access also
 // brings a refresh token, which rotates on every use. Access tokens last
 // five minutes, or what [WithTokenLifetime] says.
+//
+// A client the test registered may also exchange an access token this
+// server issued (RFC 8693, subject_token_type access_token) for a JWT
+// access token for the audience it names, carrying the subject of the
+// token exchanged, the scopes asked for and the client as its
+// client_id; [Server.Exchanges] lists what was asked, and
+// [Server.DenyExchanges] has the exchanges for one subject refused.
 package testas
 
 import (
@@ -100,6 +107,20 @@ type Grant struct {
 	CodeVerifier bool
 }
 
+// An Exchange is a token exchange request (RFC 8693), as the
+// authorization server understood it once the subject token was found
+// valid.
+type Exchange struct {
+	// ClientID is the client that authenticated.
+	ClientID string
+	// Subject is the sub of the subject token.
+	Subject string
+	// SubjectTokenType and RequestedTokenType are as asked.
+	SubjectTokenType, RequestedTokenType string
+	// Audience, Resources and Scopes are as asked.
+	Audience, Resources, Scopes []string
+}
+
 // Server is a running authorization server.
 type Server struct {
 	ts     *httptest.Server
@@ -138,6 +159,7 @@ func Start(t testing.TB, audience string, opts ...Option) *Server {
 		clients:   map[string]*codeClient{},
 		resources: map[string]string{},
 		refresh:   map[string]*refreshGrant{},
+		denied:    map[string]bool{},
 		lifetime:  defaultTokenLifetime,
 	}
 	for _, o := range opts {
@@ -307,6 +329,22 @@ func (s *Server) Grants() []Grant {
 	return slices.Clone(s.grants)
 }
 
+// Exchanges lists the token exchange requests so far whose subject
+// token was valid, refused or not.
+func (s *Server) Exchanges() []Exchange {
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	return slices.Clone(s.st.exchanges)
+}
+
+// DenyExchanges has every later token exchange for subject refused, with
+// invalid_grant.
+func (s *Server) DenyExchanges(subject string) {
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	s.st.denied[subject] = true
+}
+
 // Authorizations lists the authorization requests so far.
 func (s *Server) Authorizations() []Authorization {
 	s.mu.Lock()
@@ -376,6 +414,8 @@ type asStorage struct {
 	clients        map[string]*codeClient   // registered by the test
 	resources      map[string]string        // auth request ID → its audience
 	refresh        map[string]*refreshGrant // refresh token → what it grants
+	exchanges      []Exchange
+	denied         map[string]bool // subjects whose tokens are not exchanged
 }
 
 type opaqueToken struct {
@@ -711,4 +751,56 @@ func (s *asStorage) GetPrivateClaimsFromScopes(_ context.Context, _, _ string, s
 		return nil, nil
 	}
 	return map[string]any{"scope": strings.Join(scopes, " ")}, nil
+}
+
+// ValidateTokenExchangeRequest records the exchange and allows it when
+// it trades an access token for an access token for a named audience,
+// and the subject is not denied. The example storage's rules (an admin
+// user, impersonation scopes) do not apply.
+func (s *asStorage) ValidateTokenExchangeRequest(_ context.Context, r op.TokenExchangeRequest) error {
+	s.mu.Lock()
+	s.exchanges = append(s.exchanges, Exchange{
+		ClientID: r.GetClientID(), Subject: r.GetExchangeSubject(),
+		SubjectTokenType: string(r.GetExchangeSubjectTokenType()), RequestedTokenType: string(r.GetRequestedTokenType()),
+		Audience: slices.Clone(r.GetAudience()), Resources: slices.Clone(r.GetResourses()), Scopes: slices.Clone(r.GetScopes()),
+	})
+	denied := s.denied[r.GetExchangeSubject()]
+	s.mu.Unlock()
+	switch {
+	case r.GetExchangeSubjectTokenType() != oidc.AccessTokenType:
+		return oidc.ErrInvalidRequest().WithDescription("only access tokens are exchanged here")
+	case r.GetRequestedTokenType() == "":
+		r.SetRequestedTokenType(oidc.AccessTokenType)
+	case r.GetRequestedTokenType() != oidc.AccessTokenType:
+		return oidc.ErrInvalidRequest().WithDescription("only access tokens are issued by exchange here")
+	}
+	if len(r.GetAudience()) == 0 {
+		return oidc.ErrInvalidTarget().WithDescription("an exchange must name the audience of the token")
+	}
+	if denied {
+		return oidc.ErrInvalidGrant().WithDescription("tokens of this subject are not exchanged")
+	}
+	r.SetCurrentScopes(r.GetScopes())
+	return nil
+}
+
+// CreateTokenExchangeRequest keeps nothing: the exchange was recorded
+// when it was validated.
+func (s *asStorage) CreateTokenExchangeRequest(context.Context, op.TokenExchangeRequest) error {
+	return nil
+}
+
+// GetPrivateClaimsFromTokenExchangeRequest gives an exchanged token its
+// scopes; its client_id names the client that exchanged it.
+func (s *asStorage) GetPrivateClaimsFromTokenExchangeRequest(_ context.Context, r op.TokenExchangeRequest) (map[string]any, error) {
+	if sc := r.GetScopes(); len(sc) > 0 {
+		return map[string]any{"scope": strings.Join(sc, " ")}, nil
+	}
+	return nil, nil
+}
+
+// SetUserinfoFromTokenExchangeRequest adds nothing: ID tokens are not
+// issued by exchange here.
+func (s *asStorage) SetUserinfoFromTokenExchangeRequest(context.Context, *oidc.UserInfo, op.TokenExchangeRequest) error {
+	return nil
 }
