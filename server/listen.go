@@ -103,7 +103,25 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	if err := held.Grow(1, len(hf.URIs)); err != nil {
 		return engine.ErrorReply(req.ID, err)
 	}
-	defer held.Release()
+	// What the listen holds is let go of when it returns, unless a
+	// parked listen took it along (see engine.Parker).
+	var stopFollow func()
+	var sub *hub.Subscription
+	release := func() {
+		if sub != nil {
+			sub.Close()
+		}
+		if stopFollow != nil {
+			stopFollow()
+		}
+		held.Release()
+	}
+	parked := false
+	defer func() {
+		if !parked {
+			release()
+		}
+	}()
 	var taskIDs []string
 	if len(f.TaskIDs) > 0 && s.offersTasks() {
 		// The subscription follows every task asked for and is made
@@ -114,13 +132,10 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		hf.Tasks = taskIDs
 	}
 	if o := s.cfg.origin; o != nil && len(hf.URIs) > 0 {
-		defer o.Follow(req.Principal, hf.URIs)()
+		stopFollow = o.Follow(req.Principal, hf.URIs)
 	}
 	sub, err := s.hub.Subscribe(hf)
 	closed := errors.Is(err, hub.ErrClosed)
-	if !closed {
-		defer sub.Close()
-	}
 	var firsts []*taskRecord
 	if taskIDs != nil {
 		ids, recs, err := s.grantTasks(ctx, req.Principal, taskIDs)
@@ -143,13 +158,15 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
 		[]byte(`{"_meta":`+n.idMeta+`,"notifications":`+string(gb)+`}`))
 	out := req.out.stream
+	// A parked listen outlives req: the end keeps only what it needs.
+	id, enc := req.ID, req.enc
 	complete := func() engine.Reply {
-		b, err := req.enc.Finish([]byte{'{'}, engine.Tail{ResultType: mcp.ResultComplete,
-			Meta: mcp.Meta{mcp.MetaSubscriptionID: jsontext.Value(req.ID.Raw())}})
+		b, err := enc.Finish([]byte{'{'}, engine.Tail{ResultType: mcp.ResultComplete,
+			Meta: mcp.Meta{mcp.MetaSubscriptionID: jsontext.Value(id.Raw())}})
 		if err != nil {
-			return s.internal(req.ID, err)
+			return s.internal(id, err)
 		}
-		r := s.okReply(req.ID, b)
+		r := s.okReply(id, b)
 		r.ListenEnded = true
 		return r
 	}
@@ -167,7 +184,30 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 			}
 		}
 	}
-	switch engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()}) {
+	// A listen that follows tasks reads their state as it goes, with the
+	// request's context: it keeps its goroutine.
+	if p, ok := out.(engine.Parker); ok && taskIDs == nil {
+		pl := &engine.ParkedListen{Sub: sub, Notices: n, KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver(),
+			End: func(end engine.PumpEnd) engine.Reply {
+				release()
+				r := listenEnd(end, id, complete)
+				// Shutdown waits for this last reply, not for the
+				// Parked one the request returned (see seam.Serve).
+				r.Written = &s.writers
+				return r
+			}}
+		if p.Park(pl) {
+			parked = true
+			return engine.Reply{Outcome: engine.Parked}
+		}
+	}
+	end := engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()})
+	return listenEnd(end, id, complete)
+}
+
+// listenEnd is the last reply of a listen that ended as end says.
+func listenEnd(end engine.PumpEnd, id jsonrpc.ID, complete func() engine.Reply) engine.Reply {
+	switch end {
 	case engine.Lost:
 		return engine.Reply{Outcome: engine.Broken}
 	case engine.Drained:
@@ -175,7 +215,7 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	case engine.Failed:
 		// A task's state could not be read (see listenNotices.Task): the
 		// client listens again, and hears every task's state first.
-		return engine.Fail(req.ID, jsonrpc.CodeInternalError, "Internal error: a task's state could not be read; listen again", nil)
+		return engine.Fail(id, jsonrpc.CodeInternalError, "Internal error: a task's state could not be read; listen again", nil)
 	}
 	return engine.Reply{Outcome: engine.Silent}
 }
