@@ -188,4 +188,3 @@ func TestListenOnAnOpaqueConnection(t *testing.T) {
 		t.Fatalf("after the result: %v, want EOF (a clean end of the chunked body)", err)
 	}
 }
-
