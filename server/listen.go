@@ -187,6 +187,7 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	// A listen that follows tasks reads their state as it goes, with the
 	// request's context: it keeps its goroutine.
 	if p, ok := out.(engine.Parker); ok && taskIDs == nil {
+		ends := &listenEnds{}
 		pl := &engine.ParkedListen{Sub: sub, Notices: n, KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver(),
 			End: func(end engine.PumpEnd) engine.Reply {
 				release()
@@ -194,10 +195,16 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 				// Shutdown waits for this last reply, not for the
 				// Parked one the request returned (see seam.Serve).
 				r.Written = &s.writers
+				var err error
+				if end == engine.Stopped {
+					err = context.Canceled // the client went away
+				}
+				ends.end(err)
 				return r
 			}}
 		if p.Park(pl) {
 			parked = true
+			req.ends = ends
 			return engine.Reply{Outcome: engine.Parked}
 		}
 	}
