@@ -47,7 +47,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed\n\n")
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "memory per listen\theap in use\theap live\tstacks\tgoroutines")
+	fmt.Fprintln(tw, "memory per listen\tresident\theap in use\theap live\tstacks\tgoroutines")
 	var listeners *Footprint
 	covers := ""
 	for _, run := range r.Runs {
@@ -73,6 +73,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "\nwith %d stalled: tidings / naive all delivered %s; stalled / unstalled all delivered: tidings %s, naive %s",
 			r.Stalled, fmtRatio(x.AllDeliveredStalled), fmtRatio(x.StallCostTidings), fmtRatio(x.StallCostNaive))
 	}
+	if find(r.Runs, ServerFloor, false) != nil {
+		fmt.Fprintf(&b, "\ntidings / floor: all delivered %s, p99 %s, resident per listen %s, goroutines per listen %s",
+			fmtRatio(x.FloorAllDelivered), fmtRatio(x.FloorP99), fmtRatio(x.FloorRSSPerListen), fmtRatio(x.FloorGoroutines))
+	}
 	if find(r.Runs, ServerGateway, false) != nil {
 		fmt.Fprintf(&b, "\ngateway / tidings: all delivered %s, p99 %s", fmtRatio(x.GatewayAllDelivered), fmtRatio(x.GatewayP99))
 	}
@@ -82,7 +86,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 }
 
 func writeFootprint(w io.Writer, name string, f Footprint) {
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\n", name, fmtBytes(f.HeapInuse), fmtBytes(f.HeapAlloc), fmtBytes(f.StackInuse), f.Goroutines)
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%.2f\n", name, fmtBytes(f.RSS), fmtBytes(f.HeapInuse), fmtBytes(f.HeapAlloc), fmtBytes(f.StackInuse), f.Goroutines)
 }
 
 func fmtMs(v float64) string {
