@@ -46,7 +46,7 @@ func RegisterListens(reg prometheus.Registerer, stats func() server.ListenStats)
 }
 
 // RegisterParked registers how many listens a handler has parked (see
-// streamhttp.WithoutParking) with reg, read from parked (usually
+// streamhttp.WithParking) with reg, read from parked (usually
 // Handler.ParkedListens) at each scrape:
 //
 //	tidings_listens_parked    listens carried by the shared poller now, with no goroutine of their own

@@ -38,7 +38,7 @@ type config struct {
 	maxPrincipal   int // sessions of one principal
 	sessionIdle    time.Duration
 	logger         *slog.Logger
-	noPark         bool
+	park           bool
 }
 
 // Option configures a Handler.
@@ -154,7 +154,7 @@ type Handler struct {
 	cfg      config
 	sessions *legacy.Table // nil with WithoutLegacy
 	refusals refusals
-	parker   *parked.Parker // nil with WithoutParking or without epoll
+	parker   *parked.Parker // nil without WithParking, or without epoll
 }
 
 // New returns a Handler for srv.
@@ -176,7 +176,7 @@ func New(srv *server.Server, opts ...Option) *Handler {
 		cfg.logger = slog.Default()
 	}
 	h := &Handler{srv: engine.Of(srv), cfg: cfg}
-	if !cfg.noPark {
+	if cfg.park {
 		h.parker = parked.New(parked.Config{WriteTimeout: cfg.writeTimeout})
 	}
 	if !cfg.modernOnly {

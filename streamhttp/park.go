@@ -9,19 +9,20 @@ import (
 	"tidings/internal/sse"
 )
 
-// WithoutParking keeps every listen on its own goroutine, as on
-// platforms without epoll and for HTTP/2 and TLS connections. By
-// default, a listen over plain HTTP/1.1 on Linux is parked once its
-// acknowledgement is written: the handler hands the connection to one
-// poller and a few writers shared by every parked listen, so that an
-// open listen costs a few kilobytes and no goroutine instead of a
-// goroutine pair and net/http's buffers. Turn it off to rule parking out
-// when chasing a problem, or when something between net/http and the
-// socket (a net.Listener wrapper) must see every write.
-func WithoutParking() Option { return func(c *config) { c.noPark = true } }
+// WithParking parks listens: a listen over plain HTTP/1.1 on Linux is
+// handed, once its acknowledgement is written, to one poller and a few
+// writers shared by every parked listen, so that an open listen costs a
+// few kilobytes and no goroutine instead of a goroutine pair and
+// net/http's buffers (see the package doc, Parked listens). It is off
+// by default because a parked connection has left net/http: the
+// http.Server's Close and Shutdown no longer cut it, nor does cancelling
+// the request's context in a handler around this one; the server's
+// Shutdown, the client leaving and the write timeout end it. A program
+// that ends its listens that way, as tidings serve does, turns it on.
+func WithParking() Option { return func(c *config) { c.park = true } }
 
 // ParkedListens returns how many listens are parked now (see
-// WithoutParking), for monitoring: each is also an open listen.
+// WithParking), for monitoring: each is also an open listen.
 func (h *Handler) ParkedListens() int {
 	if h.parker == nil {
 		return 0

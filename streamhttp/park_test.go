@@ -18,7 +18,8 @@ import (
 )
 
 // parkMode is one way a listen is carried: parked (the default over
-// HTTP/1.1 on Linux) or on its own goroutine (WithoutParking).
+// HTTP/1.1 on Linux, with WithParking) or on its own goroutine (the
+// default).
 type parkMode struct {
 	name   string
 	opts   []streamhttp.Option
@@ -28,8 +29,8 @@ type parkMode struct {
 // parkModes returns both modes; tests of listens run under each.
 func parkModes() []parkMode {
 	return []parkMode{
-		{name: "parked", parked: runtime.GOOS == "linux"},
-		{name: "goroutine", opts: []streamhttp.Option{streamhttp.WithoutParking()}},
+		{name: "parked", opts: []streamhttp.Option{streamhttp.WithParking()}, parked: runtime.GOOS == "linux"},
+		{name: "goroutine"},
 	}
 }
 
@@ -54,7 +55,7 @@ func TestParkedListenEndsWhenItsClientLeaves(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("listens are parked on Linux only")
 	}
-	f := newFixture(t, nil)
+	f := newFixture(t, nil, streamhttp.WithParking())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s := f.open(t, ctx, listenBody(7, `{"toolsListChanged":true,"resourceSubscriptions":["res://doc"]}`), headers(mcp.MethodListen, ""))
@@ -95,7 +96,7 @@ func TestParkedListensHoldNoGoroutine(t *testing.T) {
 	}
 	const listens = 1000
 	f := newFixture(t, []server.Option{server.WithKeepAlive(0), server.WithListenLimits(server.ListenLimits{
-		PerPrincipal: server.Allowance{Listens: 2 * listens}, Total: server.Allowance{Listens: 2 * listens}})})
+		PerPrincipal: server.Allowance{Listens: 2 * listens}, Total: server.Allowance{Listens: 2 * listens}})}, streamhttp.WithParking())
 	before := runtime.NumGoroutine()
 	conns := make([]*bufio.Reader, listens)
 	for i := range conns {
@@ -159,7 +160,7 @@ func (l opaqueListener) Accept() (net.Conn, error) {
 // parked is acknowledged, hears its changes and ends with the complete
 // result and a clean end of the body, as any.
 func TestListenOnAnOpaqueConnection(t *testing.T) {
-	f := newFixture(t, nil)
+	f := newFixture(t, nil, streamhttp.WithParking())
 	f.ts.Close() // the fixture's own server; its cleanup closes the one made here
 	ts := httptest.NewUnstartedServer(f.h)
 	ts.Listener = opaqueListener{ts.Listener}

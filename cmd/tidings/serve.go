@@ -512,8 +512,10 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 		return err
 	}
 	opts := append([]streamhttp.Option{streamhttp.WithLogger(log), streamhttp.WithWriteTimeout(cfg.conns.writeTimeout)}, cfg.limits.handlerOptions()...)
-	if !cfg.conns.parkListens {
-		opts = append(opts, streamhttp.WithoutParking())
+	if cfg.conns.parkListens {
+		// serve ends its listens with the server's Shutdown before the
+		// http.Server's, which parked ones need.
+		opts = append(opts, streamhttp.WithParking())
 	}
 	if len(cfg.allowedHosts) > 0 {
 		opts = append(opts, streamhttp.WithAllowedHosts(cfg.allowedHosts...))

@@ -163,6 +163,12 @@ type Measurement struct {
 	Unexpected int64 `json:"unexpected"`
 	// Memory is measured in runs without stalled listens only.
 	Memory *Memory `json:"memory,omitempty"`
+	// CPUPerChangeMs is the CPU time (user and system) the server's
+	// process spent per change while the changes were made: on a machine
+	// whose cores the listens' reader shares, what the server costs
+	// rather than how long the reader took. It covers the listens'
+	// reading too when they are read in the server's process.
+	CPUPerChangeMs float64 `json:"cpuPerChangeMs,omitzero"`
 }
 
 // Latency is the time from a change until healthy listens received it.
@@ -225,6 +231,7 @@ type Ratios struct {
 	FloorP99          float64 `json:"floorP99,omitzero"`
 	FloorRSSPerListen float64 `json:"floorRSSPerListen,omitzero"`
 	FloorGoroutines   float64 `json:"floorGoroutinesPerListen,omitzero"`
+	FloorCPUPerChange float64 `json:"floorCPUPerChange,omitzero"`
 }
 
 // Run carries out the measurements cfg describes. It stops by itself, or
@@ -313,11 +320,11 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 	var tgt target
 	switch name {
 	case ServerTidings:
-		tgt, err = startTidings(cfg.WriteTimeout)
+		tgt, err = startTidings(cfg.WriteTimeout, streamhttp.WithParking())
 	case ServerGateway:
 		tgt, err = startGateway(ctx, cfg.WriteTimeout)
 	case ServerUnparked:
-		tgt, err = startTidings(cfg.WriteTimeout, streamhttp.WithoutParking())
+		tgt, err = startTidings(cfg.WriteTimeout)
 	case ServerFloor:
 		tgt, err = startFloor()
 	default:
@@ -366,6 +373,7 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 	}
 
 	sent := make([]int64, 0, cfg.Changes)
+	cpu0 := processCPU()
 	changeErr := func() error {
 		for c := range cfg.Changes {
 			if err := side.arm(ctx, c); err != nil {
@@ -387,6 +395,9 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		}
 		return nil
 	}()
+	if n := len(sent); n > 0 && cpu0 > 0 {
+		run.CPUPerChangeMs = ms(processCPU()-cpu0) / float64(n)
+	}
 	recv, bad, err := side.close(ctx)
 	if err = errors.Join(changeErr, err); err != nil {
 		return nil, err
@@ -506,6 +517,7 @@ func ratios(runs []Measurement) Ratios {
 	if fl := find(runs, ServerFloor, false); complete(fl) && complete(t) {
 		r.FloorAllDelivered = div(t.Median.AllDeliveredMs, fl.Median.AllDeliveredMs)
 		r.FloorP99 = div(t.Median.P99Ms, fl.Median.P99Ms)
+		r.FloorCPUPerChange = div(t.CPUPerChangeMs, fl.CPUPerChangeMs)
 	}
 	if fl := find(runs, ServerFloor, false); fl != nil && t != nil && fl.Memory != nil && t.Memory != nil {
 		r.FloorRSSPerListen = div(t.Memory.Server.RSS, fl.Memory.Server.RSS)

@@ -180,7 +180,7 @@ func TestFanOutChildProcess(t *testing.T) {
 		}
 		checkMemory(t, r.Server+" listens", *r.Memory.Listeners, 1)
 	}
-	if x := rep.Ratios; x.FloorAllDelivered <= 0 || x.FloorP99 <= 0 {
+	if x := rep.Ratios; x.FloorAllDelivered <= 0 || x.FloorP99 <= 0 || x.FloorCPUPerChange <= 0 {
 		t.Errorf("ratios to the floor missing: %+v", x)
 	}
 	var table bytes.Buffer

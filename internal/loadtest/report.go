@@ -19,7 +19,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "%s %s/%s, %d CPUs, GOMAXPROCS %d\n\n", r.GoVersion, r.GOOS, r.GOARCH, r.NumCPU, r.GOMAXPROCS)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "server\tstalled\thealthy\topen\tp50\tp99\tall delivered\tworst\tchanges done")
+	fmt.Fprintln(tw, "server\tstalled\thealthy\topen\tp50\tp99\tall delivered\tworst\tcpu/change\tchanges done")
 	for _, run := range r.Runs {
 		p50, p99, all := "-", "-", "-"
 		if run.Median != nil {
@@ -40,11 +40,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if run.Unexpected > 0 {
 			done += fmt.Sprintf(", %d unexpected messages", run.Unexpected)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Server, run.Stalled, run.Healthy,
-			fmtMs(run.OpenMs), p50, p99, all, worst, done)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Server, run.Stalled, run.Healthy,
+			fmtMs(run.OpenMs), p50, p99, all, worst, fmtMs(run.CPUPerChangeMs), done)
 	}
 	tw.Flush()
-	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed\n\n")
+	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed;\n" +
+		"cpu/change: the server process's CPU time per change, the listens' reading included when it is in that process\n\n")
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "memory per listen\tresident\theap in use\theap live\tstacks\tgoroutines")
@@ -74,8 +75,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 			r.Stalled, fmtRatio(x.AllDeliveredStalled), fmtRatio(x.StallCostTidings), fmtRatio(x.StallCostNaive))
 	}
 	if find(r.Runs, ServerFloor, false) != nil {
-		fmt.Fprintf(&b, "\ntidings / floor: all delivered %s, p99 %s, resident per listen %s, goroutines per listen %s",
-			fmtRatio(x.FloorAllDelivered), fmtRatio(x.FloorP99), fmtRatio(x.FloorRSSPerListen), fmtRatio(x.FloorGoroutines))
+		fmt.Fprintf(&b, "\ntidings / floor: all delivered %s, p99 %s, cpu per change %s, resident per listen %s, goroutines per listen %s",
+			fmtRatio(x.FloorAllDelivered), fmtRatio(x.FloorP99), fmtRatio(x.FloorCPUPerChange), fmtRatio(x.FloorRSSPerListen), fmtRatio(x.FloorGoroutines))
 	}
 	if find(r.Runs, ServerGateway, false) != nil {
 		fmt.Fprintf(&b, "\ngateway / tidings: all delivered %s, p99 %s", fmtRatio(x.GatewayAllDelivered), fmtRatio(x.GatewayP99))

@@ -33,7 +33,7 @@ const (
 	// ServerGateway is the project's server behind a gateway: the listens
 	// are the gateway's, the changes its upstream's.
 	ServerGateway = "gateway"
-	// ServerUnparked is the project's server with streamhttp.WithoutParking:
+	// ServerUnparked is the project's server without streamhttp.WithParking:
 	// every listen on its own goroutines, as before listens were parked.
 	ServerUnparked = "tidings-unparked"
 )
@@ -115,7 +115,10 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// tidingsTarget is the project's server: streamhttp over server.Server.
+// tidingsTarget is the project's server: streamhttp over server.Server,
+// its listens parked (streamhttp.WithParking) unless it is the unparked
+// measurement. Its close ends the listens with the server's Shutdown
+// before the http.Server's, which parked listens need.
 type tidingsTarget struct {
 	srv *server.Server
 	*front
@@ -209,7 +212,7 @@ func startGateway(ctx context.Context, writeTimeout time.Duration) (_ *gatewayTa
 			return nil, ctx.Err()
 		}
 	}
-	f, err := startFront(streamhttp.New(g.Server(), streamhttp.WithWriteTimeout(writeTimeout)))
+	f, err := startFront(streamhttp.New(g.Server(), streamhttp.WithWriteTimeout(writeTimeout), streamhttp.WithParking()))
 	if err != nil {
 		g.Close()
 		return nil, err
