@@ -106,9 +106,8 @@
 // # Parked listens
 //
 // With [WithParking], a 2026-07-28 listen over plain HTTP/1.1 on Linux
-// leaves net/http once
-// its headers and acknowledgement are written: the handler hijacks the
-// connection and parks it. One epoll poller per handler watches every
+// leaves net/http once its headers and acknowledgement are written: the
+// handler hijacks the connection and parks it. One epoll poller per handler watches every
 // parked socket for its client leaving, a few writers (GOMAXPROCS) write
 // each change to the sockets whose subscriptions it reaches, without
 // blocking, and one ticker sends keep-alives and cuts readers stuck past
@@ -120,7 +119,9 @@
 // A parked listen ends with the server's [server.Server.Shutdown] (its
 // complete result, as any listen), its client leaving, or the write
 // timeout; the http.Server no longer tracks its connection (ConnState
-// reports it hijacked), so its Shutdown and Close do not end it. A
+// reports it hijacked), so its Shutdown and Close do not end it, and
+// neither does cancelling the request's context in a handler around
+// this one. Shut the server down before the http.Server. A
 // net.Listener wrapper whose connections are not syscall.Conn keeps the
 // listen on its goroutine, written to the connection directly; so do
 // HTTP/2 and TLS connections, listens that follow tasks (their state is
