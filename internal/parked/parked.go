@@ -56,3 +56,17 @@ func appendMessage(dst, ev, msg []byte) (out, scratch []byte) {
 
 // keepAliveChunk returns an SSE comment in one chunk.
 func keepAliveChunk() []byte { return appendChunk(nil, sse.AppendComment(nil, "keep-alive")) }
+
+// tickPeriod is how often the ticker sweeps: a quarter of the shorter of
+// the keep-alive interval and the write timeout, so that each is kept to
+// within a quarter of itself; 0 when neither is set.
+func tickPeriod(ka, wt time.Duration) time.Duration {
+	d := ka
+	if d <= 0 || (wt > 0 && wt < d) {
+		d = wt
+	}
+	if d <= 0 {
+		return 0
+	}
+	return max(d/4, time.Millisecond)
+}

@@ -167,20 +167,6 @@ func (p *Parker) start(ka time.Duration) (*loop, error) {
 	return lp, nil
 }
 
-// tickPeriod is how often the ticker sweeps: a quarter of the shorter of
-// the keep-alive interval and the write timeout, so that each is kept to
-// within a quarter of itself; 0 when neither is set.
-func tickPeriod(ka, wt time.Duration) time.Duration {
-	d := ka
-	if d <= 0 || (wt > 0 && wt < d) {
-		d = wt
-	}
-	if d <= 0 {
-		return 0
-	}
-	return max(d/4, time.Millisecond)
-}
-
 // stop ends the loop's goroutines; the poller closes the descriptors.
 // The caller holds p.mu, and no connection is left.
 func (lp *loop) stop() {
