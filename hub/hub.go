@@ -159,6 +159,9 @@ type Subscription struct {
 	// changes the subscription's next notification stands for as well.
 	merged atomic.Int64
 	wake   chan struct{}
+	// notify, when set (under the hub's lock), is called in place of
+	// poking wake: see Notify.
+	notify func()
 	once   sync.Once
 }
 
@@ -403,10 +406,39 @@ func (s *Subscription) mark(i int) bool {
 	return atomic.OrUint64(&s.flags[i/64], bit)&bit != 0
 }
 
+// poke tells the owner that something may be pending. Every caller
+// holds the hub's lock, read or write, which orders it after Notify.
 func (s *Subscription) poke() {
+	if s.notify != nil {
+		s.notify()
+		return
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
+	}
+}
+
+// Notify has fn called, from then on, wherever Wake would receive: so
+// that an owner that keeps many subscriptions needs no goroutine waiting
+// on each one's channel (a transport that parks its listens on one
+// poller). fn runs on the publisher's goroutine under the hub's lock: it
+// must not block, publish, or touch the hub, and should not allocate,
+// since a change calls it once per subscription it reaches. A wake-up
+// already waiting on the channel is passed on to fn at once.
+func (s *Subscription) Notify(fn func()) {
+	h := s.hub
+	h.mu.Lock()
+	s.notify = fn
+	waiting := false
+	select {
+	case <-s.wake:
+		waiting = true
+	default:
+	}
+	h.mu.Unlock()
+	if waiting {
+		fn()
 	}
 }
 

@@ -45,6 +45,26 @@ func RegisterListens(reg prometheus.Registerer, stats func() server.ListenStats)
 	return nil
 }
 
+// RegisterParked registers how many listens a handler has parked (see
+// streamhttp.WithParking) with reg, read from parked (usually
+// Handler.ParkedListens) at each scrape:
+//
+//	tidings_listens_parked    listens carried by the shared poller now, with no goroutine of their own
+//
+// Every parked listen is an open one (tidings_listens_open); the
+// difference is listens on goroutines: over HTTP/2 or TLS, following
+// tasks, or of 2025-11-25 sessions.
+func RegisterParked(reg prometheus.Registerer, parked func() int) error {
+	c := &statsCollector[int]{stats: parked, series: []series[int]{
+		gauge("tidings_listens_parked", "Listens carried by the shared poller now, with no goroutine of their own.",
+			func(n int) float64 { return float64(n) }),
+	}}
+	if err := reg.Register(c); err != nil {
+		return fmt.Errorf("metrics: parked listens: %w", err)
+	}
+	return nil
+}
+
 // RegisterSessions registers what a handler's 2025-11-25 sessions hold
 // and how they ended with reg, read from stats (usually
 // Handler.SessionStats) at each scrape:

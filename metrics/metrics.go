@@ -125,20 +125,41 @@ func (m *Metrics) Middleware() server.Middleware {
 	return func(next server.MethodHandler) server.MethodHandler {
 		return func(ctx context.Context, req *server.Request) error {
 			method, series := m.series(req.Method)
-			if req.Method == mcp.MethodListen {
+			listen := req.Method == mcp.MethodListen
+			if listen {
 				m.listens.Inc()
-				defer m.listens.Dec()
 			}
 			start := time.Now()
+			parked := false
+			defer func() {
+				if listen && !parked {
+					m.listens.Dec()
+				}
+			}()
 			err := next(ctx, req)
-			series.duration.Observe(time.Since(start).Seconds())
-			if outcome := m.outcome(ctx, err); outcome == "ok" {
-				series.ok.Inc()
-			} else {
-				m.requests.WithLabelValues(method, outcome).Inc()
+			// A parked listen goes on after next returns: it is counted
+			// and timed when it ends.
+			parked = req.AfterEnd(func(end error) {
+				if listen {
+					m.listens.Dec()
+				}
+				m.done(method, series, start, m.outcome(context.Background(), end))
+			})
+			if !parked {
+				m.done(method, series, start, m.outcome(ctx, err))
 			}
 			return err
 		}
+	}
+}
+
+// done counts and times one request that ended with outcome.
+func (m *Metrics) done(method string, series *methodSeries, start time.Time, outcome string) {
+	series.duration.Observe(time.Since(start).Seconds())
+	if outcome == "ok" {
+		series.ok.Inc()
+	} else {
+		m.requests.WithLabelValues(method, outcome).Inc()
 	}
 }
 
@@ -158,6 +179,9 @@ func (m *Metrics) outcome(ctx context.Context, err error) string {
 			return "cancelled" // a listen the client left, a call it gave up
 		}
 		return "ok"
+	}
+	if errors.Is(err, context.Canceled) {
+		return "cancelled" // a parked listen the client left (server.Request.AfterEnd)
 	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) {

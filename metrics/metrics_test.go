@@ -77,6 +77,12 @@ func waitSeries(t *testing.T, url, series string, ok func(float64) bool) float64
 // one loopback listener, closed at the test's end.
 func newMeasuredServer(t *testing.T, opts ...server.Option) (*server.Server, *httptest.Server) {
 	t.Helper()
+	return newMeasuredHandler(t, nil, opts...)
+}
+
+// newMeasuredHandler is newMeasuredServer with handler options.
+func newMeasuredHandler(t *testing.T, hopts []streamhttp.Option, opts ...server.Option) (*server.Server, *httptest.Server) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
@@ -84,7 +90,7 @@ func newMeasuredServer(t *testing.T, opts ...server.Option) (*server.Server, *ht
 	}
 	srv := server.New(mcp.Implementation{Name: "m", Version: "1"}, append(m.ServerOptions(), opts...)...)
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", streamhttp.New(srv))
+	mux.Handle("/mcp", streamhttp.New(srv, hopts...))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
@@ -92,9 +98,16 @@ func newMeasuredServer(t *testing.T, opts ...server.Option) (*server.Server, *ht
 }
 
 // TestScrapeAfterListenAndChange: a real server with its /metrics beside
-// /mcp counts requests, the open listen, and the notification of a change.
+// /mcp counts requests, the open listen, and the notification of a change;
+// a parked listen (streamhttp.WithParking) is counted open until it ends,
+// though its handler returned when it was parked.
 func TestScrapeAfterListenAndChange(t *testing.T) {
-	srv, ts := newMeasuredServer(t)
+	t.Run("goroutine", func(t *testing.T) { testScrapeAfterListenAndChange(t, nil) })
+	t.Run("parked", func(t *testing.T) { testScrapeAfterListenAndChange(t, []streamhttp.Option{streamhttp.WithParking()}) })
+}
+
+func testScrapeAfterListenAndChange(t *testing.T, hopts []streamhttp.Option) {
+	srv, ts := newMeasuredHandler(t, hopts)
 	if err := srv.AddTool(mcp.Tool{Name: "a"}, hello); err != nil {
 		t.Fatal(err)
 	}

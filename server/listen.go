@@ -108,7 +108,25 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	if err := held.Grow(1, len(hf.URIs)); err != nil {
 		return engine.ErrorReply(req.ID, err)
 	}
-	defer held.Release()
+	// What the listen holds is let go of when it returns, unless a
+	// parked listen took it along (see engine.Parker).
+	var stopFollow func()
+	var sub *hub.Subscription
+	release := func() {
+		if sub != nil {
+			sub.Close()
+		}
+		if stopFollow != nil {
+			stopFollow()
+		}
+		held.Release()
+	}
+	parked := false
+	defer func() {
+		if !parked {
+			release()
+		}
+	}()
 	var taskIDs []string
 	if len(f.TaskIDs) > 0 && s.offersTasks() {
 		// The subscription follows every task asked for and is made
@@ -119,24 +137,21 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		hf.Tasks = taskIDs
 	}
 	if o := s.cfg.origin; o != nil && len(hf.URIs) > 0 {
-		defer o.Follow(req.Principal, hf.URIs)()
+		stopFollow = o.Follow(req.Principal, hf.URIs)
 	}
 	sub, err := s.hub.Subscribe(hf)
 	closed := errors.Is(err, hub.ErrClosed)
-	if !closed {
-		defer sub.Close()
-	}
 	n := newListenNotices(s, req.Principal, req.ID)
 	var firsts [][]byte
 	if taskIDs != nil {
-		ids, msgs, release, err := s.grantListenTasks(ctx, req, n, taskIDs)
+		ids, msgs, releaseTasks, err := s.grantListenTasks(ctx, req, n, taskIDs)
 		if err != nil {
 			if ctx.Err() != nil {
 				return engine.Reply{Outcome: engine.Silent}
 			}
 			return s.internal(req.ID, err)
 		}
-		defer release()
+		defer releaseTasks()
 		granted.TaskIDs, firsts = ids, msgs
 	}
 	gb, err := jsonrpc.Marshal(granted)
@@ -149,13 +164,15 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
 		[]byte(`{"_meta":`+n.idMeta+`,"notifications":`+string(gb)+`}`))
 	out := req.out.stream
+	// A parked listen outlives req: the end keeps only what it needs.
+	id, enc := req.ID, req.enc
 	complete := func() engine.Reply {
-		b, err := req.enc.Finish([]byte{'{'}, engine.Tail{ResultType: mcp.ResultComplete,
-			Meta: mcp.Meta{mcp.MetaSubscriptionID: jsontext.Value(req.ID.Raw())}})
+		b, err := enc.Finish([]byte{'{'}, engine.Tail{ResultType: mcp.ResultComplete,
+			Meta: mcp.Meta{mcp.MetaSubscriptionID: jsontext.Value(id.Raw())}})
 		if err != nil {
-			return s.internal(req.ID, err)
+			return s.internal(id, err)
 		}
-		r := s.okReply(req.ID, b)
+		r := s.okReply(id, b)
 		r.ListenEnded = true
 		return r
 	}
@@ -173,7 +190,37 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 			}
 		}
 	}
-	switch engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()}) {
+	// A listen that follows tasks reads their state as it goes, with the
+	// request's context: it keeps its goroutine.
+	if p, ok := out.(engine.Parker); ok && taskIDs == nil {
+		ends := &listenEnds{}
+		pl := &engine.ParkedListen{Sub: sub, Notices: n, KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver(),
+			End: func(end engine.PumpEnd) engine.Reply {
+				release()
+				r := listenEnd(end, id, complete)
+				// Shutdown waits for this last reply, not for the
+				// Parked one the request returned (see seam.Serve).
+				r.Written = &s.writers
+				var err error
+				if end == engine.Stopped {
+					err = context.Canceled // the client went away
+				}
+				ends.end(err)
+				return r
+			}}
+		if p.Park(pl) {
+			parked = true
+			req.ends = ends
+			return engine.Reply{Outcome: engine.Parked}
+		}
+	}
+	end := engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()})
+	return listenEnd(end, id, complete)
+}
+
+// listenEnd is the last reply of a listen that ended as end says.
+func listenEnd(end engine.PumpEnd, id jsonrpc.ID, complete func() engine.Reply) engine.Reply {
+	switch end {
 	case engine.Lost:
 		return engine.Reply{Outcome: engine.Broken}
 	case engine.Drained:
@@ -181,7 +228,7 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	case engine.Failed:
 		// A task's state could not be read (see listenNotices.Task): the
 		// client listens again, and hears every task's state first.
-		return engine.Fail(req.ID, jsonrpc.CodeInternalError, "Internal error: a task's state could not be read; listen again", nil)
+		return engine.Fail(id, jsonrpc.CodeInternalError, "Internal error: a task's state could not be read; listen again", nil)
 	}
 	return engine.Reply{Outcome: engine.Silent}
 }

@@ -169,7 +169,9 @@ type MethodHandler func(ctx context.Context, req *Request) error
 // *jsonrpc.Error reaches the client as it is; any other error becomes
 // -32603), and may pass next a context of its own. It calls next at most
 // once, before it returns, with the *Request it was given. For a listen,
-// next returns when the listen ends.
+// next returns when the listen ends — unless its transport parked it
+// (streamhttp over HTTP/1.1), when next returns once the listen is
+// acknowledged and Request.AfterEnd tells when it ends.
 type Middleware func(next MethodHandler) MethodHandler
 
 // WithMiddleware adds middleware; the first given is the outermost.

@@ -61,6 +61,57 @@ type Request struct {
 
 	// task is set inside a task's work (see ToolRequest.RunAsTask).
 	task *taskRun
+	// ends is set on a listen its transport parked (see AfterEnd).
+	ends *listenEnds
+}
+
+// AfterEnd reports whether the request goes on after its handler has
+// returned — a listen its transport parked, so that no goroutine waits
+// on it (streamhttp over HTTP/1.1) — and if so has fn run once it ends
+// (at once if it has ended already), with context.Canceled if its
+// client went away and nil otherwise. Middleware that accounts for a
+// request's whole life, such as an open-listens gauge or a duration,
+// closes its account in fn when AfterEnd returns true, and as soon as
+// the next handler returns otherwise. Call it after the next handler
+// returns; fn must not block.
+func (r *Request) AfterEnd(fn func(error)) bool {
+	if r.ends == nil {
+		return false
+	}
+	r.ends.add(fn)
+	return true
+}
+
+// listenEnds are what middleware has run when a parked listen ends.
+type listenEnds struct {
+	mu    sync.Mutex
+	ended bool
+	err   error
+	fns   []func(error)
+}
+
+func (e *listenEnds) add(fn func(error)) {
+	e.mu.Lock()
+	if !e.ended {
+		e.fns = append(e.fns, fn)
+		e.mu.Unlock()
+		return
+	}
+	err := e.err
+	e.mu.Unlock()
+	fn(err)
+}
+
+// end runs what was added, once.
+func (e *listenEnds) end(err error) {
+	e.mu.Lock()
+	e.ended, e.err = true, err
+	fns := e.fns
+	e.fns = nil
+	e.mu.Unlock()
+	for _, fn := range fns {
+		fn(err)
+	}
 }
 
 // State returns the verified state the handler put in an earlier

@@ -21,23 +21,34 @@ func LogRequests(l *slog.Logger) Middleware {
 			}
 			start := time.Now()
 			err := next(ctx, req)
-			attrs := []slog.Attr{slog.String("method", req.Method), slog.Duration("duration", time.Since(start))}
-			if req.Name != "" {
-				attrs = append(attrs, slog.String("name", req.Name))
+			// A parked listen is logged when it ends.
+			if req.AfterEnd(func(end error) { logRequest(context.Background(), l, req, start, end) }) {
+				return err
 			}
-			var je *jsonrpc.Error
-			switch {
-			case errors.As(err, &je):
-				attrs = append(attrs, slog.Int("code", je.Code))
-			case err != nil:
-				attrs = append(attrs, slog.String("outcome", "failed"))
-			case ctx.Err() != nil:
-				attrs = append(attrs, slog.String("outcome", "cancelled"))
-			default:
-				attrs = append(attrs, slog.String("outcome", "ok"))
-			}
-			l.LogAttrs(ctx, slog.LevelDebug, "mcp: request", attrs...)
+			logRequest(ctx, l, req, start, err)
 			return err
 		}
 	}
+}
+
+// logRequest logs one request that ended with err.
+func logRequest(ctx context.Context, l *slog.Logger, req *Request, start time.Time, err error) {
+	attrs := []slog.Attr{slog.String("method", req.Method), slog.Duration("duration", time.Since(start))}
+	if req.Name != "" {
+		attrs = append(attrs, slog.String("name", req.Name))
+	}
+	var je *jsonrpc.Error
+	switch {
+	case errors.As(err, &je):
+		attrs = append(attrs, slog.Int("code", je.Code))
+	case errors.Is(err, context.Canceled):
+		attrs = append(attrs, slog.String("outcome", "cancelled")) // a parked listen its client left
+	case err != nil:
+		attrs = append(attrs, slog.String("outcome", "failed"))
+	case ctx.Err() != nil:
+		attrs = append(attrs, slog.String("outcome", "cancelled"))
+	default:
+		attrs = append(attrs, slog.String("outcome", "ok"))
+	}
+	l.LogAttrs(ctx, slog.LevelDebug, "mcp: request", attrs...)
 }

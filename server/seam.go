@@ -103,7 +103,10 @@ func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, e
 	}
 	r = s.run(ctx, call, req, (*Server).route)
 	if listen {
-		r.Written = &s.writers
+		// A parked listen's last reply carries the tracker instead.
+		if r.Outcome != engine.Parked {
+			r.Written = &s.writers
+		}
 	}
 	return r
 }
@@ -248,7 +251,9 @@ func (s *Server) runChain(ctx context.Context, call *engine.Call, req *Request, 
 	}()
 	req.call, req.route = call, route
 	err := s.handler(ctx, req)
-	if req.served && (err == nil || (req.reply.Err != nil && errors.Is(err, req.reply.Err))) {
+	// A parked listen goes on whatever the middleware says after it: the
+	// connection is no longer the request's to answer on.
+	if req.served && (err == nil || req.reply.Outcome == engine.Parked || (req.reply.Err != nil && errors.Is(err, req.reply.Err))) {
 		return req.reply
 	}
 	req.reply.Release()

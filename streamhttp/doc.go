@@ -103,6 +103,31 @@
 // listen hears something within twice it) and than the slowest call that
 // sends nothing before its result.
 //
+// # Parked listens
+//
+// With [WithParking], a 2026-07-28 listen over plain HTTP/1.1 on Linux
+// leaves net/http once its headers and acknowledgement are written: the
+// handler hijacks the connection and parks it. One epoll poller per handler watches every
+// parked socket for its client leaving, a few writers (GOMAXPROCS) write
+// each change to the sockets whose subscriptions it reaches, without
+// blocking, and one ticker sends keep-alives and cuts readers stuck past
+// the write timeout. A parked listen holds no goroutine and none of
+// net/http's buffers: a few kilobytes in all. What a socket cannot take
+// at once waits, at most one drain of its filter, for the poller to say
+// it has room; the changes after it wait in the hub, merged.
+//
+// A parked listen ends with the server's [server.Server.Shutdown] (its
+// complete result, as any listen), its client leaving, or the write
+// timeout; the http.Server no longer tracks its connection (ConnState
+// reports it hijacked), so its Shutdown and Close do not end it, and
+// neither does cancelling the request's context in a handler around
+// this one. Shut the server down before the http.Server. A
+// net.Listener wrapper whose connections are not syscall.Conn keeps the
+// listen on its goroutine, written to the connection directly; so do
+// HTTP/2 and TLS connections, listens that follow tasks (their state is
+// read as changes come) and 2025-11-25 session streams. Without
+// WithParking every listen keeps its goroutine.
+//
 // # Options
 //
 // An option that takes a size, a count or a duration keeps its default

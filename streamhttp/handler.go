@@ -16,6 +16,7 @@ import (
 
 	"tidings/internal/engine"
 	"tidings/internal/legacy"
+	"tidings/internal/parked"
 	"tidings/internal/sse"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
@@ -37,6 +38,7 @@ type config struct {
 	maxPrincipal   int // sessions of one principal
 	sessionIdle    time.Duration
 	logger         *slog.Logger
+	park           bool
 }
 
 // Option configures a Handler.
@@ -152,6 +154,7 @@ type Handler struct {
 	cfg      config
 	sessions *legacy.Table // nil with WithoutLegacy
 	refusals refusals
+	parker   *parked.Parker // nil without WithParking, or without epoll
 }
 
 // New returns a Handler for srv.
@@ -173,6 +176,9 @@ func New(srv *server.Server, opts ...Option) *Handler {
 		cfg.logger = slog.Default()
 	}
 	h := &Handler{srv: engine.Of(srv), cfg: cfg}
+	if cfg.park {
+		h.parker = parked.New(parked.Config{WriteTimeout: cfg.writeTimeout})
+	}
 	if !cfg.modernOnly {
 		h.sessions = legacy.NewTable(h.srv, cfg.maxSessions, cfg.maxPrincipal, cfg.sessionIdle)
 	}
@@ -380,6 +386,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := h.newResponder(w)
 	out.env.h = r.Header
+	out.req, out.parker = r, h.parker
 	reply := h.srv.Serve(r.Context(), call, h.principalOf(r), &out.env, out)
 	out.finish(reply)
 }
@@ -506,6 +513,7 @@ type answerWriter struct {
 	timeout  time.Duration
 	broken   error // the first failed write's error; every later write fails with it
 	deadline time.Time
+	raw      net.Conn // the connection, once taken over from net/http (see responder.Park)
 }
 
 // arm moves the write deadline. Moving it costs a poller update; in a
@@ -525,6 +533,9 @@ func (a *answerWriter) arm() {
 func (a *answerWriter) write(b []byte) error {
 	if a.broken != nil {
 		return a.broken
+	}
+	if a.raw != nil {
+		return a.writeRaw(b)
 	}
 	for {
 		n := min(len(b), writeChunk)
@@ -565,7 +576,7 @@ func (a *answerWriter) plain(status int, body []byte) {
 // next request. A broken answer keeps it, so that net/http's last flush
 // of what it still buffers is cut at once instead of blocking.
 func (a *answerWriter) clearDeadline() {
-	if !a.deadline.IsZero() && a.broken == nil {
+	if !a.deadline.IsZero() && a.broken == nil && a.raw == nil {
 		_ = a.rc.SetWriteDeadline(time.Time{})
 		a.deadline = time.Time{}
 	}
@@ -580,6 +591,12 @@ type responder struct {
 	sse bool
 	buf []byte
 	env envelope
+
+	// What parking a listen needs (see Park): the request, set for
+	// 2026-07-28 requests only, and the handler's parker.
+	req    *http.Request
+	parker *parked.Parker
+	parked bool // the listen went to the parker, connection and all
 }
 
 func (h *Handler) newResponder(w http.ResponseWriter) *responder {
@@ -630,6 +647,13 @@ func (o *responder) finish(rep engine.Reply) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	defer rep.Release() // the body is written (or dropped) by the time this runs
+	if o.parked {
+		return // the parker writes the listen's end
+	}
+	if o.raw != nil {
+		o.finishRaw(rep)
+		return
+	}
 	if rep.Outcome == engine.Broken {
 		panic(http.ErrAbortHandler)
 	}

@@ -19,7 +19,13 @@ import (
 // first, changes arrive tagged with the listen id, and a server shutdown
 // ends it with the complete result before the stream closes.
 func TestListenOverHTTP(t *testing.T) {
-	f := newFixture(t, nil)
+	for _, m := range parkModes() {
+		t.Run(m.name, func(t *testing.T) { testListenOverHTTP(t, m) })
+	}
+}
+
+func testListenOverHTTP(t *testing.T, m parkMode) {
+	f := newFixture(t, nil, m.opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s := f.open(t, ctx, listenBody(11, `{"toolsListChanged":true,"promptsListChanged":true,"resourceSubscriptions":["res://doc"]}`),
@@ -43,6 +49,7 @@ func TestListenOverHTTP(t *testing.T) {
 		len(g.ResourceSubscriptions) != 1 || g.ResourceSubscriptions[0] != "res://doc" {
 		t.Fatalf("granted filter = %+v", g)
 	}
+	m.want(t, f, 1)
 
 	if f.srv.RemoveTools("coffee") != 1 {
 		t.Fatal("RemoveTools found nothing")
@@ -101,7 +108,13 @@ func TestListenOverHTTP(t *testing.T) {
 // TestListenKeepAlive reads an idle listen stream line by line and checks
 // that keep-alive comments arrive after the ack.
 func TestListenKeepAlive(t *testing.T) {
-	f := newFixture(t, []server.Option{server.WithKeepAlive(20 * time.Millisecond)})
+	for _, m := range parkModes() {
+		t.Run(m.name, func(t *testing.T) { testListenKeepAlive(t, m) })
+	}
+}
+
+func testListenKeepAlive(t *testing.T, m parkMode) {
+	f := newFixture(t, []server.Option{server.WithKeepAlive(20 * time.Millisecond)}, m.opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s := f.open(t, ctx, listenBody(3, `{"toolsListChanged":true}`), headers(mcp.MethodListen, ""))
@@ -127,6 +140,7 @@ func TestListenKeepAlive(t *testing.T) {
 	if ev := decodeEnvelope(t, []byte(strings.Join(data, "\n"))); ev.Method != mcp.NotifyAcknowledged {
 		t.Fatalf("first event is %q, want the ack", ev.Method)
 	}
+	m.want(t, f, 1)
 	for i := 0; i < 3; i++ {
 		l := line()
 		if !strings.HasPrefix(l, ":") {
@@ -142,7 +156,13 @@ func TestListenKeepAlive(t *testing.T) {
 // complete result has been written, so a server that then closes all its
 // connections at once cuts none of them short.
 func TestShutdownWaitsForFinalWrite(t *testing.T) {
-	f := newFixture(t, nil)
+	for _, m := range parkModes() {
+		t.Run(m.name, func(t *testing.T) { testShutdownWaitsForFinalWrite(t, m) })
+	}
+}
+
+func testShutdownWaitsForFinalWrite(t *testing.T, m parkMode) {
+	f := newFixture(t, nil, m.opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var streams []*stream
@@ -153,6 +173,7 @@ func TestShutdownWaitsForFinalWrite(t *testing.T) {
 		}
 		streams = append(streams, s)
 	}
+	m.want(t, f, len(streams))
 	if err := f.srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -233,12 +233,19 @@ func TestSlowReaderIsolation(t *testing.T) {
 // its socket buffers are full, abruptly (no complete result), while B
 // keeps working.
 func TestStuckReaderIsCut(t *testing.T) {
+	for _, m := range parkModes() {
+		t.Run(m.name, func(t *testing.T) { testStuckReaderIsCut(t, m) })
+	}
+}
+
+func testStuckReaderIsCut(t *testing.T, m parkMode) {
 	obs := &cutCounter{}
-	f := newFixture(t, []server.Option{server.WithKeepAlive(0), server.WithStreamObserver(obs)}, streamhttp.WithWriteTimeout(200*time.Millisecond))
+	f := newFixture(t, []server.Option{server.WithKeepAlive(0), server.WithStreamObserver(obs)}, append(m.opts, streamhttp.WithWriteTimeout(200*time.Millisecond))...)
 	filler := fillers()
 	a := dialListen(t, f, listenBody(1, listenFilter(append(filler, markURI))))
 	b := openB(t, f)
 	testkit.WaitFor(t, 10*time.Second, "both listens to subscribe", func() bool { return engine.Of(f.srv).Hub().Len() == 2 })
+	m.want(t, f, 2)
 
 	deadline := time.Now().Add(60 * time.Second)
 	i := 0

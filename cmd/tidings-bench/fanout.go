@@ -51,6 +51,14 @@ from the first change on. A change that takes longer than --timeout ends
 its measurement, which is reported as timed out; the naive broadcaster is
 expected to.
 
+With --floor, they are run once more against the net/http floor: a
+handler per listen that writes, for each change, one notification encoded
+when the listen opened, and nothing else (no hub, filter, keep-alive or
+write timeout); the report compares the server with it. With --unparked,
+the server is measured once more with every listen on its own goroutines
+(without streamhttp.WithParking). Memory per listen includes the growth of the
+resident set (Linux).
+
 With --gateway, the server is measured once more behind a gateway (the
 gateway package, as tidings gateway serves it), without stalled listens:
 the N listens are the gateway's, each change is made on the server behind
@@ -111,6 +119,8 @@ The open file limit is raised as far as allowed. Progress goes to stderr.`,
 	f.IntVar(&cfg.Listeners, "listeners", 2000, fmt.Sprintf("listens open during each measurement (at most %d)", loadtest.MaxListeners))
 	f.IntVar(&cfg.Changes, "changes", 20, fmt.Sprintf("tools list changes per measurement (at most %d)", loadtest.MaxChanges))
 	f.IntVar(&cfg.Stalled, "stalled", 0, "also measure with this many of the listens never read after their ack")
+	f.BoolVar(&cfg.Floor, "floor", false, "also measure the net/http floor: a handler per listen writing one pre-encoded notification per change")
+	f.BoolVar(&cfg.Unparked, "unparked", false, "also measure the server with every listen on its own goroutines (without streamhttp.WithParking)")
 	f.BoolVar(&cfg.Gateway, "gateway", false, "also measure the server behind a gateway, the changes made on the server and the listens the gateway's")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "how long one change may take to reach every healthy listen")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", 10*time.Second, "the server's write timeout, after which it cuts a listen that does not read")

@@ -79,5 +79,8 @@ func (o *observability) watchListens(srv *server.Server) error {
 // watchSessions reports in /metrics what the sessions of the handler
 // mounted at /mcp hold.
 func (o *observability) watchSessions() error {
+	if err := metrics.RegisterParked(o.registry, o.parked); err != nil {
+		return err
+	}
 	return metrics.RegisterSessions(o.registry, o.sessions)
 }

@@ -326,6 +326,7 @@ func testHTTP(t *testing.T, bin string) {
 	for _, series := range []string{
 		`tidings_requests_total{method="tools/list",outcome="ok"} 1`,
 		`tidings_listens_open 1`,
+		`tidings_listens_parked 1`,
 		`tidings_notifications_sent_total 1`,
 		`tidings_request_duration_seconds_count{method="tools/list"} 1`,
 		`tidings_stream_cutoffs_total 0`,

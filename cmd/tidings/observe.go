@@ -48,6 +48,8 @@ type observability struct {
 	bus func() bus.Stats
 	// sessions, over HTTP, reports the 2025-11-25 sessions to /metrics.
 	sessions func() streamhttp.SessionStats
+	// parked, over HTTP, reports the listens parked (--park-listens).
+	parked func() int
 }
 
 // watchBus reports b's health in /metrics and /readyz.

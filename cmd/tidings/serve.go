@@ -470,7 +470,7 @@ func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server
 			return errors.New("--auth-audience and --auth-scope need --auth-issuer")
 		}
 		h := streamhttp.New(srv, opts...)
-		obs.sessions = h.SessionStats
+		obs.sessions, obs.parked = h.SessionStats, h.ParkedListens
 		mux.Handle("/mcp", h)
 		return nil
 	}
@@ -488,7 +488,7 @@ func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server
 	// body.
 	obs.late.set(g.Middleware())
 	h := streamhttp.New(srv, append(opts, streamhttp.WithPrincipal(auth.Principal))...)
-	obs.sessions = h.SessionStats
+	obs.sessions, obs.parked = h.SessionStats, h.ParkedListens
 	mux.Handle("/mcp", g.Require(h))
 	md, err := url.Parse(g.MetadataURL())
 	if err != nil {
@@ -512,6 +512,11 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 		return err
 	}
 	opts := append([]streamhttp.Option{streamhttp.WithLogger(log), streamhttp.WithWriteTimeout(cfg.conns.writeTimeout)}, cfg.limits.handlerOptions()...)
+	if cfg.conns.parkListens {
+		// serve ends its listens with the server's Shutdown before the
+		// http.Server's, which parked ones need.
+		opts = append(opts, streamhttp.WithParking())
+	}
 	if len(cfg.allowedHosts) > 0 {
 		opts = append(opts, streamhttp.WithAllowedHosts(cfg.allowedHosts...))
 	}

@@ -22,6 +22,9 @@ type connLimits struct {
 	headerTimeout   time.Duration
 	bodyTimeout     time.Duration
 	writeTimeout    time.Duration
+	// parkListens hands listens to streamhttp's shared poller
+	// (--park-listens, on by default).
+	parkListens bool
 }
 
 const (
@@ -67,7 +70,8 @@ func (c *connLimits) register(cmd *cobra.Command) {
 	f.DurationVar(&c.headerTimeout, "header-timeout", defaultHeaderTimeout, "how long a request's headers may take to arrive")
 	f.DurationVar(&c.bodyTimeout, "body-timeout", defaultBodyTimeout, "how long a request's body may take to arrive, once its headers have")
 	f.DurationVar(&c.writeTimeout, "write-timeout", defaultWriteTimeout, "how long one write of an answer may block before the client is cut off; a stream lasts as long as it is read")
-	for _, name := range []string{"max-conns", "max-conns-per-addr", "idle-timeout", "header-timeout", "body-timeout", "write-timeout"} {
+	f.BoolVar(&c.parkListens, "park-listens", true, "hand each plain HTTP/1.1 listen, once acknowledged, to one shared poller (Linux) instead of keeping goroutines for it; false keeps them")
+	for _, name := range []string{"max-conns", "max-conns-per-addr", "idle-timeout", "header-timeout", "body-timeout", "write-timeout", "park-listens"} {
 		cmd.MarkFlagsMutuallyExclusive("stdio", name)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -304,6 +305,17 @@ func (c *conn) Close() error {
 	}
 	g.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// SyscallConn reaches the socket beneath, so that a transport that takes
+// a hijacked connection over (streamhttp parks listens) can poll and
+// write it itself; the connection stays counted until it is closed.
+func (c *conn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("connlimit: a %T has no socket to reach", c.Conn)
+	}
+	return sc.SyscallConn()
 }
 
 // idleList is a list of connections threaded through their links[which],

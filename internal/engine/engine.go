@@ -219,6 +219,9 @@ const (
 	// Broken: the stream broke or its reader is stuck; cut the connection
 	// without a clean end, so the client knows something was lost.
 	Broken
+	// Parked: the stream took the listen over (see Parker) and writes
+	// its last reply itself; the transport writes nothing for this one.
+	Parked
 )
 
 // Reply is the outcome of serving a request.

@@ -22,6 +22,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"tidings/streamhttp"
 )
 
 // Limits on a run's size.
@@ -49,6 +51,14 @@ type Config struct {
 	// made on the upstream and reaches the listens through the gateway's
 	// one listen on it.
 	Gateway bool
+	// Floor adds a measurement of the net/http floor (ServerFloor),
+	// without stalled listens, and the ratios of the project's server to
+	// it.
+	Floor bool
+	// Unparked adds a measurement of the project's server with every
+	// listen on its own goroutines (ServerUnparked), without stalled
+	// listens.
+	Unparked bool
 	// Timeout bounds how long one change may take to reach every healthy
 	// listen (default 10s). A change that takes longer ends its
 	// measurement, which is reported as timed out.
@@ -120,7 +130,8 @@ type Report struct {
 	GOMAXPROCS      int    `json:"gomaxprocs"`
 	// Runs holds, in order: tidings and naive without stalled listens,
 	// then (with Stalled set) tidings and naive with them, then (with
-	// Gateway set) the gateway without them.
+	// Gateway set) the gateway without them, then (with Floor and
+	// Unparked set) the floor and the unparked server without them.
 	Runs   []Measurement `json:"runs"`
 	Ratios Ratios        `json:"ratios"`
 }
@@ -152,6 +163,12 @@ type Measurement struct {
 	Unexpected int64 `json:"unexpected"`
 	// Memory is measured in runs without stalled listens only.
 	Memory *Memory `json:"memory,omitempty"`
+	// CPUPerChangeMs is the CPU time (user and system) the server's
+	// process spent per change while the changes were made: on a machine
+	// whose cores the listens' reader shares, what the server costs
+	// rather than how long the reader took. It covers the listens'
+	// reading too when they are read in the server's process.
+	CPUPerChangeMs float64 `json:"cpuPerChangeMs,omitzero"`
 }
 
 // Latency is the time from a change until healthy listens received it.
@@ -206,6 +223,15 @@ type Ratios struct {
 	// the hop through the gateway adds.
 	GatewayAllDelivered float64 `json:"gatewayAllDelivered,omitzero"`
 	GatewayP99          float64 `json:"gatewayP99,omitzero"`
+	// The Floor ratios compare the project's server with the net/http
+	// floor (tidings divided by floor): the time until every listen had
+	// a change, its p99, and the resident memory and goroutines each
+	// listen costs the server.
+	FloorAllDelivered float64 `json:"floorAllDelivered,omitzero"`
+	FloorP99          float64 `json:"floorP99,omitzero"`
+	FloorRSSPerListen float64 `json:"floorRSSPerListen,omitzero"`
+	FloorGoroutines   float64 `json:"floorGoroutinesPerListen,omitzero"`
+	FloorCPUPerChange float64 `json:"floorCPUPerChange,omitzero"`
 }
 
 // Run carries out the measurements cfg describes. It stops by itself, or
@@ -261,6 +287,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Gateway {
 		plans = append(plans, plan{ServerGateway, 0})
 	}
+	if cfg.Floor {
+		plans = append(plans, plan{ServerFloor, 0})
+	}
+	if cfg.Unparked {
+		plans = append(plans, plan{ServerUnparked, 0})
+	}
 	var err error
 	for i, p := range plans {
 		logf("%s: opening %d listens (%d stalled)", p.server, cfg.Listeners, p.stalled)
@@ -288,9 +320,13 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 	var tgt target
 	switch name {
 	case ServerTidings:
-		tgt, err = startTidings(cfg.WriteTimeout)
+		tgt, err = startTidings(cfg.WriteTimeout, streamhttp.WithParking())
 	case ServerGateway:
 		tgt, err = startGateway(ctx, cfg.WriteTimeout)
+	case ServerUnparked:
+		tgt, err = startTidings(cfg.WriteTimeout)
+	case ServerFloor:
+		tgt, err = startFloor()
 	default:
 		tgt, err = startNaive()
 	}
@@ -337,6 +373,7 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 	}
 
 	sent := make([]int64, 0, cfg.Changes)
+	cpu0 := processCPU()
 	changeErr := func() error {
 		for c := range cfg.Changes {
 			if err := side.arm(ctx, c); err != nil {
@@ -358,6 +395,9 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		}
 		return nil
 	}()
+	if n := len(sent); n > 0 && cpu0 > 0 {
+		run.CPUPerChangeMs = ms(processCPU()-cpu0) / float64(n)
+	}
 	recv, bad, err := side.close(ctx)
 	if err = errors.Join(changeErr, err); err != nil {
 		return nil, err
@@ -473,6 +513,15 @@ func ratios(runs []Measurement) Ratios {
 	}
 	if complete(ns) && complete(n) {
 		r.StallCostNaive = div(ns.Median.AllDeliveredMs, n.Median.AllDeliveredMs)
+	}
+	if fl := find(runs, ServerFloor, false); complete(fl) && complete(t) {
+		r.FloorAllDelivered = div(t.Median.AllDeliveredMs, fl.Median.AllDeliveredMs)
+		r.FloorP99 = div(t.Median.P99Ms, fl.Median.P99Ms)
+		r.FloorCPUPerChange = div(t.CPUPerChangeMs, fl.CPUPerChangeMs)
+	}
+	if fl := find(runs, ServerFloor, false); fl != nil && t != nil && fl.Memory != nil && t.Memory != nil {
+		r.FloorRSSPerListen = div(t.Memory.Server.RSS, fl.Memory.Server.RSS)
+		r.FloorGoroutines = t.Memory.Server.Goroutines / fl.Memory.Server.Goroutines
 	}
 	if g := find(runs, ServerGateway, false); complete(g) && complete(t) {
 		r.GatewayAllDelivered = div(g.Median.AllDeliveredMs, t.Median.AllDeliveredMs)

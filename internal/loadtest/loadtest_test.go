@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,15 @@ func checkMemory(t *testing.T, name string, f loadtest.Footprint, minGoroutines 
 	}
 }
 
+// servingGoroutines is how many goroutines of its own a listen holds at
+// least on server: none where the project's server parks it (Linux).
+func servingGoroutines(server string) float64 {
+	if runtime.GOOS == "linux" && (server == loadtest.ServerTidings || server == loadtest.ServerGateway) {
+		return 0
+	}
+	return 1
+}
+
 // TestFanOutInProcess runs the harness with the listens in the test
 // process and two of them stalled: the project's server reaches every
 // healthy listen with every change, while the sequential baseline is
@@ -94,8 +104,9 @@ func TestFanOutInProcess(t *testing.T) {
 		if r.Memory == nil || r.Memory.Listeners != nil {
 			t.Fatalf("%s: memory = %+v, want one footprint covering server and listens", r.Server, r.Memory)
 		}
-		// A listen costs at least a reading goroutine and a serving one.
-		checkMemory(t, r.Server, r.Memory.Server, 2)
+		// A listen costs at least a reading goroutine, and a serving
+		// one unless the server parked it.
+		checkMemory(t, r.Server, r.Memory.Server, servingGoroutines(r.Server)+1)
 	}
 	for _, r := range rep.Runs[2:] {
 		if r.Memory != nil {
@@ -133,7 +144,7 @@ func TestFanOutChildProcess(t *testing.T) {
 	const listeners, changes = 50, 3
 	var stderr bytes.Buffer
 	rep, err := loadtest.Run(ctx, loadtest.Config{
-		Listeners: listeners, Changes: changes, Timeout: 5 * time.Second,
+		Listeners: listeners, Changes: changes, Timeout: 5 * time.Second, Floor: true, Unparked: true,
 		ListenerProcess: func(ctx context.Context) *exec.Cmd {
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 			// The race runtime otherwise lingers a second at exit.
@@ -145,15 +156,40 @@ func TestFanOutChildProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
-	if !rep.ListenerProcess || len(rep.Runs) != 2 {
+	if !rep.ListenerProcess || len(rep.Runs) != 4 {
 		t.Fatalf("listener process %v, %d measurements", rep.ListenerProcess, len(rep.Runs))
 	}
-	for _, r := range rep.Runs {
+	for i, want := range []string{loadtest.ServerTidings, loadtest.ServerNaive, loadtest.ServerFloor, loadtest.ServerUnparked} {
+		r := rep.Runs[i]
+		if r.Server != want {
+			t.Fatalf("measurement %d is of %s, want %s", i, r.Server, want)
+		}
 		checkRun(t, r, changes)
 		if r.Memory == nil || r.Memory.Listeners == nil {
 			t.Fatalf("%s: memory = %+v, want server and listens apart", r.Server, r.Memory)
 		}
-		checkMemory(t, r.Server+" server", r.Memory.Server, 1)
+		// A parked listen holds no goroutine of the server's; every
+		// other listen holds at least one.
+		if r.Server == loadtest.ServerTidings && runtime.GOOS == "linux" {
+			if g := r.Memory.Server.Goroutines; g > 0.2 {
+				t.Errorf("tidings: %.2f server goroutines per parked listen, want next to none", g)
+			}
+			checkMemory(t, r.Server+" server", r.Memory.Server, -1)
+		} else {
+			checkMemory(t, r.Server+" server", r.Memory.Server, 1)
+		}
 		checkMemory(t, r.Server+" listens", *r.Memory.Listeners, 1)
+	}
+	if x := rep.Ratios; x.FloorAllDelivered <= 0 || x.FloorP99 <= 0 || x.FloorCPUPerChange <= 0 {
+		t.Errorf("ratios to the floor missing: %+v", x)
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"floor", "tidings-unparked", "tidings / floor", "resident"} {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, table.String())
+		}
 	}
 }

@@ -19,7 +19,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "%s %s/%s, %d CPUs, GOMAXPROCS %d\n\n", r.GoVersion, r.GOOS, r.GOARCH, r.NumCPU, r.GOMAXPROCS)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "server\tstalled\thealthy\topen\tp50\tp99\tall delivered\tworst\tchanges done")
+	fmt.Fprintln(tw, "server\tstalled\thealthy\topen\tp50\tp99\tall delivered\tworst\tcpu/change\tchanges done")
 	for _, run := range r.Runs {
 		p50, p99, all := "-", "-", "-"
 		if run.Median != nil {
@@ -40,14 +40,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if run.Unexpected > 0 {
 			done += fmt.Sprintf(", %d unexpected messages", run.Unexpected)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Server, run.Stalled, run.Healthy,
-			fmtMs(run.OpenMs), p50, p99, all, worst, done)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Server, run.Stalled, run.Healthy,
+			fmtMs(run.OpenMs), p50, p99, all, worst, fmtMs(run.CPUPerChangeMs), done)
 	}
 	tw.Flush()
-	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed\n\n")
+	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed;\n" +
+		"cpu/change: the server process's CPU time per change, the listens' reading included when it is in that process\n\n")
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "memory per listen\theap in use\theap live\tstacks\tgoroutines")
+	fmt.Fprintln(tw, "memory per listen\tresident\theap in use\theap live\tstacks\tgoroutines")
 	var listeners *Footprint
 	covers := ""
 	for _, run := range r.Runs {
@@ -73,6 +74,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "\nwith %d stalled: tidings / naive all delivered %s; stalled / unstalled all delivered: tidings %s, naive %s",
 			r.Stalled, fmtRatio(x.AllDeliveredStalled), fmtRatio(x.StallCostTidings), fmtRatio(x.StallCostNaive))
 	}
+	if find(r.Runs, ServerFloor, false) != nil {
+		fmt.Fprintf(&b, "\ntidings / floor: all delivered %s, p99 %s, cpu per change %s, resident per listen %s, goroutines per listen %s",
+			fmtRatio(x.FloorAllDelivered), fmtRatio(x.FloorP99), fmtRatio(x.FloorCPUPerChange), fmtRatio(x.FloorRSSPerListen), fmtRatio(x.FloorGoroutines))
+	}
 	if find(r.Runs, ServerGateway, false) != nil {
 		fmt.Fprintf(&b, "\ngateway / tidings: all delivered %s, p99 %s", fmtRatio(x.GatewayAllDelivered), fmtRatio(x.GatewayP99))
 	}
@@ -82,7 +87,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 }
 
 func writeFootprint(w io.Writer, name string, f Footprint) {
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\n", name, fmtBytes(f.HeapInuse), fmtBytes(f.HeapAlloc), fmtBytes(f.StackInuse), f.Goroutines)
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%.2f\n", name, fmtBytes(f.RSS), fmtBytes(f.HeapInuse), fmtBytes(f.HeapAlloc), fmtBytes(f.StackInuse), f.Goroutines)
 }
 
 func fmtMs(v float64) string {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -32,6 +33,9 @@ const (
 	// ServerGateway is the project's server behind a gateway: the listens
 	// are the gateway's, the changes its upstream's.
 	ServerGateway = "gateway"
+	// ServerUnparked is the project's server without streamhttp.WithParking:
+	// every listen on its own goroutines, as before listens were parked.
+	ServerUnparked = "tidings-unparked"
 )
 
 // target is one server under test, behind its own loopback http.Server.
@@ -111,7 +115,10 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// tidingsTarget is the project's server: streamhttp over server.Server.
+// tidingsTarget is the project's server: streamhttp over server.Server,
+// its listens parked (streamhttp.WithParking) unless it is the unparked
+// measurement. Its close ends the listens with the server's Shutdown
+// before the http.Server's, which parked listens need.
 type tidingsTarget struct {
 	srv *server.Server
 	*front
@@ -124,7 +131,7 @@ func noopTool(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error)
 	return &mcp.CallToolResult{}, nil
 }
 
-func startTidings(writeTimeout time.Duration) (*tidingsTarget, error) {
+func startTidings(writeTimeout time.Duration, hopts ...streamhttp.Option) (*tidingsTarget, error) {
 	// Every listener is the one anonymous principal, and there may be
 	// more of them than a principal, or a server, may keep by default.
 	room := server.Allowance{Listens: MaxListeners}
@@ -134,7 +141,7 @@ func startTidings(writeTimeout time.Duration) (*tidingsTarget, error) {
 	if err := srv.AddTool(mcp.Tool{Name: "base"}, noopTool); err != nil {
 		return nil, err
 	}
-	f, err := startFront(streamhttp.New(srv, streamhttp.WithWriteTimeout(writeTimeout)))
+	f, err := startFront(streamhttp.New(srv, append(hopts, streamhttp.WithWriteTimeout(writeTimeout))...))
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +212,7 @@ func startGateway(ctx context.Context, writeTimeout time.Duration) (_ *gatewayTa
 			return nil, ctx.Err()
 		}
 	}
-	f, err := startFront(streamhttp.New(g.Server(), streamhttp.WithWriteTimeout(writeTimeout)))
+	f, err := startFront(streamhttp.New(g.Server(), streamhttp.WithWriteTimeout(writeTimeout), streamhttp.WithParking()))
 	if err != nil {
 		g.Close()
 		return nil, err
@@ -369,8 +376,8 @@ func (b *broadcaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // memSnap is one process's memory and goroutine count.
 type memSnap struct {
-	heapInuse, heapAlloc, stackInuse int64
-	goroutines                       int
+	heapInuse, heapAlloc, stackInuse, rss int64
+	goroutines                            int
 }
 
 // snapshot collects garbage and reads the memory statistics. It collects
@@ -379,13 +386,16 @@ type memSnap struct {
 // one's freed buffers without counting them.
 func snapshot() memSnap {
 	runtime.GC()
-	runtime.GC()
+	// The second collection also hands freed memory back to the system,
+	// so that the resident size grows only with what is live.
+	debug.FreeOSMemory()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return memSnap{
 		heapInuse:  int64(m.HeapInuse),
 		heapAlloc:  int64(m.HeapAlloc),
 		stackInuse: int64(m.StackInuse),
+		rss:        residentBytes(),
 		goroutines: runtime.NumGoroutine(),
 	}
 }
@@ -398,6 +408,10 @@ type Footprint struct {
 	HeapInuse  float64 `json:"heapInuseBytesPerListen"`
 	HeapAlloc  float64 `json:"heapAllocBytesPerListen"`
 	StackInuse float64 `json:"stackInuseBytesPerListen"`
+	// RSS is the growth of the resident set (Linux; 0 elsewhere):
+	// everything the process holds, net/http's buffers and the runtime's
+	// own structures included, as the system counts it.
+	RSS        float64 `json:"rssBytesPerListen"`
 	Goroutines float64 `json:"goroutinesPerListen"`
 }
 
@@ -407,6 +421,7 @@ func footprint(before, after memSnap, n int) Footprint {
 		HeapInuse:  float64(after.heapInuse-before.heapInuse) / d,
 		HeapAlloc:  float64(after.heapAlloc-before.heapAlloc) / d,
 		StackInuse: float64(after.stackInuse-before.stackInuse) / d,
+		RSS:        float64(after.rss-before.rss) / d,
 		Goroutines: float64(after.goroutines-before.goroutines) / d,
 	}
 }

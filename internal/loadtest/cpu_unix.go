@@ -1,0 +1,18 @@
+//go:build linux || darwin
+
+package loadtest
+
+import (
+	"syscall"
+	"time"
+)
+
+// processCPU returns the CPU time this process has used, user and
+// system, or 0 if it cannot be read.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,126 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/internal/sse"
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// ServerFloor is the net/http floor: what any listen served by a net/http
+// handler costs at the least. Each listen is a handler that writes its
+// ack and then, for every change, one notification encoded when the
+// listen opened, flushed; nothing else — no hub, no filter, no keep-alive,
+// no write timeout. Its goroutines and net/http's buffers are what the
+// project's parked listens are measured against.
+const ServerFloor = "floor"
+
+// floorTarget is the net/http floor.
+type floorTarget struct {
+	b *floor
+	*front
+}
+
+func startFloor() (*floorTarget, error) {
+	b := &floor{gen: make(chan struct{}), closing: make(chan struct{})}
+	f, err := startFront(b)
+	if err != nil {
+		return nil, err
+	}
+	return &floorTarget{b: b, front: f}, nil
+}
+
+func (t *floorTarget) change(context.Context, int) error { return t.b.publish() }
+
+func (t *floorTarget) close(ctx context.Context) error {
+	t.b.stop()
+	return t.front.shutdown(ctx)
+}
+
+// floor wakes every handler at once for each change: a change closes the
+// channel they wait on and puts a new one in its place.
+type floor struct {
+	mu       sync.Mutex
+	gen      chan struct{}
+	closing  chan struct{}
+	stopOnce sync.Once
+}
+
+func (b *floor) publish() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.closing:
+		return errors.New("floor closed")
+	default:
+	}
+	close(b.gen)
+	b.gen = make(chan struct{})
+	return nil
+}
+
+func (b *floor) stop() { b.stopOnce.Do(func() { close(b.closing) }) }
+
+// current returns the channel the next change closes.
+func (b *floor) current() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gen
+}
+
+func (b *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f, ok := w.(http.Flusher)
+	if r.Method != http.MethodPost || !ok {
+		http.Error(w, "POST a subscriptions/listen request", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "reading the body", http.StatusBadRequest)
+		return
+	}
+	var req struct {
+		ID     jsontext.Value `json:"id"`
+		Method string         `json:"method"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.Method != mcp.MethodListen || len(req.ID) == 0 {
+		http.Error(w, "not a subscriptions/listen request", http.StatusBadRequest)
+		return
+	}
+	meta := `{"` + mcp.MetaSubscriptionID + `":` + string(req.ID) + `}`
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	event := sse.AppendEvent(nil, jsonrpc.AppendNotification(nil, mcp.NotifyToolsListChanged, []byte(`{"_meta":`+meta+`}`)))
+	// The channel is read before the ack is written: a change made once
+	// the client has its ack is heard.
+	next := b.current()
+	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged, []byte(`{"_meta":`+meta+`,"notifications":{"toolsListChanged":true}}`))
+	if _, err := w.Write(sse.AppendEvent(nil, ack)); err != nil {
+		return
+	}
+	f.Flush()
+	for {
+		select {
+		case <-next:
+		case <-r.Context().Done():
+			return
+		case <-b.closing:
+			return
+		}
+		next = b.current()
+		if _, err := w.Write(event); err != nil {
+			return
+		}
+		f.Flush()
+	}
+}
