@@ -108,10 +108,11 @@ func fanOutAllocs(t *testing.T, listens int, opts []server.Option, setup func(*s
 }
 
 // TestFanOutAllocsConstant checks that what a change costs the heap does
-// not grow with the listens it reaches: ten times the listens may not
-// cost even one allocation more per change for every ten of them. A
-// listen that encoded its notification anew, or let a variable escape in
-// its writer's loop, would cost at least one per listen.
+// not grow with the listens it reaches: ten times the listens may cost a
+// few allocations more per change (slack for the runtime's own), not
+// one per listen. A listen that encoded its notification anew, or let a
+// variable escape in its writer's loop, would cost at least one per
+// listen; a map of principals built per change, one per few hundred.
 func TestFanOutAllocsConstant(t *testing.T) {
 	const small, large = 100, 1000
 	anyone := func(int) string { return "" }
@@ -157,7 +158,7 @@ func TestFanOutAllocsConstant(t *testing.T) {
 			}
 			a, b := per(small), per(large)
 			t.Logf("allocations per change: %.0f for %d listens, %.0f for %d", a, small, b, large)
-			if b-a >= float64(large-small)/10 {
+			if b-a > 5 {
 				t.Errorf("a change costs %.0f allocations for %d listens and %.0f for %d: they grow with the listens",
 					a, small, b, large)
 			}
