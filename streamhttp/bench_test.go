@@ -54,9 +54,17 @@ func BenchmarkToolsListHTTPMetrics(b *testing.B) {
 // answers with from a handler that does nothing else: the ceiling for
 // BenchmarkToolsListHTTP on the same client and network path.
 func BenchmarkToolsListPlainHandler(b *testing.B) {
+	benchPlain(b, request(1, mcp.MethodToolsList, ""), headers(mcp.MethodToolsList, ""))
+}
+
+// benchPlain captures the real handler's answer to body and then POSTs
+// body b.N times to a handler that only reads the request and writes
+// that answer.
+func benchPlain(b *testing.B, body []byte, hdr http.Header) {
+	b.Helper()
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/", bytes.NewReader(request(1, mcp.MethodToolsList, "")))
-	req.Header = headers(mcp.MethodToolsList, "")
+	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1/", bytes.NewReader(body))
+	req.Header = hdr
 	streamhttp.New(benchServer(b)).ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		b.Fatalf("capturing the response: status %d: %s", rec.Code, rec.Body)
@@ -71,5 +79,24 @@ func BenchmarkToolsListPlainHandler(b *testing.B) {
 		_, _ = w.Write(resp)
 	}))
 	defer ts.Close()
-	runToolsList(b, ts.URL)
+	testkit.PostLoop(b, ts.URL, body, hdr)
+}
+
+// callArgs are the arguments of the benchmarks' tools/call.
+const callArgs = `"name":"search_files_07","arguments":{"path":"src","query":"TODO","limit":10}`
+
+// BenchmarkToolsCallHTTP is one tools/call through the real handler over
+// loopback HTTP: the Mcp-Name header held against the body, the
+// arguments validated against the tool's input schema, the handler run
+// and its result written.
+func BenchmarkToolsCallHTTP(b *testing.B) {
+	ts := httptest.NewServer(streamhttp.New(benchServer(b)))
+	defer ts.Close()
+	testkit.PostLoop(b, ts.URL, request(1, mcp.MethodToolsCall, callArgs), headers(mcp.MethodToolsCall, "search_files_07"))
+}
+
+// BenchmarkToolsCallPlainHandler is BenchmarkToolsCallHTTP's ceiling: the
+// same answer from a handler that only writes it.
+func BenchmarkToolsCallPlainHandler(b *testing.B) {
+	benchPlain(b, request(1, mcp.MethodToolsCall, callArgs), headers(mcp.MethodToolsCall, "search_files_07"))
 }
