@@ -207,7 +207,10 @@ func scanMeta(raw jsontext.Value, meta *mcp.RequestMeta) bool {
 			if !ok {
 				return false
 			}
-			version := string(s)
+			version := mcp.Version // the common case, without a copy
+			if string(s) != version {
+				version = string(s)
+			}
 			meta.ProtocolVersion = &version
 		case "io.modelcontextprotocol/clientCapabilities":
 			caps := new(mcp.ClientCaps)
