@@ -78,8 +78,9 @@ type Event struct {
 	// Sees, when not nil, also limits the event to the principals for
 	// whom it reports true: a change of items only some callers may see
 	// is told only to them. It is asked once per distinct principal and
-	// event, under the hub's read lock, so it must be quick and must not
-	// publish. It is a function and cannot leave the process: a
+	// event (again now and then while another event is delivered at the
+	// same time), under the hub's read lock, so it must be quick, must
+	// not publish, and must give one principal one answer. It is a function and cannot leave the process: a
 	// publisher that forwards an event elsewhere sends what it built Sees
 	// from along with it.
 	Sees func(principal string) bool
@@ -96,6 +97,12 @@ type Hub struct {
 	done    chan struct{}
 	drained chan struct{}
 	count   atomic.Int64
+	// principals holds, by principal, what its subscriptions share: the
+	// answer of an event's Sees, asked once per principal and event.
+	principals map[string]*principal
+	// events numbers the events delivered, so that a principal's kept
+	// answer is known to be this event's.
+	events atomic.Uint64
 	// Observer, when set before use, sees every event published locally
 	// (after local delivery). Buses use it to forward events to replicas.
 	observer func(Event)
@@ -107,6 +114,18 @@ type Hub struct {
 type ref struct {
 	sub *Subscription
 	idx int
+}
+
+// principal is what the subscriptions of one principal share. The
+// hub's lock guards subs.
+type principal struct {
+	subs int
+	// seen is the answer of Sees for the event numbered seen>>1, in its
+	// low bit: every subscription of the principal after the first
+	// reads it instead of asking again, and nothing is allocated per
+	// event however many principals listen. Two events delivered at
+	// once may take turns overwriting it; each then asks again.
+	seen atomic.Uint64
 }
 
 // followers are the subscriptions that follow one URI, and the URI
@@ -121,7 +140,7 @@ type followers struct {
 // New returns an empty hub.
 func New() *Hub {
 	h := &Hub{byURI: make(map[string]followers), byTask: make(map[string][]ref), all: make(map[*Subscription]struct{}),
-		done: make(chan struct{}), drained: make(chan struct{})}
+		principals: make(map[string]*principal), done: make(chan struct{}), drained: make(chan struct{})}
 	for i := range h.kinds {
 		h.kinds[i] = make(map[*Subscription]struct{})
 	}
@@ -137,6 +156,7 @@ func (h *Hub) SetObserver(fn func(Event)) { h.observer = fn }
 type Subscription struct {
 	hub       *Hub
 	principal string
+	who       *principal
 	tasks     []string
 	bits      atomic.Uint32
 	tflags    []atomic.Bool
@@ -198,6 +218,12 @@ func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 	for i, t := range s.tasks {
 		h.byTask[t] = append(h.byTask[t], ref{s, i})
 	}
+	s.who = h.principals[s.principal]
+	if s.who == nil {
+		s.who = &principal{}
+		h.principals[s.principal] = s.who
+	}
+	s.who.subs++
 	h.all[s] = struct{}{}
 	h.count.Add(1)
 	return s, nil
@@ -327,7 +353,7 @@ func (h *Hub) MarkAllDirty() {
 func (h *Hub) deliver(e Event) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	var seen map[string]bool // Sees, per principal, for this event
+	var ev uint64 // this event's number, taken when Sees is first asked
 	admits := func(s *Subscription) bool {
 		if !s.admits(e.Audience) {
 			return false
@@ -335,15 +361,18 @@ func (h *Hub) deliver(e Event) {
 		if e.Sees == nil {
 			return true
 		}
-		p := s.principal
-		ok, asked := seen[p]
-		if !asked {
-			if seen == nil {
-				seen = make(map[string]bool)
-			}
-			ok = e.Sees(p)
-			seen[p] = ok
+		if ev == 0 {
+			ev = h.events.Add(1)
 		}
+		if kept := s.who.seen.Load(); kept>>1 == ev {
+			return kept&1 != 0
+		}
+		ok := e.Sees(s.principal)
+		kept := ev << 1
+		if ok {
+			kept |= 1
+		}
+		s.who.seen.Store(kept)
 		return ok
 	}
 	if e.Kinds != 0 {
@@ -504,6 +533,9 @@ func (s *Subscription) Close() {
 			delete(h.kinds[i], s)
 		}
 		delete(h.all, s)
+		if s.who.subs--; s.who.subs == 0 {
+			delete(h.principals, s.principal)
+		}
 		s.closed = true
 		for _, u := range s.uris {
 			h.unfollow(s, u)

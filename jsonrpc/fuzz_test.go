@@ -201,3 +201,33 @@ func topLevelNames(b []byte) ([]string, error) {
 	}
 	return names, nil
 }
+
+// FuzzDecodeRequest holds the fast reading of a request to the strict
+// one: whatever it accepts, the strict reading accepts too, as the same
+// message, params byte for byte.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"method":"m","jsonrpc":"2.0","params":{"a":"}"},"id":"x\"y"}`))
+	f.Add([]byte(`{ "jsonrpc" : "2.0" , "id" : 12 , "method" : "m" , "params" : { "k" : [ 1 , "]" ] } }`))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"m\u0041"}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		b := bytes.Trim(in, " \t\r\n")
+		if len(b) == 0 || b[0] != '{' || jsonrpc.CheckDepth(b, jsonrpc.DefaultMaxDepth) != nil {
+			return
+		}
+		fast, ok := jsonrpc.DecodeRequest(b)
+		if !ok {
+			return
+		}
+		strict, err := jsonrpc.DecodeStrict(b)
+		if err != nil {
+			t.Fatalf("fast reading accepted what the strict one refuses (%v):\n%s", err, b)
+		}
+		if fast.ID != strict.ID || fast.Method != strict.Method || !bytes.Equal(fast.Params, strict.Params) ||
+			(fast.Params == nil) != (strict.Params == nil) || fast.Result != nil || fast.Error != nil {
+			t.Fatalf("readings differ:\nfast   %+v\nstrict %+v\n%s", fast, strict, b)
+		}
+	})
+}

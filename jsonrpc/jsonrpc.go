@@ -18,6 +18,8 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/internal/jsonscan"
 )
 
 // version is the only JSON-RPC version MCP speaks.
@@ -211,6 +213,15 @@ func Decode(b []byte, maxDepth int) (*Message, error) {
 		}
 		return nil, &DecodeError{Code: CodeInvalidRequest, Err: errors.New("a message must be a JSON object")}
 	}
+	if m, ok := decodeRequest(b); ok {
+		return m, nil
+	}
+	return decodeStrict(b)
+}
+
+// decodeStrict reads b, a JSON object within the depth limit, into a
+// message, or says why it is none.
+func decodeStrict(b []byte) (*Message, error) {
 	var w wire
 	if err := json.Unmarshal(b, &w); err != nil {
 		if !jsontext.Value(b).IsValid() {
@@ -255,6 +266,60 @@ func Decode(b []byte, maxDepth int) (*Message, error) {
 		return fail(errors.New("a response needs exactly one of result or error"))
 	}
 	return m, nil
+}
+
+// decodeRequest reads the common message, a well-formed request or
+// notification, without reflection: members jsonrpc "2.0", method, id
+// and params alone, none of their names escaped. ok is false for
+// anything else, which Decode then reads strictly, and refuses with the
+// reason; a message it reads means what the strict reading would make
+// of it.
+func decodeRequest(b []byte) (_ *Message, ok bool) {
+	if !jsontext.Value(b).IsValid() {
+		return nil, false
+	}
+	var ver, method, id, params []byte
+	o := jsonscan.NewObject(b)
+	for {
+		name, v, more := o.Next()
+		if !more {
+			break
+		}
+		switch string(name) {
+		case "jsonrpc":
+			ver = v
+		case "method":
+			method = v
+		case "id":
+			id = v
+		case "params":
+			params = v
+		default:
+			return nil, false
+		}
+	}
+	if v, ok := jsonscan.String(ver); !ok || string(v) != version {
+		return nil, false
+	}
+	name, ok := jsonscan.String(method)
+	if !ok || len(name) == 0 || (params != nil && params[0] != '{') {
+		return nil, false
+	}
+	m := &Message{Method: string(name)}
+	if id != nil {
+		var err error
+		if string(id) == "null" {
+			return nil, false
+		}
+		if m.ID, err = parseID(id); err != nil {
+			return nil, false
+		}
+	}
+	if params != nil {
+		// A copy: the message outlives b, which a transport may reuse.
+		m.Params = bytes.Clone(params)
+	}
+	return m, true
 }
 
 // caseVariant returns the first unknown member name that differs from a

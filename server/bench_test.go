@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"tidings/internal/engine"
 	"tidings/jsonrpc"
@@ -70,7 +71,10 @@ func (fanStream) KeepAlive() error { return nil }
 
 // BenchmarkFanOut10k measures one tool list change reaching 10,000 open
 // listens: an op is one AddTool or RemoveTools and ends when every
-// listen's writer has handed the notification to its stream.
+// listen's writer has handed the notification to its stream. It reports
+// too how many times its floor's time (BenchmarkFanOutFloor10k, a change
+// of which it makes in turn with each of its own) a change takes, as
+// x-floor.
 func BenchmarkFanOut10k(b *testing.B) {
 	const listens = 10_000
 	// One caller holds every listen: its allowance must hold them all.
@@ -121,11 +125,23 @@ func BenchmarkFanOut10k(b *testing.B) {
 
 	tool := textTool("churn")
 	handler := echoHandler("churn")
+	// The floor runs beside the listens, a change of each in turns, so
+	// that a machine whose other processes come and go slows both alike
+	// (x-floor: how many times the floor's time a change takes).
+	fl := startFloor(b, listens)
+	defer fl.stop()
+	var took, floorTook time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	i := 0
 	for b.Loop() {
+		b.StopTimer()
+		t0 := time.Now()
+		fl.change()
+		floorTook += time.Since(t0)
+		b.StartTimer()
 		r := f.next()
+		t0 = time.Now()
 		if i%2 == 0 {
 			if err := srv.AddTool(tool, handler); err != nil {
 				b.Fatal(err)
@@ -134,9 +150,80 @@ func BenchmarkFanOut10k(b *testing.B) {
 			b.Fatal("churn tool missing")
 		}
 		<-r.done
+		took += time.Since(t0)
 		i++
 	}
 	b.ReportMetric(heapPerListen, "heapB/listen")
+	b.ReportMetric(float64(took)/float64(floorTook), "x-floor")
+}
+
+// floor is the least a fan-out can cost: a goroutine per stream, woken
+// through its own channel, handing a message encoded beforehand to the
+// stream, with nothing to decide, encode or drain.
+type floor struct {
+	f     *fanOut
+	wakes []chan struct{}
+	wg    sync.WaitGroup
+	quit  chan struct{}
+}
+
+// startFloor starts the floor's listens goroutines.
+func startFloor(b *testing.B, listens int) *floor {
+	b.Helper()
+	fl := &floor{f: &fanOut{listens: int64(listens)}, quit: make(chan struct{})}
+	fl.f.next()
+	for i := range listens {
+		wake := make(chan struct{}, 1)
+		fl.wakes = append(fl.wakes, wake)
+		msg := fmt.Appendf(nil, `{"jsonrpc":"2.0","method":%q,"params":{"_meta":{%q:%d}}}`,
+			mcp.NotifyToolsListChanged, mcp.MetaSubscriptionID, i+1)
+		out := fanStream{fl.f}
+		fl.wg.Go(func() {
+			for {
+				select {
+				case <-fl.quit:
+					return
+				case <-wake:
+					if err := out.Send(msg); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	return fl
+}
+
+// change pokes every goroutine, as a change does every listen, and
+// waits until each has sent its message.
+func (fl *floor) change() {
+	r := fl.f.next()
+	for _, w := range fl.wakes {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+	<-r.done
+}
+
+func (fl *floor) stop() {
+	close(fl.quit)
+	fl.wg.Wait()
+}
+
+// BenchmarkFanOutFloor10k is the floor of BenchmarkFanOut10k on its own:
+// an op is a change reaching 10,000 goroutines, each handing a message
+// encoded beforehand to the same stream as the benchmark's listens.
+func BenchmarkFanOutFloor10k(b *testing.B) {
+	fl := startFloor(b, 10_000)
+	defer fl.stop()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		fl.change()
+	}
 }
 
 // heapInUse returns the heap in use after garbage collection. It collects

@@ -61,7 +61,7 @@ func (r *recorder) Send(msg []byte) error {
 	if r.closed {
 		r.t.Errorf("message sent after the request ended: %s", b)
 	}
-	r.msgs = append(r.msgs, b)
+	r.msgs = append(r.msgs, bytes.Clone(b)) // Send may not keep b
 	r.mu.Unlock()
 	select {
 	case r.poke <- struct{}{}:

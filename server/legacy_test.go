@@ -81,7 +81,7 @@ func (o *legacyOut) Send(msg []byte) error {
 		o.t.Errorf("undecodable message %s: %v", b, err)
 		return nil
 	}
-	m.raw = b
+	m.raw = bytes.Clone(b) // Send may not keep b
 	o.mu.Lock()
 	o.msgs = append(o.msgs, m)
 	o.mu.Unlock()

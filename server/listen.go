@@ -71,14 +71,12 @@ func newListenNotices(srv *Server, principal string, id jsonrpc.ID) *listenNotic
 
 func (n *listenNotices) ListChanged(l mcp.List) []byte { return n.changed[l] }
 
-func (n *listenNotices) Updated(uri string) []byte {
-	buf := make([]byte, 0, len(uri)+len(n.idMeta)+16)
-	buf = append(buf, `{"uri":`...)
+func (n *listenNotices) Updated(buf []byte, uri string) ([]byte, bool) {
+	buf = append(buf, `{"jsonrpc":"2.0","method":"`+mcp.NotifyResourceUpdated+`","params":{"uri":`...)
 	buf, _ = jsontext.AppendQuote(buf, uri)
 	buf = append(buf, `,"_meta":`...)
 	buf = append(buf, n.idMeta...)
-	buf = append(buf, '}')
-	return jsonrpc.AppendNotification(nil, mcp.NotifyResourceUpdated, buf)
+	return append(buf, "}}"...), true
 }
 
 // listen serves subscriptions/listen: the acknowledgement first, then

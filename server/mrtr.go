@@ -31,8 +31,13 @@ const maxInputRounds = 8
 func withInput[T any](ctx context.Context, req *Request, call func() (T, error)) (T, error) {
 	for round := 0; ; round++ {
 		v, err := call()
-		var ir *InputRequired
-		if req.askInput == nil || !errors.As(err, &ir) || round >= maxInputRounds {
+		if req.askInput == nil || err == nil || round >= maxInputRounds {
+			return v, err
+		}
+		// Asked only of an error: errors.As's target escapes, and
+		// every call would pay for it.
+		ir, ok := errors.AsType[*InputRequired](err)
+		if !ok {
 			return v, err
 		}
 		var zero T

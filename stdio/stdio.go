@@ -122,6 +122,20 @@ type conn struct {
 	sem     chan struct{}
 	wg      sync.WaitGroup
 	replies chan []byte // see reply
+
+	// wbuf is the buffer write frames a message in, kept between writes
+	// under wmu.
+	wbuf []byte
+
+	// Requests run on workers that wait for the next one when done, at
+	// most maxInFlight of them idle: a goroutine started per request
+	// grew its stack anew for every one, copying it on the way, where a
+	// worker's stack has grown already. Idle workers take work from
+	// work, and end when quit is closed, after every request is done.
+	work    chan func()
+	idle    atomic.Int32
+	quit    chan struct{}
+	workers sync.WaitGroup
 }
 
 // call is one request in flight. cancelled is atomic, never a lock:
@@ -144,7 +158,7 @@ type call struct {
 func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer, opts ...Option) error {
 	cfg := newConfig(opts)
 	c := &conn{srv: engine.Of(srv), cfg: cfg, w: out, inflight: map[string]*call{}, sem: make(chan struct{}, cfg.maxInFlight),
-		replies: make(chan []byte, maxQueuedReplies)}
+		replies: make(chan []byte, maxQueuedReplies), work: make(chan func()), quit: make(chan struct{})}
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
@@ -155,6 +169,8 @@ func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer,
 	defer func() {
 		cancel()
 		c.wg.Wait()
+		close(c.quit)
+		c.workers.Wait()
 		close(c.replies)
 		<-written
 	}()
@@ -235,6 +251,10 @@ func (c *conn) readLines(ctx context.Context, in io.Reader, out chan<- []byte) e
 	}
 }
 
+// maxKeptBuffer bounds the buffer a connection keeps for framing its
+// messages between writes.
+const maxKeptBuffer = 64 << 10
+
 // maxQueuedReplies bounds the answers the reader hands to the reply
 // writer (refusals and parse errors), so that it never blocks on a
 // stdout nobody reads — cancellations must still be read — unless a
@@ -267,11 +287,13 @@ func (c *conn) write(msg []byte) error {
 	if c.werr != nil {
 		return c.werr
 	}
-	buf := make([]byte, 0, len(msg)+1)
-	buf = append(append(buf, msg...), '\n')
-	if _, err := c.w.Write(buf); err != nil {
+	c.wbuf = append(append(c.wbuf[:0], msg...), '\n')
+	if _, err := c.w.Write(c.wbuf); err != nil {
 		c.werr = fmt.Errorf("stdio: write: %w", err)
 		c.failed.Store(&c.werr)
+	}
+	if cap(c.wbuf) > maxKeptBuffer {
+		c.wbuf = nil // a large answer's buffer is not kept for the small ones after it
 	}
 	return c.werr
 }
@@ -344,7 +366,7 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 	c.mu.Unlock()
 
 	c.wg.Add(1)
-	go func() {
+	c.run(func() {
 		defer c.wg.Done()
 		defer cancel()
 		// The slot is taken here, never in the reader, so that a
@@ -390,8 +412,37 @@ func (c *conn) handleLine(ctx context.Context, line []byte) error {
 			_ = c.write(jsonrpc.AppendNotification(nil, mcp.NotifyCancelled, b))
 		}
 		_ = c.write(reply.Body)
-	}()
+	})
 	return nil
+}
+
+// run runs f on an idle worker, or on a new one when none is idle.
+func (c *conn) run(f func()) {
+	select {
+	case c.work <- f:
+	default:
+		c.workers.Add(1)
+		go c.worker(f)
+	}
+}
+
+// worker runs f, and then whatever work it is handed while it is one of
+// at most maxInFlight idle workers, until the connection ends.
+func (c *conn) worker(f func()) {
+	defer c.workers.Done()
+	for {
+		f()
+		if c.idle.Add(1) > int32(c.cfg.maxInFlight) {
+			c.idle.Add(-1)
+			return
+		}
+		select {
+		case f = <-c.work:
+			c.idle.Add(-1)
+		case <-c.quit:
+			return
+		}
+	}
 }
 
 // drain waits for requests in flight, cancelling them once the drain

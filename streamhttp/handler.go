@@ -1,7 +1,6 @@
 package streamhttp
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -336,7 +335,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, err := readBody(r.Body, h.cfg.maxBody)
+	body, err := readBody(r.Body, r.ContentLength, h.cfg.maxBody)
 	if err != nil {
 		switch {
 		case errors.Is(err, errTooLarge):
@@ -372,7 +371,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	call, rep := engine.Parse(msg)
-	if !h.cfg.modernOnly && call.Era(r.Header.Get(mcp.HeaderProtocolVersion)) == engine.Legacy {
+	if !h.cfg.modernOnly && call.Era(r.Header.Get(protocolVersionKey)) == engine.Legacy {
 		h.serveLegacy(w, r, msg, call, rep, sid)
 		return
 	}
@@ -409,17 +408,41 @@ func statusOf(rep *engine.Reply) int {
 
 var errTooLarge = errors.New("body too large")
 
-func readBody(r io.Reader, max int64) ([]byte, error) {
-	var buf bytes.Buffer
-	n, err := buf.ReadFrom(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
+// readBody reads a body of at most max bytes. A body that declares its
+// size (size >= 0) is read into a buffer of that size, where one grown
+// as it filled was copied and reallocated on the way.
+func readBody(r io.Reader, size, max int64) ([]byte, error) {
+	n := int64(512)
+	if size >= 0 && size <= max {
+		n = size + 1 // the one byte more sees the end without growing
 	}
-	if n > max {
-		return nil, errTooLarge
+	buf := make([]byte, 0, n)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		room := buf[len(buf):cap(buf)]
+		if left := max + 1 - int64(len(buf)); int64(len(room)) > left {
+			room = room[:left]
+		}
+		m, err := r.Read(room)
+		buf = buf[:len(buf)+m]
+		if int64(len(buf)) > max {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return buf.Bytes(), nil
 }
+
+// protocolVersionKey is mcp.HeaderProtocolVersion as net/http keys it:
+// a header read by its canonical key is not canonicalized first, which
+// allocates on every request.
+const protocolVersionKey = "Mcp-Protocol-Version"
 
 // envelope is a request's MCP headers, checked against its body by the
 // core in the order peers rely on (see engine.Envelope).
@@ -427,7 +450,7 @@ type envelope struct{ h http.Header }
 
 // Version returns the MCP-Protocol-Version header.
 func (e *envelope) Version() (string, error) {
-	hv, ok := single(e.h, mcp.HeaderProtocolVersion)
+	hv, ok := single(e.h, protocolVersionKey)
 	if !ok || hv == "" {
 		return "", errors.New("missing or repeated " + mcp.HeaderProtocolVersion + " header")
 	}
@@ -561,11 +584,14 @@ func (a *answerWriter) write(b []byte) error {
 // does not turn the answer into a chunked one.
 func (a *answerWriter) plain(status int, body []byte) {
 	hdr := a.w.Header()
+	vals := make([]string, 2) // one allocation for both headers' values
 	if body != nil {
-		hdr["Content-Type"] = []string{"application/json"}
+		vals[0] = "application/json"
+		hdr["Content-Type"] = vals[0:1:1]
 	}
 	if status != http.StatusNoContent && status != http.StatusNotModified && status >= 200 {
-		hdr["Content-Length"] = []string{strconv.Itoa(len(body))}
+		vals[1] = strconv.Itoa(len(body))
+		hdr["Content-Length"] = vals[1:2:2]
 	}
 	a.w.WriteHeader(status)
 	_ = a.write(body)

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/jsonscan"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -58,17 +60,32 @@ type Params struct {
 //
 // Only the members the method uses are decoded, so a stray member of
 // another method's shape cannot make a request fail.
-func Parse(m *jsonrpc.Message) (*Call, *Reply) {
+func Parse(m *jsonrpc.Message) (*Call, *Reply) { return parse(m, true) }
+
+// parse is Parse; scan false has every params decoded into a map, the
+// reading scanParams is held to.
+func parse(m *jsonrpc.Message, scan bool) (*Call, *Reply) {
 	c := &Call{Msg: m}
 	c.M, _ = Lookup(m.Method)
-	var fields map[string]jsontext.Value
-	if err := jsonrpc.UnmarshalParams(m.Params, &fields); err != nil {
-		r := Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+err.Error(), nil)
-		return c, &r
+	var fields fields
+	ok := false
+	if scan {
+		fields, ok = scanParams(m.Params)
 	}
-	if raw, ok := fields["_meta"]; ok && string(raw) != "null" {
+	if !ok {
+		var all map[string]jsontext.Value
+		if err := jsonrpc.UnmarshalParams(m.Params, &all); err != nil {
+			r := Fail(m.ID, jsonrpc.CodeInvalidParams, "Invalid params: "+err.Error(), nil)
+			return c, &r
+		}
+		fields = fieldsOf(all)
+	}
+	if raw, ok := fields.get("_meta"); ok && string(raw) != "null" {
 		var meta mcp.RequestMeta
-		if err := jsonrpc.UnmarshalParams(raw, &meta); err != nil || raw[0] != '{' {
+		if scan && scanMeta(raw, &meta) {
+			c.P.Meta = &meta
+			c.declared = meta.ProtocolVersion
+		} else if err := jsonrpc.UnmarshalParams(raw, &meta); err != nil || raw[0] != '{' {
 			c.MetaErr = errors.New("_meta must be an object of the defined shape")
 			var v struct {
 				Version *string `json:"io.modelcontextprotocol/protocolVersion"`
@@ -81,7 +98,7 @@ func Parse(m *jsonrpc.Message) (*Call, *Reply) {
 		}
 	}
 	for _, name := range c.M.Params {
-		raw, ok := fields[name]
+		raw, ok := fields.get(name)
 		if !ok || c.ParamErr != nil {
 			continue
 		}
@@ -92,23 +109,153 @@ func Parse(m *jsonrpc.Message) (*Call, *Reply) {
 	return c, nil
 }
 
+// maxScanned is the most members of params scanParams reads; params
+// with more are decoded into a map.
+const maxScanned = 12
+
+// member is one member of params: its name and its value as received.
+type member struct {
+	name []byte
+	raw  jsontext.Value
+}
+
+// fields are the members of params.
+type fields struct {
+	n    int
+	list [maxScanned]member
+	// more holds the members past the first maxScanned, if any.
+	more []member
+}
+
+func (f *fields) get(name string) (jsontext.Value, bool) {
+	for _, m := range f.list[:f.n] {
+		if string(m.name) == name {
+			return m.raw, true
+		}
+	}
+	for _, m := range f.more {
+		if string(m.name) == name {
+			return m.raw, true
+		}
+	}
+	return nil, false
+}
+
+func (f *fields) add(name []byte, raw jsontext.Value) {
+	if f.n < maxScanned {
+		f.list[f.n] = member{name, raw}
+		f.n++
+		return
+	}
+	f.more = append(f.more, member{name, raw})
+}
+
+// fieldsOf holds the members of params the strict decoder read.
+func fieldsOf(all map[string]jsontext.Value) fields {
+	var f fields
+	for name, raw := range all {
+		f.add([]byte(name), raw)
+	}
+	return f
+}
+
+// scanParams reads the members of params as slices of it, without a
+// map: params of a request as the hot path sees it (an object of a few
+// members with plain names). ok is false for params it leaves to the
+// strict decoder: not valid JSON, not an object, a name with an escape.
+func scanParams(params jsontext.Value) (f fields, ok bool) {
+	if len(params) == 0 {
+		return f, true // as the strict decoder reads absent params: {}
+	}
+	if !params.IsValid() || params.Kind() != '{' {
+		return f, false
+	}
+	o := jsonscan.NewObject(params)
+	for {
+		name, raw, more := o.Next()
+		if !more {
+			return f, true
+		}
+		if bytes.IndexByte(name, '\\') >= 0 {
+			return fields{}, false
+		}
+		f.add(name, raw)
+	}
+}
+
+// scanMeta reads the common _meta, the members RequestMeta names with
+// values of their types, without decoding the object by reflection. It
+// returns false for a _meta it leaves to the strict decoder (one with a
+// member of its own, an escaped name, a null), having read nothing
+// that matters: meta is then decoded afresh.
+func scanMeta(raw jsontext.Value, meta *mcp.RequestMeta) bool {
+	if raw.Kind() != '{' {
+		return false
+	}
+	o := jsonscan.NewObject(raw)
+	for {
+		name, v, more := o.Next()
+		if !more {
+			return true
+		}
+		if string(v) == "null" {
+			return false
+		}
+		switch string(name) {
+		case "io.modelcontextprotocol/protocolVersion":
+			s, ok := jsonscan.String(v)
+			if !ok {
+				return false
+			}
+			version := mcp.Version // the common case, without a copy
+			if string(s) != version {
+				version = string(s)
+			}
+			meta.ProtocolVersion = &version
+		case "io.modelcontextprotocol/clientCapabilities":
+			caps := new(mcp.ClientCaps)
+			if string(v) != "{}" && (v[0] != '{' || jsonrpc.UnmarshalParams(v, caps) != nil) {
+				return false
+			}
+			meta.ClientCapabilities = caps
+		case "io.modelcontextprotocol/clientInfo":
+			info := new(mcp.Implementation)
+			if v[0] != '{' || jsonrpc.UnmarshalParams(v, info) != nil {
+				return false
+			}
+			meta.ClientInfo = info
+		case "io.modelcontextprotocol/logLevel":
+			s, ok := jsonscan.String(v)
+			if !ok {
+				return false
+			}
+			level := mcp.LogLevel(s)
+			meta.LogLevel = &level
+		case "progressToken":
+			meta.ProgressToken = v
+		default:
+			return false
+		}
+	}
+}
+
 // decode reads one member of params, strictly.
 func (p *Params) decode(name string, raw jsontext.Value) error {
 	var v any
 	switch name {
 	case "cursor":
-		v = &p.Cursor
+		return decodeString(&p.Cursor, raw)
 	case "name":
-		v = &p.Name
+		return decodeString(&p.Name, raw)
 	case "uri":
-		v = &p.URI
+		return decodeString(&p.URI, raw)
 	case "arguments":
 		p.Arguments = raw
 		return nil
 	case "inputResponses":
 		v = &p.InputResponses
 	case "requestState":
-		v = &p.RequestState
+		return decodeString(&p.RequestState, raw)
 	case "notifications":
 		v = &p.Notifications
 	case "ref":
@@ -121,11 +268,22 @@ func (p *Params) decode(name string, raw jsontext.Value) error {
 		p.RequestID = raw
 		return nil
 	case "taskId":
-		v = &p.TaskID
+		return decodeString(&p.TaskID, raw)
 	default:
 		return nil
 	}
 	return jsonrpc.UnmarshalParams(raw, v)
+}
+
+// decodeString reads a string member strictly: a string without escapes
+// as it is, anything else through the strict decoder.
+func decodeString(dst **string, raw jsontext.Value) error {
+	if s, ok := jsonscan.String(raw); ok {
+		v := string(s)
+		*dst = &v
+		return nil
+	}
+	return jsonrpc.UnmarshalParams(raw, dst)
 }
 
 // Method returns the call's method.

@@ -32,7 +32,10 @@ import (
 // on first use.
 type Stream interface {
 	// Send writes one encoded JSON-RPC message. An error means the peer is
-	// gone or stuck; the request should end without a response.
+	// gone or stuck; the request should end without a response. Send
+	// keeps no part of msg once it returns: the caller may write the
+	// next message into the same buffer, so that a change fanned out to
+	// thousands of streams costs no allocation per stream.
 	Send(msg []byte) error
 	// KeepAlive writes a transport keep-alive (an SSE comment) if the
 	// transport has one, so that idle streams are not cut by

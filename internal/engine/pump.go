@@ -43,11 +43,15 @@ type StreamObserver interface {
 // Notices encodes the notifications one stream sends: each era tags (or
 // does not tag) them its own way.
 type Notices interface {
-	// ListChanged returns the message announcing a change of l.
+	// ListChanged returns the message announcing a change of l. It is
+	// asked of every stream at every change, so it should return a
+	// message encoded once, not encode it anew.
 	ListChanged(l mcp.List) []byte
-	// Updated returns the resources/updated message for uri, or nil to
-	// send nothing for it.
-	Updated(uri string) []byte
+	// Updated appends the resources/updated message for uri to buf and
+	// returns it, with ok false to send nothing for it. The pump reuses
+	// buf for the next message, so that a change costs a stream no
+	// allocation once its buffer has grown.
+	Updated(buf []byte, uri string) (msg []byte, ok bool)
 }
 
 // TaskSource is a Source that also follows tasks (of the tasks
@@ -122,6 +126,7 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 	}
 	wrote := false
 	var uris, tasks []string
+	var scratch []byte // the resources/updated messages, one at a time
 	ts, _ := src.(TaskSource)
 	tn, _ := n.(TaskNotices)
 	for {
@@ -148,7 +153,9 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 			ending := src.Ending()
 			var kinds hub.Kind
 			kinds, uris = src.Take(uris[:0])
-			sent, err := flush(out, n, kinds, uris)
+			var sent int
+			var err error
+			sent, scratch, err = flush(out, n, kinds, uris, scratch)
 			if ts != nil && err == nil {
 				tasks = ts.TakeTasks(tasks[:0])
 				var more int
@@ -158,11 +165,13 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 			if o.Observer != nil {
 				o.Observer.Notified(sent, src.TakeMerged())
 			}
-			var re *taskReadError
-			if errors.As(err, &re) {
-				return Failed, re.err
-			}
 			if err != nil {
+				// Only a failure asks errors.As: its target escapes, and
+				// a pump that asked on every wake-up would allocate once
+				// per change for each of thousands of listens.
+				if re, ok := errors.AsType[*taskReadError](err); ok {
+					return Failed, re.err
+				}
 				return Lost, err
 			}
 			wrote = true
@@ -200,23 +209,35 @@ func flushTasks(ctx context.Context, out Stream, n TaskNotices, ids []string) (s
 	return sent, nil
 }
 
-// flush sends the notifications for kinds and uris, and counts them.
-func flush(out Stream, n Notices, kinds hub.Kind, uris []string) (sent int, err error) {
+// maxScratch bounds the buffer a pump keeps for the next
+// resources/updated message: a URI may be as long as a request allows,
+// and a buffer kept at that size would cost a listen that much for
+// hours.
+const maxScratch = 4 << 10
+
+// flush sends the notifications for kinds and uris, and counts them. It
+// encodes each resources/updated message into scratch and returns the
+// buffer to keep for the next flush.
+func flush(out Stream, n Notices, kinds hub.Kind, uris []string, scratch []byte) (sent int, _ []byte, err error) {
 	for _, l := range mcp.Lists() {
 		if kinds.Has(l) {
 			if err := out.Send(n.ListChanged(l)); err != nil {
-				return sent, err
+				return sent, scratch, err
 			}
 			sent++
 		}
 	}
 	for _, u := range uris {
-		if msg := n.Updated(u); msg != nil {
+		msg, ok := n.Updated(scratch[:0], u)
+		if cap(msg) <= maxScratch {
+			scratch = msg
+		}
+		if ok {
 			if err := out.Send(msg); err != nil {
-				return sent, err
+				return sent, scratch, err
 			}
 			sent++
 		}
 	}
-	return sent, nil
+	return sent, scratch, nil
 }

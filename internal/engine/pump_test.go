@@ -70,8 +70,8 @@ func (s *sent) KeepAlive() error { return nil }
 
 type names struct{}
 
-func (names) ListChanged(l mcp.List) []byte { return []byte(l.Changed()) }
-func (names) Updated(uri string) []byte     { return []byte(uri) }
+func (names) ListChanged(l mcp.List) []byte                 { return []byte(l.Changed()) }
+func (names) Updated(buf []byte, uri string) ([]byte, bool) { return append(buf, uri...), true }
 
 // TestPumpDrainsWhatLandsWhileEnding: a change that lands between a
 // drain and the hub's shutdown is still written before the pump ends

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"tidings/hub"
 	"tidings/internal/engine"
 	"tidings/jsonrpc"
@@ -15,22 +17,33 @@ var ErrStreamOpen = errors.New("legacy: the session already has a notification s
 
 // notices are the session stream's notifications: untagged, and only for
 // resources the session still subscribes to — after unsubscribe answers,
-// nothing more arrives for that URI.
-type notices struct{ ss *Session }
-
-func (n notices) ListChanged(l mcp.List) []byte {
-	return jsonrpc.AppendNotification(nil, l.Changed(), nil)
+// nothing more arrives for that URI. The list-changed messages are
+// encoded once, when the stream opens.
+type notices struct {
+	ss      *Session
+	changed [3][]byte // by mcp.List
 }
 
-func (n notices) Updated(uri string) []byte {
+func newNotices(ss *Session) *notices {
+	n := &notices{ss: ss}
+	for _, l := range mcp.Lists() {
+		n.changed[l] = jsonrpc.AppendNotification(nil, l.Changed(), nil)
+	}
+	return n
+}
+
+func (n *notices) ListChanged(l mcp.List) []byte { return n.changed[l] }
+
+func (n *notices) Updated(buf []byte, uri string) ([]byte, bool) {
 	n.ss.mu.Lock()
 	still := n.ss.uris[uri]
 	n.ss.mu.Unlock()
 	if !still {
-		return nil
+		return buf, false
 	}
-	p, _ := jsonrpc.Marshal(map[string]string{"uri": uri})
-	return jsonrpc.AppendNotification(nil, mcp.NotifyResourceUpdated, p)
+	buf = append(buf, `{"jsonrpc":"2.0","method":"`+mcp.NotifyResourceUpdated+`","params":{"uri":`...)
+	buf, _ = jsontext.AppendQuote(buf, uri)
+	return append(buf, "}}"...), true
 }
 
 // Stream sends the session's notifications to out until ctx ends, the
@@ -91,7 +104,7 @@ func (ss *Session) stream(ctx context.Context, out engine.Stream, start func() e
 	if err := start(); err != nil {
 		return err
 	}
-	end := engine.Pump(ctx, sub, out, notices{ss}, engine.PumpOptions{
+	end := engine.Pump(ctx, sub, out, newNotices(ss), engine.PumpOptions{
 		KeepAlive: ss.srv.KeepAlive(),
 		// An open stream is a session in use, however long it stays
 		// quiet: it must not expire as idle under its client.

@@ -40,33 +40,86 @@ func (b *SyncBuffer) String() string {
 }
 
 // PostLoop POSTs body with hdr to url b.N times on one keep-alive client,
-// reads every response whole, and reports allocations and the response
-// size: the loop of the HTTP request benchmarks.
+// reads every response whole, and reports allocations, the response
+// size and the process's CPU time per request, client and server
+// (cpu-ns/op: what a request costs, however busy the machine's other
+// processes keep its cores): the loop of the HTTP request benchmarks.
 func PostLoop(b *testing.B, url string, body []byte, hdr http.Header) {
 	b.Helper()
-	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	c := benchClient()
 	defer c.CloseIdleConnections()
 	var n int64
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0, cpuOK := ProcessCPU()
 	for b.Loop() {
-		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		req.Header = hdr
-		resp, err := c.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m, err := io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			b.Fatalf("status %d, %v", resp.StatusCode, err)
-		}
-		n = m
+		n = post(b, c, url, body, hdr)
 	}
 	b.SetBytes(n)
+	if cpu1, _ := ProcessCPU(); cpuOK {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// PostPair is PostLoop against two servers at once: each op POSTs body
+// to url and to ceiling, in turns, each on its own keep-alive client,
+// and the benchmark reports the time of each (url-ns/op, ceiling-ns/op)
+// and ceiling's time over url's (x-ceiling: url's share of the rate
+// ceiling keeps up). Both are timed in the same moments, so that a
+// machine whose other processes come and go slows both alike and the
+// ratio holds where two benchmarks run one after the other would not.
+func PostPair(b *testing.B, url, ceiling string, body []byte, hdr http.Header) {
+	b.Helper()
+	c, cc := benchClient(), benchClient()
+	defer c.CloseIdleConnections()
+	defer cc.CloseIdleConnections()
+	var took, ceilingTook time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		t0 := time.Now()
+		if i%2 == 0 {
+			post(b, c, url, body, hdr)
+			t1 := time.Now()
+			post(b, cc, ceiling, body, hdr)
+			took, ceilingTook = took+t1.Sub(t0), ceilingTook+time.Since(t1)
+		} else {
+			post(b, cc, ceiling, body, hdr)
+			t1 := time.Now()
+			post(b, c, url, body, hdr)
+			took, ceilingTook = took+time.Since(t1), ceilingTook+t1.Sub(t0)
+		}
+		i++
+	}
+	b.ReportMetric(float64(took)/float64(i), "url-ns/op")
+	b.ReportMetric(float64(ceilingTook)/float64(i), "ceiling-ns/op")
+	b.ReportMetric(float64(ceilingTook)/float64(took), "x-ceiling")
+}
+
+// benchClient is a keep-alive client of the request benchmarks.
+func benchClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+}
+
+// post POSTs body with hdr to url, reads the response whole and returns
+// its size.
+func post(b *testing.B, c *http.Client, url string, body []byte, hdr http.Header) int64 {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header = hdr
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("status %d, %v", resp.StatusCode, err)
+	}
+	return n
 }
 
 // benchSchema is the shape of a typical tool's input: a few documented

@@ -1,0 +1,127 @@
+// Package jsonscan walks the members of a JSON object that is known to
+// be valid, without decoding it: the hot request path reads a message's
+// envelope and params as sub-slices of the bytes received, where a
+// decode by reflection into maps and structs allocated for every member.
+// Whatever it does not handle (an escaped name, an unexpected shape) the
+// caller hands to the strict decoder, which also words the errors.
+package jsonscan
+
+// Object iterates the members of a JSON object. The bytes must be valid
+// JSON (jsontext.Value.IsValid): Object checks bounds, never syntax.
+type Object struct {
+	b []byte
+	i int
+}
+
+// NewObject starts iterating obj, a valid JSON object.
+func NewObject(obj []byte) Object {
+	o := Object{b: obj}
+	o.skipSpace()
+	if o.i < len(o.b) && o.b[o.i] == '{' {
+		o.i++
+	} else {
+		o.i = len(o.b)
+	}
+	return o
+}
+
+// Next returns the next member: its name as it is written, between the
+// quotes (a name holding a backslash is escaped, and the caller must
+// unescape it or give up), and its value's bytes. ok is false after the
+// last member.
+func (o *Object) Next() (name, value []byte, ok bool) {
+	o.skipSpace()
+	if o.i >= len(o.b) || o.b[o.i] != '"' {
+		return nil, nil, false // '}' or the end
+	}
+	start := o.i
+	o.i = skipString(o.b, o.i)
+	if o.i-1 <= start {
+		return nil, nil, false
+	}
+	name = o.b[start+1 : o.i-1]
+	o.skipSpace()
+	if o.i >= len(o.b) || o.b[o.i] != ':' {
+		return nil, nil, false
+	}
+	o.i++
+	o.skipSpace()
+	vstart := o.i
+	o.i = skipValue(o.b, o.i)
+	value = o.b[vstart:o.i]
+	o.skipSpace()
+	if o.i < len(o.b) && o.b[o.i] == ',' {
+		o.i++
+	}
+	return name, value, len(value) > 0
+}
+
+func (o *Object) skipSpace() {
+	for o.i < len(o.b) && isSpace(o.b[o.i]) {
+		o.i++
+	}
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// skipString returns the index just past the string starting at b[i].
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(b)
+	}
+	for ; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == ',' || c == '}' || c == ']' || isSpace(c):
+			return i
+		}
+	}
+	return i
+}
+
+// String returns the text of v, a JSON string without escapes, and
+// whether it is one: a string with escapes (or another value) is left
+// to a decoder.
+func String(v []byte) ([]byte, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return nil, false
+	}
+	s := v[1 : len(v)-1]
+	for _, c := range s {
+		if c == '\\' || c == '"' {
+			return nil, false
+		}
+	}
+	return s, true
+}
