@@ -321,8 +321,10 @@ func (lp *loop) write() {
 // scratch is one writer's reusable space.
 type scratch struct {
 	buf, ev []byte
-	iov     [][]byte
-	uris    []string
+	// msg holds one resources/updated message while it is copied into buf.
+	msg  []byte
+	iov  [][]byte
+	uris []string
 }
 
 // conn is one parked listen.
@@ -452,7 +454,11 @@ func (c *conn) drain(s *scratch) {
 	}
 	buf := s.buf[:0]
 	for i, u := range uris {
-		if msg := c.l.Notices.Updated(u); msg != nil {
+		msg, ok := c.l.Notices.Updated(s.msg[:0], u)
+		if s.msg = msg; cap(msg) > 4<<10 {
+			s.msg = nil // a long URI's buffer is not kept
+		}
+		if ok {
 			buf, s.ev = appendMessage(buf, s.ev, msg)
 			sent++
 		}
