@@ -427,20 +427,7 @@ func TestTokenExchangeListensAreEachCallers(t *testing.T) {
 	waitEvent(t, aliceEvents, client.ToolsChanged) // the first read
 	bw, bobEvents := watchTools(t, bob)
 	waitEvent(t, bobEvents, client.ToolsChanged)
-	testkit.WaitFor(t, waitTimeout, "a listen on the upstream for each caller", func() bool { return r.g.Stats()[0].Listens == 2 })
-	bobBefore := bw.Stats().Notifications
-
-	addEcho(t, r.up, "alice-new", `{"type":"object"}`)
-	if e := waitEvent(t, aliceEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_alice-new"}) {
-		t.Fatalf("alice heard %+v", e)
-	}
-	addEcho(t, r.up, "bob-new", `{"type":"object"}`)
-	if e := waitEvent(t, bobEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_bob-new"}) {
-		t.Fatalf("bob heard %+v", e)
-	}
-	if n := bw.Stats().Notifications - bobBefore; n != 1 {
-		t.Fatalf("bob was told of %d changes, his own alone is 1", n)
-	}
+	eachHearsOwnChange(t, r, aliceEvents, bobEvents, bw)
 	bw.Close()
 	testkit.WaitFor(t, waitTimeout, "bob's listen on the upstream gone with his", func() bool { return r.g.Stats()[0].Listens == 1 })
 }
@@ -466,20 +453,7 @@ func TestTokenExchangeForEarlierSessions(t *testing.T) {
 	waitEvent(t, aliceEvents, client.ToolsChanged)
 	bw, bobEvents := watchTools(t, bob)
 	waitEvent(t, bobEvents, client.ToolsChanged)
-	testkit.WaitFor(t, waitTimeout, "a listen on the upstream for each caller", func() bool { return r.g.Stats()[0].Listens == 2 })
-	bobBefore := bw.Stats().Notifications
-
-	addEcho(t, r.up, "alice-new", `{"type":"object"}`)
-	if e := waitEvent(t, aliceEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_alice-new"}) {
-		t.Fatalf("alice heard %+v", e)
-	}
-	addEcho(t, r.up, "bob-new", `{"type":"object"}`)
-	if e := waitEvent(t, bobEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_bob-new"}) {
-		t.Fatalf("bob heard %+v", e)
-	}
-	if n := bw.Stats().Notifications - bobBefore; n != 1 {
-		t.Fatalf("bob was told of %d changes, his own alone is 1", n)
-	}
+	eachHearsOwnChange(t, r, aliceEvents, bobEvents, bw)
 }
 
 // TestTokenExchangeResourceUpdatesAreEachCallers: a resource a caller
@@ -560,5 +534,26 @@ func TestTokenExchangeKeepsAtMostMaxExchangedTokens(t *testing.T) {
 	callText(t, alice, "x_whoami")
 	if n := r.exchangesOf("alice"); n != 1 {
 		t.Fatalf("alice's token was exchanged %d times; bob's, used less lately, was the one to go", n)
+	}
+}
+
+// eachHearsOwnChange waits for one upstream listen per caller, then
+// changes alice's list and bob's in turn: each hears the change to its
+// own list, and bob's watcher (bw) is told of nothing else.
+func eachHearsOwnChange(t *testing.T, r *exchangeRig, aliceEvents, bobEvents <-chan client.Event, bw *client.Watcher) {
+	t.Helper()
+	testkit.WaitFor(t, waitTimeout, "a listen on the upstream for each caller", func() bool { return r.g.Stats()[0].Listens == 2 })
+	bobBefore := bw.Stats().Notifications
+
+	addEcho(t, r.up, "alice-new", `{"type":"object"}`)
+	if e := waitEvent(t, aliceEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_alice-new"}) {
+		t.Fatalf("alice heard %+v", e)
+	}
+	addEcho(t, r.up, "bob-new", `{"type":"object"}`)
+	if e := waitEvent(t, bobEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"x_bob-new"}) {
+		t.Fatalf("bob heard %+v", e)
+	}
+	if n := bw.Stats().Notifications - bobBefore; n != 1 {
+		t.Fatalf("bob was told of %d changes, his own alone is 1", n)
 	}
 }

@@ -3,12 +3,8 @@ package loadtest
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"sync"
-
-	"github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/internal/sse"
 	"tidings/jsonrpc"
@@ -77,29 +73,10 @@ func (b *floor) current() <-chan struct{} {
 }
 
 func (b *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f, ok := w.(http.Flusher)
-	if r.Method != http.MethodPost || !ok {
-		http.Error(w, "POST a subscriptions/listen request", http.StatusMethodNotAllowed)
+	f, meta, ok := startListen(w, r)
+	if !ok {
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		http.Error(w, "reading the body", http.StatusBadRequest)
-		return
-	}
-	var req struct {
-		ID     jsontext.Value `json:"id"`
-		Method string         `json:"method"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil || req.Method != mcp.MethodListen || len(req.ID) == 0 {
-		http.Error(w, "not a subscriptions/listen request", http.StatusBadRequest)
-		return
-	}
-	meta := `{"` + mcp.MetaSubscriptionID + `":` + string(req.ID) + `}`
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
 	event := sse.AppendEvent(nil, jsonrpc.AppendNotification(nil, mcp.NotifyToolsListChanged, []byte(`{"_meta":`+meta+`}`)))
 	// The channel is read before the ack is written: a change made once
 	// the client has its ack is heard.

@@ -325,29 +325,10 @@ func (b *broadcaster) close() {
 }
 
 func (b *broadcaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f, ok := w.(http.Flusher)
-	if r.Method != http.MethodPost || !ok {
-		http.Error(w, "POST a subscriptions/listen request", http.StatusMethodNotAllowed)
+	f, meta, ok := startListen(w, r)
+	if !ok {
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		http.Error(w, "reading the body", http.StatusBadRequest)
-		return
-	}
-	var req struct {
-		ID     jsontext.Value `json:"id"`
-		Method string         `json:"method"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil || req.Method != mcp.MethodListen || len(req.ID) == 0 {
-		http.Error(w, "not a subscriptions/listen request", http.StatusBadRequest)
-		return
-	}
-	meta := `{"` + mcp.MetaSubscriptionID + `":` + string(req.ID) + `}`
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
 	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
 		[]byte(`{"_meta":`+meta+`,"notifications":{"toolsListChanged":true}}`))
 	s := &naiveStream{w: w, f: f, event: sse.AppendEvent(nil,
@@ -424,4 +405,34 @@ func footprint(before, after memSnap, n int) Footprint {
 		RSS:        float64(after.rss-before.rss) / d,
 		Goroutines: float64(after.goroutines-before.goroutines) / d,
 	}
+}
+
+// startListen reads a subscriptions/listen request as the two bare
+// servers take it, and starts its event stream: it returns the flusher
+// and the _meta that tags the stream's messages, or false once it has
+// answered a request that is not one.
+func startListen(w http.ResponseWriter, r *http.Request) (f http.Flusher, meta string, ok bool) {
+	f, ok = w.(http.Flusher)
+	if r.Method != http.MethodPost || !ok {
+		http.Error(w, "POST a subscriptions/listen request", http.StatusMethodNotAllowed)
+		return nil, "", false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "reading the body", http.StatusBadRequest)
+		return nil, "", false
+	}
+	var req struct {
+		ID     jsontext.Value `json:"id"`
+		Method string         `json:"method"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.Method != mcp.MethodListen || len(req.ID) == 0 {
+		http.Error(w, "not a subscriptions/listen request", http.StatusBadRequest)
+		return nil, "", false
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	return f, `{"` + mcp.MetaSubscriptionID + `":` + string(req.ID) + `}`, true
 }
