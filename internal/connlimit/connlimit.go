@@ -238,10 +238,12 @@ func (g *Guard) refuse(nc net.Conn, l Limit, addr netip.Addr) {
 }
 
 // ConnState is the http.Server's ConnState hook: it keeps track of which
-// connections are idle between requests.
+// connections are idle between requests (for HTTP/2, between streams).
+// A connection the listener's was wrapped in, by TLS or otherwise, is
+// looked through by its NetConn method.
 func (g *Guard) ConnState(nc net.Conn, s http.ConnState) {
-	c, ok := nc.(*conn)
-	if !ok || c.g != g {
+	c := g.find(nc)
+	if c == nil {
 		return
 	}
 	g.mu.Lock()
@@ -251,6 +253,21 @@ func (g *Guard) ConnState(nc net.Conn, s http.ConnState) {
 		g.unidleLocked(c)
 	}
 	g.mu.Unlock()
+}
+
+// find returns the admitted connection beneath nc, or nil.
+func (g *Guard) find(nc net.Conn) *conn {
+	for nc != nil {
+		if c, ok := nc.(*conn); ok && c.g == g {
+			return c
+		}
+		u, ok := nc.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		nc = u.NetConn()
+	}
+	return nil
 }
 
 func (g *Guard) idleLocked(c *conn) {
