@@ -69,6 +69,14 @@ type Config struct {
 	// Log, when not nil, receives progress lines and the listener
 	// process's stderr.
 	Log io.Writer
+	// HTTP2Conns, when positive, measures the project's server alone
+	// (ServerTidingsH2) with the listens as HTTP/2 streams without TLS,
+	// spread over this many connections; Listeners may then be up to
+	// MaxHTTP2Listeners. Stalled and Gateway do not apply.
+	HTTP2Conns int
+	// HTTP2NoCoalesce leaves the HTTP/2 server's writes as net/http
+	// makes them, where by default they are gathered per connection.
+	HTTP2NoCoalesce bool
 }
 
 func (c Config) withDefaults() Config {
@@ -91,6 +99,9 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if c.HTTP2Conns != 0 {
+		return c.validateH2()
+	}
 	switch {
 	case c.Listeners < 1 || c.Listeners > MaxListeners:
 		return fmt.Errorf("listeners must be between 1 and %d, not %d", MaxListeners, c.Listeners)
@@ -112,12 +123,17 @@ type Report struct {
 	TimeoutMs    float64 `json:"timeoutMs"`
 	WriteTimeout float64 `json:"writeTimeoutMs"`
 	// ListenerProcess is true when a child process read the listens.
-	ListenerProcess bool   `json:"listenerProcess"`
-	GoVersion       string `json:"goVersion"`
-	GOOS            string `json:"goos"`
-	GOARCH          string `json:"goarch"`
-	NumCPU          int    `json:"numCPU"`
-	GOMAXPROCS      int    `json:"gomaxprocs"`
+	ListenerProcess bool `json:"listenerProcess"`
+	// HTTP2Conns is the number of HTTP/2 connections the listens shared
+	// (0: each its own HTTP/1.1 connection); HTTP2Coalesce says whether
+	// the server gathered each connection's writes.
+	HTTP2Conns    int    `json:"http2Conns,omitzero"`
+	HTTP2Coalesce bool   `json:"http2Coalesce,omitzero"`
+	GoVersion     string `json:"goVersion"`
+	GOOS          string `json:"goos"`
+	GOARCH        string `json:"goarch"`
+	NumCPU        int    `json:"numCPU"`
+	GOMAXPROCS    int    `json:"gomaxprocs"`
 	// Runs holds, in order: tidings and naive without stalled listens,
 	// then (with Stalled set) tidings and naive with them, then (with
 	// Gateway set) the gateway without them.
@@ -219,6 +235,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ListenerProcess != nil {
 		need = cfg.Listeners + fdSlack
 	}
+	if cfg.HTTP2Conns > 0 {
+		need = 2*cfg.HTTP2Conns + fdSlack
+	}
 	if err := raiseOpenFiles(uint64(need)); err != nil {
 		if cfg.ListenerProcess == nil {
 			return nil, fmt.Errorf("%d listens read in the server's own process need two sockets each (a listener process needs half as many): %w", cfg.Listeners, err)
@@ -247,7 +266,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Listeners: cfg.Listeners, Changes: cfg.Changes, Stalled: cfg.Stalled,
 		TimeoutMs: ms(cfg.Timeout), WriteTimeout: ms(cfg.WriteTimeout),
 		ListenerProcess: cfg.ListenerProcess != nil,
-		GoVersion:       runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
+		HTTP2Conns:      cfg.HTTP2Conns, HTTP2Coalesce: cfg.HTTP2Conns > 0 && !cfg.HTTP2NoCoalesce,
+		GoVersion: runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}
 	type plan struct {
@@ -260,6 +280,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Gateway {
 		plans = append(plans, plan{ServerGateway, 0})
+	}
+	if cfg.HTTP2Conns > 0 {
+		plans = []plan{{ServerTidingsH2, 0}}
 	}
 	var err error
 	for i, p := range plans {
@@ -291,6 +314,8 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		tgt, err = startTidings(cfg.WriteTimeout)
 	case ServerGateway:
 		tgt, err = startGateway(ctx, cfg.WriteTimeout)
+	case ServerTidingsH2:
+		tgt, err = startTidingsH2(cfg.WriteTimeout, cfg.HTTP2NoCoalesce)
 	default:
 		tgt, err = startNaive()
 	}
@@ -308,6 +333,9 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		Run: seq, Addr: addr, StalledAddr: stalledAddr,
 		Listeners: cfg.Listeners, Stalled: stalled, Changes: cfg.Changes,
 		OpenTimeoutMs: cfg.OpenTimeout.Milliseconds(),
+	}
+	if name == ServerTidingsH2 {
+		spec.HTTP2Conns = cfg.HTTP2Conns
 	}
 	measureMem := stalled == 0
 	child := cfg.ListenerProcess != nil

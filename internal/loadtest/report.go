@@ -16,6 +16,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "change fan-out over loopback HTTP: %d listens (%s), %d tools list changes one at a time, timeout %s per change\n",
 		r.Listeners, where, r.Changes, fmtMs(r.TimeoutMs))
+	if r.HTTP2Conns > 0 {
+		fmt.Fprintf(&b, "over HTTP/2 (h2c): the listens are streams of %d connections; writes gathered per connection: %v\n", r.HTTP2Conns, r.HTTP2Coalesce)
+	}
 	fmt.Fprintf(&b, "%s %s/%s, %d CPUs, GOMAXPROCS %d\n\n", r.GoVersion, r.GOOS, r.GOARCH, r.NumCPU, r.GOMAXPROCS)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -47,7 +50,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed\n\n")
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "memory per listen\theap in use\theap live\tstacks\tgoroutines")
+	fmt.Fprintln(tw, "memory per listen\theap in use\theap live\tstacks\tgoroutines\trss\trss in all")
 	var listeners *Footprint
 	covers := ""
 	for _, run := range r.Runs {
@@ -82,7 +85,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 }
 
 func writeFootprint(w io.Writer, name string, f Footprint) {
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\n", name, fmtBytes(f.HeapInuse), fmtBytes(f.HeapAlloc), fmtBytes(f.StackInuse), f.Goroutines)
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\t%s\t%.1f MiB\n", name, fmtBytes(f.HeapInuse), fmtBytes(f.HeapAlloc), fmtBytes(f.StackInuse), f.Goroutines,
+		fmtBytes(f.RSS), float64(f.RSSTotal)/(1<<20))
 }
 
 func fmtMs(v float64) string {

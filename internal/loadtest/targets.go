@@ -371,6 +371,7 @@ func (b *broadcaster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type memSnap struct {
 	heapInuse, heapAlloc, stackInuse int64
 	goroutines                       int
+	rss                              int64
 }
 
 // snapshot collects garbage and reads the memory statistics. It collects
@@ -387,6 +388,7 @@ func snapshot() memSnap {
 		heapAlloc:  int64(m.HeapAlloc),
 		stackInuse: int64(m.StackInuse),
 		goroutines: runtime.NumGoroutine(),
+		rss:        rssBytes(),
 	}
 }
 
@@ -399,6 +401,11 @@ type Footprint struct {
 	HeapAlloc  float64 `json:"heapAllocBytesPerListen"`
 	StackInuse float64 `json:"stackInuseBytesPerListen"`
 	Goroutines float64 `json:"goroutinesPerListen"`
+	// RSS is the growth of the resident set per listen, and RSSTotal
+	// the process's resident set once every listen is open (0 where it
+	// cannot be read).
+	RSS      float64 `json:"rssBytesPerListen,omitzero"`
+	RSSTotal int64   `json:"rssBytes,omitzero"`
 }
 
 func footprint(before, after memSnap, n int) Footprint {
@@ -408,5 +415,7 @@ func footprint(before, after memSnap, n int) Footprint {
 		HeapAlloc:  float64(after.heapAlloc-before.heapAlloc) / d,
 		StackInuse: float64(after.stackInuse-before.stackInuse) / d,
 		Goroutines: float64(after.goroutines-before.goroutines) / d,
+		RSS:        float64(after.rss-before.rss) / d,
+		RSSTotal:   after.rss,
 	}
 }
