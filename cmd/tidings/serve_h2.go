@@ -48,7 +48,7 @@ func (h *h2Flags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&h.tlsCert, "tls-cert", "", "serve TLS (HTTP/2 and HTTP/1.1) with this PEM certificate chain; needs --tls-key")
 	f.StringVar(&h.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
-	f.IntVar(&h.maxStreams, "http2-max-streams", defaultMaxStreams, "most requests (listens among them) one HTTP/2 connection holds at once")
+	f.IntVar(&h.maxStreams, "http2-max-streams", defaultMaxStreams, "most requests (listens among them) one HTTP/2 connection holds at once; 0 means the default")
 	f.IntVar(&h.writeBuffer, "http2-write-buffer", coalesce.DefaultLimit, "most bytes of an HTTP/2 connection's frames gathered into one write to the socket; 0 writes each frame as it is flushed")
 	for _, name := range []string{"tls-cert", "tls-key", "http2-max-streams", "http2-write-buffer"} {
 		cmd.MarkFlagsMutuallyExclusive("stdio", name)
@@ -56,8 +56,12 @@ func (h *h2Flags) register(cmd *cobra.Command) {
 	cmd.MarkFlagsRequiredTogether("tls-cert", "tls-key")
 }
 
-// check refuses flags that make no sense.
+// check refuses flags that make no sense, and puts the default in place
+// of a stream limit of 0, as connLimits does for its timeouts.
 func (h *h2Flags) check() error {
+	if h.maxStreams == 0 {
+		h.maxStreams = defaultMaxStreams
+	}
 	switch {
 	case h.maxStreams < 1 || h.maxStreams > maxStreamsCap:
 		return fmt.Errorf("--http2-max-streams must be between 1 and %d, not %d", maxStreamsCap, h.maxStreams)

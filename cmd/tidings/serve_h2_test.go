@@ -289,7 +289,7 @@ func TestH2Flags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--http2-max-streams", "0"}, "--http2-max-streams must be between 1"},
+		{[]string{"--http2-max-streams", "-1"}, "--http2-max-streams must be between 1"},
 		{[]string{"--http2-write-buffer", "-1"}, "--http2-write-buffer must be 0"},
 		{[]string{"--tls-cert", certFile}, "tls-key"},
 		{[]string{"--tls-cert", missing, "--tls-key", keyFile}, "--tls-cert: open " + missing},
