@@ -353,3 +353,31 @@ func TestServeEvictsIdleH2AndTLSConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestServeH2ListenOutlivesWriteTimeout: a listen over HTTP/2 that waits
+// longer than --write-timeout for a change still gets it. HTTP/2 resets a
+// stream whose write deadline passes even between writes, so the deadline
+// must bound the writes alone.
+func TestServeH2ListenOutlivesWriteTimeout(t *testing.T) {
+	dir := t.TempDir()
+	base, stop := serveInProcess(t, dir, "--write-timeout", "200ms")
+	defer stop()
+	c := h2cClient(nil)
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp := mcpPost(ctx, t, c, base+"/mcp", mcp.MethodListen, listenBody("idle"))
+	defer resp.Body.Close()
+	r := sse.NewReader(resp.Body, 1<<20)
+	if n := nextNotice(t, r); n.Method != mcp.NotifyAcknowledged {
+		t.Fatalf("first message %+v, want the ack", n)
+	}
+	// Idle for several write timeouts: the point of the test.
+	time.Sleep(time.Second)
+	if err := os.WriteFile(filepath.Join(dir, "late.txt"), []byte("late"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := nextNotice(t, r); n.Method != mcp.NotifyResourcesListChanged {
+		t.Fatalf("after the idle time: %+v, want the change", n)
+	}
+}

@@ -24,6 +24,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"tidings/internal/writecut"
 )
 
 // Limit names a cap on open connections.
@@ -391,6 +393,14 @@ func (g *Guard) Handler(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
+		if writecut.Applies(r) {
+			// HTTP/2 would cut a stream whose deadline passed between
+			// writes, so each write is timed instead.
+			cw := &cutWriter{ResponseWriter: w, rc: rc, cut: writecut.New(rc, g.cfg.WriteTimeout, func() { g.writeTimeouts.Add(1) })}
+			h.ServeHTTP(cw, r)
+			cw.cut.Close()
+			return
+		}
 		dw := &writer{ResponseWriter: w, rc: rc, timeout: g.cfg.WriteTimeout, g: g}
 		// Armed before the handler runs, so that what net/http writes on
 		// the handler's behalf (a 100 Continue) is bounded too.
@@ -480,3 +490,31 @@ func (w *writer) Flush() { _ = w.FlushError() }
 
 // Unwrap gives http.ResponseController the ResponseWriter beneath.
 func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// cutWriter is a ResponseWriter of HTTP/2 whose every write is cut
+// after the Guard's WriteTimeout, and only while under way.
+type cutWriter struct {
+	http.ResponseWriter
+	rc  *http.ResponseController
+	cut *writecut.Cutter
+}
+
+func (w *cutWriter) Write(p []byte) (int, error) {
+	w.cut.Begin()
+	defer w.cut.End()
+	return w.ResponseWriter.Write(p)
+}
+
+// FlushError flushes under the timeout; http.ResponseController finds
+// it first.
+func (w *cutWriter) FlushError() error {
+	w.cut.Begin()
+	defer w.cut.End()
+	return w.rc.Flush()
+}
+
+// Flush is FlushError for handlers that ask for an http.Flusher.
+func (w *cutWriter) Flush() { _ = w.FlushError() }
+
+// Unwrap gives http.ResponseController the ResponseWriter beneath.
+func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
