@@ -167,8 +167,17 @@ func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, l
 		IdleTimeout:       c.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	served, err := c.h2.apply(hs, g.Listen(ln))
+	served, gathered, err := c.h2.apply(hs, g.Listen(ln))
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := metrics.RegisterHTTP2(obs.registry, func() metrics.HTTP2Stats {
+		s := metrics.HTTP2Stats{Streams: g.Stats().HTTP2Streams, MaxStreams: c.h2.maxStreams}
+		if gathered != nil {
+			s.WritesGathered, s.WritesToSockets = gathered.Gathered.Load(), gathered.Written.Load()
+		}
+		return s
+	}); err != nil {
 		return nil, nil, err
 	}
 	return hs, served, nil

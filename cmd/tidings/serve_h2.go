@@ -117,22 +117,25 @@ func (h *h2Flags) tlsConfig() (*tls.Config, error) {
 // apply sets hs up for HTTP/2 and returns ln wrapped for it: its
 // connections gather their writes once they turn out to be HTTP/2, and
 // speak TLS when the flags ask for it.
-func (h *h2Flags) apply(hs *http.Server, ln net.Listener) (net.Listener, error) {
+// The returned stats count the gathered writes (nil without gathering).
+func (h *h2Flags) apply(hs *http.Server, ln net.Listener) (net.Listener, *coalesce.Stats, error) {
 	hs.Protocols = new(http.Protocols)
 	hs.Protocols.SetHTTP1(true)
 	hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: h.maxStreams}
+	var stats *coalesce.Stats
 	if h.writeBuffer > 0 {
-		ln = coalesce.Listen(ln, h.writeBuffer)
+		cl := coalesce.Listen(ln, h.writeBuffer)
+		ln, stats = cl, cl.Stats()
 	}
 	if h.tlsCert == "" {
 		hs.Protocols.SetUnencryptedHTTP2(true)
-		return ln, nil
+		return ln, stats, nil
 	}
 	cfg, err := h.tlsConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hs.Protocols.SetHTTP2(true)
 	hs.TLSConfig = cfg
-	return tls.NewListener(ln, cfg), nil
+	return tls.NewListener(ln, cfg), stats, nil
 }

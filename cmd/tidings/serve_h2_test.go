@@ -128,6 +128,13 @@ func listenOverH2(t *testing.T, c *http.Client, base, dir string) {
 	if v := metric(t, plain, base, "tidings_listens_open"); v != 1 {
 		t.Fatalf("tidings_listens_open is %v with one listen open", v)
 	}
+	// The listen's stream, and the scrape's own when it went over HTTP/2.
+	if v := metric(t, plain, base, "tidings_http2_streams_open"); v < 1 {
+		t.Fatalf("tidings_http2_streams_open is %v with a listen open over HTTP/2", v)
+	}
+	if g, w := metric(t, plain, base, "tidings_http2_writes_gathered_total"), metric(t, plain, base, "tidings_http2_socket_writes_total"); g < 1 || w < 1 {
+		t.Fatalf("%v writes gathered into %v socket writes: the HTTP/2 connection's writes were not gathered", g, w)
+	}
 	cancel() // the stream is reset; the server must notice
 	testkit.WaitFor(t, wait, "the server to see the listen closed", func() bool {
 		return metric(t, plain, base, "tidings_listens_open") == 0

@@ -47,8 +47,10 @@ type Conn struct {
 	sniffd atomic.Bool // the first read has been looked at
 
 	// writes counts the writes made to the wrapped connection, for tests
-	// and measurements.
+	// and measurements; shared, when not nil, adds up those of a
+	// Listener's connections.
 	writes atomic.Int64
+	shared *Stats
 
 	mu       sync.Mutex
 	pending  []byte
@@ -120,6 +122,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 	if !c.on.Load() {
 		c.writes.Add(1)
 		return c.Conn.Write(p)
+	}
+	if c.shared != nil {
+		c.shared.Gathered.Add(1)
 	}
 	var timer *time.Timer
 	defer func() {
@@ -195,6 +200,9 @@ func (c *Conn) flush(idle chan struct{}) {
 		c.mu.Unlock()
 
 		c.writes.Add(1)
+		if c.shared != nil {
+			c.shared.Written.Add(1)
+		}
 		_, err := c.Conn.Write(out)
 
 		c.mu.Lock()
@@ -246,11 +254,22 @@ func (c *Conn) Close() error {
 	return c.Conn.Close()
 }
 
+// Stats adds up what the gathering connections of a Listener did, for
+// monitoring: Gathered counts the writes they took, Written the writes
+// they made to their sockets. Their ratio is the frames per system call.
+type Stats struct {
+	Gathered, Written atomic.Int64
+}
+
 // Listener wraps the connections it accepts in sniffing Conns.
 type Listener struct {
 	net.Listener
 	limit int
+	stats Stats
 }
+
+// Stats returns the counts of the Listener's connections.
+func (l *Listener) Stats() *Stats { return &l.stats }
 
 // Listen returns ln with every accepted connection a sniffing Conn of
 // the given buffer limit (0 for DefaultLimit).
@@ -262,5 +281,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Sniffing(nc, l.limit), nil
+	c := Sniffing(nc, l.limit)
+	c.shared = &l.stats
+	return c, nil
 }

@@ -84,6 +84,8 @@ type Stats struct {
 	// BodyTimeout; WriteTimeouts counts answers cut off because a write
 	// blocked for WriteTimeout.
 	BodyTimeouts, WriteTimeouts int64
+	// HTTP2Streams counts the requests under way over HTTP/2.
+	HTTP2Streams int64
 }
 
 // refusalLogEvery spaces the log lines of refusals: a flood of them is
@@ -108,6 +110,7 @@ type Guard struct {
 
 	refused, evicted            [numLimits]atomic.Int64
 	bodyTimeouts, writeTimeouts atomic.Int64
+	h2Streams                   atomic.Int64
 	lastLog                     [numLimits]atomic.Int64 // UnixNano of the last refusal logged
 }
 
@@ -137,6 +140,7 @@ func (g *Guard) Stats() Stats {
 	}
 	s.BodyTimeouts = g.bodyTimeouts.Load()
 	s.WriteTimeouts = g.writeTimeouts.Load()
+	s.HTTP2Streams = g.h2Streams.Load()
 	return s
 }
 
@@ -388,6 +392,10 @@ func (g *Guard) Handler(h http.Handler) http.Handler {
 			if rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout)) == nil {
 				r.Body = &body{ReadCloser: r.Body, g: g, rc: rc}
 			}
+		}
+		if writecut.Applies(r) {
+			g.h2Streams.Add(1)
+			defer g.h2Streams.Add(-1)
 		}
 		if g.cfg.WriteTimeout <= 0 {
 			h.ServeHTTP(w, r)
