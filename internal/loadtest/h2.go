@@ -37,7 +37,7 @@ const MaxHTTP2Listeners = 200000
 // h2Front serves the project's server on loopback with HTTP/2 as well
 // as HTTP/1.1, one connection holding any number of streams, its writes
 // gathered by coalesce unless noCoalesce.
-func startFrontH2(h http.Handler, noCoalesce bool) (*front, error) {
+func startFrontH2(h http.Handler, noCoalesce bool) (*h2Front, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -53,19 +53,53 @@ func startFrontH2(h http.Handler, noCoalesce bool) (*front, error) {
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
 	f := &front{hs: hs, addr: ln.Addr().String(), stalledAddr: ln.Addr().String(), served: make(chan error, 2)}
-	var served net.Listener = ln
+	counted := &countingListener{Listener: ln}
+	var served net.Listener = counted
 	if !noCoalesce {
-		served = coalesce.Listen(ln, 0)
+		served = coalesce.Listen(served, 0)
 	}
 	go func() { f.served <- hs.Serve(served) }()
 	// shutdown waits for two Serve calls; this front has one.
 	f.served <- http.ErrServerClosed
-	return f, nil
+	return &h2Front{front: f, writes: &counted.writes}, nil
+}
+
+// h2Front is a front that counts the writes made to its sockets.
+type h2Front struct {
+	*front
+	writes *atomic.Int64
+}
+
+// socketWrites returns how many writes the server made to its sockets.
+func (f *h2Front) socketWrites() int64 { return f.writes.Load() }
+
+// countingListener counts the writes made to the connections it accepts.
+type countingListener struct {
+	net.Listener
+	writes atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: nc, writes: &l.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
 }
 
 // startTidingsH2 is startTidings over an HTTP/2 front, with room for
 // MaxHTTP2Listeners listens.
-func startTidingsH2(writeTimeout time.Duration, noCoalesce bool) (*tidingsTarget, error) {
+func startTidingsH2(writeTimeout time.Duration, noCoalesce bool) (*tidingsH2Target, error) {
 	room := server.Allowance{Listens: MaxHTTP2Listeners}
 	srv := server.New(mcp.Implementation{Name: "tidings-bench", Version: "0"},
 		server.WithLogger(slog.New(slog.DiscardHandler)),
@@ -77,8 +111,17 @@ func startTidingsH2(writeTimeout time.Duration, noCoalesce bool) (*tidingsTarget
 	if err != nil {
 		return nil, err
 	}
-	return &tidingsTarget{srv: srv, front: f}, nil
+	return &tidingsH2Target{tidingsTarget: &tidingsTarget{srv: srv, front: f.front}, h2: f}, nil
 }
+
+// tidingsH2Target is the project's server over HTTP/2, whose socket
+// writes are counted.
+type tidingsH2Target struct {
+	*tidingsTarget
+	h2 *h2Front
+}
+
+func (t *tidingsH2Target) socketWrites() int64 { return t.h2.socketWrites() }
 
 // h2Clients are the HTTP/2 transports of one listener set, one per
 // connection; listen i goes over transport i mod their number.

@@ -168,6 +168,9 @@ type Measurement struct {
 	Unexpected int64 `json:"unexpected"`
 	// Memory is measured in runs without stalled listens only.
 	Memory *Memory `json:"memory,omitempty"`
+	// SocketWritesPerChange is, over HTTP/2, the writes the server made
+	// to its sockets while the changes were made, divided by their number.
+	SocketWritesPerChange float64 `json:"socketWritesPerChange,omitzero"`
 }
 
 // Latency is the time from a change until healthy listens received it.
@@ -364,6 +367,11 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		}
 	}
 
+	counter, counts := tgt.(interface{ socketWrites() int64 })
+	var writesBefore int64
+	if counts {
+		writesBefore = counter.socketWrites()
+	}
 	sent := make([]int64, 0, cfg.Changes)
 	changeErr := func() error {
 		for c := range cfg.Changes {
@@ -386,6 +394,9 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		}
 		return nil
 	}()
+	if counts && len(sent) > 0 {
+		run.SocketWritesPerChange = float64(counter.socketWrites()-writesBefore) / float64(len(sent))
+	}
 	recv, bad, err := side.close(ctx)
 	if err = errors.Join(changeErr, err); err != nil {
 		return nil, err

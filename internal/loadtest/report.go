@@ -47,7 +47,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmtMs(run.OpenMs), p50, p99, all, worst, done)
 	}
 	tw.Flush()
-	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed\n\n")
+	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed\n")
+	for _, run := range r.Runs {
+		if run.SocketWritesPerChange > 0 {
+			fmt.Fprintf(&b, "%s: %.0f writes to the sockets per change (%.1f listens per write)\n", run.Server, run.SocketWritesPerChange,
+				float64(run.Healthy)/run.SocketWritesPerChange)
+		}
+	}
+	b.WriteString("\n")
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "memory per listen\theap in use\theap live\tstacks\tgoroutines\trss\trss in all")
