@@ -171,6 +171,12 @@ type Measurement struct {
 	// SocketWritesPerChange is, over HTTP/2, the writes the server made
 	// to its sockets while the changes were made, divided by their number.
 	SocketWritesPerChange float64 `json:"socketWritesPerChange,omitzero"`
+	// ServerCPUMsPerChange and ServerSysCPUMsPerChange are, over HTTP/2
+	// with the listens in a child process, the CPU time the server's
+	// process used while the changes were made (in all, and in the
+	// kernel), divided by their number.
+	ServerCPUMsPerChange    float64 `json:"serverCpuMsPerChange,omitzero"`
+	ServerSysCPUMsPerChange float64 `json:"serverSysCpuMsPerChange,omitzero"`
 }
 
 // Latency is the time from a change until healthy listens received it.
@@ -369,8 +375,10 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 
 	counter, counts := tgt.(interface{ socketWrites() int64 })
 	var writesBefore int64
+	var cpuBefore, sysBefore time.Duration
 	if counts {
 		writesBefore = counter.socketWrites()
+		cpuBefore, sysBefore = cpuTime()
 	}
 	sent := make([]int64, 0, cfg.Changes)
 	changeErr := func() error {
@@ -396,6 +404,10 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 	}()
 	if counts && len(sent) > 0 {
 		run.SocketWritesPerChange = float64(counter.socketWrites()-writesBefore) / float64(len(sent))
+		if cpu, sys := cpuTime(); child && cpu > 0 {
+			run.ServerCPUMsPerChange = ms(cpu-cpuBefore) / float64(len(sent))
+			run.ServerSysCPUMsPerChange = ms(sys-sysBefore) / float64(len(sent))
+		}
 	}
 	recv, bad, err := side.close(ctx)
 	if err = errors.Join(changeErr, err); err != nil {

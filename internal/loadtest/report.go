@@ -50,8 +50,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed\n")
 	for _, run := range r.Runs {
 		if run.SocketWritesPerChange > 0 {
-			fmt.Fprintf(&b, "%s: %.0f writes to the sockets per change (%.1f listens per write)\n", run.Server, run.SocketWritesPerChange,
+			fmt.Fprintf(&b, "%s: %.0f writes to the sockets per change (%.1f listens per write)", run.Server, run.SocketWritesPerChange,
 				float64(run.Healthy)/run.SocketWritesPerChange)
+			if run.ServerCPUMsPerChange > 0 {
+				fmt.Fprintf(&b, "; server CPU %s per change, %s of it in the kernel", fmtMs(run.ServerCPUMsPerChange), fmtMs(run.ServerSysCPUMsPerChange))
+			}
+			b.WriteString("\n")
 		}
 	}
 	b.WriteString("\n")
