@@ -31,17 +31,20 @@ const (
 )
 
 // h2Help is the part of serve's help that speaks of HTTP/2 and TLS.
-const h2Help = `HTTP/2 is served alongside HTTP/1.1: without TLS as h2c, to clients that
-speak it by prior knowledge (net/http's server does not take the
+const h2Help = `HTTP/2 is served alongside HTTP/1.1: without TLS as h2c, to clients
+that speak it by prior knowledge (net/http's server does not take the
 Upgrade: h2c route), and with --tls-cert and --tls-key over TLS, where
 ALPN chooses h2 or http/1.1. One HTTP/2 connection holds at most
---http2-max-streams requests at once, listens among them; beyond it the
-client is told to open another connection, which --max-conns-per-addr
-and --max-conns count as any other. Listen caps (--max-listens-per-
-principal, --max-listens) count the listens of every connection alike.
-The frames of many streams of one HTTP/2 connection are gathered and
-leave in one write to the socket, up to --http2-write-buffer bytes at a
-time (0 writes each as net/http flushes it).`
+--http2-max-streams requests at once, listens among them: that is the
+per-connection bound on listens over HTTP/2, and beyond it the client is
+told to open another connection, which --max-conns-per-addr and
+--max-conns count as any other. --max-listens-per-principal and
+--max-listens count the listens of every connection alike, and each
+write of a stream is bound by --write-timeout as over HTTP/1.1. The
+frames of the streams of one HTTP/2 connection are gathered and leave in
+one write to the socket, up to --http2-write-buffer bytes at a time (0
+writes them as net/http flushes them). /metrics counts the streams and
+the gathered writes (tidings_http2_*).`
 
 // register adds the flags to cmd; none applies to --stdio.
 func (h *h2Flags) register(cmd *cobra.Command) {
