@@ -17,6 +17,7 @@ import (
 	"tidings/internal/legacy"
 	"tidings/internal/parked"
 	"tidings/internal/sse"
+	"tidings/internal/writecut"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -383,7 +384,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeJSON(w, statusOf(rep), rep.Body)
 		return
 	}
-	out := h.newResponder(w)
+	out := h.newResponder(w, r)
 	out.env.h = r.Header
 	out.req, out.parker = r, h.parker
 	reply := h.srv.Serve(r.Context(), call, h.principalOf(r), &out.env, out)
@@ -537,6 +538,9 @@ type answerWriter struct {
 	broken   error // the first failed write's error; every later write fails with it
 	deadline time.Time
 	raw      net.Conn // the connection, once taken over from net/http (see responder.Park)
+	// cut, for a stream over HTTP/2, times each write in place of the
+	// deadline, which HTTP/2 would let cut the stream between writes.
+	cut *writecut.Cutter
 }
 
 // arm moves the write deadline. Moving it costs a poller update; in a
@@ -544,6 +548,10 @@ type answerWriter struct {
 // write is still cut within timeout.
 func (a *answerWriter) arm() {
 	if a.timeout <= 0 {
+		return
+	}
+	if a.cut != nil {
+		a.cut.Begin()
 		return
 	}
 	if now := time.Now(); a.deadline.Sub(now) < a.timeout/2 {
@@ -563,7 +571,9 @@ func (a *answerWriter) write(b []byte) error {
 	for {
 		n := min(len(b), writeChunk)
 		a.arm()
-		if _, err := a.w.Write(b[:n]); err != nil {
+		_, err := a.w.Write(b[:n])
+		a.disarm()
+		if err != nil {
 			a.broken = err
 			return err
 		}
@@ -572,11 +582,21 @@ func (a *answerWriter) write(b []byte) error {
 		}
 	}
 	a.arm()
-	if err := a.rc.Flush(); err != nil {
+	err := a.rc.Flush()
+	a.disarm()
+	if err != nil {
 		a.broken = err
 		return err
 	}
 	return nil
+}
+
+// disarm ends the timing of a write over HTTP/2; over HTTP/1.1 the
+// deadline stays until the next write moves it.
+func (a *answerWriter) disarm() {
+	if a.cut != nil {
+		a.cut.End()
+	}
 }
 
 // plain answers with status and body (nil for none). It sets the length
@@ -602,6 +622,10 @@ func (a *answerWriter) plain(status int, body []byte) {
 // next request. A broken answer keeps it, so that net/http's last flush
 // of what it still buffers is cut at once instead of blocking.
 func (a *answerWriter) clearDeadline() {
+	if a.cut != nil {
+		a.cut.Close()
+		return
+	}
 	if !a.deadline.IsZero() && a.broken == nil && a.raw == nil {
 		_ = a.rc.SetWriteDeadline(time.Time{})
 		a.deadline = time.Time{}
@@ -625,8 +649,12 @@ type responder struct {
 	parked bool // the listen went to the parker, connection and all
 }
 
-func (h *Handler) newResponder(w http.ResponseWriter) *responder {
-	return &responder{answerWriter: answerWriter{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}}
+func (h *Handler) newResponder(w http.ResponseWriter, r *http.Request) *responder {
+	o := &responder{answerWriter: answerWriter{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}}
+	if h.cfg.writeTimeout > 0 && writecut.Applies(r) {
+		o.cut = writecut.New(o.rc, h.cfg.writeTimeout, nil)
+	}
+	return o
 }
 
 func (o *responder) startSSE() {

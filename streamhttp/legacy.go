@@ -91,7 +91,7 @@ func (h *Handler) serveLegacy(w http.ResponseWriter, r *http.Request, msg *jsonr
 		return
 	}
 	defer untrack()
-	out := h.newResponder(w)
+	out := h.newResponder(w, r)
 	reply := ss.Serve(ctx, call, out)
 	out.finish(reply)
 }
@@ -109,7 +109,7 @@ func (h *Handler) serveSessionMethod(w http.ResponseWriter, r *http.Request, sid
 		ss.End()
 		h.writeJSON(w, http.StatusOK, nil)
 	case http.MethodGet:
-		out := h.newResponder(w)
+		out := h.newResponder(w, r)
 		start := func() error {
 			out.mu.Lock()
 			defer out.mu.Unlock()

@@ -69,12 +69,22 @@ the server reached directly.
 By default the listens are read by a child process (this binary), so the
 server's memory is measured on its own and each process needs one file
 descriptor per listen; --in-process reads them in the server's process.
-The open file limit is raised as far as allowed. Progress goes to stderr.`,
+The open file limit is raised as far as allowed. Progress goes to stderr.
+
+With --http2-conns C, the project's server alone is measured with the N
+listens as HTTP/2 streams without TLS (h2c, by prior knowledge), spread
+evenly over C connections, so N may go up to ` + fmt.Sprint(loadtest.MaxHTTP2Listeners) + ` whatever the open
+file limit. The server gathers each connection's frames into one write
+per wake-up, unless --http2-no-coalesce. The memory table gives the
+resident set per listen and in all as well.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Zero would mean "the default" to the harness.
 			if cfg.Listeners < 1 || cfg.Changes < 1 || cfg.Timeout <= 0 || cfg.WriteTimeout <= 0 || cfg.OpenTimeout <= 0 {
 				return fmt.Errorf("--listeners, --changes and the timeouts must be positive")
+			}
+			if cfg.HTTP2Conns < 0 {
+				return fmt.Errorf("--http2-conns must be positive, not %d", cfg.HTTP2Conns)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -128,6 +138,8 @@ The open file limit is raised as far as allowed. Progress goes to stderr.`,
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&inProcess, "in-process", false, "read the listens in the server's process (needs two file descriptors per listen; memory covers both sides)")
 	f.BoolVar(&quiet, "quiet", false, "do not report progress on stderr")
+	f.IntVar(&cfg.HTTP2Conns, "http2-conns", 0, "open the listens as HTTP/2 streams (h2c) over this many connections, the project's server alone")
+	f.BoolVar(&cfg.HTTP2NoCoalesce, "http2-no-coalesce", false, "with --http2-conns, leave the server's writes as net/http makes them, one per flush")
 	return cmd
 }
 

@@ -219,7 +219,7 @@ func testStdio(t *testing.T, bin string) {
 	}
 }
 
-var listening = regexp.MustCompile(`listening on (http://[^\s"]+)`)
+var listening = regexp.MustCompile(`listening on (https?://[^\s"]+)`)
 
 func testHTTP(t *testing.T, bin string) {
 	dir := t.TempDir()

@@ -524,7 +524,8 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 		opts = append(opts, streamhttp.WithAllowedOrigins(cfg.allowedOrigins...))
 	}
 	mux := http.NewServeMux()
-	if err := mountMCP(mux, cfg, log, srv, obs, "http://"+ln.Addr().String()+"/mcp", opts); err != nil {
+	self := cfg.conns.h2.scheme() + "://" + ln.Addr().String() + "/mcp"
+	if err := mountMCP(mux, cfg, log, srv, obs, self, opts); err != nil {
 		_ = ln.Close()
 		return err
 	}
@@ -544,7 +545,7 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && len(cfg.allowedHosts) == 0 {
 		log.Warn("listening on a non-loopback address: requests are refused unless their Host is named with --allowed-host")
 	}
-	log.Info("listening on http://" + ln.Addr().String() + "/mcp")
+	log.Info("listening on " + self)
 
 	select {
 	case err := <-served:

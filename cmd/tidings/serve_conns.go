@@ -25,6 +25,8 @@ type connLimits struct {
 	// parkListens hands listens to streamhttp's shared poller
 	// (--park-listens, on by default).
 	parkListens bool
+	// h2 are the flags of HTTP/2 and TLS.
+	h2 h2Flags
 }
 
 const (
@@ -59,7 +61,9 @@ and idle connections, refusals and evictions by cap, and timeouts
 Behind a proxy or load balancer, every connection comes from the proxy's
 address: raise --max-conns-per-addr above the connections the proxy opens
 to the server, or set it to 0 to disable the cap (and bound clients at
-the proxy). Refusals with limit="per_address" in /metrics are the sign.`
+the proxy). Refusals with limit="per_address" in /metrics are the sign.
+
+` + h2Help
 
 // register adds the flags to cmd; none applies to --stdio.
 func (c *connLimits) register(cmd *cobra.Command) {
@@ -74,6 +78,7 @@ func (c *connLimits) register(cmd *cobra.Command) {
 	for _, name := range []string{"max-conns", "max-conns-per-addr", "idle-timeout", "header-timeout", "body-timeout", "write-timeout", "park-listens"} {
 		cmd.MarkFlagsMutuallyExclusive("stdio", name)
 	}
+	c.h2.register(cmd)
 }
 
 // total returns the cap on connections in all: --max-conns, or one
@@ -100,6 +105,9 @@ func (c *connLimits) total(fileLimit uint64, maxFiles int) (int, error) {
 // of a timeout of 0: none may be switched off, since one client could
 // then hold a connection for ever.
 func (c *connLimits) check() error {
+	if err := c.h2.check(); err != nil {
+		return err
+	}
 	if c.maxConnsPerAddr < 0 {
 		return fmt.Errorf("--max-conns-per-addr must be 0 (no cap) or positive, not %d", c.maxConnsPerAddr)
 	}
@@ -124,8 +132,9 @@ func (c *connLimits) check() error {
 }
 
 // httpServer returns the server of serveHTTP, with the limits on h and
-// on the connections of ln, which it returns wrapped for hs.Serve. The
-// limits' counts go to obs's /metrics.
+// on the connections of ln, which it returns wrapped for hs.Serve: the
+// caps count TCP connections, beneath TLS, and an HTTP/2 connection as
+// one whatever its streams. The limits' counts go to obs's /metrics.
 func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, log *slog.Logger, obs *observability) (*http.Server, net.Listener, error) {
 	fileLimit, err := raiseFileLimit()
 	if err != nil {
@@ -162,5 +171,18 @@ func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, l
 		IdleTimeout:       c.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return hs, g.Listen(ln), nil
+	served, gathered, err := c.h2.apply(hs, g.Listen(ln))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := metrics.RegisterHTTP2(obs.registry, func() metrics.HTTP2Stats {
+		s := metrics.HTTP2Stats{Streams: g.Stats().HTTP2Streams, MaxStreams: c.h2.maxStreams}
+		if gathered != nil {
+			s.WritesGathered, s.WritesToSockets = gathered.Gathered.Load(), gathered.Written.Load()
+		}
+		return s
+	}); err != nil {
+		return nil, nil, err
+	}
+	return hs, served, nil
 }

@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"tidings/internal/writecut"
 )
 
 // Limit names a cap on open connections.
@@ -83,6 +85,8 @@ type Stats struct {
 	// BodyTimeout; WriteTimeouts counts answers cut off because a write
 	// blocked for WriteTimeout.
 	BodyTimeouts, WriteTimeouts int64
+	// HTTP2Streams counts the requests under way over HTTP/2.
+	HTTP2Streams int64
 }
 
 // refusalLogEvery spaces the log lines of refusals: a flood of them is
@@ -107,6 +111,7 @@ type Guard struct {
 
 	refused, evicted            [numLimits]atomic.Int64
 	bodyTimeouts, writeTimeouts atomic.Int64
+	h2Streams                   atomic.Int64
 	lastLog                     [numLimits]atomic.Int64 // UnixNano of the last refusal logged
 }
 
@@ -136,6 +141,7 @@ func (g *Guard) Stats() Stats {
 	}
 	s.BodyTimeouts = g.bodyTimeouts.Load()
 	s.WriteTimeouts = g.writeTimeouts.Load()
+	s.HTTP2Streams = g.h2Streams.Load()
 	return s
 }
 
@@ -239,10 +245,12 @@ func (g *Guard) refuse(nc net.Conn, l Limit, addr netip.Addr) {
 }
 
 // ConnState is the http.Server's ConnState hook: it keeps track of which
-// connections are idle between requests.
+// connections are idle between requests (for HTTP/2, between streams).
+// A connection the listener's was wrapped in, by TLS or otherwise, is
+// looked through by its NetConn method.
 func (g *Guard) ConnState(nc net.Conn, s http.ConnState) {
-	c, ok := nc.(*conn)
-	if !ok || c.g != g {
+	c := g.find(nc)
+	if c == nil {
 		return
 	}
 	g.mu.Lock()
@@ -252,6 +260,21 @@ func (g *Guard) ConnState(nc net.Conn, s http.ConnState) {
 		g.unidleLocked(c)
 	}
 	g.mu.Unlock()
+}
+
+// find returns the admitted connection beneath nc, or nil.
+func (g *Guard) find(nc net.Conn) *conn {
+	for nc != nil {
+		if c, ok := nc.(*conn); ok && c.g == g {
+			return c
+		}
+		u, ok := nc.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		nc = u.NetConn()
+	}
+	return nil
 }
 
 func (g *Guard) idleLocked(c *conn) {
@@ -382,8 +405,20 @@ func (g *Guard) Handler(h http.Handler) http.Handler {
 				r.Body = &body{ReadCloser: r.Body, g: g, rc: rc}
 			}
 		}
+		if writecut.Applies(r) {
+			g.h2Streams.Add(1)
+			defer g.h2Streams.Add(-1)
+		}
 		if g.cfg.WriteTimeout <= 0 {
 			h.ServeHTTP(w, r)
+			return
+		}
+		if writecut.Applies(r) {
+			// HTTP/2 would cut a stream whose deadline passed between
+			// writes, so each write is timed instead.
+			cw := &cutWriter{ResponseWriter: w, rc: rc, cut: writecut.New(rc, g.cfg.WriteTimeout, func() { g.writeTimeouts.Add(1) })}
+			h.ServeHTTP(cw, r)
+			cw.cut.Close()
 			return
 		}
 		dw := &writer{ResponseWriter: w, rc: rc, timeout: g.cfg.WriteTimeout, g: g}
@@ -475,3 +510,31 @@ func (w *writer) Flush() { _ = w.FlushError() }
 
 // Unwrap gives http.ResponseController the ResponseWriter beneath.
 func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// cutWriter is a ResponseWriter of HTTP/2 whose every write is cut
+// after the Guard's WriteTimeout, and only while under way.
+type cutWriter struct {
+	http.ResponseWriter
+	rc  *http.ResponseController
+	cut *writecut.Cutter
+}
+
+func (w *cutWriter) Write(p []byte) (int, error) {
+	w.cut.Begin()
+	defer w.cut.End()
+	return w.ResponseWriter.Write(p)
+}
+
+// FlushError flushes under the timeout; http.ResponseController finds
+// it first.
+func (w *cutWriter) FlushError() error {
+	w.cut.Begin()
+	defer w.cut.End()
+	return w.rc.Flush()
+}
+
+// Flush is FlushError for handlers that ask for an http.Flusher.
+func (w *cutWriter) Flush() { _ = w.FlushError() }
+
+// Unwrap gives http.ResponseController the ResponseWriter beneath.
+func (w *cutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,8 +1,8 @@
-//go:build !linux && !darwin
+//go:build !unix
 
 package loadtest
 
 import "time"
 
-// processCPU is not measured here.
-func processCPU() time.Duration { return 0 }
+// cpuTime is not measured here.
+func cpuTime() (total, sys time.Duration) { return 0, 0 }

@@ -1,4 +1,4 @@
-//go:build linux || darwin
+//go:build unix
 
 package loadtest
 
@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// processCPU returns the CPU time this process has used, user and
-// system, or 0 if it cannot be read.
-func processCPU() time.Duration {
+// cpuTime is the CPU time this process has used, user and system, and
+// the system part alone; zero where it cannot be read.
+func cpuTime() (total, sys time.Duration) {
 	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	sys = time.Duration(ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()) + sys, sys
 }

@@ -34,6 +34,20 @@ func startFloor() (*floorTarget, error) {
 	return &floorTarget{b: b, front: f}, nil
 }
 
+// ServerFloorH2 is the net/http floor over HTTP/2 without TLS, as
+// net/http's own server serves it: a handler per stream, each flush its
+// own frame.
+const ServerFloorH2 = "floor-h2"
+
+func startFloorH2() (*floorTarget, error) {
+	b := &floor{gen: make(chan struct{}), closing: make(chan struct{})}
+	f, err := startFrontH2(b, true)
+	if err != nil {
+		return nil, err
+	}
+	return &floorTarget{b: b, front: f.front}, nil
+}
+
 func (t *floorTarget) change(context.Context, int) error { return t.b.publish() }
 
 func (t *floorTarget) close(ctx context.Context) error {

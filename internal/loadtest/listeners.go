@@ -51,6 +51,9 @@ type openSpec struct {
 	Changes     int    `json:"changes"`
 	// OpenTimeoutMs bounds opening every listen and reading its ack.
 	OpenTimeoutMs int64 `json:"openTimeoutMs"`
+	// HTTP2Conns, when positive, opens the listens as HTTP/2 streams
+	// (h2c) spread over this many connections.
+	HTTP2Conns int `json:"http2Conns,omitzero"`
 }
 
 // stalledPositions marks which of n listens stop reading after their ack.
@@ -90,6 +93,8 @@ type listenerSet struct {
 	conns  []net.Conn
 	closed bool
 	wg     sync.WaitGroup
+	// h2 holds the HTTP/2 transports when the spec asks for them.
+	h2 *h2Clients
 }
 
 // newListenerSet allocates the bookkeeping for spec, so that a memory
@@ -102,7 +107,10 @@ func newListenerSet(spec openSpec) *listenerSet {
 		recv:    make([][]int64, spec.Changes),
 		counts:  make([]atomic.Int64, spec.Changes),
 		done:    make(chan int, spec.Changes),
-		conns:   make([]net.Conn, 0, spec.Listeners),
+		conns:   make([]net.Conn, 0, min(spec.Listeners, 1<<16)),
+	}
+	if spec.HTTP2Conns > 0 {
+		s.h2 = newH2Clients(s, spec.HTTP2Conns)
 	}
 	for i, st := range s.stalled {
 		if st {
@@ -129,6 +137,12 @@ func newListenerSet(spec openSpec) *listenerSet {
 func (s *listenerSet) open(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if s.h2 != nil {
+		if err := s.h2.warm(ctx, s.spec.Addr); err != nil {
+			s.close()
+			return err
+		}
+	}
 	from := 0
 	for i, st := range s.stalled {
 		if !st {
@@ -193,6 +207,9 @@ func (s *listenerSet) track(conn net.Conn) bool {
 // A healthy listen then gets a goroutine that reads the rest; a stalled
 // one is never read again.
 func (s *listenerSet) openOne(ctx context.Context, i int) error {
+	if s.h2 != nil {
+		return s.openOneH2(ctx, i)
+	}
 	stalled := s.stalled[i]
 	addr := s.spec.Addr
 	id := strconv.Itoa(i + 1)
@@ -328,6 +345,9 @@ func (s *listenerSet) close() ([][]int64, int64) {
 	s.conns = nil
 	s.mu.Unlock()
 	s.wg.Wait()
+	if s.h2 != nil {
+		s.h2.close()
+	}
 	return s.recv, s.bad.Load()
 }
 

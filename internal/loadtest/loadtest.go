@@ -79,6 +79,14 @@ type Config struct {
 	// Log, when not nil, receives progress lines and the listener
 	// process's stderr.
 	Log io.Writer
+	// HTTP2Conns, when positive, measures the project's server alone
+	// (ServerTidingsH2) with the listens as HTTP/2 streams without TLS,
+	// spread over this many connections; Listeners may then be up to
+	// MaxHTTP2Listeners. Stalled and Gateway do not apply.
+	HTTP2Conns int
+	// HTTP2NoCoalesce leaves the HTTP/2 server's writes as net/http
+	// makes them, where by default they are gathered per connection.
+	HTTP2NoCoalesce bool
 }
 
 func (c Config) withDefaults() Config {
@@ -101,6 +109,9 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if c.HTTP2Conns != 0 {
+		return c.validateH2()
+	}
 	switch {
 	case c.Listeners < 1 || c.Listeners > MaxListeners:
 		return fmt.Errorf("listeners must be between 1 and %d, not %d", MaxListeners, c.Listeners)
@@ -122,12 +133,17 @@ type Report struct {
 	TimeoutMs    float64 `json:"timeoutMs"`
 	WriteTimeout float64 `json:"writeTimeoutMs"`
 	// ListenerProcess is true when a child process read the listens.
-	ListenerProcess bool   `json:"listenerProcess"`
-	GoVersion       string `json:"goVersion"`
-	GOOS            string `json:"goos"`
-	GOARCH          string `json:"goarch"`
-	NumCPU          int    `json:"numCPU"`
-	GOMAXPROCS      int    `json:"gomaxprocs"`
+	ListenerProcess bool `json:"listenerProcess"`
+	// HTTP2Conns is the number of HTTP/2 connections the listens shared
+	// (0: each its own HTTP/1.1 connection); HTTP2Coalesce says whether
+	// the server gathered each connection's writes.
+	HTTP2Conns    int    `json:"http2Conns,omitzero"`
+	HTTP2Coalesce bool   `json:"http2Coalesce,omitzero"`
+	GoVersion     string `json:"goVersion"`
+	GOOS          string `json:"goos"`
+	GOARCH        string `json:"goarch"`
+	NumCPU        int    `json:"numCPU"`
+	GOMAXPROCS    int    `json:"gomaxprocs"`
 	// Runs holds, in order: tidings and naive without stalled listens,
 	// then (with Stalled set) tidings and naive with them, then (with
 	// Gateway set) the gateway without them, then (with Floor and
@@ -169,6 +185,11 @@ type Measurement struct {
 	// rather than how long the reader took. It covers the listens'
 	// reading too when they are read in the server's process.
 	CPUPerChangeMs float64 `json:"cpuPerChangeMs,omitzero"`
+	// SocketWritesPerChange is, over HTTP/2, the writes the server made
+	// to its sockets while the changes were made, divided by their number.
+	SocketWritesPerChange float64 `json:"socketWritesPerChange,omitzero"`
+	// SysCPUPerChangeMs is the part of CPUPerChangeMs spent in the kernel.
+	SysCPUPerChangeMs float64 `json:"sysCpuPerChangeMs,omitzero"`
 }
 
 // Latency is the time from a change until healthy listens received it.
@@ -245,6 +266,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.ListenerProcess != nil {
 		need = cfg.Listeners + fdSlack
 	}
+	if cfg.HTTP2Conns > 0 {
+		need = 2*cfg.HTTP2Conns + fdSlack
+	}
 	if err := raiseOpenFiles(uint64(need)); err != nil {
 		if cfg.ListenerProcess == nil {
 			return nil, fmt.Errorf("%d listens read in the server's own process need two sockets each (a listener process needs half as many): %w", cfg.Listeners, err)
@@ -273,7 +297,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Listeners: cfg.Listeners, Changes: cfg.Changes, Stalled: cfg.Stalled,
 		TimeoutMs: ms(cfg.Timeout), WriteTimeout: ms(cfg.WriteTimeout),
 		ListenerProcess: cfg.ListenerProcess != nil,
-		GoVersion:       runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
+		HTTP2Conns:      cfg.HTTP2Conns, HTTP2Coalesce: cfg.HTTP2Conns > 0 && !cfg.HTTP2NoCoalesce,
+		GoVersion: runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
 		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}
 	type plan struct {
@@ -292,6 +317,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Unparked {
 		plans = append(plans, plan{ServerUnparked, 0})
+	}
+	if cfg.HTTP2Conns > 0 {
+		plans = []plan{{ServerTidingsH2, 0}}
+		if cfg.Floor {
+			plans = append(plans, plan{ServerFloorH2, 0})
+		}
 	}
 	var err error
 	for i, p := range plans {
@@ -327,6 +358,10 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		tgt, err = startTidings(cfg.WriteTimeout)
 	case ServerFloor:
 		tgt, err = startFloor()
+	case ServerTidingsH2:
+		tgt, err = startTidingsH2(cfg.WriteTimeout, cfg.HTTP2NoCoalesce)
+	case ServerFloorH2:
+		tgt, err = startFloorH2()
 	default:
 		tgt, err = startNaive()
 	}
@@ -344,6 +379,9 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		Run: seq, Addr: addr, StalledAddr: stalledAddr,
 		Listeners: cfg.Listeners, Stalled: stalled, Changes: cfg.Changes,
 		OpenTimeoutMs: cfg.OpenTimeout.Milliseconds(),
+	}
+	if name == ServerTidingsH2 || name == ServerFloorH2 {
+		spec.HTTP2Conns = cfg.HTTP2Conns
 	}
 	measureMem := stalled == 0
 	child := cfg.ListenerProcess != nil
@@ -372,8 +410,13 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		}
 	}
 
+	counter, counts := tgt.(interface{ socketWrites() int64 })
+	var writesBefore int64
+	if counts {
+		writesBefore = counter.socketWrites()
+	}
 	sent := make([]int64, 0, cfg.Changes)
-	cpu0 := processCPU()
+	cpuBefore, sysBefore := cpuTime()
 	changeErr := func() error {
 		for c := range cfg.Changes {
 			if err := side.arm(ctx, c); err != nil {
@@ -395,8 +438,14 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		}
 		return nil
 	}()
-	if n := len(sent); n > 0 && cpu0 > 0 {
-		run.CPUPerChangeMs = ms(processCPU()-cpu0) / float64(n)
+	if n := len(sent); n > 0 {
+		if cpu, sys := cpuTime(); cpu > 0 {
+			run.CPUPerChangeMs = ms(cpu-cpuBefore) / float64(n)
+			run.SysCPUPerChangeMs = ms(sys-sysBefore) / float64(n)
+		}
+		if counts {
+			run.SocketWritesPerChange = float64(counter.socketWrites()-writesBefore) / float64(n)
+		}
 	}
 	recv, bad, err := side.close(ctx)
 	if err = errors.Join(changeErr, err); err != nil {
@@ -514,12 +563,17 @@ func ratios(runs []Measurement) Ratios {
 	if complete(ns) && complete(n) {
 		r.StallCostNaive = div(ns.Median.AllDeliveredMs, n.Median.AllDeliveredMs)
 	}
-	if fl := find(runs, ServerFloor, false); complete(fl) && complete(t) {
+	// Over HTTP/2 the floor and the server are both measured as streams.
+	fl := find(runs, ServerFloor, false)
+	if fl == nil {
+		fl, t = find(runs, ServerFloorH2, false), find(runs, ServerTidingsH2, false)
+	}
+	if complete(fl) && complete(t) {
 		r.FloorAllDelivered = div(t.Median.AllDeliveredMs, fl.Median.AllDeliveredMs)
 		r.FloorP99 = div(t.Median.P99Ms, fl.Median.P99Ms)
 		r.FloorCPUPerChange = div(t.CPUPerChangeMs, fl.CPUPerChangeMs)
 	}
-	if fl := find(runs, ServerFloor, false); fl != nil && t != nil && fl.Memory != nil && t.Memory != nil {
+	if fl != nil && t != nil && fl.Memory != nil && t.Memory != nil {
 		r.FloorRSSPerListen = div(t.Memory.Server.RSS, fl.Memory.Server.RSS)
 		r.FloorGoroutines = t.Memory.Server.Goroutines / fl.Memory.Server.Goroutines
 	}

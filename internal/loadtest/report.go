@@ -16,6 +16,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "change fan-out over loopback HTTP: %d listens (%s), %d tools list changes one at a time, timeout %s per change\n",
 		r.Listeners, where, r.Changes, fmtMs(r.TimeoutMs))
+	if r.HTTP2Conns > 0 {
+		fmt.Fprintf(&b, "over HTTP/2 (h2c): the listens are streams of %d connections; writes gathered per connection: %v\n", r.HTTP2Conns, r.HTTP2Coalesce)
+	}
 	fmt.Fprintf(&b, "%s %s/%s, %d CPUs, GOMAXPROCS %d\n\n", r.GoVersion, r.GOOS, r.GOARCH, r.NumCPU, r.GOMAXPROCS)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -45,10 +48,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	tw.Flush()
 	b.WriteString("p50, p99, all delivered (the slowest listen): per change, median over the changes that completed;\n" +
-		"cpu/change: the server process's CPU time per change, the listens' reading included when it is in that process\n\n")
+		"cpu/change: the server process's CPU time per change, the listens' reading included when it is in that process\n")
+	for _, run := range r.Runs {
+		if run.SocketWritesPerChange > 0 {
+			fmt.Fprintf(&b, "%s: %.0f writes to the sockets per change (%.1f listens per write); %s of its CPU per change in the kernel\n",
+				run.Server, run.SocketWritesPerChange, float64(run.Healthy)/run.SocketWritesPerChange, fmtMs(run.SysCPUPerChangeMs))
+		}
+	}
+	b.WriteString("\n")
 
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "memory per listen\tresident\theap in use\theap live\tstacks\tgoroutines")
+	fmt.Fprintln(tw, "memory per listen\tresident\theap in use\theap live\tstacks\tgoroutines\tresident in all")
 	var listeners *Footprint
 	covers := ""
 	for _, run := range r.Runs {
@@ -74,7 +84,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "\nwith %d stalled: tidings / naive all delivered %s; stalled / unstalled all delivered: tidings %s, naive %s",
 			r.Stalled, fmtRatio(x.AllDeliveredStalled), fmtRatio(x.StallCostTidings), fmtRatio(x.StallCostNaive))
 	}
-	if find(r.Runs, ServerFloor, false) != nil {
+	if find(r.Runs, ServerFloor, false) != nil || find(r.Runs, ServerFloorH2, false) != nil {
 		fmt.Fprintf(&b, "\ntidings / floor: all delivered %s, p99 %s, cpu per change %s, resident per listen %s, goroutines per listen %s",
 			fmtRatio(x.FloorAllDelivered), fmtRatio(x.FloorP99), fmtRatio(x.FloorCPUPerChange), fmtRatio(x.FloorRSSPerListen), fmtRatio(x.FloorGoroutines))
 	}
@@ -87,7 +97,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 }
 
 func writeFootprint(w io.Writer, name string, f Footprint) {
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%.2f\n", name, fmtBytes(f.RSS), fmtBytes(f.HeapInuse), fmtBytes(f.HeapAlloc), fmtBytes(f.StackInuse), f.Goroutines)
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f MiB\n", name, fmtBytes(f.RSS), fmtBytes(f.HeapInuse), fmtBytes(f.HeapAlloc), fmtBytes(f.StackInuse), f.Goroutines,
+		float64(f.RSSTotal)/(1<<20))
 }
 
 func fmtMs(v float64) string {

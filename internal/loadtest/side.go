@@ -179,7 +179,11 @@ func serveChild(m childMsg, set **listenerSet) (childMsg, error) {
 			return childMsg{}, errors.New("open: listens already open, or no spec")
 		}
 		spec := *m.Spec
-		if err := raiseOpenFiles(uint64(spec.Listeners + fdSlack)); err != nil {
+		need := spec.Listeners
+		if spec.HTTP2Conns > 0 {
+			need = spec.HTTP2Conns
+		}
+		if err := raiseOpenFiles(uint64(need + fdSlack)); err != nil {
 			return childMsg{}, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(spec.OpenTimeoutMs)*time.Millisecond)

@@ -394,6 +394,9 @@ type Footprint struct {
 	// own structures included, as the system counts it.
 	RSS        float64 `json:"rssBytesPerListen"`
 	Goroutines float64 `json:"goroutinesPerListen"`
+	// RSSTotal is the process's resident set once every listen is open
+	// (0 where it cannot be read).
+	RSSTotal int64 `json:"rssBytes,omitzero"`
 }
 
 func footprint(before, after memSnap, n int) Footprint {
@@ -404,6 +407,7 @@ func footprint(before, after memSnap, n int) Footprint {
 		StackInuse: float64(after.stackInuse-before.stackInuse) / d,
 		RSS:        float64(after.rss-before.rss) / d,
 		Goroutines: float64(after.goroutines-before.goroutines) / d,
+		RSSTotal:   after.rss,
 	}
 }
 

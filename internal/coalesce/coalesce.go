@@ -1,0 +1,287 @@
+// Package coalesce gathers the writes made to a connection into fewer,
+// larger writes to the socket.
+//
+// An HTTP/2 connection carries many streams, and net/http's HTTP/2
+// server flushes after each frame it has queued: when a change reaches
+// thousands of listens on one connection, their frames leave in many
+// small writes of at most a few KiB, one system call each. A Conn takes
+// those writes into a bounded buffer and returns; one flusher per
+// connection writes everything pending in one call, and while that call
+// is in the kernel the frames that follow accumulate for the next one.
+// A lone frame waits for nothing but the handoff to the flusher.
+//
+// The buffer is bounded: a Write that does not fit waits for the
+// flusher, so a client that stops reading blocks its own connection, as
+// it would without a Conn, and nothing else. An error of the flusher's
+// write is returned by every later Write. The flusher runs only while
+// there is something to write, so an idle connection holds no goroutine.
+package coalesce
+
+import (
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultLimit is the buffer bound of a Conn made with limit 0: enough
+// for a few hundred small frames per system call, little enough that a
+// hundred connections hold a few MiB at most.
+const DefaultLimit = 64 << 10
+
+// closeFlushTimeout bounds how long Close waits for what is pending
+// (an HTTP/2 GOAWAY, say) to leave before it closes the connection: a
+// peer that stopped reading does not hold Close for longer.
+const closeFlushTimeout = time.Second
+
+// Conn is a net.Conn whose writes, once Coalesce is called, are
+// gathered and written by one flusher. Until then writes go straight
+// through, so a connection that turns out not to need it (HTTP/1.1)
+// pays nothing but a branch.
+type Conn struct {
+	net.Conn
+	limit  int
+	sniff  bool
+	on     atomic.Bool
+	sniffd atomic.Bool // the first read has been looked at
+
+	// writes counts the writes made to the wrapped connection, for tests
+	// and measurements; shared, when not nil, adds up those of a
+	// Listener's connections.
+	writes atomic.Int64
+	shared *Stats
+
+	mu       sync.Mutex
+	pending  []byte
+	spare    []byte        // the flusher's last buffer, reused
+	flushing bool          // a flusher goroutine runs
+	idle     chan struct{} // closed when the running flusher exits
+	space    chan struct{} // closed (and replaced) when a waiting Write should look again
+	err      error         // the first error of a flusher's write: every later Write fails with it
+	closed   bool
+	deadline time.Time
+}
+
+// New returns nc with coalescing writes from the start. A limit of 0
+// means DefaultLimit.
+func New(nc net.Conn, limit int) *Conn {
+	c := newConn(nc, limit, false)
+	c.on.Store(true)
+	return c
+}
+
+// Sniffing returns nc with its writes going straight through until its
+// first read shows the HTTP/2 connection preface (a client speaking
+// HTTP/2 without TLS, by prior knowledge), or until Coalesce is called.
+func Sniffing(nc net.Conn, limit int) *Conn { return newConn(nc, limit, true) }
+
+func newConn(nc net.Conn, limit int, sniff bool) *Conn {
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	return &Conn{Conn: nc, limit: limit, sniff: sniff, space: make(chan struct{})}
+}
+
+// preface is the start of what an HTTP/2 client sends first.
+const preface = "PRI * HTTP/2.0\r\n"
+
+// Coalesce starts gathering writes. Call it before the first write the
+// connection's protocol makes (as when a TLS handshake reveals that the
+// client chose HTTP/2), not while a write is under way.
+func (c *Conn) Coalesce() { c.on.Store(true) }
+
+// Coalescing reports whether writes are being gathered.
+func (c *Conn) Coalescing() bool { return c.on.Load() }
+
+// Writes returns how many writes were made to the wrapped connection.
+func (c *Conn) Writes() int64 { return c.writes.Load() }
+
+// NetConn returns the wrapped connection, as tls.Conn's does, so that
+// what looks for the connection beneath finds it.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+// Read reads from the connection; the first read of a sniffing Conn
+// turns coalescing on when it begins with the HTTP/2 preface.
+func (c *Conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.sniff && !c.sniffd.Load() && n > 0 {
+		c.sniffd.Store(true)
+		if m := min(n, len(preface)); string(p[:m]) == preface[:m] && m >= 3 {
+			c.on.Store(true)
+		}
+	}
+	return n, err
+}
+
+// Write writes p straight through, or, when coalescing, copies it into
+// the buffer and returns, waiting first while the buffer is too full to
+// take it (until the write deadline). The error of an earlier write made
+// by the flusher is returned here.
+func (c *Conn) Write(p []byte) (int, error) {
+	if !c.on.Load() {
+		c.writes.Add(1)
+		return c.Conn.Write(p)
+	}
+	if c.shared != nil {
+		c.shared.Gathered.Add(1)
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		c.mu.Lock()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return 0, err
+		case len(c.pending) == 0 || len(c.pending)+len(p) <= c.limit:
+			// An empty buffer takes even a write above the limit, whole,
+			// so that no write is split.
+			c.pending = append(c.pending, p...)
+			if !c.flushing {
+				c.flushing = true
+				c.idle = make(chan struct{})
+				go c.flush(c.idle)
+			}
+			c.mu.Unlock()
+			return len(p), nil
+		}
+		wait, dl := c.space, c.deadline
+		c.mu.Unlock()
+		var expired <-chan time.Time
+		if !dl.IsZero() {
+			d := time.Until(dl)
+			if d <= 0 {
+				return 0, os.ErrDeadlineExceeded
+			}
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			expired = timer.C
+		}
+		select {
+		case <-wait:
+		case <-expired:
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
+}
+
+// wakeLocked lets every waiting Write look again.
+func (c *Conn) wakeLocked() {
+	close(c.space)
+	c.space = make(chan struct{})
+}
+
+// flush writes what is pending until nothing is, then exits; idle is
+// closed as it does.
+func (c *Conn) flush(idle chan struct{}) {
+	defer close(idle)
+	for {
+		c.mu.Lock()
+		if len(c.pending) == 0 || c.err != nil {
+			c.flushing = false
+			c.mu.Unlock()
+			return
+		}
+		out := c.pending
+		c.pending, c.spare = c.spare[:0], nil
+		c.wakeLocked()
+		c.mu.Unlock()
+
+		c.writes.Add(1)
+		if c.shared != nil {
+			c.shared.Written.Add(1)
+		}
+		_, err := c.Conn.Write(out)
+
+		c.mu.Lock()
+		c.spare = out[:0]
+		if err != nil && c.err == nil {
+			c.err = err
+			c.pending = nil
+			c.wakeLocked()
+		}
+		c.mu.Unlock()
+	}
+}
+
+// SetWriteDeadline bounds both the wrapped connection's writes and the
+// wait of a Write for room in the buffer.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.wakeLocked()
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline sets both deadlines, the write one as SetWriteDeadline.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// Close lets what is pending leave, for at most closeFlushTimeout,
+// stops the flusher and closes the connection. Writes after it fail
+// with net.ErrClosed.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return net.ErrClosed
+	}
+	c.closed = true
+	c.wakeLocked()
+	idle, running := c.idle, c.flushing
+	c.mu.Unlock()
+	if running {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
+		<-idle
+	}
+	return c.Conn.Close()
+}
+
+// Stats adds up what the gathering connections of a Listener did, for
+// monitoring: Gathered counts the writes they took, Written the writes
+// they made to their sockets. Their ratio is the frames per system call.
+type Stats struct {
+	Gathered, Written atomic.Int64
+}
+
+// Listener wraps the connections it accepts in sniffing Conns.
+type Listener struct {
+	net.Listener
+	limit int
+	stats Stats
+}
+
+// Stats returns the counts of the Listener's connections.
+func (l *Listener) Stats() *Stats { return &l.stats }
+
+// Listen returns ln with every accepted connection a sniffing Conn of
+// the given buffer limit (0 for DefaultLimit).
+func Listen(ln net.Listener, limit int) *Listener { return &Listener{Listener: ln, limit: limit} }
+
+// Accept returns the next connection, wrapped.
+func (l *Listener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c := Sniffing(nc, l.limit)
+	c.shared = &l.stats
+	return c, nil
+}
