@@ -69,3 +69,25 @@ func TestHTTP2ConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorOverHTTP2 measures the net/http floor as HTTP/2 streams beside
+// the server's, and the ratios compare the two.
+func TestFloorOverHTTP2(t *testing.T) {
+	const listeners, changes, conns = 40, 3, 2
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := loadtest.Run(ctx, loadtest.Config{Listeners: listeners, Changes: changes, Timeout: 5 * time.Second,
+		HTTP2Conns: conns, Floor: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 || rep.Runs[0].Server != loadtest.ServerTidingsH2 || rep.Runs[1].Server != loadtest.ServerFloorH2 {
+		t.Fatalf("runs: %+v", rep.Runs)
+	}
+	for _, run := range rep.Runs {
+		checkRun(t, run, changes)
+	}
+	if rep.Ratios.FloorP99 <= 0 || rep.Ratios.FloorAllDelivered <= 0 {
+		t.Fatalf("no ratios against the floor: %+v", rep.Ratios)
+	}
+}

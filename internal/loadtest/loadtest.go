@@ -564,18 +564,18 @@ func ratios(runs []Measurement) Ratios {
 		r.StallCostNaive = div(ns.Median.AllDeliveredMs, n.Median.AllDeliveredMs)
 	}
 	// Over HTTP/2 the floor and the server are both measured as streams.
-	fl := find(runs, ServerFloor, false)
+	fl, ft := find(runs, ServerFloor, false), t
 	if fl == nil {
-		fl, t = find(runs, ServerFloorH2, false), find(runs, ServerTidingsH2, false)
+		fl, ft = find(runs, ServerFloorH2, false), find(runs, ServerTidingsH2, false)
 	}
-	if complete(fl) && complete(t) {
-		r.FloorAllDelivered = div(t.Median.AllDeliveredMs, fl.Median.AllDeliveredMs)
-		r.FloorP99 = div(t.Median.P99Ms, fl.Median.P99Ms)
-		r.FloorCPUPerChange = div(t.CPUPerChangeMs, fl.CPUPerChangeMs)
+	if complete(fl) && complete(ft) {
+		r.FloorAllDelivered = div(ft.Median.AllDeliveredMs, fl.Median.AllDeliveredMs)
+		r.FloorP99 = div(ft.Median.P99Ms, fl.Median.P99Ms)
+		r.FloorCPUPerChange = div(ft.CPUPerChangeMs, fl.CPUPerChangeMs)
 	}
-	if fl != nil && t != nil && fl.Memory != nil && t.Memory != nil {
-		r.FloorRSSPerListen = div(t.Memory.Server.RSS, fl.Memory.Server.RSS)
-		r.FloorGoroutines = t.Memory.Server.Goroutines / fl.Memory.Server.Goroutines
+	if fl != nil && ft != nil && fl.Memory != nil && ft.Memory != nil {
+		r.FloorRSSPerListen = div(ft.Memory.Server.RSS, fl.Memory.Server.RSS)
+		r.FloorGoroutines = ft.Memory.Server.Goroutines / fl.Memory.Server.Goroutines
 	}
 	if g := find(runs, ServerGateway, false); complete(g) && complete(t) {
 		r.GatewayAllDelivered = div(g.Median.AllDeliveredMs, t.Median.AllDeliveredMs)
