@@ -18,10 +18,12 @@
 package coalesce
 
 import (
+	"errors"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -100,6 +102,25 @@ func (c *Conn) Writes() int64 { return c.writes.Load() }
 // NetConn returns the wrapped connection, as tls.Conn's does, so that
 // what looks for the connection beneath finds it.
 func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+// errGathering refuses the socket of a Conn that gathers writes: what
+// wrote to the socket directly would overtake what the buffer holds.
+var errGathering = errors.New("coalesce: the connection gathers its writes; its socket is not to be written directly")
+
+// SyscallConn reaches the socket beneath while c passes writes straight
+// through, so that a transport that takes a connection over from
+// net/http (streamhttp's parked HTTP/1.1 listens) can write to it. A
+// Conn that gathers writes has no socket to offer.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	if c.on.Load() {
+		return nil, errGathering
+	}
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("coalesce: the connection beneath has no socket")
+	}
+	return sc.SyscallConn()
+}
 
 // Read reads from the connection; the first read of a sniffing Conn
 // turns coalescing on when it begins with the HTTP/2 preface.

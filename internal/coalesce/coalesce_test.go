@@ -227,3 +227,32 @@ func TestSniffing(t *testing.T) {
 	}
 	_ = c.Close()
 }
+
+// TestSocketOnlyWhileWritesPassThrough: a Conn that passes writes
+// straight through offers the TCP socket beneath, for a transport that
+// takes the connection over; one that gathers them refuses.
+func TestSocketOnlyWhileWritesPassThrough(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := coalesce.Sniffing(nc, 0)
+	defer c.Close()
+	if _, err := c.SyscallConn(); err != nil {
+		t.Fatalf("a Conn passing writes through hides its socket: %v", err)
+	}
+	c.Coalesce()
+	if _, err := c.SyscallConn(); err == nil {
+		t.Fatal("a Conn gathering writes offers its socket")
+	}
+}
