@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"tidings/internal/coalesce"
+	"tidings/internal/h2sched"
 )
 
 // h2Flags are the serve flags of HTTP/2 and TLS.
@@ -132,6 +133,9 @@ func (h *h2Flags) apply(hs *http.Server, ln net.Listener) (net.Listener, *coales
 	}
 	if h.tlsCert == "" {
 		hs.Protocols.SetUnencryptedHTTP2(true)
+		if err := h2sched.Configure(hs); err != nil {
+			return nil, nil, err
+		}
 		return ln, stats, nil
 	}
 	cfg, err := h.tlsConfig()
@@ -140,5 +144,8 @@ func (h *h2Flags) apply(hs *http.Server, ln net.Listener) (net.Listener, *coales
 	}
 	hs.Protocols.SetHTTP2(true)
 	hs.TLSConfig = cfg
+	if err := h2sched.Configure(hs); err != nil {
+		return nil, nil, err
+	}
 	return tls.NewListener(ln, cfg), stats, nil
 }

@@ -36,12 +36,12 @@ func startFloor() (*floorTarget, error) {
 
 // ServerFloorH2 is the net/http floor over HTTP/2 without TLS, as
 // net/http's own server serves it: a handler per stream, each flush its
-// own frame.
+// own frame, net/http's write scheduler.
 const ServerFloorH2 = "floor-h2"
 
 func startFloorH2() (*floorTarget, error) {
 	b := &floor{gen: make(chan struct{}), closing: make(chan struct{})}
-	f, err := startFrontH2(b, true)
+	f, err := startFrontH2(b, true, true)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/internal/coalesce"
+	"tidings/internal/h2sched"
 	"tidings/internal/sse"
 	"tidings/mcp"
 	"tidings/server"
@@ -33,10 +34,11 @@ const ServerTidingsH2 = "tidings-h2"
 // limit does not bound them.
 const MaxHTTP2Listeners = 200000
 
-// h2Front serves the project's server on loopback with HTTP/2 as well
-// as HTTP/1.1, one connection holding any number of streams, its writes
-// gathered by coalesce unless noCoalesce.
-func startFrontH2(h http.Handler, noCoalesce bool) (*h2Front, error) {
+// startFrontH2 serves h on loopback with HTTP/2 as well as HTTP/1.1,
+// one connection holding any number of streams, its writes gathered by
+// coalesce unless noCoalesce, its frames chosen by h2sched's scheduler
+// as tidings serve has them, or with plain by net/http's own server.
+func startFrontH2(h http.Handler, noCoalesce, plain bool) (*h2Front, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -51,6 +53,11 @@ func startFrontH2(h http.Handler, noCoalesce bool) (*h2Front, error) {
 	}
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
+	if !plain {
+		if err := h2sched.Configure(hs); err != nil {
+			return nil, err
+		}
+	}
 	f := &front{hs: hs, addr: ln.Addr().String(), stalledAddr: ln.Addr().String(), served: make(chan error, 2)}
 	counted := &countingListener{Listener: ln}
 	var served net.Listener = counted
@@ -106,7 +113,7 @@ func startTidingsH2(writeTimeout time.Duration, noCoalesce bool) (*tidingsH2Targ
 	if err := srv.AddTool(mcp.Tool{Name: "base"}, noopTool); err != nil {
 		return nil, err
 	}
-	f, err := startFrontH2(streamhttp.New(srv, streamhttp.WithWriteTimeout(writeTimeout)), noCoalesce)
+	f, err := startFrontH2(streamhttp.New(srv, streamhttp.WithWriteTimeout(writeTimeout)), noCoalesce, false)
 	if err != nil {
 		return nil, err
 	}
