@@ -249,21 +249,8 @@ func (s *listenerSet) openOne(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("reading the ack: %w", err)
 	}
-	var ack struct {
-		Method string `json:"method"`
-		Params struct {
-			Meta struct {
-				SubscriptionID jsontext.Value `json:"io.modelcontextprotocol/subscriptionId"`
-			} `json:"_meta"`
-			Notifications mcp.SubscriptionFilter `json:"notifications"`
-		} `json:"params"`
-	}
-	if err := json.Unmarshal(ev.Data, &ack); err != nil {
-		return fmt.Errorf("decoding the ack: %w", err)
-	}
-	if ack.Method != mcp.NotifyAcknowledged || string(ack.Params.Meta.SubscriptionID) != id ||
-		!ack.Params.Notifications.ToolsListChanged {
-		return fmt.Errorf("first message is not the ack of a tools listen: %.200s", ev.Data)
+	if err := checkAck(ev.Data, id); err != nil {
+		return err
 	}
 	if !stop() {
 		return fmt.Errorf("opening: %w", context.Cause(ctx))
