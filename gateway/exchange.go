@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -52,7 +51,7 @@ func (x *TokenExchange) check(upURL string) error {
 	if upURL == "" {
 		return errors.New("token_exchange is for an upstream over HTTP (url): a stdio upstream is spoken to by the gateway alone")
 	}
-	if !secureURL(x.Issuer) {
+	if oauth.CheckIssuer(x.Issuer) != nil {
 		return fmt.Errorf("token_exchange: the issuer %q must be an https URL, or http on a loopback address: the callers' tokens go there", x.Issuer)
 	}
 	if x.Resource != "" {
@@ -61,21 +60,6 @@ func (x *TokenExchange) check(upURL string) error {
 		}
 	}
 	return nil
-}
-
-// secureURL reports whether s is an absolute https URL, or http on a
-// loopback address.
-func secureURL(s string) bool {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	if u.Scheme == "https" {
-		return true
-	}
-	h := u.Hostname()
-	ip := net.ParseIP(h)
-	return u.Scheme == "http" && (strings.EqualFold(h, "localhost") || ip != nil && ip.IsLoopback())
 }
 
 // ExchangesTokens reports whether an upstream is spoken to with each

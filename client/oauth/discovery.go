@@ -331,6 +331,13 @@ func checkSecureURL(raw string, allowHTTP bool) error {
 	return nil
 }
 
+// CheckIssuer reports whether secrets may be sent to issuer: it must be
+// an HTTPS URL, or HTTP on a loopback address — the rule New and every
+// flow hold authorization server endpoints to (without Config.AllowHTTP).
+// It lets a configuration that names an issuer be refused when it is
+// read, before any flow is made.
+func CheckIssuer(issuer string) error { return checkSecureURL(issuer, false) }
+
 // isLoopback reports whether host is localhost or a loopback address.
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
