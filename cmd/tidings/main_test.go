@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -237,19 +238,7 @@ func testHTTP(t *testing.T, bin string) {
 	client := &http.Client{Transport: tr}
 	post := func(id any, method string, params map[string]any) *http.Response {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(request(t, id, method, params)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
-		req.Header.Set(mcp.HeaderMethod, method)
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
+		return mcpPost(context.Background(), t, client, url, method, request(t, id, method, params))
 	}
 
 	resp := post(1, mcp.MethodToolsList, nil)
