@@ -265,16 +265,10 @@ func (n *listenNotices) originTask(ctx context.Context, sealed, id string) ([]by
 		return nil, err
 	}
 	t.TaskID = sealed
-	b, err := jsonrpc.Marshal(t)
-	if err != nil || len(b) < 2 {
-		n.srv.log.Error("mcp: task notification", "err", err)
+	buf := n.taskParams(t)
+	if buf == nil {
 		return nil, nil
 	}
-	buf := make([]byte, 0, len(b)+len(n.idMeta)+16)
-	buf = append(buf, b[:len(b)-1]...)
-	buf = append(buf, `,"_meta":`...)
-	buf = append(buf, n.idMeta...)
-	buf = append(buf, '}')
 	// The origin tells of a change it sees at its first look too, which
 	// the listen may have sent already.
 	if string(n.sent[sealed]) == string(buf) {

@@ -762,7 +762,18 @@ func (n *listenNotices) Task(ctx context.Context, id string) ([]byte, error) {
 
 // taskNotice is the notifications/tasks of rec, the task id.
 func (n *listenNotices) taskNotice(id string, rec *taskRecord) []byte {
-	b, err := jsonrpc.Marshal(rec.wire(id, true))
+	params := n.taskParams(rec.wire(id, true))
+	if params == nil {
+		return nil
+	}
+	return jsonrpc.AppendNotification(nil, mcp.NotifyTasks, params)
+}
+
+// taskParams are the params of a notifications/tasks telling task (an
+// object) on this listen: the task, tagged with the listen's id; nil
+// when it cannot be encoded.
+func (n *listenNotices) taskParams(task any) []byte {
+	b, err := jsonrpc.Marshal(task)
 	if err != nil || len(b) < 2 {
 		n.srv.log.Error("mcp: task notification", "err", err)
 		return nil
@@ -771,8 +782,7 @@ func (n *listenNotices) taskNotice(id string, rec *taskRecord) []byte {
 	buf = append(buf, b[:len(b)-1]...)
 	buf = append(buf, `,"_meta":`...)
 	buf = append(buf, n.idMeta...)
-	buf = append(buf, '}')
-	return jsonrpc.AppendNotification(nil, mcp.NotifyTasks, buf)
+	return append(buf, '}')
 }
 
 // cloneAnswers copies answers, which a task keeps past the request
