@@ -40,8 +40,9 @@ type natsState struct {
 // fewer replicas than replicas=N asks is refused, and one with fewer than
 // the default is used and a warning logged; neither is scaled here,
 // which would move its data between servers. OpenState fails once ctx
-// ends (within 5s if ctx has no deadline) if the store cannot be
-// reached; later losses are reported by the methods' errors, and the
+// ends if the store cannot be reached (if ctx has no deadline: within
+// 5s for the connection, and 30s for JetStream to answer, which a
+// cluster still electing its leaders may not do at once); later losses are reported by the methods' errors, and the
 // connection is regained on its own. Of the options, WithLogger and
 // WithBackoff apply.
 func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.State, error) {
@@ -53,8 +54,6 @@ func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Stat
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := bounded(ctx)
-	defer cancel()
 	cfg := settings(opts)
 	s := &natsState{}
 	if s.nc, s.closed, err = ep.dial(ctx, cfg, "state"); err != nil {
@@ -65,8 +64,11 @@ func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Stat
 		err = fmt.Errorf("jetstream: %w", err)
 	} else {
 		p := ep.plan(s.nc)
-		s.kv, err = bucketOf(ctx, js, p, cfg.Logger, jetstream.KeyValueConfig{Bucket: bucket, Replicas: p.n,
-			Description: "tidings: what the replicas of a server have switched on and off"})
+		err = openPatiently(ctx, cfg, askWait, func(ctx context.Context) (err error) {
+			s.kv, err = bucketOf(ctx, js, p, cfg.Logger, jetstream.KeyValueConfig{Bucket: bucket, Replicas: p.n,
+				Description: "tidings: what the replicas of a server have switched on and off"})
+			return err
+		})
 	}
 	if err != nil {
 		s.Close()

@@ -146,10 +146,12 @@ const natsMaxTTL = 100 * 365 * 24 * time.Hour
 // other replicas have elected another (a few seconds), and the client
 // moves to another server of the cluster by itself.
 //
-// OpenTasks fails once ctx ends (within 5s if ctx has no deadline) if
-// the store cannot be reached; later losses are reported by the methods'
-// errors, within their context's deadline, and the connection is
-// regained on its own. Of the options, WithLogger and WithBackoff apply.
+// OpenTasks fails once ctx ends if the store cannot be reached (if ctx
+// has no deadline: within 5s for the connection, and 30s for JetStream
+// to answer, which a cluster still electing its leaders may not do at
+// once); later losses are reported by the methods' errors, within their
+// context's deadline, and the connection is regained on its own. Of the
+// options, WithLogger and WithBackoff apply.
 func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.TaskStore, error) {
 	ep, err := parse(rawURL)
 	if err != nil {
@@ -159,14 +161,15 @@ func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Task
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := bounded(ctx)
-	defer cancel()
 	cfg := settings(opts)
 	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + ".", seen: make(map[string]seenRev)}
 	if s.nc, s.closed, err = ep.dial(ctx, cfg, "tasks"); err != nil {
 		return nil, err
 	}
-	if err := s.open(ctx, bucket, ep.plan(s.nc), cfg.Logger); err != nil {
+	p := ep.plan(s.nc)
+	if err := openPatiently(ctx, cfg, askWait, func(ctx context.Context) error {
+		return s.open(ctx, bucket, p, cfg.Logger)
+	}); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("natsbus: tasks at %s: %w", ep.redacted, err)
 	}
