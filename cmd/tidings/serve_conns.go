@@ -49,8 +49,11 @@ default the latter is seven eighths of the open-file limit, which serve
 raises to its hard limit at start, less what watching DIR takes, and at
 most 65536. Near a cap, the connections idle longest between requests are
 closed to make room; only when none is idle is a new connection refused,
-with a 503 that names the cap. Request headers must arrive within
---header-timeout and a body within --body-timeout of them; a connection
+with a 503 that names the cap, in what the client speaks (HTTP/1.1 or
+HTTP/2, over TLS when served; past 64 refusals under way at once, one is
+answered in HTTP/1.1 at once, or closed untold over TLS). Request headers
+must arrive within --header-timeout and a body within --body-timeout of
+them; a connection
 idle for --idle-timeout is closed; and no write of an answer may block
 for longer than --write-timeout, so a client that stops reading is cut
 off; a timeout of 0 means its default, as none can be switched off. A
@@ -150,6 +153,14 @@ func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, l
 		BodyTimeout:  c.bodyTimeout,
 		WriteTimeout: c.writeTimeout,
 		Logger:       log,
+		// A refused client is told why in what it speaks: HTTP/2 or
+		// HTTP/1.1, over TLS when served.
+		HTTP2: true,
+	}
+	if c.h2.tlsCert != "" {
+		if cfg.TLS, err = c.h2.tlsConfig(); err != nil {
+			return nil, nil, err
+		}
 	}
 	g := connlimit.New(cfg)
 	if err := metrics.RegisterConns(obs.registry, func() metrics.ConnStats {
@@ -171,7 +182,7 @@ func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, l
 		IdleTimeout:       c.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	served, gathered, err := c.h2.apply(hs, g.Listen(ln))
+	served, gathered, err := c.h2.apply(hs, g.Listen(ln), cfg.TLS)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -120,9 +120,9 @@ func (h *h2Flags) tlsConfig() (*tls.Config, error) {
 
 // apply sets hs up for HTTP/2 and returns ln wrapped for it: its
 // connections gather their writes once they turn out to be HTTP/2, and
-// speak TLS when the flags ask for it.
+// speak TLS with tlsCfg (from tlsConfig) when the flags ask for it.
 // The returned stats count the gathered writes (nil without gathering).
-func (h *h2Flags) apply(hs *http.Server, ln net.Listener) (net.Listener, *coalesce.Stats, error) {
+func (h *h2Flags) apply(hs *http.Server, ln net.Listener, tlsCfg *tls.Config) (net.Listener, *coalesce.Stats, error) {
 	hs.Protocols = new(http.Protocols)
 	hs.Protocols.SetHTTP1(true)
 	hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: h.maxStreams}
@@ -138,14 +138,10 @@ func (h *h2Flags) apply(hs *http.Server, ln net.Listener) (net.Listener, *coales
 		}
 		return ln, stats, nil
 	}
-	cfg, err := h.tlsConfig()
-	if err != nil {
-		return nil, nil, err
-	}
 	hs.Protocols.SetHTTP2(true)
-	hs.TLSConfig = cfg
+	hs.TLSConfig = tlsCfg
 	if err := h2sched.Configure(hs); err != nil {
 		return nil, nil, err
 	}
-	return tls.NewListener(ln, cfg), stats, nil
+	return tls.NewListener(ln, tlsCfg), stats, nil
 }

@@ -377,3 +377,63 @@ func TestServeEvictsIdleH2AndTLSConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestServeRefusalInTheClientsProtocol: a connection refused at a full
+// cap is told why in what its client speaks: over TLS, and in HTTP/2 or
+// HTTP/1.1, so that the client reads the 503 that names the cap rather
+// than failing a handshake or a preface on plain HTTP/1.1 text.
+func TestServeRefusalInTheClientsProtocol(t *testing.T) {
+	keys := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, keys)
+	tlsFlags := []string{"--tls-cert", certFile, "--tls-key", keyFile}
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		client func() *http.Client
+		proto  int
+	}{
+		{"h2c", nil, func() *http.Client { return h2cClient(nil) }, 2},
+		{"http/1.1 beside h2c", nil, func() *http.Client { return &http.Client{Transport: &http.Transport{}} }, 1},
+		{"tls h2", tlsFlags, func() *http.Client {
+			return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+		}, 2},
+		{"tls http/1.1", tlsFlags, func() *http.Client {
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, Protocols: new(http.Protocols)}
+			tr.Protocols.SetHTTP1(true)
+			return &http.Client{Transport: tr}
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base, stop := serveInProcess(t, t.TempDir(), append([]string{"--max-conns-per-addr", "1"}, tc.flags...)...)
+			defer stop()
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			// The one connection allowed holds a listen, so it is never
+			// idle and cannot be closed to make room.
+			holder := tc.client()
+			defer holder.CloseIdleConnections()
+			listen := mcpPost(ctx, t, holder, base+"/mcp", mcp.MethodListen, listenBody("held"))
+			defer listen.Body.Close()
+			if _, err := sse.NewReader(listen.Body, 1<<16).Next(); err != nil {
+				t.Fatalf("the listen's ack: %v", err)
+			}
+
+			refused := tc.client()
+			defer refused.CloseIdleConnections()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := refused.Do(req)
+			if err != nil {
+				t.Fatalf("a connection past the cap: %v; want a 503 that names the cap", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.ProtoMajor != tc.proto ||
+				!strings.Contains(string(body), "too many connections from 127.0.0.1") {
+				t.Fatalf("a connection past the cap: %s %s %q; want a 503 over HTTP/%d naming the cap", resp.Proto, resp.Status, body, tc.proto)
+			}
+		})
+	}
+}

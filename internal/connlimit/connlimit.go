@@ -13,6 +13,7 @@
 package connlimit
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +72,16 @@ type Config struct {
 	// Logger hears of refusals, at most one line per limit every
 	// refusalLogEvery (default: slog.Default).
 	Logger *slog.Logger
+	// TLS, when the listener's connections speak TLS above it (a
+	// tls.NewListener over Listen), is their configuration: a refused
+	// connection is then told why over TLS, after a handshake, and not
+	// in plain text its client would take for a broken handshake.
+	TLS *tls.Config
+	// HTTP2 says that a client may speak HTTP/2 from a connection's
+	// first byte (h2c by prior knowledge, or after TLS's ALPN chose
+	// "h2"): a refused connection whose client does is told why in an
+	// HTTP/2 answer, which it reads, and not in an HTTP/1.1 one.
+	HTTP2 bool
 }
 
 // Stats is what a Guard has seen, for monitoring.
@@ -87,6 +98,9 @@ type Stats struct {
 	BodyTimeouts, WriteTimeouts int64
 	// HTTP2Streams counts the requests under way over HTTP/2.
 	HTTP2Streams int64
+	// Refusing counts the refused connections being told why now, apart
+	// from the accept loop (with Config.TLS or Config.HTTP2).
+	Refusing int
 }
 
 // refusalLogEvery spaces the log lines of refusals: a flood of them is
@@ -108,6 +122,13 @@ type Guard struct {
 	idle  idleList // every idle connection, the longest idle first
 	nIdle int
 	addrs map[netip.Addr]*addrConns
+
+	// The refusals being answered apart from the accept loop (with TLS
+	// or HTTP/2, whose clients speak first), each one's connection, so
+	// that Close ends them.
+	refusing      map[net.Conn]struct{}
+	refusingWG    sync.WaitGroup
+	refusalsEnded bool // by the listener's Close
 
 	refused, evicted            [numLimits]atomic.Int64
 	bodyTimeouts, writeTimeouts atomic.Int64
@@ -133,7 +154,7 @@ func New(cfg Config) *Guard {
 // Stats returns what g has seen so far.
 func (g *Guard) Stats() Stats {
 	g.mu.Lock()
-	s := Stats{Open: g.open, Idle: g.nIdle}
+	s := Stats{Open: g.open, Idle: g.nIdle, Refusing: len(g.refusing)}
 	g.mu.Unlock()
 	for l := range numLimits {
 		s.Refused[l] = g.refused[l].Load()
@@ -153,6 +174,13 @@ func (g *Guard) Listen(ln net.Listener) net.Listener { return &listener{Listener
 type listener struct {
 	net.Listener
 	g *Guard
+}
+
+// Close closes the listener and ends the refusals still being answered.
+func (l *listener) Close() error {
+	err := l.Listener.Close()
+	l.g.endRefusals()
+	return err
 }
 
 // Accept returns the next connection within the caps, refusing the
@@ -238,10 +266,43 @@ func (g *Guard) refuse(nc net.Conn, l Limit, addr netip.Addr) {
 		g.lastLog[l].Store(now)
 		g.log.Warn("refusing connections: a connection limit is reached", "limit", l.String(), "max", max, "addr", addr.String())
 	}
-	_ = nc.SetWriteDeadline(time.Now().Add(refusalWriteTimeout))
-	_, _ = fmt.Fprintf(nc, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"+
-		"Content-Length: %d\r\nConnection: close\r\nRetry-After: 1\r\n\r\n%s", len(msg), msg)
-	_ = nc.Close()
+	// At once, in plain HTTP/1.1: what a client not speaking TLS most
+	// likely reads.
+	now := func() {
+		if g.cfg.TLS == nil {
+			_ = nc.SetWriteDeadline(time.Now().Add(refusalWriteTimeout))
+			_, _ = nc.Write(refusal503(msg))
+		}
+		_ = nc.Close()
+	}
+	if g.cfg.TLS == nil && !g.cfg.HTTP2 {
+		now()
+		return
+	}
+	// The client speaks first (a TLS handshake, or an HTTP/2 preface to
+	// tell from an HTTP/1.1 request): that is waited for apart from the
+	// accept loop, by at most maxRefusing goroutines; past them a refused
+	// connection is answered at once, or closed untold over TLS.
+	g.mu.Lock()
+	if g.refusing == nil {
+		g.refusing = map[net.Conn]struct{}{}
+	}
+	if g.refusalsEnded || len(g.refusing) >= maxRefusing {
+		g.mu.Unlock()
+		now()
+		return
+	}
+	g.refusing[nc] = struct{}{}
+	g.refusingWG.Add(1)
+	g.mu.Unlock()
+	go func() {
+		defer g.refusingWG.Done()
+		g.answerRefusal(nc, msg)
+		g.mu.Lock()
+		delete(g.refusing, nc)
+		g.mu.Unlock()
+		_ = nc.Close()
+	}()
 }
 
 // ConnState is the http.Server's ConnState hook: it keeps track of which

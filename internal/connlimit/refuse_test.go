@@ -1,0 +1,80 @@
+package connlimit_test
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"tidings/internal/connlimit"
+	"tidings/internal/testrig/testkit"
+)
+
+// TestRefusalsAnsweredApartAreBounded: with clients that speak first
+// (here HTTP/2 beside HTTP/1.1), refused connections that never speak
+// are held apart from the accept loop, at most 64 at once, the rest
+// answered at once in plain HTTP/1.1; closing the server ends those
+// held (goleak checks their goroutines).
+func TestRefusalsAnsweredApartAreBounded(t *testing.T) {
+	g := connlimit.New(connlimit.Config{PerAddress: 1, HTTP2: true})
+	ts := httptest.NewUnstartedServer(g.Handler(http.HandlerFunc(ok)))
+	ts.Listener = g.Listen(ts.Listener)
+	ts.Config.ConnState = g.ConnState
+	ts.Start()
+	closed := false
+	defer func() {
+		if !closed {
+			ts.Close()
+		}
+	}()
+	addr := ts.Listener.Addr().String()
+
+	// A new connection that has sent nothing is not idle, and is not
+	// closed to make room.
+	dialFrom(t, "127.0.0.1", addr)
+	testkit.WaitFor(t, wait, "the first connection to be let in", func() bool { return g.Stats().Open == 1 })
+
+	var silent []net.Conn
+	for range 70 {
+		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
+	}
+	testkit.WaitFor(t, wait, "70 refusals", func() bool { return g.Stats().Refused[connlimit.PerAddress] == 70 })
+	if n := g.Stats().Refusing; n != 64 {
+		t.Fatalf("%d refusals held apart; want 64, the bound", n)
+	}
+	// The ones past the bound are answered at once.
+	for i, c := range silent[64:] {
+		if resp, body := readResponse(t, c, bufio.NewReader(c)); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "allows 1 at once") {
+			t.Fatalf("refusal %d past the bound: %d %q", 64+i, resp.StatusCode, body)
+		}
+		if !closedByServer(t, c) {
+			t.Fatalf("refusal %d past the bound is still open", 64+i)
+		}
+	}
+
+	ts.Close()
+	closed = true
+	if n := g.Stats().Refusing; n != 0 {
+		t.Fatalf("%d refusals still held after the server closed", n)
+	}
+	for i, c := range silent[:64] {
+		if !closedByServer(t, c) {
+			t.Fatalf("held refusal %d is still open after the server closed", i)
+		}
+	}
+}
+
+// TestRefusalOverHTTP1BesideHTTP2: where clients may speak HTTP/2, an
+// HTTP/1.1 client refused at the cap still reads the 503 naming it.
+func TestRefusalOverHTTP1BesideHTTP2(t *testing.T) {
+	g, addr := serve(t, connlimit.Config{PerAddress: 1, HTTP2: true}, http.HandlerFunc(ok))
+	dialFrom(t, "127.0.0.1", addr)
+	testkit.WaitFor(t, wait, "the holder to be admitted", func() bool { return g.Stats().Open == 1 })
+	c := dialFrom(t, "127.0.0.1", addr)
+	resp, body := get(t, c, bufio.NewReader(c), "/")
+	if resp.StatusCode != http.StatusServiceUnavailable || body != "too many connections from 127.0.0.1: this server allows 1 at once from one client address\n" {
+		t.Fatalf("refused: %d %q", resp.StatusCode, body)
+	}
+}
