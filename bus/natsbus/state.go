@@ -42,9 +42,9 @@ type natsState struct {
 // which would move its data between servers. OpenState fails once ctx
 // ends if the store cannot be reached (if ctx has no deadline: within
 // 5s for the connection, and 30s for JetStream to answer, which a
-// cluster still electing its leaders may not do at once); later losses are reported by the methods' errors, and the
-// connection is regained on its own. Of the options, WithLogger and
-// WithBackoff apply.
+// cluster still electing its leaders may not do at once); later losses
+// are reported by the methods' errors, and the connection is regained
+// on its own. Of the options, WithLogger and WithBackoff apply.
 func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.State, error) {
 	ep, err := parse(rawURL)
 	if err != nil {

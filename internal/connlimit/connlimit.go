@@ -268,7 +268,7 @@ func (g *Guard) refuse(nc net.Conn, l Limit, addr netip.Addr) {
 	}
 	// At once, in plain HTTP/1.1: what a client not speaking TLS most
 	// likely reads.
-	now := func() {
+	answerNow := func() {
 		if g.cfg.TLS == nil {
 			_ = nc.SetWriteDeadline(time.Now().Add(refusalWriteTimeout))
 			_, _ = nc.Write(refusal503(msg))
@@ -276,7 +276,7 @@ func (g *Guard) refuse(nc net.Conn, l Limit, addr netip.Addr) {
 		_ = nc.Close()
 	}
 	if g.cfg.TLS == nil && !g.cfg.HTTP2 {
-		now()
+		answerNow()
 		return
 	}
 	// The client speaks first (a TLS handshake, or an HTTP/2 preface to
@@ -289,7 +289,7 @@ func (g *Guard) refuse(nc net.Conn, l Limit, addr netip.Addr) {
 	}
 	if g.refusalsEnded || len(g.refusing) >= maxRefusing {
 		g.mu.Unlock()
-		now()
+		answerNow()
 		return
 	}
 	g.refusing[nc] = struct{}{}
