@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"slices"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -191,11 +193,11 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	// A listen that follows tasks reads their state as it goes, with the
 	// request's context: it keeps its goroutine.
 	if p, ok := out.(engine.Parker); ok && taskIDs == nil {
-		ends := &listenEnds{}
+		ends := &listenEnds{log: s.log}
 		pl := &engine.ParkedListen{Sub: sub, Notices: n, KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver(),
 			End: func(end engine.PumpEnd) engine.Reply {
 				release()
-				r := listenEnd(end, id, complete)
+				r := s.parkedEnd(end, id, complete)
 				// Shutdown waits for this last reply, not for the
 				// Parked one the request returned (see seam.Serve).
 				r.Written = &s.writers
@@ -213,6 +215,21 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		}
 	}
 	end := engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()})
+	return listenEnd(end, id, complete)
+}
+
+// parkedEnd is listenEnd for a parked listen, which ends on a goroutine
+// shared by every parked listen, outside run's recover: a panic is
+// logged and answered as run answers one, not passed on to end the
+// process.
+func (s *Server) parkedEnd(end engine.PumpEnd, id jsonrpc.ID, complete func() engine.Reply) (r engine.Reply) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("mcp: the end of a parked listen panicked", "method", mcp.MethodListen,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			r = engine.Fail(id, jsonrpc.CodeInternalError, "Internal error", nil)
+		}
+	}()
 	return listenEnd(end, id, complete)
 }
 

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -84,6 +86,7 @@ func (r *Request) AfterEnd(fn func(error)) bool {
 
 // listenEnds are what middleware has run when a parked listen ends.
 type listenEnds struct {
+	log   *slog.Logger
 	mu    sync.Mutex
 	ended bool
 	err   error
@@ -99,7 +102,7 @@ func (e *listenEnds) add(fn func(error)) {
 	}
 	err := e.err
 	e.mu.Unlock()
-	fn(err)
+	e.run(fn, err)
 }
 
 // end runs what was added, once.
@@ -110,8 +113,20 @@ func (e *listenEnds) end(err error) {
 	e.fns = nil
 	e.mu.Unlock()
 	for _, fn := range fns {
-		fn(err)
+		e.run(fn, err)
 	}
+}
+
+// run runs fn, logging a panic with its stack instead of passing it on:
+// a parked listen ends on a goroutine shared by every parked listen,
+// where a middleware's panic would end the process, not one request.
+func (e *listenEnds) run(fn func(error), err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("mcp: a middleware's AfterEnd function panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	fn(err)
 }
 
 // State returns the verified state the handler put in an earlier

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,9 +19,8 @@ import (
 	"tidings/streamhttp"
 )
 
-// parkMode is one way a listen is carried: parked (the default over
-// HTTP/1.1 on Linux, with WithParking) or on its own goroutine (the
-// default).
+// parkMode is one way a listen is carried: parked (over HTTP/1.1 on
+// Linux, with WithParking) or on its own goroutine (the default).
 type parkMode struct {
 	name   string
 	opts   []streamhttp.Option
@@ -85,6 +86,50 @@ func TestParkedListenEndsWhenItsClientLeaves(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "the listen to end after its client left", func() bool {
 		return f.h.ParkedListens() == 0 && engine.Of(f.srv).Hub().Len() == 0 && f.srv.ListenStats().Listens == 0
 	})
+}
+
+// TestParkedListenEndSurvivesAPanickingMiddleware: a parked listen ends
+// on a goroutine every parked listen shares, so a middleware whose
+// AfterEnd function panics must cost a log line, not the process: the
+// middleware's other end functions still run, the panic is logged, and
+// the server parks and ends the next listen as before.
+func TestParkedListenEndSurvivesAPanickingMiddleware(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("listens are parked on Linux only")
+	}
+	var logged testkit.SyncBuffer
+	ended := make(chan error, 2)
+	mw := func(next server.MethodHandler) server.MethodHandler {
+		return func(ctx context.Context, req *server.Request) error {
+			err := next(ctx, req)
+			req.AfterEnd(func(error) { panic("an end function's bug") })
+			req.AfterEnd(func(end error) { ended <- end })
+			return err
+		}
+	}
+	f := newFixture(t, []server.Option{server.WithMiddleware(mw), server.WithLogger(slog.New(slog.NewTextHandler(&logged, nil)))},
+		streamhttp.WithParking())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 2 {
+		s := f.open(t, ctx, listenBody(i, `{"toolsListChanged":true}`), headers(mcp.MethodListen, ""))
+		if ev := s.next(t); ev.Method != mcp.NotifyAcknowledged {
+			t.Fatalf("listen %d: first event %q", i, ev.Method)
+		}
+		parkModes()[0].want(t, f, 1)
+		s.resp.Body.Close()
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			t.Fatalf("listen %d: the end function after the panicking one never ran", i)
+		}
+		testkit.WaitFor(t, 10*time.Second, "the listen to end", func() bool {
+			return f.h.ParkedListens() == 0 && f.srv.ListenStats().Listens == 0
+		})
+	}
+	if !strings.Contains(logged.String(), "an end function's bug") {
+		t.Fatalf("the panic was not logged:\n%s", logged.String())
+	}
 }
 
 // TestParkedListensHoldNoGoroutine: a thousand parked listens add a
