@@ -136,6 +136,7 @@ type loop struct {
 	done  bool
 
 	tickStop chan struct{}
+	polled   chan struct{} // closed when the poller returns
 }
 
 // start makes a loop and starts its goroutines. ka is the keep-alive
@@ -155,7 +156,7 @@ func (p *Parker) start(ka time.Duration) (*loop, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("parked: epoll_ctl: %w", err)
 	}
-	lp := &loop{p: p, epfd: epfd, wakefd: wakefd, conns: make(map[int32]*conn), tickStop: make(chan struct{})}
+	lp := &loop{p: p, epfd: epfd, wakefd: wakefd, conns: make(map[int32]*conn), tickStop: make(chan struct{}), polled: make(chan struct{})}
 	lp.qcond.L = &lp.qmu
 	go lp.poll()
 	for range p.cfg.Writers {
@@ -167,8 +168,9 @@ func (p *Parker) start(ka time.Duration) (*loop, error) {
 	return lp, nil
 }
 
-// stop ends the loop's goroutines; the poller closes the descriptors.
-// The caller holds p.mu, and no connection is left.
+// stop ends the loop's goroutines, and closes the descriptors once the
+// poller has returned (it may have already). The caller holds p.mu, and
+// no connection is left.
 func (lp *loop) stop() {
 	lp.qmu.Lock()
 	lp.done = true
@@ -177,28 +179,35 @@ func (lp *loop) stop() {
 	close(lp.tickStop)
 	one := [8]byte{1}
 	_, _ = unix.Write(lp.wakefd, one[:])
+	<-lp.polled
+	unix.Close(lp.wakefd)
+	unix.Close(lp.epfd)
 }
 
-// add registers c with the poller.
+// add registers c with the poller. It is in conns first, so that an
+// event for it finds it.
 func (lp *loop) add(c *conn) error {
 	lp.mu.Lock()
-	defer lp.mu.Unlock()
+	lp.conns[int32(c.fd)] = c
+	lp.mu.Unlock()
 	ev := unix.EpollEvent{Events: watched, Fd: int32(c.fd), Pad: int32(c.serial)}
 	if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+		lp.mu.Lock()
+		delete(lp.conns, int32(c.fd))
+		lp.mu.Unlock()
 		return fmt.Errorf("parked: epoll_ctl: %w", err)
 	}
-	lp.conns[int32(c.fd)] = c
 	return nil
 }
 
 // remove unregisters c, before its socket is closed.
 func (lp *loop) remove(c *conn) {
-	lp.mu.Lock()
-	defer lp.mu.Unlock()
 	_ = unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+	lp.mu.Lock()
 	if lp.conns[int32(c.fd)] == c {
 		delete(lp.conns, int32(c.fd))
 	}
+	lp.mu.Unlock()
 }
 
 // watched are the events every parked socket is watched for: its client
@@ -206,8 +215,12 @@ func (lp *loop) remove(c *conn) {
 // reported once.
 const watched = unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR | unix.EPOLLET
 
-// poll waits for socket events and schedules their connections.
+// poll waits for socket events and schedules their connections, until
+// stop wakes it. An error of epoll_wait's other than EINTR (a bad
+// descriptor: a bug) ends it early; hang-ups then go unseen, and a
+// listen whose client left ends when a write to it fails.
 func (lp *loop) poll() {
+	defer close(lp.polled)
 	events := make([]unix.EpollEvent, 256)
 	for {
 		n, err := unix.EpollWait(lp.epfd, events, -1)
@@ -215,14 +228,10 @@ func (lp *loop) poll() {
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
-			// Nothing recoverable: the connections are cut by the ticker
-			// or end with the hub.
-			n = 0
+			return
 		}
 		for _, ev := range events[:n] {
 			if ev.Fd == int32(lp.wakefd) {
-				unix.Close(lp.wakefd)
-				unix.Close(lp.epfd)
 				return
 			}
 			lp.mu.Lock()
@@ -242,9 +251,6 @@ func (lp *loop) poll() {
 			}
 			c.kick(bits)
 		}
-		if err != nil {
-			return
-		}
 	}
 }
 
@@ -253,6 +259,7 @@ func (lp *loop) tick(period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	wt := lp.p.cfg.WriteTimeout.Nanoseconds()
+	var conns []*conn // reused: the poller waits on lp.mu for a copy, not a sweep
 	for {
 		select {
 		case <-lp.tickStop:
@@ -261,6 +268,10 @@ func (lp *loop) tick(period time.Duration) {
 			ns := now.UnixNano()
 			lp.mu.Lock()
 			for _, c := range lp.conns {
+				conns = append(conns, c)
+			}
+			lp.mu.Unlock()
+			for _, c := range conns {
 				if stuck := c.stuck.Load(); stuck != 0 {
 					if wt > 0 && ns-stuck >= wt {
 						c.kick(evTick)
@@ -269,7 +280,8 @@ func (lp *loop) tick(period time.Duration) {
 					c.kick(evTick)
 				}
 			}
-			lp.mu.Unlock()
+			clear(conns)
+			conns = conns[:0]
 		}
 	}
 }
@@ -474,7 +486,7 @@ func (c *conn) drain(s *scratch) {
 		c.final = true
 		if c.rep.Body != nil && c.rep.Outcome != engine.Broken {
 			buf, s.ev = appendMessage(buf, s.ev, c.rep.Body)
-			buf = append(buf, trailer...)
+			buf = append(buf, LastChunk...)
 		}
 	}
 	if len(buf) > 0 {
@@ -484,7 +496,10 @@ func (c *conn) drain(s *scratch) {
 	if len(iov) == 0 {
 		return
 	}
-	if err := c.writeOut(s, iov); err != nil {
+	err := c.writeOut(s, iov)
+	clear(iov) // nothing of this drain is kept alive by the scratch
+	s.iov = iov[:0]
+	if err != nil {
 		c.cut(engine.Lost, true)
 	}
 }
@@ -493,8 +508,10 @@ func (c *conn) drain(s *scratch) {
 // the socket has no room for is kept in pending, and the poller watches
 // for room.
 func (c *conn) writeOut(s *scratch, iov [][]byte) error {
-	if iov == nil {
+	fromPending := iov == nil
+	if fromPending {
 		iov = append(s.iov[:0], c.pending)
+		s.iov = iov[:0]
 	}
 	total := 0
 	for _, b := range iov {
@@ -523,18 +540,24 @@ func (c *conn) writeOut(s *scratch, iov [][]byte) error {
 		}
 		return nil
 	}
-	// Keep the rest: copied, since iov may be scratch or the pending
-	// bytes themselves.
-	var rest []byte
-	for _, b := range iov {
-		if n >= len(b) {
-			n -= len(b)
-			continue
+	// Keep the rest: the pending bytes move to the front of their own
+	// buffer; anything else is copied into it (it is empty then, as
+	// nothing else is written while bytes are pending), since iov is the
+	// writer's scratch.
+	if fromPending {
+		c.pending = c.pending[:copy(c.pending, c.pending[n:])]
+	} else {
+		rest := c.pending[:0]
+		for _, b := range iov {
+			if n >= len(b) {
+				n -= len(b)
+				continue
+			}
+			rest = append(rest, b[n:]...)
+			n = 0
 		}
-		rest = append(rest, b[n:]...)
-		n = 0
+		c.pending = rest
 	}
-	c.pending = rest
 	if c.stuck.Load() == 0 {
 		c.stuck.Store(time.Now().UnixNano())
 	}
