@@ -138,8 +138,10 @@ func (m *Metrics) Middleware() server.Middleware {
 			}()
 			err := next(ctx, req)
 			// A parked listen goes on after next returns: it is counted
-			// and timed when it ends.
-			parked = req.AfterEnd(func(end error) {
+			// and timed when it ends. Only a listen is ever parked, and
+			// the end function is built for it alone, as it costs an
+			// allocation.
+			parked = listen && req.AfterEnd(func(end error) {
 				if listen {
 					m.listens.Dec()
 				}

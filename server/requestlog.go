@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tidings/jsonrpc"
+	"tidings/mcp"
 )
 
 // LogRequests returns middleware that logs each request at debug level
@@ -21,8 +22,9 @@ func LogRequests(l *slog.Logger) Middleware {
 			}
 			start := time.Now()
 			err := next(ctx, req)
-			// A parked listen is logged when it ends.
-			if req.AfterEnd(func(end error) { logRequest(context.Background(), l, req, start, end) }) {
+			// A parked listen is logged when it ends (only a listen is
+			// ever parked).
+			if req.Method == mcp.MethodListen && req.AfterEnd(func(end error) { logRequest(context.Background(), l, req, start, end) }) {
 				return err
 			}
 			logRequest(ctx, l, req, start, err)
