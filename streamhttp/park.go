@@ -2,10 +2,10 @@ package streamhttp
 
 import (
 	"net"
-	"strconv"
 	"time"
 
 	"tidings/internal/engine"
+	"tidings/internal/parked"
 	"tidings/internal/sse"
 )
 
@@ -70,12 +70,7 @@ func (a *answerWriter) writeRaw(b []byte) error {
 	if a.timeout > 0 {
 		_ = a.raw.SetWriteDeadline(time.Now().Add(a.timeout))
 	}
-	buf := make([]byte, 0, len(b)+12)
-	buf = strconv.AppendInt(buf, int64(len(b)), 16)
-	buf = append(buf, '\r', '\n')
-	buf = append(buf, b...)
-	buf = append(buf, '\r', '\n')
-	if _, err := a.raw.Write(buf); err != nil {
+	if _, err := a.raw.Write(parked.AppendChunk(make([]byte, 0, len(b)+12), b)); err != nil {
 		a.broken = err
 		return err
 	}
@@ -99,5 +94,5 @@ func (o *responder) finishRaw(rep engine.Reply) {
 			return
 		}
 	}
-	_, _ = o.raw.Write([]byte("0\r\n\r\n"))
+	_, _ = o.raw.Write([]byte(parked.LastChunk))
 }

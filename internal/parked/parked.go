@@ -6,8 +6,8 @@
 // writers shared by all drain each listen's hub subscription when it
 // notifies, and one ticker sends keep-alives and cuts readers stuck past
 // the write timeout. A parked listen costs its pending state, a socket
-// and about a hundred bytes; it holds no goroutine, no bufio buffers and
-// no timer.
+// and a few hundred bytes of its own; it holds no goroutine, no bufio
+// buffers and no timer.
 //
 // Parking needs epoll (Linux); elsewhere New returns nil and the
 // transport keeps each listen on its own goroutine.
@@ -36,11 +36,13 @@ type Config struct {
 // be reached (a net.Conn that is not a syscall.Conn).
 var errNoSocket = errors.New("parked: the connection has no socket to park (not a syscall.Conn)")
 
-// trailer ends a chunked HTTP/1.1 body: the last chunk, no trailers.
-const trailer = "0\r\n\r\n"
+// LastChunk ends a chunked HTTP/1.1 body: the last chunk, no trailers.
+// A listen taken over from net/http ends its body with it, parked or not.
+const LastChunk = "0\r\n\r\n"
 
-// appendChunk appends p as one chunk of a chunked HTTP/1.1 body.
-func appendChunk(dst, p []byte) []byte {
+// AppendChunk appends p as one chunk of a chunked HTTP/1.1 body: what a
+// listen taken over from net/http writes, parked or not.
+func AppendChunk(dst, p []byte) []byte {
 	dst = strconv.AppendInt(dst, int64(len(p)), 16)
 	dst = append(dst, '\r', '\n')
 	dst = append(dst, p...)
@@ -51,11 +53,11 @@ func appendChunk(dst, p []byte) []byte {
 // scratch space, returned for reuse.
 func appendMessage(dst, ev, msg []byte) (out, scratch []byte) {
 	ev = sse.AppendEvent(ev[:0], msg)
-	return appendChunk(dst, ev), ev
+	return AppendChunk(dst, ev), ev
 }
 
 // keepAliveChunk returns an SSE comment in one chunk.
-func keepAliveChunk() []byte { return appendChunk(nil, sse.AppendComment(nil, "keep-alive")) }
+func keepAliveChunk() []byte { return AppendChunk(nil, sse.AppendComment(nil, "keep-alive")) }
 
 // tickPeriod is how often the ticker sweeps: a quarter of the shorter of
 // the keep-alive interval and the write timeout, so that each is kept to
