@@ -74,11 +74,7 @@ func newListenNotices(srv *Server, principal string, id jsonrpc.ID) *listenNotic
 func (n *listenNotices) ListChanged(l mcp.List) []byte { return n.changed[l] }
 
 func (n *listenNotices) Updated(buf []byte, uri string) ([]byte, bool) {
-	buf = append(buf, `{"jsonrpc":"2.0","method":"`+mcp.NotifyResourceUpdated+`","params":{"uri":`...)
-	buf, _ = jsontext.AppendQuote(buf, uri)
-	buf = append(buf, `,"_meta":`...)
-	buf = append(buf, n.idMeta...)
-	return append(buf, "}}"...), true
+	return engine.AppendUpdated(buf, uri, n.idMeta), true
 }
 
 // listen serves subscriptions/listen: the acknowledgement first, then

@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"tidings/hub"
 	"tidings/mcp"
 )
@@ -52,6 +54,19 @@ type Notices interface {
 	// buf for the next message, so that a change costs a stream no
 	// allocation once its buffer has grown.
 	Updated(buf []byte, uri string) (msg []byte, ok bool)
+}
+
+// AppendUpdated appends the resources/updated notification for uri to
+// buf, with meta (a JSON object, or "" for none) as its params' _meta:
+// what each era's Notices.Updated writes, with its own tag or none.
+func AppendUpdated(buf []byte, uri, meta string) []byte {
+	buf = append(buf, `{"jsonrpc":"2.0","method":"`+mcp.NotifyResourceUpdated+`","params":{"uri":`...)
+	buf, _ = jsontext.AppendQuote(buf, uri)
+	if meta != "" {
+		buf = append(buf, `,"_meta":`...)
+		buf = append(buf, meta...)
+	}
+	return append(buf, "}}"...)
 }
 
 // TaskSource is a Source that also follows tasks (of the tasks

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/go-json-experiment/json/jsontext"
-
 	"tidings/hub"
 	"tidings/internal/engine"
 	"tidings/jsonrpc"
@@ -41,9 +39,7 @@ func (n *notices) Updated(buf []byte, uri string) ([]byte, bool) {
 	if !still {
 		return buf, false
 	}
-	buf = append(buf, `{"jsonrpc":"2.0","method":"`+mcp.NotifyResourceUpdated+`","params":{"uri":`...)
-	buf, _ = jsontext.AppendQuote(buf, uri)
-	return append(buf, "}}"...), true
+	return engine.AppendUpdated(buf, uri, ""), true
 }
 
 // Stream sends the session's notifications to out until ctx ends, the
