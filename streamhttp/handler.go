@@ -652,7 +652,11 @@ type responder struct {
 func (h *Handler) newResponder(w http.ResponseWriter, r *http.Request) *responder {
 	o := &responder{answerWriter: answerWriter{w: w, rc: http.NewResponseController(w), timeout: h.cfg.writeTimeout}}
 	if h.cfg.writeTimeout > 0 && writecut.Applies(r) {
-		o.cut = writecut.New(o.rc, h.cfg.writeTimeout, nil)
+		if writecut.TimedWithin(w, h.cfg.writeTimeout) {
+			o.timeout = 0 // each write is cut beneath, within the timeout
+		} else {
+			o.cut = writecut.New(o.rc, h.cfg.writeTimeout, nil)
+		}
 	}
 	return o
 }

@@ -437,3 +437,34 @@ func TestServeRefusalInTheClientsProtocol(t *testing.T) {
 		})
 	}
 }
+
+// TestServeCutsAStalledHTTP2Reader: a reader of a large file over h2c
+// that never reads has its stream cut after the write timeout, and the
+// cut is counted in /metrics as over HTTP/1.1: the writes are timed
+// once, beneath the handler, where the cut is counted.
+func TestServeCutsAStalledHTTP2Reader(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "big.txt"), bytes.Repeat([]byte("x"), 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, stop := serveInProcess(t, dir, "--max-read-bytes", "16MiB", "--write-timeout", "300ms")
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	c := h2cClient(nil)
+	defer c.CloseIdleConnections()
+	body := request(t, 1, mcp.MethodResourcesRead, map[string]any{"uri": fileURI(t, dir, "big.txt")})
+	resp := mcpPost(ctx, t, c, base+"/mcp", mcp.MethodResourcesRead, body, mcp.HeaderName, fileURI(t, dir, "big.txt"))
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("%s, want HTTP/2", resp.Proto)
+	}
+	// Nothing is read: the stream's window fills, and the server's write
+	// blocks until the timeout cuts it.
+	scraper := h2cClient(nil)
+	defer scraper.CloseIdleConnections()
+	waitMetric(t, scraper, base, "tidings_http_write_timeouts_total", 1)
+	if _, err := io.Copy(io.Discard, resp.Body); err == nil {
+		t.Fatal("the stalled stream ended cleanly, want it cut")
+	}
+}

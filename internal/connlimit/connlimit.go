@@ -477,7 +477,8 @@ func (g *Guard) Handler(h http.Handler) http.Handler {
 		if writecut.Applies(r) {
 			// HTTP/2 would cut a stream whose deadline passed between
 			// writes, so each write is timed instead.
-			cw := &cutWriter{ResponseWriter: w, rc: rc, cut: writecut.New(rc, g.cfg.WriteTimeout, func() { g.writeTimeouts.Add(1) })}
+			cw := &cutWriter{ResponseWriter: w, rc: rc, cut: writecut.New(rc, g.cfg.WriteTimeout, func() { g.writeTimeouts.Add(1) }),
+				timeout: g.cfg.WriteTimeout}
 			h.ServeHTTP(cw, r)
 			cw.cut.Close()
 			return
@@ -576,9 +577,14 @@ func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // after the Guard's WriteTimeout, and only while under way.
 type cutWriter struct {
 	http.ResponseWriter
-	rc  *http.ResponseController
-	cut *writecut.Cutter
+	rc      *http.ResponseController
+	cut     *writecut.Cutter
+	timeout time.Duration
 }
+
+// WriteTimeout makes the writer a writecut.Timed: a handler beneath it
+// leaves the timing of its writes to it, and their cuts are counted.
+func (w *cutWriter) WriteTimeout() time.Duration { return w.timeout }
 
 func (w *cutWriter) Write(p []byte) (int, error) {
 	w.cut.Begin()

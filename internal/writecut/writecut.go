@@ -20,6 +20,22 @@ import (
 	"time"
 )
 
+// Timed is a ResponseWriter whose writes a Cutter times already, as
+// middleware beneath a handler may (connlimit's): a handler that would
+// time them with a timeout no shorter leaves it to that writer, so that
+// each write is timed once, and a cut is counted where it is counted.
+type Timed interface {
+	// WriteTimeout is the timeout the writer cuts a write after.
+	WriteTimeout() time.Duration
+}
+
+// TimedWithin reports whether w is a Timed writer cutting writes within
+// timeout.
+func TimedWithin(w http.ResponseWriter, timeout time.Duration) bool {
+	t, ok := w.(Timed)
+	return ok && t.WriteTimeout() > 0 && t.WriteTimeout() <= timeout
+}
+
 // Cutter bounds the writes of one HTTP/2 answer. It is used by the
 // handler's goroutine only, except for the timer's cut.
 type Cutter struct {
