@@ -56,6 +56,7 @@ type Conn struct {
 
 	mu       sync.Mutex
 	pending  []byte
+	gathered int64         // writes taken into pending, added to shared as it is taken
 	spare    []byte        // the flusher's last buffer, reused
 	flushing bool          // a flusher goroutine runs
 	idle     chan struct{} // closed when the running flusher exits
@@ -144,9 +145,6 @@ func (c *Conn) Write(p []byte) (int, error) {
 		c.writes.Add(1)
 		return c.Conn.Write(p)
 	}
-	if c.shared != nil {
-		c.shared.Gathered.Add(1)
-	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -167,6 +165,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			// An empty buffer takes even a write above the limit, whole,
 			// so that no write is split.
 			c.pending = append(c.pending, p...)
+			c.gathered++
 			if !c.flushing {
 				c.flushing = true
 				c.idle = make(chan struct{})
@@ -215,13 +214,17 @@ func (c *Conn) flush(idle chan struct{}) {
 			c.mu.Unlock()
 			return
 		}
-		out := c.pending
-		c.pending, c.spare = c.spare[:0], nil
+		out, gathered := c.pending, c.gathered
+		c.pending, c.spare, c.gathered = c.spare[:0], nil, 0
 		c.wakeLocked()
 		c.mu.Unlock()
 
 		c.writes.Add(1)
 		if c.shared != nil {
+			// Counted here rather than in Write, so that the connections
+			// do not all bump one shared counter per frame, and a write
+			// refused (closed, failed, past its deadline) is not counted.
+			c.shared.Gathered.Add(gathered)
 			c.shared.Written.Add(1)
 		}
 		_, err := c.Conn.Write(out)
@@ -230,7 +233,7 @@ func (c *Conn) flush(idle chan struct{}) {
 		c.spare = out[:0]
 		if err != nil && c.err == nil {
 			c.err = err
-			c.pending = nil
+			c.pending, c.gathered = nil, 0
 			c.wakeLocked()
 		}
 		c.mu.Unlock()
@@ -276,8 +279,9 @@ func (c *Conn) Close() error {
 }
 
 // Stats adds up what the gathering connections of a Listener did, for
-// monitoring: Gathered counts the writes they took, Written the writes
-// they made to their sockets. Their ratio is the frames per system call.
+// monitoring: Gathered counts the writes they took into their buffers,
+// added as the flusher takes each buffer, Written the writes they made
+// to their sockets. Their ratio is the frames per system call.
 type Stats struct {
 	Gathered, Written atomic.Int64
 }

@@ -256,3 +256,41 @@ func TestSocketOnlyWhileWritesPassThrough(t *testing.T) {
 		t.Fatal("a Conn gathering writes offers its socket")
 	}
 }
+
+// TestListenerCountsTakenWrites: a Listener's Stats count the writes its
+// connections took into their buffers, once they leave, and not the
+// writes refused.
+func TestListenerCountsTakenWrites(t *testing.T) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := coalesce.Listen(tcp, 0)
+	defer ln.Close()
+	client, err := net.Dial("tcp", tcp.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := nc.(*coalesce.Conn)
+	c.Coalesce()
+	for range 3 {
+		if _, err := c.Write([]byte("frame")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil { // lets the three leave
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("late")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after close: %v, want net.ErrClosed", err)
+	}
+	st := ln.Stats()
+	if g, w := st.Gathered.Load(), st.Written.Load(); g != 3 || w < 1 || w > 3 {
+		t.Fatalf("gathered %d in %d writes, want 3 in 1 to 3: the refused write is not taken", g, w)
+	}
+}
