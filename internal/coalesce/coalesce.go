@@ -14,7 +14,8 @@
 // flusher, so a client that stops reading blocks its own connection, as
 // it would without a Conn, and nothing else. An error of the flusher's
 // write is returned by every later Write. The flusher runs only while
-// there is something to write, so an idle connection holds no goroutine.
+// there is something to write, so an idle connection holds no goroutine,
+// and one buffer.
 package coalesce
 
 import (
@@ -57,7 +58,7 @@ type Conn struct {
 	mu       sync.Mutex
 	pending  []byte
 	gathered int64         // writes taken into pending, added to shared as it is taken
-	spare    []byte        // the flusher's last buffer, reused
+	spare    []byte        // the flusher's last buffer, reused while it runs
 	flushing bool          // a flusher goroutine runs
 	idle     chan struct{} // closed when the running flusher exits
 	space    chan struct{} // closed (and replaced) when a waiting Write should look again
@@ -210,7 +211,14 @@ func (c *Conn) flush(idle chan struct{}) {
 	for {
 		c.mu.Lock()
 		if len(c.pending) == 0 || c.err != nil {
-			c.flushing = false
+			// An idle connection keeps one buffer, not two: the spare
+			// is only worth its memory while writes keep coming. The
+			// larger one stays, for the next burst to write into; a
+			// failed connection, which takes no more writes, keeps none.
+			if c.err == nil && cap(c.spare) > cap(c.pending) {
+				c.pending = c.spare[:0]
+			}
+			c.flushing, c.spare = false, nil
 			c.mu.Unlock()
 			return
 		}
