@@ -133,15 +133,15 @@ func (h *h2Flags) apply(hs *http.Server, ln net.Listener, tlsCfg *tls.Config) (n
 	}
 	if h.tlsCert == "" {
 		hs.Protocols.SetUnencryptedHTTP2(true)
-		if err := h2sched.Configure(hs); err != nil {
-			return nil, nil, err
-		}
-		return ln, stats, nil
+	} else {
+		hs.Protocols.SetHTTP2(true)
+		// Set before Configure, which amends this config in place
+		// (its ALPN protocols): the TLS listener holds the same one.
+		hs.TLSConfig = tlsCfg
+		ln = tls.NewListener(ln, tlsCfg)
 	}
-	hs.Protocols.SetHTTP2(true)
-	hs.TLSConfig = tlsCfg
 	if err := h2sched.Configure(hs); err != nil {
 		return nil, nil, err
 	}
-	return tls.NewListener(ln, tlsCfg), stats, nil
+	return ln, stats, nil
 }
