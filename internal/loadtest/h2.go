@@ -132,8 +132,7 @@ func (t *tidingsH2Target) socketWrites() int64 { return t.h2.socketWrites() }
 // h2Clients are the HTTP/2 transports of one listener set, one per
 // connection; listen i goes over transport i mod their number.
 type h2Clients struct {
-	tr    []*http.Transport
-	dials atomic.Int64
+	tr []*http.Transport
 }
 
 // newH2Clients makes n transports that speak HTTP/2 by prior knowledge
@@ -155,7 +154,6 @@ func newH2Clients(s *listenerSet, n int) *h2Clients {
 			if !s.track(conn) {
 				return nil, errors.New("listener set closed")
 			}
-			c.dials.Add(1)
 			return conn, nil
 		}
 		c.tr[i] = tr

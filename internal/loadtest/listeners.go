@@ -265,8 +265,7 @@ func (s *listenerSet) openOne(ctx context.Context, i int) error {
 // listenRequest is the raw HTTP request of one listen for tools list
 // changes, with the headers a conforming client sends.
 func listenRequest(addr, id string) []byte {
-	body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"method":%q,"params":{"_meta":{%q:%q,%q:{}},"notifications":{"toolsListChanged":true}}}`,
-		id, mcp.MethodListen, mcp.MetaProtocolVersion, mcp.Version, mcp.MetaClientCapabilities)
+	body := listenBody(id)
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "POST %s HTTP/1.1\r\nHost: %s\r\n", listenPath, addr)
 	b.WriteString("Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n")
