@@ -58,15 +58,13 @@ func startFrontH2(h http.Handler, noCoalesce, plain bool) (*h2Front, error) {
 			return nil, err
 		}
 	}
-	f := &front{hs: hs, addr: ln.Addr().String(), stalledAddr: ln.Addr().String(), served: make(chan error, 2)}
+	f := &front{hs: hs, addr: ln.Addr().String(), stalledAddr: ln.Addr().String(), served: make(chan error, 1), serves: 1}
 	counted := &countingListener{Listener: ln}
 	var served net.Listener = counted
 	if !noCoalesce {
 		served = coalesce.Listen(served, 0)
 	}
 	go func() { f.served <- hs.Serve(served) }()
-	// shutdown waits for two Serve calls; this front has one.
-	f.served <- http.ErrServerClosed
 	return &h2Front{front: f, writes: &counted.writes}, nil
 }
 

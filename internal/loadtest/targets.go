@@ -56,7 +56,8 @@ type front struct {
 	hs          *http.Server
 	addr        string
 	stalledAddr string
-	served      chan error
+	served      chan error // the end of each Serve call
+	serves      int        // how many Serve calls run, for shutdown to wait for
 }
 
 func startFront(h http.Handler) (*front, error) {
@@ -80,6 +81,7 @@ func startFront(h http.Handler) (*front, error) {
 		addr:        ln.Addr().String(),
 		stalledAddr: sln.Addr().String(),
 		served:      make(chan error, 2),
+		serves:      2,
 	}
 	go func() { f.served <- f.hs.Serve(ln) }()
 	go func() { f.served <- f.hs.Serve(smallSendBuffers{sln}) }()
@@ -89,14 +91,14 @@ func startFront(h http.Handler) (*front, error) {
 func (f *front) addrs() (string, string) { return f.addr, f.stalledAddr }
 
 // shutdown waits (within ctx) for every handler to return, then closes
-// whatever is left, and waits for both Serve calls to end.
+// whatever is left, and waits for its Serve calls to end.
 func (f *front) shutdown(ctx context.Context) error {
 	err := f.hs.Shutdown(ctx)
 	if err != nil {
 		_ = f.hs.Close()
 		err = fmt.Errorf("http server shutdown: %w", err)
 	}
-	for range 2 {
+	for range f.serves {
 		if e := <-f.served; !errors.Is(e, http.ErrServerClosed) {
 			err = errors.Join(err, e)
 		}
