@@ -51,7 +51,8 @@ func listenBody(id string) []byte {
 		id, mcp.MethodListen, mcp.MetaProtocolVersion, mcp.Version, mcp.MetaClientCapabilities)
 }
 
-// mcpPost makes a conforming POST to url with body.
+// mcpPost makes a conforming POST to url with body, and with the
+// header pairs of hdr, a "Host" pair setting the request's Host.
 func mcpPost(ctx context.Context, t *testing.T, c *http.Client, url, method string, body []byte, hdr ...string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -63,6 +64,10 @@ func mcpPost(ctx context.Context, t *testing.T, c *http.Client, url, method stri
 	req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
 	req.Header.Set(mcp.HeaderMethod, method)
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" { // net/http sends req.Host, not a Host header
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := c.Do(req)
@@ -236,22 +241,7 @@ func TestServeH2CChecks(t *testing.T) {
 		{"foreign host", listenBody("h"), []string{"Host", "evil.example"}, http.StatusForbidden},
 		{"body too large", bytes.Repeat([]byte(" "), 5<<20), nil, http.StatusRequestEntityTooLarge},
 	} {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/mcp", bytes.NewReader(tc.body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
-		req.Header.Set(mcp.HeaderMethod, mcp.MethodListen)
-		for i := 0; i+1 < len(tc.hdr); i += 2 {
-			if tc.hdr[i] == "Host" {
-				req.Host = tc.hdr[i+1]
-				continue
-			}
-			req.Header.Set(tc.hdr[i], tc.hdr[i+1])
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
+		resp := mcpPost(ctx, t, c, base+"/mcp", mcp.MethodListen, tc.body, tc.hdr...)
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.ProtoMajor != 2 || resp.StatusCode != tc.want {
