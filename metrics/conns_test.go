@@ -16,7 +16,7 @@ import (
 func TestConnSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := metrics.ConnStats{Open: 1, Idle: 2, MaxPerAddress: 3, MaxTotal: 4, RefusedPerAddress: 5, RefusedTotal: 6,
-		EvictedPerAddress: 7, EvictedTotal: 8, BodyTimeouts: 9, WriteTimeouts: 10}
+		EvictedPerAddress: 7, EvictedTotal: 8, BodyTimeouts: 9, WriteTimeouts: 10, Refusing: 11, RefusedUntold: 12}
 	if err := metrics.RegisterConns(reg, func() metrics.ConnStats { return st }); err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +31,7 @@ func TestConnSeries(t *testing.T) {
 		`tidings_http_connections_refused_total{limit="per_address"}`: 5, `tidings_http_connections_refused_total{limit="total"}`: 6,
 		`tidings_http_connections_evicted_total{limit="per_address"}`: 7, `tidings_http_connections_evicted_total{limit="total"}`: 8,
 		"tidings_http_body_timeouts_total": 9, "tidings_http_write_timeouts_total": 10,
+		"tidings_http_connections_refusing": 11, "tidings_http_connections_refused_untold_total": 12,
 	}
 	for series, v := range want {
 		if got := scrape(t, ts.URL, series); got != v {

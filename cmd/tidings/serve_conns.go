@@ -170,6 +170,7 @@ func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, l
 			RefusedPerAddress: s.Refused[connlimit.PerAddress], RefusedTotal: s.Refused[connlimit.Total],
 			EvictedPerAddress: s.Evicted[connlimit.PerAddress], EvictedTotal: s.Evicted[connlimit.Total],
 			BodyTimeouts: s.BodyTimeouts, WriteTimeouts: s.WriteTimeouts,
+			Refusing: s.Refusing, RefusedUntold: s.Untold,
 		}
 	}); err != nil {
 		return nil, nil, err

@@ -99,8 +99,12 @@ type Stats struct {
 	// HTTP2Streams counts the requests under way over HTTP/2.
 	HTTP2Streams int64
 	// Refusing counts the refused connections being told why now, apart
-	// from the accept loop (with Config.TLS or Config.HTTP2).
+	// from the accept loop (with Config.TLS or Config.HTTP2), 64 at most.
 	Refusing int
+	// Untold counts the refused connections closed without being told
+	// why: over TLS, when 64 were being told already, or the listener
+	// had closed. Each is counted in Refused too.
+	Untold int64
 }
 
 // refusalLogEvery spaces the log lines of refusals: a flood of them is
@@ -133,6 +137,7 @@ type Guard struct {
 	refused, evicted            [numLimits]atomic.Int64
 	bodyTimeouts, writeTimeouts atomic.Int64
 	h2Streams                   atomic.Int64
+	untold                      atomic.Int64
 	lastLog                     [numLimits]atomic.Int64 // UnixNano of the last refusal logged
 }
 
@@ -163,6 +168,7 @@ func (g *Guard) Stats() Stats {
 	s.BodyTimeouts = g.bodyTimeouts.Load()
 	s.WriteTimeouts = g.writeTimeouts.Load()
 	s.HTTP2Streams = g.h2Streams.Load()
+	s.Untold = g.untold.Load()
 	return s
 }
 
@@ -272,6 +278,8 @@ func (g *Guard) refuse(nc net.Conn, l Limit, addr netip.Addr) {
 		if g.cfg.TLS == nil {
 			_ = nc.SetWriteDeadline(time.Now().Add(refusalWriteTimeout))
 			_, _ = nc.Write(refusal503(msg))
+		} else {
+			g.untold.Add(1)
 		}
 		_ = nc.Close()
 	}

@@ -18,7 +18,8 @@ import (
 // accept loop (see Config.TLS and Config.HTTP2): each holds a
 // connection past the cap for up to refusalAnswerTimeout, so past this
 // many a refused connection is answered at once in plain HTTP/1.1, or
-// closed untold over TLS. Either way it is counted.
+// closed untold over TLS. Either way it is counted. Stats' doc and the
+// help of the metrics that show them name this bound.
 const maxRefusing = 64
 
 // refusalAnswerTimeout bounds all of a refusal answered apart from the

@@ -2,6 +2,7 @@ package connlimit_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -76,5 +77,29 @@ func TestRefusalOverHTTP1BesideHTTP2(t *testing.T) {
 	resp, body := get(t, c, bufio.NewReader(c), "/")
 	if resp.StatusCode != http.StatusServiceUnavailable || body != "too many connections from 127.0.0.1: this server allows 1 at once from one client address\n" {
 		t.Fatalf("refused: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestUntoldRefusalsOverTLSAreCounted: over TLS, refused connections
+// past the bound of those answered apart cannot be told why at once
+// (the client has not yet spoken TLS): they are closed, and counted.
+func TestUntoldRefusalsOverTLSAreCounted(t *testing.T) {
+	// The silent clients never say hello, so the config needs no
+	// certificate.
+	g, addr := serve(t, connlimit.Config{PerAddress: 1, TLS: &tls.Config{}}, http.HandlerFunc(ok))
+	dialFrom(t, "127.0.0.1", addr)
+	testkit.WaitFor(t, wait, "the first connection to be let in", func() bool { return g.Stats().Open == 1 })
+	var silent []net.Conn
+	for range 70 {
+		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
+	}
+	testkit.WaitFor(t, wait, "70 refusals", func() bool { return g.Stats().Refused[connlimit.PerAddress] == 70 })
+	if s := g.Stats(); s.Refusing != 64 || s.Untold != 6 {
+		t.Fatalf("%d refusals held apart and %d untold; want 64, the bound, and the 6 past it", s.Refusing, s.Untold)
+	}
+	for i, c := range silent[64:] {
+		if !closedByServer(t, c) {
+			t.Fatalf("refusal %d past the bound is still open", 64+i)
+		}
 	}
 }
