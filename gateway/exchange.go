@@ -202,7 +202,6 @@ type exchanger struct {
 	audience string
 	resource string
 	scopes   []string
-	max      int
 
 	mu      sync.Mutex
 	tokens  map[tokenKey]*list.Element // of *kept; lru's front is the latest used
@@ -275,7 +274,7 @@ const (
 
 // newExchanger reads the secret of cfg.Auth.TokenExchange and makes the
 // flow that exchanges tokens for u.
-func newExchanger(u *upstream, max int) (*exchanger, error) {
+func newExchanger(u *upstream) (*exchanger, error) {
 	te := u.cfg.Auth.TokenExchange
 	secret, err := readLine(te.SecretFile)
 	if err != nil {
@@ -286,7 +285,7 @@ func newExchanger(u *upstream, max int) (*exchanger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: token_exchange: %w", err)
 	}
-	x := &exchanger{u: u, flow: f, resource: te.Resource, audience: te.Audience, scopes: te.Scopes, max: max,
+	x := &exchanger{u: u, flow: f, resource: te.Resource, audience: te.Audience, scopes: te.Scopes,
 		tokens: map[tokenKey]*list.Element{}, lru: list.New(), flights: map[tokenKey]*flight{}, watches: map[string]*watch{},
 		refused: map[string]error{}, refusedUntil: map[tokenKey]time.Time{}}
 	if x.resource == "" {
@@ -435,8 +434,11 @@ func (x *exchanger) exchange(ctx context.Context, key tokenKey, tok *auth.Subjec
 		x.mu.Unlock()
 		return "", err
 	}
+	// The configuration is read here, not kept: a reload may change
+	// max_exchanged_tokens and keep this upstream.
+	cfg := x.u.g.config()
 	now := x.u.g.now()
-	until := now.Add(x.u.g.config().maxTTL())
+	until := now.Add(cfg.maxTTL())
 	if !t.Expiry.IsZero() {
 		life := t.Expiry.Sub(now)
 		until = t.Expiry.Add(-min(renewBefore, life/5))
@@ -448,7 +450,7 @@ func (x *exchanger) exchange(ctx context.Context, key tokenKey, tok *auth.Subjec
 	if el, ok := x.tokens[key]; ok {
 		x.dropLocked(el)
 	}
-	for x.lru.Len() >= x.max {
+	for x.lru.Len() >= cfg.maxExchanged() {
 		x.dropLocked(x.lru.Back())
 		x.evicted.Add(1)
 	}

@@ -537,6 +537,24 @@ func TestTokenExchangeKeepsAtMostMaxExchangedTokens(t *testing.T) {
 	}
 }
 
+// TestTokenExchangeReloadChangesMaxExchangedTokens: a reload that lowers
+// max_exchanged_tokens, and changes nothing else, bounds the tokens the
+// kept upstream keeps from then on.
+func TestTokenExchangeReloadChangesMaxExchangedTokens(t *testing.T) {
+	r := startExchangeRig(t)
+	cfg := r.cfg
+	cfg.MaxExchangedTokens = 2
+	if err := r.g.Reload(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"alice", "bob", "carol"} {
+		callText(t, r.caller(t, r.token(t, sub)), "x_whoami")
+	}
+	if st := r.g.Stats()[0]; st.ExchangedTokens != 2 || st.ExchangedEvicted != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 // eachHearsOwnChange waits for one upstream listen per caller, then
 // changes alice's list and bob's in turn: each hears the change to its
 // own list, and bob's watcher (bw) is told of nothing else.

@@ -163,7 +163,7 @@ func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, erro
 			hopts = append(hopts, client.WithAuthorizer(f))
 		}
 		if cfg.Auth.TokenExchange != nil {
-			x, err := newExchanger(u, g.config().maxExchanged())
+			x, err := newExchanger(u)
 			if err != nil {
 				return nil, fmt.Errorf("upstream %s: %w", cfg.ID, err)
 			}
