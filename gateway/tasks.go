@@ -223,11 +223,6 @@ func (p *taskPolls) follow(g *Gateway, ids []string) func() {
 // ends or is gone, and tells the gateway's server of each state it
 // finds (the first too: a listen read the task before the poll began).
 func (g *Gateway) pollTask(ctx context.Context, id string) {
-	u, tid, ok := g.taskOf(id)
-	if !ok {
-		g.srv.TaskChanged(id)
-		return
-	}
 	var last mcp.Task
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -236,6 +231,13 @@ func (g *Gateway) pollTask(ctx context.Context, id string) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		// Found again on every pass: a reload may replace the upstream
+		// and close the client of the one found before.
+		u, tid, ok := g.taskOf(id)
+		if !ok {
+			g.srv.TaskChanged(id)
+			return
 		}
 		wait := defaultTaskPoll
 		res, err := u.c.Request(ctx, mcp.MethodTasksGet, map[string]any{"taskId": tid}, withTasks(mcp.ClientCaps{}))

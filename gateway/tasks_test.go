@@ -15,6 +15,7 @@ import (
 
 	"tidings/client"
 	"tidings/gateway"
+	"tidings/internal/testrig/testkit"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -397,6 +398,38 @@ func TestListenFollowsTaskThroughTheGateway(t *testing.T) {
 	st := nextStatus(t, msgs)
 	if st.TaskID != tk.TaskID || st.Status != mcp.TaskCompleted || len(st.Result) == 0 {
 		t.Fatalf("then told %s %s with result %s, want %s completed with one", st.TaskID, st.Status, st.Result, tk.TaskID)
+	}
+}
+
+// TestListenFollowsTaskThroughAReload: a reload that replaces the
+// task's upstream (same id, other settings) does not leave the poll on
+// the closed client: the listen is still told when the task completes.
+func TestListenFollowsTaskThroughAReload(t *testing.T) {
+	url, release, gets := taskUpstream(t)
+	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url}}}
+	g, gw := startGateway(t, cfg)
+	alice := newCaller(t, gw, "alice")
+	tk := alice.start("up_slow")
+	before := gets.Load()
+	msgs := alice.listenTasks(tk.TaskID)
+	if first := nextStatus(t, msgs); first.Status != mcp.TaskWorking {
+		t.Fatalf("first told %s, want working", first.Status)
+	}
+	// The reload comes once the poll has read the task through the old
+	// upstream and gone quiet: five reads (the listen's, the poll's first
+	// look, the listen's read again that it has made, two more looks),
+	// so that no read of the listen's is under way when the old client
+	// is closed.
+	testkit.WaitFor(t, waitTimeout, "the gateway polling the task", func() bool { return gets.Load() >= before+5 })
+
+	cfg.Upstreams = []gateway.Upstream{{ID: "up", URL: url, Exclude: []string{"nothing"}}}
+	if err := g.Reload(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	st := nextStatus(t, msgs)
+	if st.TaskID != tk.TaskID || st.Status != mcp.TaskCompleted {
+		t.Fatalf("then told %s %s, want %s completed", st.TaskID, st.Status, tk.TaskID)
 	}
 }
 
