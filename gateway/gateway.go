@@ -195,6 +195,12 @@ func (g *Gateway) Close() {
 	ups := g.ups
 	g.ups = nil
 	g.mu.Unlock()
+	// A follow under way adds its poll under the polls' lock, having
+	// found g.ctx not done; once the lock is had here, every later one
+	// finds it done, and Wait runs after the last Add.
+	g.taskPolls.mu.Lock()
+	//lint:ignore SA2001 the lock is taken only to wait for a follow under way.
+	g.taskPolls.mu.Unlock()
 	g.taskPolls.wg.Wait()
 	for _, u := range ups {
 		u.stop()
