@@ -688,9 +688,10 @@ func (x *exchanger) event(principal string, gen int, baseline *[numLists]bool, e
 		}
 		// Every list kept for the caller goes, whichever of its tokens
 		// it was read with.
+		prefix := principal + "\x00"
 		u.mu.Lock()
 		for k := range u.private[i] {
-			if k == principal || strings.HasPrefix(k, principal+"\x00") {
+			if k == principal || strings.HasPrefix(k, prefix) {
 				delete(u.private[i], k)
 			}
 		}
