@@ -50,3 +50,11 @@ func TestTaskRunnerErrors(t *testing.T) {
 		t.Errorf("the work's own error settled the task %s with %s, want an isError result", rec.Status, rec.Result)
 	}
 }
+
+// TestTaskNotFoundIsOneError: the server's own not-found and an origin's
+// are one error, so errors.Is finds either.
+func TestTaskNotFoundIsOneError(t *testing.T) {
+	if !errors.Is(fmt.Errorf("load: %w", errTaskNotFound), ErrTaskNotFound) || !errors.Is(fmt.Errorf("get: %w", ErrTaskNotFound), errTaskNotFound) {
+		t.Fatal("errTaskNotFound and ErrTaskNotFound are two errors")
+	}
+}

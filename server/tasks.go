@@ -223,8 +223,10 @@ type taskCreated struct{ task mcp.Task }
 func (*taskCreated) Error() string { return "server: the call goes on as a task" }
 
 // errTaskNotFound is a task that is not there for the caller: unknown,
-// expired, or another principal's, which must all look alike.
-var errTaskNotFound = errors.New("server: task not found")
+// expired, or another principal's, which must all look alike. It is
+// ErrTaskNotFound, an origin's word for the same, so that errors.Is
+// finds either whichever side made it.
+var errTaskNotFound = ErrTaskNotFound
 
 // errTaskTooLarge is a change that would make the task's record larger
 // than a store takes (bus.MaxTaskRecord). It is not the store failing:
