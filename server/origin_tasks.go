@@ -104,16 +104,10 @@ func (s *Server) originTaskStarted(req *Request, t mcp.Task) engine.Reply {
 	return s.reply(req, t, engine.Tail{ResultType: mcp.ResultTask})
 }
 
-// originTaskMethod serves tasks/get, tasks/update or tasks/cancel
-// through o, with the checks the server makes of its own tasks.
-func (s *Server) originTaskMethod(ctx context.Context, c *engine.Call, req *Request, o TaskOrigin) engine.Reply {
-	if !declaresTasks(req.Capabilities) {
-		return engine.ErrorReply(req.ID, tasksRequired())
-	}
-	if c.P.TaskID == nil {
-		return invalid(req.ID, "Invalid params: missing taskId")
-	}
-	sealed := *c.P.TaskID
+// originTaskMethod serves tasks/get, tasks/update or tasks/cancel of
+// the task the caller knows as sealed through o, once tasksMethod has
+// made the checks it makes of the server's own tasks.
+func (s *Server) originTaskMethod(ctx context.Context, c *engine.Call, req *Request, o TaskOrigin, sealed string) engine.Reply {
 	id, ok := s.openTask(sealed, req.Principal)
 	if !ok {
 		return taskNotFound(req.ID)

@@ -582,9 +582,6 @@ var inputResponsesTooLarge = "Invalid params: the inputResponses are too large t
 
 // tasksGet serves tasks/get.
 func (s *Server) tasksGet(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	if o := s.taskOrigin(); o != nil {
-		return s.originTaskMethod(ctx, c, req, o)
-	}
 	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
 		rec, err := s.loadTask(ctx, id, req.Principal)
 		return rec, "", err
@@ -593,9 +590,6 @@ func (s *Server) tasksGet(ctx context.Context, c *engine.Call, req *Request) eng
 
 // tasksUpdate serves tasks/update.
 func (s *Server) tasksUpdate(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	if o := s.taskOrigin(); o != nil {
-		return s.originTaskMethod(ctx, c, req, o)
-	}
 	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
 		if c.P.InputResponses == nil {
 			return nil, "Invalid params: missing inputResponses", nil
@@ -616,9 +610,6 @@ func (s *Server) tasksUpdate(ctx context.Context, c *engine.Call, req *Request) 
 
 // tasksCancel serves tasks/cancel.
 func (s *Server) tasksCancel(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	if o := s.taskOrigin(); o != nil {
-		return s.originTaskMethod(ctx, c, req, o)
-	}
 	return s.tasksMethod(ctx, c, req, func(id string) (*taskRecord, string, error) {
 		_, err := s.changeTask(ctx, id, req.Principal, (*taskRecord).cancel)
 		return nil, "", err
@@ -630,7 +621,8 @@ func (s *Server) tasksCancel(ctx context.Context, c *engine.Call, req *Request) 
 // capabilities, then a taskId naming a task of the caller's; an unknown
 // task, an expired one and another principal's are refused alike. op
 // returns the record to answer with (nil: an empty result), or the
-// message of an invalid-params refusal, or an error.
+// message of an invalid-params refusal, or an error. A server with a
+// TaskOrigin serves the origin's tasks instead, after the same checks.
 func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request, op func(id string) (*taskRecord, string, error)) engine.Reply {
 	if !declaresTasks(req.Capabilities) {
 		return engine.ErrorReply(req.ID, tasksRequired())
@@ -639,6 +631,9 @@ func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request, 
 		return invalid(req.ID, "Invalid params: missing taskId")
 	}
 	id := *c.P.TaskID
+	if o := s.taskOrigin(); o != nil {
+		return s.originTaskMethod(ctx, c, req, o, id)
+	}
 	rec, refusal, err := op(id)
 	if refusal != "" {
 		return invalid(req.ID, refusal)
