@@ -45,15 +45,6 @@ func TestChangeToldOnlyToWhoMaySeeIt(t *testing.T) {
 	r.ok(t)
 	st := openStream(t, lsrvBob, ss)
 
-	count := func(ns []notif, method string) int {
-		n := 0
-		for _, x := range ns {
-			if x.Method == method {
-				n++
-			}
-		}
-		return n
-	}
 	for _, change := range []struct {
 		name string
 		do   func()
@@ -71,23 +62,23 @@ func TestChangeToldOnlyToWhoMaySeeIt(t *testing.T) {
 		}},
 		{"remove", func() { h.srv.RemoveTools("secret") }},
 	} {
-		before := count(decodeNotifs(t, alice.rec.messages()), mcp.NotifyToolsListChanged)
+		before := countMethod(decodeNotifs(t, alice.rec.messages()), mcp.NotifyToolsListChanged)
 		change.do()
 		alice.rec.waitUntil(t, "alice told of "+change.name, func(ns []notif) bool {
-			return count(ns, mcp.NotifyToolsListChanged) > before
+			return countMethod(ns, mcp.NotifyToolsListChanged) > before
 		})
 		h.srv.ResourceUpdated("res://marker")
 		ns := bob.rec.waitUntil(t, "bob's marker after "+change.name, func(ns []notif) bool {
-			return count(ns, mcp.NotifyResourceUpdated) > 0
+			return countMethod(ns, mcp.NotifyResourceUpdated) > 0
 		})
-		if n := count(ns, mcp.NotifyToolsListChanged); n != 0 {
+		if n := countMethod(ns, mcp.NotifyToolsListChanged); n != 0 {
 			t.Errorf("%s: bob's listen was told of a tool he may not see (%d list changes)", change.name, n)
 		}
 		st.out.waitFor(t, "bob's session marker after "+change.name, isUpdate("res://marker"))
 		if n := st.out.count(isMethod(mcp.NotifyToolsListChanged)); n != 0 {
 			t.Errorf("%s: bob's session stream was told of a tool he may not see (%d list changes)", change.name, n)
 		}
-		alice.rec.waitUntil(t, "alice's marker", func(ns []notif) bool { return count(ns, mcp.NotifyResourceUpdated) > 0 })
+		alice.rec.waitUntil(t, "alice's marker", func(ns []notif) bool { return countMethod(ns, mcp.NotifyResourceUpdated) > 0 })
 		// Start the next round from empty records.
 		bob.rec.reset()
 		alice.rec.reset()
@@ -95,7 +86,7 @@ func TestChangeToldOnlyToWhoMaySeeIt(t *testing.T) {
 	}
 	// A change everyone may see still reaches bob.
 	mustAddTool(t, h.srv, textTool("open2"), echoHandler("y"))
-	bob.rec.waitUntil(t, "bob told of a public tool", func(ns []notif) bool { return count(ns, mcp.NotifyToolsListChanged) == 1 })
+	bob.rec.waitUntil(t, "bob told of a public tool", func(ns []notif) bool { return countMethod(ns, mcp.NotifyToolsListChanged) == 1 })
 	st.out.waitFor(t, "bob's session told of a public tool", isMethod(mcp.NotifyToolsListChanged))
 	st.stop(t)
 }

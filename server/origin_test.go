@@ -123,23 +123,14 @@ func TestChangeForOnePrincipal(t *testing.T) {
 	alice.ack(t)
 	bob := (&harness{t: t, srv: h.srv, principal: "bob"}).startListen("b", filter)
 	bob.ack(t)
-	count := func(ns []notif, method string) int {
-		n := 0
-		for _, x := range ns {
-			if x.Method == method {
-				n++
-			}
-		}
-		return n
-	}
 	h.srv.ListChangedFor("alice", server.ListTools)
 	h.srv.ResourceUpdatedFor("alice", "res://marker")
 	alice.rec.waitUntil(t, "alice told", func(ns []notif) bool {
-		return count(ns, mcp.NotifyToolsListChanged) == 1 && count(ns, mcp.NotifyResourceUpdated) == 1
+		return countMethod(ns, mcp.NotifyToolsListChanged) == 1 && countMethod(ns, mcp.NotifyResourceUpdated) == 1
 	})
 	h.srv.ResourceUpdated("res://marker")
-	ns := bob.rec.waitUntil(t, "bob's marker", func(ns []notif) bool { return count(ns, mcp.NotifyResourceUpdated) > 0 })
-	if l, r := count(ns, mcp.NotifyToolsListChanged), count(ns, mcp.NotifyResourceUpdated); l != 0 || r != 1 {
+	ns := bob.rec.waitUntil(t, "bob's marker", func(ns []notif) bool { return countMethod(ns, mcp.NotifyResourceUpdated) > 0 })
+	if l, r := countMethod(ns, mcp.NotifyToolsListChanged), countMethod(ns, mcp.NotifyResourceUpdated); l != 0 || r != 1 {
 		t.Fatalf("bob was told of %d list changes and %d updates; only the last update is his", l, r)
 	}
 }
