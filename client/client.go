@@ -657,8 +657,7 @@ func (c *Client) adoptVersion(e *jsonrpc.Error) bool {
 // where given (a gateway declares its caller's), else the client's.
 func (o *callOpts) declaredTasks(c *Client, method string) bool {
 	if o.caps != nil {
-		v, ok := o.caps.Extensions[mcp.ExtensionTasks]
-		return ok && string(v) != "null"
+		return mcp.DeclaresTasks(o.caps.Extensions)
 	}
 	return c.declaresTasks(method)
 }

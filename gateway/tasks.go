@@ -44,12 +44,6 @@ const (
 // started following it.
 func (u *upstream) offersTasks() bool { return u.offers.tasks }
 
-// declaresTasks reports whether caps declare the tasks extension.
-func declaresTasks(caps mcp.ClientCaps) bool {
-	v, ok := caps.Extensions[mcp.ExtensionTasks]
-	return ok && string(v) != "null"
-}
-
 // withTasks is the option that declares caps upstream with the tasks
 // extension: the gateway declares it on the caller's behalf, for the
 // caller follows the task.
@@ -62,7 +56,7 @@ func withTasks(caps mcp.ClientCaps) client.CallOption {
 // task: the caller declared the extension on a 2026-07-28 request (the
 // extension has no earlier form), and u runs tasks.
 func asksTask(u *upstream, req *server.Request) bool {
-	return req.ProtocolVersion == mcp.Version && declaresTasks(req.Capabilities) && u.offersTasks()
+	return req.ProtocolVersion == mcp.Version && mcp.DeclaresTasks(req.Capabilities.Extensions) && u.offersTasks()
 }
 
 // taskStarted is what CallTool returns for u's task handle res: the task,

@@ -2,10 +2,16 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -461,6 +467,54 @@ func TestTasksAreOfferedOnlyWhereAnUpstreamRunsThem(t *testing.T) {
 			}
 		}
 		_ = c.Close()
+	}
+}
+
+// TestTasksDeclaredNullAreNotOffered: an upstream whose capabilities
+// give the tasks extension a null value has declared nothing, and the
+// gateway does not advertise tasks in front of it.
+func TestTasksDeclaredNullAreNotOffered(t *testing.T) {
+	url, _, _ := taskUpstream(t)
+	target, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nulled atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Header.Get(mcp.HeaderMethod) != mcp.MethodDiscover {
+			return nil
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		declared := []byte(`"` + mcp.ExtensionTasks + `":{}`)
+		if bytes.Contains(b, declared) {
+			nulled.Add(1)
+			b = bytes.ReplaceAll(b, declared, []byte(`"`+mcp.ExtensionTasks+`":null`))
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	hs := httptest.NewServer(proxy)
+	t.Cleanup(hs.Close)
+
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hs.URL}}})
+	if nulled.Load() == 0 {
+		t.Fatal("the upstream's discover answer declared no tasks extension to make null")
+	}
+	c := client.NewHTTP(gw)
+	t.Cleanup(func() { _ = c.Close() })
+	d, err := c.Discover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, got := d.Capabilities.Extensions[mcp.ExtensionTasks]; got {
+		t.Fatal("the gateway advertises tasks in front of an upstream that declared them null")
 	}
 }
 

@@ -239,7 +239,7 @@ func (u *upstream) start(ctx context.Context) {
 	dctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	if d, err := u.c.Discover(dctx); err == nil {
 		caps := d.Capabilities
-		u.offers = offered{caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil, caps.Extensions[mcp.ExtensionTasks] != nil}
+		u.offers = offered{caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil, mcp.DeclaresTasks(caps.Extensions)}
 	}
 	cancel()
 	u.listen(ctx, nil)

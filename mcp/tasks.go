@@ -11,6 +11,15 @@ import "github.com/go-json-experiment/json/jsontext"
 // on the server's side and in a request's client capabilities.
 const ExtensionTasks = "io.modelcontextprotocol/tasks"
 
+// DeclaresTasks reports whether extensions, the capabilities.extensions
+// of a client or of a server, declare the tasks extension. A value of
+// JSON null declares nothing: it is read here once, so that a server, a
+// client and a gateway in front of an upstream all read it alike.
+func DeclaresTasks(extensions map[string]jsontext.Value) bool {
+	v, ok := extensions[ExtensionTasks]
+	return ok && string(v) != "null"
+}
+
 // The methods and the notification of the tasks extension.
 const (
 	MethodTasksGet    = "tasks/get"

@@ -135,16 +135,10 @@ func (s *Server) offersTasks() bool {
 	return s.cfg.capabilities.tasks || s.cfg.taskOpts || s.taskTools.Load()
 }
 
-// declaresTasks reports whether caps declare the tasks extension.
-func declaresTasks(caps mcp.ClientCaps) bool {
-	v, ok := caps.Extensions[mcp.ExtensionTasks]
-	return ok && string(v) != "null"
-}
-
 // taskable reports whether req may be answered with a task: a 2026-07-28
 // request that declared the extension itself, on a server that offers it.
 func (s *Server) taskable(req *Request) bool {
-	return s.offersTasks() && req.ProtocolVersion == mcp.Version && req.askInput == nil && declaresTasks(req.Capabilities)
+	return s.offersTasks() && req.ProtocolVersion == mcp.Version && req.askInput == nil && mcp.DeclaresTasks(req.Capabilities.Extensions)
 }
 
 // tasksRequired is the -32021 error of a request that needed the tasks
@@ -624,7 +618,7 @@ func (s *Server) tasksCancel(ctx context.Context, c *engine.Call, req *Request) 
 // message of an invalid-params refusal, or an error. A server with a
 // TaskOrigin serves the origin's tasks instead, after the same checks.
 func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request, op func(id string) (*taskRecord, string, error)) engine.Reply {
-	if !declaresTasks(req.Capabilities) {
+	if !mcp.DeclaresTasks(req.Capabilities.Extensions) {
 		return engine.ErrorReply(req.ID, tasksRequired())
 	}
 	if c.P.TaskID == nil {
@@ -719,7 +713,7 @@ func (s *Server) checkListenTasks(req *Request, ids []string) *engine.Reply {
 	if len(ids) == 0 || !s.offersTasks() {
 		return nil
 	}
-	if !declaresTasks(req.Capabilities) {
+	if !mcp.DeclaresTasks(req.Capabilities.Extensions) {
 		r := engine.ErrorReply(req.ID, tasksRequired())
 		return &r
 	}
