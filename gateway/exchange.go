@@ -276,14 +276,9 @@ const (
 // flow that exchanges tokens for u.
 func newExchanger(u *upstream) (*exchanger, error) {
 	te := u.cfg.Auth.TokenExchange
-	secret, err := readLine(te.SecretFile)
+	f, err := u.clientFlow("token_exchange", ClientCredentials{Issuer: te.Issuer, ClientID: te.ClientID, SecretFile: te.SecretFile, Scopes: te.Scopes}, u.g.now)
 	if err != nil {
-		return nil, fmt.Errorf("auth: %w", err)
-	}
-	f, err := oauth.New(oauth.Config{Grant: oauth.ClientCredentials{}, ClientID: te.ClientID, ClientSecret: secret,
-		ClientIssuer: te.Issuer, Scopes: te.Scopes, Logger: u.log, Now: u.g.now})
-	if err != nil {
-		return nil, fmt.Errorf("auth: token_exchange: %w", err)
+		return nil, err
 	}
 	x := &exchanger{u: u, flow: f, resource: te.Resource, audience: te.Audience, scopes: te.Scopes,
 		tokens: map[tokenKey]*list.Element{}, lru: list.New(), flights: map[tokenKey]*flight{}, watches: map[string]*watch{},

@@ -150,14 +150,9 @@ func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, erro
 			hopts = append(hopts, client.WithHeader(cred.name, cred.value))
 		}
 		if cc := cfg.Auth.ClientCredentials; cc != nil {
-			secret, err := readLine(cc.SecretFile)
+			f, err := u.clientFlow("client_credentials", *cc, nil)
 			if err != nil {
-				return nil, fmt.Errorf("upstream %s: auth: %w", cfg.ID, err)
-			}
-			f, err := oauth.New(oauth.Config{Grant: oauth.ClientCredentials{}, ClientID: cc.ClientID, ClientSecret: secret,
-				ClientIssuer: cc.Issuer, Scopes: cc.Scopes, Logger: u.log})
-			if err != nil {
-				return nil, fmt.Errorf("upstream %s: auth: %w", cfg.ID, err)
+				return nil, fmt.Errorf("upstream %s: %w", cfg.ID, err)
 			}
 			u.flow = f
 			hopts = append(hopts, client.WithAuthorizer(f))
@@ -198,6 +193,24 @@ func readLine(f string) (string, error) {
 		return "", fmt.Errorf("%s must hold one line, the credential", f)
 	}
 	return v, nil
+}
+
+// clientFlow reads the secret of cc and makes the flow by which the
+// gateway obtains tokens as that client of cc.Issuer, by the client
+// credentials grant: its own tokens for u (client_credentials) and its
+// callers' exchanged (token_exchange) are both asked for so. what names
+// the setting in the error; now is the flow's clock (nil: time.Now).
+func (u *upstream) clientFlow(what string, cc ClientCredentials, now func() time.Time) (*oauth.Flow, error) {
+	secret, err := readLine(cc.SecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %s: %w", what, err)
+	}
+	f, err := oauth.New(oauth.Config{Grant: oauth.ClientCredentials{}, ClientID: cc.ClientID, ClientSecret: secret,
+		ClientIssuer: cc.Issuer, Scopes: cc.Scopes, Logger: u.log, Now: now})
+	if err != nil {
+		return nil, fmt.Errorf("auth: %s: %w", what, err)
+	}
+	return f, nil
 }
 
 // readCredential reads the credential a sends as a header.
