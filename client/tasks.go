@@ -641,8 +641,7 @@ func (c *Client) tasksAdvertised(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	_, ok := d.Capabilities.Extensions[mcp.ExtensionTasks]
-	return ok
+	return mcp.DeclaresTasks(d.Capabilities.Extensions)
 }
 
 // taskListen is one subscriptions/listen for a task's notifications. The
