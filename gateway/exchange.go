@@ -673,16 +673,21 @@ func (x *exchanger) event(principal string, gen int, baseline *[numLists]bool, e
 		first := !baseline[i]
 		baseline[i] = true
 		var v *view
-		if tok := x.latest(principal); tok != nil {
-			u.mu.Lock()
+		tok := x.latest(principal)
+		u.mu.Lock()
+		if tok != nil {
 			v = u.private[i][credentialKey(principal, tok)]
-			u.mu.Unlock()
 		}
+		// A read on its way now may serve the caller what the upstream
+		// had before the change, and keep no trace of it.
+		reading := u.fetching[i].Load() > 0
+		u.mu.Unlock()
 		if first && v != nil && sameNames(v, e.Added) && len(e.Removed) == 0 && len(e.Changed) == 0 {
 			return
 		}
 		// Every list kept for the caller goes, whichever of its tokens
-		// it was read with.
+		// it was read with, and a read on its way is not kept: it may
+		// have left the upstream before the change.
 		prefix := principal + "\x00"
 		u.mu.Lock()
 		for k := range u.private[i] {
@@ -690,8 +695,9 @@ func (x *exchanger) event(principal string, gen int, baseline *[numLists]bool, e
 				delete(u.private[i], k)
 			}
 		}
+		u.gen[i]++
 		u.mu.Unlock()
-		if first && v == nil {
+		if first && v == nil && !reading {
 			return // nothing was served that could be stale
 		}
 		u.g.srv.ListChangedFor(principal, listsOf[i])

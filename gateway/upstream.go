@@ -85,6 +85,10 @@ type upstream struct {
 	// gen counts invalidations of each list, so that an answer fetched
 	// before one is not kept as fresh.
 	gen [numLists]uint64
+	// fetching counts the reads of each list on their way: while one
+	// is, a caller may be served what an invalidation then finds no
+	// trace of (see exchanger.event).
+	fetching [numLists]atomic.Int32
 	// stale says list i changed on another replica's word: the client's
 	// cache, which only this replica's listen keeps honest, may not know
 	// yet, so the next fetch goes past it.
@@ -563,6 +567,8 @@ func (u *upstream) list(ctx context.Context, i int, principal string) (*view, er
 		return nil, errDown
 	}
 	u.st.misses.Add(1)
+	u.fetching[i].Add(1)
+	defer u.fetching[i].Add(-1) // once what was read is kept, or not
 	v, err := u.fetch(ctx, i, past)
 	if err != nil {
 		u.st.failures.Add(1)
