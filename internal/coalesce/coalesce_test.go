@@ -228,6 +228,22 @@ func TestSniffing(t *testing.T) {
 	_ = c.Close()
 }
 
+// accepted dials addr, where ln listens, and returns the connection ln
+// accepts; the client's end is closed when the test ends.
+func accepted(t *testing.T, ln net.Listener, addr string) net.Conn {
+	t.Helper()
+	client, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
 // TestSocketOnlyWhileWritesPassThrough: a Conn that passes writes
 // straight through offers the TCP socket beneath, for a transport that
 // takes the connection over; one that gathers them refuses.
@@ -237,16 +253,7 @@ func TestSocketOnlyWhileWritesPassThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	nc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := coalesce.Sniffing(nc, 0)
+	c := coalesce.Sniffing(accepted(t, ln, ln.Addr().String()), 0)
 	defer c.Close()
 	if _, err := c.SyscallConn(); err != nil {
 		t.Fatalf("a Conn passing writes through hides its socket: %v", err)
@@ -267,16 +274,7 @@ func TestListenerCountsTakenWrites(t *testing.T) {
 	}
 	ln := coalesce.Listen(tcp, 0)
 	defer ln.Close()
-	client, err := net.Dial("tcp", tcp.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	nc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := nc.(*coalesce.Conn)
+	c := accepted(t, ln, tcp.Addr().String()).(*coalesce.Conn)
 	c.Coalesce()
 	for range 3 {
 		if _, err := c.Write([]byte("frame")); err != nil {

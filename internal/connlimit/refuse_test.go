@@ -32,16 +32,7 @@ func TestRefusalsAnsweredApartAreBounded(t *testing.T) {
 	}()
 	addr := ts.Listener.Addr().String()
 
-	// A new connection that has sent nothing is not idle, and is not
-	// closed to make room.
-	dialFrom(t, "127.0.0.1", addr)
-	testkit.WaitFor(t, wait, "the first connection to be let in", func() bool { return g.Stats().Open == 1 })
-
-	var silent []net.Conn
-	for range 70 {
-		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
-	}
-	testkit.WaitFor(t, wait, "70 refusals", func() bool { return g.Stats().Refused[connlimit.PerAddress] == 70 })
+	silent := refuseSilent(t, g, addr)
 	if n := g.Stats().Refusing; n != 64 {
 		t.Fatalf("%d refusals held apart; want 64, the bound", n)
 	}
@@ -87,13 +78,7 @@ func TestUntoldRefusalsOverTLSAreCounted(t *testing.T) {
 	// The silent clients never say hello, so the config needs no
 	// certificate.
 	g, addr := serve(t, connlimit.Config{PerAddress: 1, TLS: &tls.Config{}}, http.HandlerFunc(ok))
-	dialFrom(t, "127.0.0.1", addr)
-	testkit.WaitFor(t, wait, "the first connection to be let in", func() bool { return g.Stats().Open == 1 })
-	var silent []net.Conn
-	for range 70 {
-		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
-	}
-	testkit.WaitFor(t, wait, "70 refusals", func() bool { return g.Stats().Refused[connlimit.PerAddress] == 70 })
+	silent := refuseSilent(t, g, addr)
 	if s := g.Stats(); s.Refusing != 64 || s.Untold != 6 {
 		t.Fatalf("%d refusals held apart and %d untold; want 64, the bound, and the 6 past it", s.Refusing, s.Untold)
 	}
@@ -102,4 +87,20 @@ func TestUntoldRefusalsOverTLSAreCounted(t *testing.T) {
 			t.Fatalf("refusal %d past the bound is still open", 64+i)
 		}
 	}
+}
+
+// refuseSilent fills g's cap of one connection per address at addr with
+// a connection that sends nothing (new, so not idle, and not closed to
+// make room), then opens 70 more that send nothing, and returns them
+// once all 70 are refused: 6 past the bound of refusals answered apart.
+func refuseSilent(t *testing.T, g *connlimit.Guard, addr string) []net.Conn {
+	t.Helper()
+	dialFrom(t, "127.0.0.1", addr)
+	testkit.WaitFor(t, wait, "the first connection to be let in", func() bool { return g.Stats().Open == 1 })
+	var silent []net.Conn
+	for range 70 {
+		silent = append(silent, dialFrom(t, "127.0.0.1", addr))
+	}
+	testkit.WaitFor(t, wait, "70 refusals", func() bool { return g.Stats().Refused[connlimit.PerAddress] == 70 })
+	return silent
 }
