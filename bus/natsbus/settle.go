@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,4 +73,53 @@ func unanswered(err error) bool {
 	// not enabled at all, which waiting does not mend.
 	return errors.As(err, &ae) && ae.Code == 503 &&
 		ae.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabled && ae.ErrorCode != jetstream.JSErrCodeJetStreamNotEnabledForAccount
+}
+
+// deliverWait bounds the retries of a write that no stream heard when
+// its ctx has no deadline.
+const deliverWait = 5 * time.Second
+
+// untilHeard runs write, and runs it again for as long as it fails
+// because no stream answered its subject (jetstream.ErrNoStreamResponse:
+// the message reached no stream, so writing it again cannot write it
+// twice) and ctx allows, within deliverWait if ctx has no deadline.
+// That is what a write sees for a moment after its bucket was made on a
+// cluster, before every server has learnt which of them hold its
+// stream, and while the stream elects a new leader: a pause to wait out,
+// not a failure. The client library already asks twice more within half
+// a second, which a loaded cluster can outlast. Each try waits twice as
+// long as the one before, from 50ms up to 1s.
+func untilHeard(ctx context.Context, log *slog.Logger, write func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, deliverWait)
+		defer cancel()
+	}
+	start, pause := time.Now(), 50*time.Millisecond
+	unheard := func(attempts int, err error) error {
+		return fmt.Errorf("no stream heard the write in %d attempts over %v (its bucket's stream has no leader, or this server has not learnt where it is): %w",
+			attempts, time.Since(start).Round(time.Millisecond), err)
+	}
+	for attempt := 1; ; attempt++ {
+		err := write(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, jetstream.ErrNoStreamResponse):
+			if attempt > 1 && ctx.Err() != nil {
+				// Ended while asking again, as the client library does.
+				return unheard(attempt, fmt.Errorf("%w, then %w", jetstream.ErrNoStreamResponse, err))
+			}
+			return err
+		}
+		log.Debug("natsbus: no stream heard the write; writing again", "attempt", attempt, "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return unheard(attempt, err)
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
 }

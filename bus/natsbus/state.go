@@ -22,6 +22,7 @@ import (
 type natsState struct {
 	nc     *nats.Conn
 	kv     jetstream.KeyValue
+	log    *slog.Logger
 	closed chan struct{} // closed by the client's closed callback
 	once   sync.Once
 }
@@ -44,7 +45,10 @@ type natsState struct {
 // 5s for the connection, and 30s for JetStream to answer, which a
 // cluster still electing its leaders may not do at once); later losses
 // are reported by the methods' errors, and the connection is regained
-// on its own. Of the options, WithLogger and WithBackoff apply.
+// on its own. A write that no stream hears, as while the bucket's stream
+// elects a leader, is written again until it is heard or its context
+// ends (5s without a deadline). Of the options, WithLogger and
+// WithBackoff apply.
 func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.State, error) {
 	ep, err := parse(rawURL)
 	if err != nil {
@@ -55,7 +59,7 @@ func OpenState(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Stat
 		return nil, err
 	}
 	cfg := settings(opts)
-	s := &natsState{}
+	s := &natsState{log: cfg.Logger}
 	if s.nc, s.closed, err = ep.dial(ctx, cfg, "state"); err != nil {
 		return nil, err
 	}
@@ -151,7 +155,10 @@ func (s *natsState) Load(ctx context.Context) (map[string]bool, error) {
 }
 
 func (s *natsState) Set(ctx context.Context, key string, on bool) error {
-	if _, err := s.kv.Put(ctx, base64.RawURLEncoding.EncodeToString([]byte(key)), []byte(brokerkit.StateValue(on))); err != nil {
+	if err := untilHeard(ctx, s.log, func(ctx context.Context) error {
+		_, err := s.kv.Put(ctx, base64.RawURLEncoding.EncodeToString([]byte(key)), []byte(brokerkit.StateValue(on)))
+		return err
+	}); err != nil {
 		return fmt.Errorf("natsbus: set %q in bucket %q: %w", key, s.kv.Bucket(), err)
 	}
 	return nil

@@ -28,6 +28,7 @@ type natsTasks struct {
 	kv      jetstream.KeyValue
 	stream  string // the bucket's stream, which every write expects
 	subject string // "$KV.<bucket>.", before a key
+	log     *slog.Logger
 	closed  chan struct{}
 	once    sync.Once
 	// seen holds the expiry of the revision of each task this store last
@@ -150,8 +151,10 @@ const natsMaxTTL = 100 * 365 * 24 * time.Hour
 // has no deadline: within 5s for the connection, and 30s for JetStream
 // to answer, which a cluster still electing its leaders may not do at
 // once); later losses are reported by the methods' errors, within their
-// context's deadline, and the connection is regained on its own. Of the
-// options, WithLogger and WithBackoff apply.
+// context's deadline, and the connection is regained on its own. A
+// write that no stream hears, as while the bucket's stream elects a
+// leader, is written again until it is heard or its context ends (5s
+// without a deadline). Of the options, WithLogger and WithBackoff apply.
 func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.TaskStore, error) {
 	ep, err := parse(rawURL)
 	if err != nil {
@@ -162,7 +165,7 @@ func OpenTasks(ctx context.Context, rawURL string, opts ...bus.Option) (bus.Task
 		return nil, err
 	}
 	cfg := settings(opts)
-	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + ".", seen: make(map[string]seenRev)}
+	s := &natsTasks{stream: "KV_" + bucket, subject: "$KV." + bucket + ".", seen: make(map[string]seenRev), log: cfg.Logger}
 	if s.nc, s.closed, err = ep.dial(ctx, cfg, "tasks"); err != nil {
 		return nil, err
 	}
@@ -323,7 +326,11 @@ func (s *natsTasks) Create(ctx context.Context, id string, rec []byte, expires t
 	}
 	// Twice at most: a task found expired may be dropped before it is read.
 	for range 2 {
-		rev, err := s.kv.Create(ctx, key, val, opts...)
+		var rev uint64
+		err := untilHeard(ctx, s.log, func(ctx context.Context) (err error) {
+			rev, err = s.kv.Create(ctx, key, val, opts...)
+			return err
+		})
 		if err == nil {
 			s.remember(id, rev, exp)
 			return nil
@@ -368,7 +375,11 @@ var errRevision = errors.New("the revision is not the latest")
 // if another came first.
 func (s *natsTasks) put(ctx context.Context, key string, val []byte, rev uint64, exp time.Time) (uint64, error) {
 	opts := append(ttlOpts(exp), jetstream.WithExpectStream(s.stream), jetstream.WithExpectLastSequencePerSubject(rev))
-	ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.subject + key, Header: nats.Header{}, Data: val}, opts...)
+	var ack *jetstream.PubAck
+	err := untilHeard(ctx, s.log, func(ctx context.Context) (err error) {
+		ack, err = s.js.PublishMsg(ctx, &nats.Msg{Subject: s.subject + key, Header: nats.Header{}, Data: val}, opts...)
+		return err
+	})
 	if err != nil {
 		var ae *jetstream.APIError
 		if errors.As(err, &ae) && (ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
