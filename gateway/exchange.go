@@ -107,12 +107,12 @@ func (g *Gateway) exchangeCaller(ctx context.Context, req *server.Request) (cont
 	// to the upstream that replaces its own (adoptListens), or finds it
 	// there already.
 	g.mu.RLock()
-	exchanges := false
+	var exchangers []*exchanger
 	for _, u := range g.ups {
 		if u.x == nil {
 			continue
 		}
-		exchanges = true
+		exchangers = append(exchangers, u.x)
 		u.x.note(req.Principal, tok)
 		// A 2025-11-25 session's stream comes as a listen too.
 		if req.Method == mcp.MethodListen {
@@ -121,10 +121,14 @@ func (g *Gateway) exchangeCaller(ctx context.Context, req *server.Request) (cont
 		}
 	}
 	g.mu.RUnlock()
-	if !exchanges {
+	if len(exchangers) == 0 {
 		return ctx, func() {}
 	}
-	return withCaller(ctx, caller{req.Principal, tok}), func() {
+	ctx = withCaller(ctx, caller{req.Principal, tok})
+	for _, x := range exchangers {
+		x.learn(ctx)
+	}
+	return ctx, func() {
 		for _, r := range releases {
 			r()
 		}
@@ -218,6 +222,10 @@ type exchanger struct {
 	// otherwise ask on every retry.
 	refusedUntil map[tokenKey]time.Time
 	ctx          context.Context // the upstream's, once it started
+	// learning is closed when the discover under way (learn) ends, nil
+	// when none is; learnAgain is when to ask again after one failed.
+	learning   chan struct{}
+	learnAgain time.Time
 
 	exchanges, failures, evicted atomic.Int64
 }
@@ -502,6 +510,50 @@ func redactToken(s string, tok *auth.SubjectToken) string {
 	return s
 }
 
+// learn asks the upstream, in the name of the caller ctx names, what it
+// offers, unless it has said already: such an upstream is asked nothing
+// in the gateway's own name, so what it offers — whether it runs tasks
+// above all — is learnt from the first caller's first request, which
+// waits for the answer (within probeTimeout) and shares it with the
+// requests that come meanwhile. A failure is asked again a second later
+// at the soonest, by the next caller's request.
+func (x *exchanger) learn(ctx context.Context) {
+	if x.u.offers.Load() != nil {
+		return
+	}
+	x.mu.Lock()
+	if wait := x.learning; wait != nil {
+		x.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		return
+	}
+	if x.u.g.now().Before(x.learnAgain) {
+		x.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	x.learning = done
+	x.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	d, err := x.u.c.Discover(dctx)
+	cancel()
+	x.mu.Lock()
+	x.learning = nil
+	if err == nil {
+		x.u.offers.Store(offeredBy(d.Capabilities))
+	} else {
+		x.learnAgain = x.u.g.now().Add(time.Second)
+	}
+	x.mu.Unlock()
+	close(done)
+	if err != nil {
+		x.u.log.Debug("what the upstream offers could not be learnt in a caller's name", "err", err)
+	}
+}
+
 // ---- listens per caller ----
 
 // start records the upstream's context, under which the listens held
@@ -630,7 +682,7 @@ func (x *exchanger) relisten(principal string) {
 	ctx, cancel := context.WithCancel(withCaller(x.ctx, caller{principal: principal}))
 	x.mu.Unlock()
 	var baseline [numLists]bool
-	o := x.u.offers
+	o := x.u.offer()
 	nw := x.u.c.Watch(ctx, client.WatchOptions{Tools: o.tools, Prompts: o.prompts, Resources: o.resources, URIs: uris,
 		MaxBackoff: 5 * time.Second, OnEvent: func(e client.Event) { x.event(principal, gen, &baseline, e) }})
 	x.mu.Lock()

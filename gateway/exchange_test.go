@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -573,5 +574,66 @@ func eachHearsOwnChange(t *testing.T, r *exchangeRig, aliceEvents, bobEvents <-c
 	}
 	if n := bw.Stats().Notifications - bobBefore; n != 1 {
 		t.Fatalf("bob was told of %d changes, his own alone is 1", n)
+	}
+}
+
+// TestTokenExchangeTasksPassThrough: an upstream reached with each
+// caller's token exchanged runs tasks through the gateway as any other
+// does. What it offers is learnt in the first caller's name (the gateway
+// has no token of its own for it); a call goes on as a task, which
+// tasks/get finds for its caller alone; and a listen following it is
+// told when it completes, the gateway polling it upstream in its
+// caller's name. The upstream never sees a caller's own token.
+func TestTokenExchangeTasksPassThrough(t *testing.T) {
+	r := startExchangeRig(t)
+	release := make(chan struct{})
+	err := r.up.AddTool(mcp.Tool{Name: "alice-job", InputSchema: []byte(`{"type":"object"}`)}, func(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		return req.RunAsTask(ctx, func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("done")}}, nil
+		})
+	}, server.RequireTasks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	callerOf := func(sub string) (*caller, string) {
+		tok := r.token(t, sub)
+		return &caller{t: t, c: r.caller(t, tok), url: r.url, user: sub, authz: "Bearer " + tok}, tok
+	}
+	alice, aliceTok := callerOf("alice")
+	bob, _ := callerOf("bob")
+
+	tk := alice.start("x_alice-job")
+	if got, err := alice.task(mcp.MethodTasksGet, tk.TaskID, nil); err != nil || got.Status != mcp.TaskWorking {
+		t.Fatalf("alice's tasks/get: %+v, %v", got, err)
+	}
+	_, err = bob.task(mcp.MethodTasksGet, tk.TaskID, nil)
+	notFound(t, "bob's tasks/get of alice's task", err)
+
+	msgs := alice.listenTasks(tk.TaskID)
+	var ack struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	if err := json.Unmarshal(next(t, msgs, mcp.NotifyAcknowledged), &ack); err != nil {
+		t.Fatal(err)
+	}
+	if len(ack.Notifications.TaskIDs) != 1 || ack.Notifications.TaskIDs[0] != tk.TaskID {
+		t.Fatalf("alice's listen was granted %v, want [%s]", ack.Notifications.TaskIDs, tk.TaskID)
+	}
+	if first := nextStatus(t, msgs); first.Status != mcp.TaskWorking {
+		t.Fatalf("first told %s, want working", first.Status)
+	}
+	close(release)
+	if st := nextStatus(t, msgs); st.TaskID != tk.TaskID || st.Status != mcp.TaskCompleted {
+		t.Fatalf("then told %s %s, want %s completed", st.TaskID, st.Status, tk.TaskID)
+	}
+	for _, v := range r.upstreamSaw() {
+		if strings.Contains(v, aliceTok) {
+			t.Fatal("the upstream received the caller's own token")
+		}
 	}
 }

@@ -38,7 +38,10 @@
 // caller's name, in exchange for the caller's token (RFC 8693,
 // Auth.TokenExchange). Everything such an upstream answers is then kept
 // per caller and credential, and its changes are heard on one listen per
-// caller listening here, told to that caller alone.
+// caller listening here, told to that caller alone. The gateway asks it
+// nothing in its own name: what it offers, tasks among them, is learnt
+// from the first caller's first request, and a task it runs is polled
+// in its caller's name.
 package gateway
 
 import (

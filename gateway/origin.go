@@ -252,7 +252,7 @@ func (o origin) Follow(principal string, uris []string) func() {
 		} else {
 			ups, _ := g.upstreams()
 			for _, u := range ups {
-				if u.offers.resources {
+				if u.offer().resources {
 					owners = append(owners, u)
 				}
 			}

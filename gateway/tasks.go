@@ -26,6 +26,9 @@ import (
 // opened again for every task followed, while a poll costs one request
 // per interval and works with any upstream that runs tasks.
 
+// The gateway's origin runs tasks where its upstreams do.
+var _ server.TaskOrigin = origin{}
+
 // taskSeparator parts an upstream's id from its own task id in the
 // gateway's task ids; no upstream id holds it (checkID).
 const taskSeparator = "/"
@@ -41,8 +44,9 @@ const (
 )
 
 // offersTasks reports whether u said it runs tasks when the gateway
-// started following it.
-func (u *upstream) offersTasks() bool { return u.offers.tasks }
+// started following it, or, for an upstream asked only in a caller's
+// name, when a caller first came (exchanger.learn).
+func (u *upstream) offersTasks() bool { return u.offer().tasks }
 
 // withTasks is the option that declares caps upstream with the tasks
 // extension: the gateway declares it on the caller's behalf, for the
@@ -155,9 +159,10 @@ func (o origin) taskRequest(ctx context.Context, method string, req *server.Task
 }
 
 // FollowTasks has the gateway poll the tasks ids name while a listen
-// here follows them; release stops what no listen follows any more.
-func (o origin) FollowTasks(ids []string) func() {
-	return o.g.taskPolls.follow(o.g, ids)
+// here follows them, in the name of the listen's caller, whose tasks
+// they are; release stops what no listen follows any more.
+func (o origin) FollowTasks(req *server.Request, ids []string) func() {
+	return o.g.taskPolls.follow(o.g, req.Principal, ids)
 }
 
 // taskPolls are the tasks the gateway polls for its listeners, one poll
@@ -174,8 +179,9 @@ type taskPoll struct {
 	stop    context.CancelFunc
 }
 
-// follow starts polling the tasks of ids not polled yet.
-func (p *taskPolls) follow(g *Gateway, ids []string) func() {
+// follow starts polling, in principal's name, the tasks of ids not
+// polled yet.
+func (p *taskPolls) follow(g *Gateway, principal string, ids []string) func() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.polls == nil {
@@ -190,7 +196,7 @@ func (p *taskPolls) follow(g *Gateway, ids []string) func() {
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
-				g.pollTask(ctx, id)
+				g.pollTask(ctx, principal, id)
 			}()
 		}
 		if tp != nil {
@@ -213,10 +219,14 @@ func (p *taskPolls) follow(g *Gateway, ids []string) func() {
 	}
 }
 
-// pollTask polls the task id at its upstream until ctx ends or the task
-// ends or is gone, and tells the gateway's server of each state it
-// finds (the first too: a listen read the task before the poll began).
-func (g *Gateway) pollTask(ctx context.Context, id string) {
+// pollTask polls the task id at its upstream, in the name of principal,
+// whose task it is, until ctx ends or the task ends or is gone, and
+// tells the gateway's server of each state it finds (the first too: a
+// listen read the task before the poll began). An upstream that
+// exchanges tokens is asked with principal's latest token, which its
+// listen here keeps (exchanger.hold).
+func (g *Gateway) pollTask(ctx context.Context, principal, id string) {
+	ctx = withCaller(ctx, caller{principal: principal})
 	var last mcp.Task
 	t := time.NewTimer(0)
 	defer t.Stop()

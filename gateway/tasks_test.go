@@ -89,12 +89,14 @@ var tasksCaps = mcp.ClientCaps{Elicitation: &mcp.ElicitationCaps{},
 	Extensions: map[string]jsontext.Value{mcp.ExtensionTasks: jsontext.Value("{}")}}
 
 // caller is one principal's client of the gateway (X-User, see
-// startGateway), asking with the tasks extension declared.
+// startGateway, or authz, the Authorization header, where the gateway
+// checks tokens), asking with the tasks extension declared.
 type caller struct {
-	t    *testing.T
-	c    *client.Client
-	url  string
-	user string
+	t     *testing.T
+	c     *client.Client
+	url   string
+	user  string
+	authz string
 }
 
 func newCaller(t *testing.T, url, user string) *caller {
@@ -186,7 +188,11 @@ func (c *caller) listenTasks(ids ...string) <-chan map[string]json.RawMessage {
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
 	req.Header.Set(mcp.HeaderMethod, mcp.MethodListen)
-	req.Header.Set("X-User", c.user)
+	if c.authz != "" {
+		req.Header.Set("Authorization", c.authz)
+	} else {
+		req.Header.Set("X-User", c.user)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		cancel()

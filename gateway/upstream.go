@@ -71,8 +71,8 @@ type upstream struct {
 	c      *client.Client
 	log    *slog.Logger
 
-	// mu guards what follows, down to announced; offers, cancel and flow
-	// are set before the upstream starts and only read after.
+	// mu guards what follows, down to announced; cancel and flow are set
+	// before the upstream starts and only read after.
 	mu sync.Mutex
 	// public are the lists the upstream marked public, shared by all.
 	public [numLists]*view
@@ -98,8 +98,10 @@ type upstream struct {
 	watcher *client.Watcher
 	// refollow wakes the loop that re-listens with a new set of URIs.
 	refollow chan struct{}
-	// offers are the lists the listen follows; set before it opens.
-	offers offered
+	// offers are the lists the listen follows, and whether the upstream
+	// runs tasks (see offer): set before the listen opens, or, for an
+	// upstream that is asked only in a caller's name, once one asked.
+	offers atomic.Pointer[offered]
 	// cancel ends what start started (nil before it).
 	cancel context.CancelFunc
 	// flow obtains the gateway's own tokens (client_credentials), nil
@@ -237,16 +239,33 @@ func readCredential(a Auth) (credential, error) {
 	return credential{}, nil
 }
 
-// offered says which lists an upstream offers, as it said when the
-// gateway started following it.
+// offered says which lists an upstream offers, and whether it runs
+// tasks, as it said when the gateway started following it.
 type offered struct{ tools, prompts, resources, tasks bool }
+
+// offerAll is what the gateway takes an upstream to offer until it says:
+// every list, so that none goes unfollowed, and no tasks, which are
+// never asked of an upstream that has not said it runs them.
+var offerAll = offered{true, true, true, false}
+
+// offer is what u offers, as it said, or offerAll before it did.
+func (u *upstream) offer() offered {
+	if o := u.offers.Load(); o != nil {
+		return *o
+	}
+	return offerAll
+}
+
+// offeredBy reads what capabilities offer.
+func offeredBy(caps mcp.ServerCaps) *offered {
+	return &offered{caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil, mcp.DeclaresTasks(caps.Extensions)}
+}
 
 // start opens the upstream's listen and the loop that renews it when
 // the URIs followed change. ctx is the gateway's. The listen follows the
 // lists the upstream offers; one that does not say follows them all.
 func (u *upstream) start(ctx context.Context) {
 	ctx, u.cancel = context.WithCancel(ctx)
-	u.offers = offered{true, true, true, false}
 	if u.x != nil {
 		// Nothing is asked of it but in a caller's name: its listens are
 		// each caller's (exchanger.hold).
@@ -255,8 +274,7 @@ func (u *upstream) start(ctx context.Context) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	if d, err := u.c.Discover(dctx); err == nil {
-		caps := d.Capabilities
-		u.offers = offered{caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil, mcp.DeclaresTasks(caps.Extensions)}
+		u.offers.Store(offeredBy(d.Capabilities))
 	}
 	cancel()
 	u.listen(ctx, nil)
@@ -298,7 +316,8 @@ func (u *upstream) listen(ctx context.Context, uris []string) {
 		}
 		u.event(e)
 	}
-	w := u.c.Watch(ctx, client.WatchOptions{Tools: u.offers.tools, Prompts: u.offers.prompts, Resources: u.offers.resources,
+	o := u.offer()
+	w := u.c.Watch(ctx, client.WatchOptions{Tools: o.tools, Prompts: o.prompts, Resources: o.resources,
 		URIs: uris, OnEvent: onEvent, OnAnnounce: u.announce, MaxBackoff: 5 * time.Second})
 	u.mu.Lock()
 	old := u.watcher

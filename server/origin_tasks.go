@@ -41,10 +41,12 @@ type TaskOrigin interface {
 	UpdateTask(ctx context.Context, req *TaskRequest) error
 	// CancelTask answers tasks/cancel.
 	CancelTask(ctx context.Context, req *TaskRequest) error
-	// FollowTasks is called when a listen starts to follow the tasks ids
-	// name, and the function it returns when the listen ends: the origin
-	// watches them meanwhile and calls Server.TaskChanged on each change.
-	FollowTasks(ids []string) (release func())
+	// FollowTasks is called when the listen req starts to follow the
+	// tasks ids name, and the function it returns when the listen ends:
+	// the origin watches them meanwhile and calls Server.TaskChanged on
+	// each change. The tasks are req.Principal's, whose name the origin
+	// watches them in where it must ask in its caller's name.
+	FollowTasks(req *Request, ids []string) (release func())
 }
 
 // TaskRequest is a request about one task of a TaskOrigin.
@@ -236,7 +238,7 @@ func (s *Server) grantListenTasks(ctx context.Context, req *Request, n *listenNo
 	for _, id := range originIDs {
 		s.originFollows.add(id, req.Principal)
 	}
-	unfollow := o.FollowTasks(originIDs)
+	unfollow := o.FollowTasks(req, originIDs)
 	return granted, msgs, func() {
 		unfollow()
 		for _, id := range originIDs {
