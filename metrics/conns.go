@@ -24,11 +24,11 @@ type ConnStats struct {
 	// WriteTimeouts answers cut off because their reader stopped reading.
 	BodyTimeouts, WriteTimeouts int64
 	// Refusing counts the refused connections being told why now, while
-	// their client speaks first (TLS, or HTTP/2 beside HTTP/1.1);
-	// RefusedUntold the refused connections closed without being told,
-	// over TLS, because as many as the bound allows were being told.
-	Refusing      int
-	RefusedUntold int64
+	// their client speaks first (TLS, or HTTP/2 beside HTTP/1.1), at
+	// most MaxRefusing; RefusedUntold the refused connections closed
+	// without being told, over TLS, because MaxRefusing were being told.
+	Refusing, MaxRefusing int
+	RefusedUntold         int64
 }
 
 // RegisterConns registers an HTTP server's connection limits with reg,
@@ -40,15 +40,17 @@ type ConnStats struct {
 //	tidings_http_connections_refused_total{limit}       connections refused at a cap
 //	tidings_http_connections_evicted_total{limit}       idle connections closed to make room
 //	tidings_http_connections_refusing                   refused connections being told why now
+//	tidings_http_connections_refusing_max               the most told at once
 //	tidings_http_connections_refused_untold_total       refused connections closed untold (over TLS)
 //	tidings_http_body_timeouts_total                    requests whose body did not arrive in time
 //	tidings_http_write_timeouts_total                   answers cut off for a reader that stopped reading
 //
 // Refusals at limit="per_address" from a server behind a proxy mean the
 // per-address cap is below what the proxy opens; alert on open nearing
-// max{limit="total"}, and on refusals. Refusing at its bound (64) means
-// refusals now come faster than their clients are told, and over TLS
-// the rest are closed untold: their clients see a reset, not a 503.
+// max{limit="total"}, and on refusals. Refusing at its bound
+// (refusing_max) means refusals now come faster than their clients are
+// told, and over TLS the rest are closed untold: their clients see a
+// reset, not a 503.
 func RegisterConns(reg prometheus.Registerer, stats func() ConnStats) error {
 	const (
 		maxName     = "tidings_http_connections_max"
@@ -68,9 +70,11 @@ func RegisterConns(reg prometheus.Registerer, stats func() ConnStats) error {
 		labelled(counter(refusedName, refusedHelp, func(s ConnStats) int64 { return s.RefusedTotal }), "limit", "total"),
 		labelled(counter(evictedName, evictedHelp, func(s ConnStats) int64 { return s.EvictedPerAddress }), "limit", "per_address"),
 		labelled(counter(evictedName, evictedHelp, func(s ConnStats) int64 { return s.EvictedTotal }), "limit", "total"),
-		gauge("tidings_http_connections_refusing", "Refused connections being told why now, while their client speaks first (TLS, or HTTP/2 beside HTTP/1.1); 64 at most, past which a refusal is answered at once, or over TLS closed untold.",
+		gauge("tidings_http_connections_refusing", "Refused connections being told why now, while their client speaks first (TLS, or HTTP/2 beside HTTP/1.1); refusing_max at most, past which a refusal is answered at once, or over TLS closed untold.",
 			func(s ConnStats) float64 { return float64(s.Refusing) }),
-		counter("tidings_http_connections_refused_untold_total", "Connections refused over TLS and closed without being told why, because 64 refusals were being told already; counted in refused_total too.",
+		gauge("tidings_http_connections_refusing_max", "The most refused connections told why at once while their client speaks first.",
+			func(s ConnStats) float64 { return float64(s.MaxRefusing) }),
+		counter("tidings_http_connections_refused_untold_total", "Connections refused over TLS and closed without being told why, because refusing_max refusals were being told already; counted in refused_total too.",
 			func(s ConnStats) int64 { return s.RefusedUntold }),
 		counter("tidings_http_body_timeouts_total", "Requests whose body did not arrive within the body timeout.",
 			func(s ConnStats) int64 { return s.BodyTimeouts }),

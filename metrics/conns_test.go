@@ -16,7 +16,7 @@ import (
 func TestConnSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := metrics.ConnStats{Open: 1, Idle: 2, MaxPerAddress: 3, MaxTotal: 4, RefusedPerAddress: 5, RefusedTotal: 6,
-		EvictedPerAddress: 7, EvictedTotal: 8, BodyTimeouts: 9, WriteTimeouts: 10, Refusing: 11, RefusedUntold: 12}
+		EvictedPerAddress: 7, EvictedTotal: 8, BodyTimeouts: 9, WriteTimeouts: 10, Refusing: 11, RefusedUntold: 12, MaxRefusing: 13}
 	if err := metrics.RegisterConns(reg, func() metrics.ConnStats { return st }); err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +32,7 @@ func TestConnSeries(t *testing.T) {
 		`tidings_http_connections_evicted_total{limit="per_address"}`: 7, `tidings_http_connections_evicted_total{limit="total"}`: 8,
 		"tidings_http_body_timeouts_total": 9, "tidings_http_write_timeouts_total": 10,
 		"tidings_http_connections_refusing": 11, "tidings_http_connections_refused_untold_total": 12,
+		"tidings_http_connections_refusing_max": 13,
 	}
 	for series, v := range want {
 		if got := scrape(t, ts.URL, series); got != v {

@@ -18,10 +18,12 @@ import (
 type connLimits struct {
 	maxConns        int
 	maxConnsPerAddr int
-	idleTimeout     time.Duration
-	headerTimeout   time.Duration
-	bodyTimeout     time.Duration
-	writeTimeout    time.Duration
+	// maxRefusing bounds the refusals told why at once (--max-refusing).
+	maxRefusing   int
+	idleTimeout   time.Duration
+	headerTimeout time.Duration
+	bodyTimeout   time.Duration
+	writeTimeout  time.Duration
 	// parkListens hands listens to streamhttp's shared poller
 	// (--park-listens, on by default).
 	parkListens bool
@@ -50,8 +52,9 @@ raises to its hard limit at start, less what watching DIR takes, and at
 most 65536. Near a cap, the connections idle longest between requests are
 closed to make room; only when none is idle is a new connection refused,
 with a 503 that names the cap, in what the client speaks (HTTP/1.1 or
-HTTP/2, over TLS when served; past 64 refusals under way at once, one is
-answered in HTTP/1.1 at once, or closed untold over TLS). Request headers
+HTTP/2, over TLS when served; past --max-refusing refusals under way at
+once, one is answered in HTTP/1.1 at once, or closed untold over TLS).
+Request headers
 must arrive within --header-timeout and a body within --body-timeout of
 them; a connection
 idle for --idle-timeout is closed; and no write of an answer may block
@@ -73,12 +76,13 @@ func (c *connLimits) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.IntVar(&c.maxConns, "max-conns", 0, "most connections open at once in all (default 7/8 of the open-file limit, at most 65536)")
 	f.IntVar(&c.maxConnsPerAddr, "max-conns-per-addr", defaultMaxConnsPerAddr, "most connections open at once from one client address; 0 for no cap (behind a proxy)")
+	f.IntVar(&c.maxRefusing, "max-refusing", connlimit.DefaultMaxRefusing, "most refused connections told why at once while their client speaks first (TLS, HTTP/2), each for up to 2s; past them one is answered at once in HTTP/1.1, or closed untold over TLS")
 	f.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a connection may stay idle between requests")
 	f.DurationVar(&c.headerTimeout, "header-timeout", defaultHeaderTimeout, "how long a request's headers may take to arrive")
 	f.DurationVar(&c.bodyTimeout, "body-timeout", defaultBodyTimeout, "how long a request's body may take to arrive, once its headers have")
 	f.DurationVar(&c.writeTimeout, "write-timeout", defaultWriteTimeout, "how long one write of an answer may block before the client is cut off; a stream lasts as long as it is read")
 	f.BoolVar(&c.parkListens, "park-listens", true, "hand each plain HTTP/1.1 listen, once acknowledged, to one shared poller (Linux) instead of keeping goroutines for it; false keeps them")
-	for _, name := range []string{"max-conns", "max-conns-per-addr", "idle-timeout", "header-timeout", "body-timeout", "write-timeout", "park-listens"} {
+	for _, name := range []string{"max-conns", "max-conns-per-addr", "max-refusing", "idle-timeout", "header-timeout", "body-timeout", "write-timeout", "park-listens"} {
 		cmd.MarkFlagsMutuallyExclusive("stdio", name)
 	}
 	c.h2.register(cmd)
@@ -113,6 +117,12 @@ func (c *connLimits) check() error {
 	}
 	if c.maxConnsPerAddr < 0 {
 		return fmt.Errorf("--max-conns-per-addr must be 0 (no cap) or positive, not %d", c.maxConnsPerAddr)
+	}
+	switch {
+	case c.maxRefusing < 0:
+		return fmt.Errorf("--max-refusing must be positive, not %d", c.maxRefusing)
+	case c.maxRefusing == 0:
+		c.maxRefusing = connlimit.DefaultMaxRefusing
 	}
 	for _, d := range []struct {
 		name string
@@ -152,6 +162,7 @@ func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, l
 		Total:        total,
 		BodyTimeout:  c.bodyTimeout,
 		WriteTimeout: c.writeTimeout,
+		MaxRefusing:  c.maxRefusing,
 		Logger:       log,
 		// A refused client is told why in what it speaks: HTTP/2 or
 		// HTTP/1.1, over TLS when served.
@@ -170,7 +181,7 @@ func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, l
 			RefusedPerAddress: s.Refused[connlimit.PerAddress], RefusedTotal: s.Refused[connlimit.Total],
 			EvictedPerAddress: s.Evicted[connlimit.PerAddress], EvictedTotal: s.Evicted[connlimit.Total],
 			BodyTimeouts: s.BodyTimeouts, WriteTimeouts: s.WriteTimeouts,
-			Refusing: s.Refusing, RefusedUntold: s.Untold,
+			Refusing: s.Refusing, MaxRefusing: cfg.MaxRefusing, RefusedUntold: s.Untold,
 		}
 	}); err != nil {
 		return nil, nil, err

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"tidings/client"
+	"tidings/internal/connlimit"
 	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 )
@@ -432,13 +433,17 @@ func TestConnLimitFlags(t *testing.T) {
 	if err := l.check(); err == nil || !strings.Contains(err.Error(), "--max-conns-per-addr") {
 		t.Errorf("--max-conns-per-addr -1: %v", err)
 	}
+	l = connLimits{maxRefusing: -1}
+	if err := l.check(); err == nil || !strings.Contains(err.Error(), "--max-refusing must be positive") {
+		t.Errorf("--max-refusing -1: %v", err)
+	}
 	l = connLimits{bodyTimeout: -time.Second}
 	if err := l.check(); err == nil || !strings.Contains(err.Error(), "--body-timeout must be positive") {
 		t.Errorf("--body-timeout -1s: %v", err)
 	}
 	l = connLimits{}
 	if err := l.check(); err != nil || l.idleTimeout != defaultIdleTimeout || l.headerTimeout != defaultHeaderTimeout ||
-		l.bodyTimeout != defaultBodyTimeout || l.writeTimeout != defaultWriteTimeout {
-		t.Errorf("timeouts of 0: %+v, %v; want the defaults", l, err)
+		l.bodyTimeout != defaultBodyTimeout || l.writeTimeout != defaultWriteTimeout || l.maxRefusing != connlimit.DefaultMaxRefusing {
+		t.Errorf("timeouts and --max-refusing of 0: %+v, %v; want the defaults", l, err)
 	}
 }

@@ -460,25 +460,28 @@ func TestServeCutsAStalledHTTP2Reader(t *testing.T) {
 }
 
 // TestServeRefusalMetricsOverTLS: refused TLS clients that say nothing
-// are held to be told why, up to the bound of 64, and those past it are
-// closed untold; /metrics shows both.
+// are held to be told why, up to the bound --max-refusing sets, and
+// those past it are closed untold; /metrics shows both, and the bound.
 func TestServeRefusalMetricsOverTLS(t *testing.T) {
 	keys := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t, keys)
-	base, stop := serveInProcess(t, t.TempDir(), "--max-conns-per-addr", "1", "--tls-cert", certFile, "--tls-key", keyFile)
+	base, stop := serveInProcess(t, t.TempDir(), "--max-conns-per-addr", "1", "--max-refusing", "8", "--tls-cert", certFile, "--tls-key", keyFile)
 	defer stop()
 	addr := strings.TrimPrefix(base, "https://")
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
 	scraper := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: d.DialContext}}
 	defer scraper.CloseIdleConnections()
 	// The first connection is let in and, new, is not closed to make
-	// room; the next 70 are refused, the last 6 past the bound.
-	for range 71 {
+	// room; the next 14 are refused, the last 6 past the bound.
+	for range 15 {
 		c := dialFrom(t, "127.0.0.1", addr, nil)
 		defer c.Close()
 	}
 	waitMetric(t, scraper, base, "tidings_http_connections_refused_untold_total", 6)
-	if v := metric(t, scraper, base, "tidings_http_connections_refusing"); v < 0 || v > 64 {
-		t.Fatalf("%v refusals being told why; want at most 64, the bound", v)
+	if v := metric(t, scraper, base, "tidings_http_connections_refusing"); v < 0 || v > 8 {
+		t.Fatalf("%v refusals being told why; want at most 8, the bound", v)
+	}
+	if v := metric(t, scraper, base, "tidings_http_connections_refusing_max"); v != 8 {
+		t.Fatalf("the bound on refusals told why is %v in /metrics, want 8", v)
 	}
 }

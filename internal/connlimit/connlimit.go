@@ -82,6 +82,13 @@ type Config struct {
 	// "h2"): a refused connection whose client does is told why in an
 	// HTTP/2 answer, which it reads, and not in an HTTP/1.1 one.
 	HTTP2 bool
+	// MaxRefusing bounds the refusals told why at once apart from the
+	// accept loop, while their clients speak first (TLS, or HTTP/2
+	// beside HTTP/1.1): each holds a connection past the cap for up to
+	// 2s, so past this many a refused connection is answered at once in
+	// plain HTTP/1.1, or closed untold over TLS, and either way counted
+	// (default DefaultMaxRefusing).
+	MaxRefusing int
 }
 
 // Stats is what a Guard has seen, for monitoring.
@@ -99,11 +106,12 @@ type Stats struct {
 	// HTTP2Streams counts the requests under way over HTTP/2.
 	HTTP2Streams int64
 	// Refusing counts the refused connections being told why now, apart
-	// from the accept loop (with Config.TLS or Config.HTTP2), 64 at most.
+	// from the accept loop (with Config.TLS or Config.HTTP2), at most
+	// Config.MaxRefusing.
 	Refusing int
 	// Untold counts the refused connections closed without being told
-	// why: over TLS, when 64 were being told already, or the listener
-	// had closed. Each is counted in Refused too.
+	// why: over TLS, when Config.MaxRefusing were being told already, or
+	// the listener had closed. Each is counted in Refused too.
 	Untold int64
 }
 
@@ -149,6 +157,9 @@ type addrConns struct {
 
 // New returns a Guard with the limits of cfg.
 func New(cfg Config) *Guard {
+	if cfg.MaxRefusing <= 0 {
+		cfg.MaxRefusing = DefaultMaxRefusing
+	}
 	g := &Guard{cfg: cfg, log: cfg.Logger, addrs: map[netip.Addr]*addrConns{}}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -289,13 +300,13 @@ func (g *Guard) refuse(nc net.Conn, l Limit, addr netip.Addr) {
 	}
 	// The client speaks first (a TLS handshake, or an HTTP/2 preface to
 	// tell from an HTTP/1.1 request): that is waited for apart from the
-	// accept loop, by at most maxRefusing goroutines; past them a refused
+	// accept loop, by at most MaxRefusing goroutines; past them a refused
 	// connection is answered at once, or closed untold over TLS.
 	g.mu.Lock()
 	if g.refusing == nil {
 		g.refusing = map[net.Conn]struct{}{}
 	}
-	if g.refusalsEnded || len(g.refusing) >= maxRefusing {
+	if g.refusalsEnded || len(g.refusing) >= g.cfg.MaxRefusing {
 		g.mu.Unlock()
 		answerNow()
 		return

@@ -14,13 +14,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// maxRefusing bounds the refusals answered at once apart from the
-// accept loop (see Config.TLS and Config.HTTP2): each holds a
-// connection past the cap for up to refusalAnswerTimeout, so past this
-// many a refused connection is answered at once in plain HTTP/1.1, or
-// closed untold over TLS. Either way it is counted. Stats' doc and the
-// help of the metrics that show them name this bound.
-const maxRefusing = 64
+// DefaultMaxRefusing is Config.MaxRefusing when it is 0.
+const DefaultMaxRefusing = 64
 
 // refusalAnswerTimeout bounds all of a refusal answered apart from the
 // accept loop: the client's handshake and first bytes, the answer, and
