@@ -137,17 +137,32 @@ func (o origin) CancelTask(ctx context.Context, req *server.TaskRequest) error {
 // taskRequest sends method about req's task to its upstream, with the
 // caller's capabilities. The upstream's invalid-params refusal of a
 // task id the gateway got from it means the task is gone: it is told
-// as server.ErrTaskNotFound, as a forged id is.
+// as server.ErrTaskNotFound, as a forged id is. A tasks/get or
+// tasks/cancel under way when a reload replaces the upstream, closing
+// its client, is sent again to the upstream that replaced it, once:
+// both may be asked twice, where a tasks/update's answers may not be
+// given twice.
 func (o origin) taskRequest(ctx context.Context, method string, req *server.TaskRequest, params map[string]any) (jsontext.Value, error) {
-	u, tid, ok := o.g.taskOf(req.TaskID)
-	if !ok {
-		return nil, server.ErrTaskNotFound
-	}
 	if params == nil {
 		params = map[string]any{}
 	}
-	params["taskId"] = tid
-	res, err := u.c.Request(ctx, method, params, append(forCaller(&req.Request), withTasks(req.Capabilities))...)
+	var (
+		u   *upstream
+		res jsontext.Value
+		err error
+	)
+	for attempt := 1; ; attempt++ {
+		var tid string
+		var ok bool
+		if u, tid, ok = o.g.taskOf(req.TaskID); !ok {
+			return nil, server.ErrTaskNotFound
+		}
+		params["taskId"] = tid
+		res, err = u.c.Request(ctx, method, params, append(forCaller(&req.Request), withTasks(req.Capabilities))...)
+		if attempt > 1 || method == mcp.MethodTasksUpdate || !errors.Is(err, client.ErrClosed) || ctx.Err() != nil || o.g.ctx.Err() != nil {
+			break
+		}
+	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) && je.Code == jsonrpc.CodeInvalidParams && method != mcp.MethodTasksUpdate {
 		return nil, server.ErrTaskNotFound

@@ -445,6 +445,69 @@ func TestListenFollowsTaskThroughAReload(t *testing.T) {
 	}
 }
 
+// TestTaskReadThroughAReload: a listen's read of its task that is on
+// its way upstream when a reload replaces the upstream, closing its
+// client, is asked again of the upstream that replaced it: the listen
+// is granted the task and told its state, where it used to end with an
+// internal error.
+func TestTaskReadThroughAReload(t *testing.T) {
+	url, release, _ := taskUpstream(t)
+	defer close(release)
+	target, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var hold atomic.Bool
+	held := make(chan struct{}, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(mcp.HeaderMethod) == mcp.MethodTasksGet && hold.CompareAndSwap(true, false) {
+			held <- struct{}{}
+			// Read whole, so that the server notices the client leave.
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done() // until the gateway's client is closed
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hs.URL}}}
+	g, gw := startGateway(t, cfg)
+	alice := newCaller(t, gw, "alice")
+	tk := alice.start("up_slow")
+
+	// The listen is answered once its read is, so the reload comes from
+	// apart, once the read is held upstream.
+	hold.Store(true)
+	reloaded := make(chan error, 1)
+	go func() {
+		select {
+		case <-held:
+		case <-time.After(waitTimeout):
+			reloaded <- errors.New("the listen's read of its task never reached the upstream")
+			return
+		}
+		cfg.Upstreams = []gateway.Upstream{{ID: "up", URL: hs.URL, Exclude: []string{"nothing"}}}
+		reloaded <- g.Reload(context.Background(), cfg)
+	}()
+	msgs := alice.listenTasks(tk.TaskID)
+	if err := <-reloaded; err != nil {
+		t.Fatal(err)
+	}
+	var ack struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	if err := json.Unmarshal(next(t, msgs, mcp.NotifyAcknowledged), &ack); err != nil {
+		t.Fatal(err)
+	}
+	if len(ack.Notifications.TaskIDs) != 1 || ack.Notifications.TaskIDs[0] != tk.TaskID {
+		t.Fatalf("the listen was granted %v, want [%s]", ack.Notifications.TaskIDs, tk.TaskID)
+	}
+	if first := nextStatus(t, msgs); first.TaskID != tk.TaskID || first.Status != mcp.TaskWorking {
+		t.Fatalf("first told %s %s, want %s working", first.TaskID, first.Status, tk.TaskID)
+	}
+}
+
 // TestTasksAreOfferedOnlyWhereAnUpstreamRunsThem: the gateway advertises
 // the extension when an upstream does, and otherwise neither advertises
 // nor serves it.
