@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -615,18 +614,7 @@ func TestTokenExchangeTasksPassThrough(t *testing.T) {
 	notFound(t, "bob's tasks/get of alice's task", err)
 
 	msgs := alice.listenTasks(tk.TaskID)
-	var ack struct {
-		Notifications mcp.SubscriptionFilter `json:"notifications"`
-	}
-	if err := json.Unmarshal(next(t, msgs, mcp.NotifyAcknowledged), &ack); err != nil {
-		t.Fatal(err)
-	}
-	if len(ack.Notifications.TaskIDs) != 1 || ack.Notifications.TaskIDs[0] != tk.TaskID {
-		t.Fatalf("alice's listen was granted %v, want [%s]", ack.Notifications.TaskIDs, tk.TaskID)
-	}
-	if first := nextStatus(t, msgs); first.Status != mcp.TaskWorking {
-		t.Fatalf("first told %s, want working", first.Status)
-	}
+	followsWorking(t, msgs, tk.TaskID)
 	close(release)
 	if st := nextStatus(t, msgs); st.TaskID != tk.TaskID || st.Status != mcp.TaskCompleted {
 		t.Fatalf("then told %s %s, want %s completed", st.TaskID, st.Status, tk.TaskID)

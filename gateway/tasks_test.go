@@ -249,6 +249,30 @@ func next(t *testing.T, msgs <-chan map[string]json.RawMessage, method string) j
 	}
 }
 
+// granted returns the task ids the listen's acknowledgement grants.
+func granted(t *testing.T, msgs <-chan map[string]json.RawMessage) []string {
+	t.Helper()
+	var ack struct {
+		Notifications mcp.SubscriptionFilter `json:"notifications"`
+	}
+	if err := json.Unmarshal(next(t, msgs, mcp.NotifyAcknowledged), &ack); err != nil {
+		t.Fatal(err)
+	}
+	return ack.Notifications.TaskIDs
+}
+
+// followsWorking checks that the listen was granted the task id alone,
+// and first told that it is working.
+func followsWorking(t *testing.T, msgs <-chan map[string]json.RawMessage, id string) {
+	t.Helper()
+	if got := granted(t, msgs); len(got) != 1 || got[0] != id {
+		t.Fatalf("the listen was granted %v, want [%s]", got, id)
+	}
+	if first := nextStatus(t, msgs); first.TaskID != id || first.Status != mcp.TaskWorking {
+		t.Fatalf("first told %s %s, want %s working", first.TaskID, first.Status, id)
+	}
+}
+
 // nextStatus returns the next notifications/tasks of the listen.
 func nextStatus(t *testing.T, msgs <-chan map[string]json.RawMessage) mcp.Task {
 	t.Helper()
@@ -373,27 +397,13 @@ func TestListenFollowsTaskThroughTheGateway(t *testing.T) {
 	alice, bob := newCaller(t, gw, "alice"), newCaller(t, gw, "bob")
 	tk := alice.start("up_slow")
 
-	var ack struct {
-		Notifications mcp.SubscriptionFilter `json:"notifications"`
-	}
-	if err := json.Unmarshal(next(t, bob.listenTasks(tk.TaskID), mcp.NotifyAcknowledged), &ack); err != nil {
-		t.Fatal(err)
-	}
-	if len(ack.Notifications.TaskIDs) != 0 {
-		t.Fatalf("bob's listen was granted %v of alice's task", ack.Notifications.TaskIDs)
+	if got := granted(t, bob.listenTasks(tk.TaskID)); len(got) != 0 {
+		t.Fatalf("bob's listen was granted %v of alice's task", got)
 	}
 
 	before := gets.Load()
 	msgs := alice.listenTasks(tk.TaskID)
-	if err := json.Unmarshal(next(t, msgs, mcp.NotifyAcknowledged), &ack); err != nil {
-		t.Fatal(err)
-	}
-	if len(ack.Notifications.TaskIDs) != 1 || ack.Notifications.TaskIDs[0] != tk.TaskID {
-		t.Fatalf("alice's listen was granted %v, want [%s]", ack.Notifications.TaskIDs, tk.TaskID)
-	}
-	if first := nextStatus(t, msgs); first.TaskID != tk.TaskID || first.Status != mcp.TaskWorking {
-		t.Fatalf("first told %s %s, want %s working", first.TaskID, first.Status, tk.TaskID)
-	}
+	followsWorking(t, msgs, tk.TaskID)
 	// The task says nothing more until it completes: a state told once
 	// is not told again, though the gateway's first look upstream finds
 	// what the listen began with and has it read again. Four reads (the
@@ -494,18 +504,7 @@ func TestTaskReadThroughAReload(t *testing.T) {
 	if err := <-reloaded; err != nil {
 		t.Fatal(err)
 	}
-	var ack struct {
-		Notifications mcp.SubscriptionFilter `json:"notifications"`
-	}
-	if err := json.Unmarshal(next(t, msgs, mcp.NotifyAcknowledged), &ack); err != nil {
-		t.Fatal(err)
-	}
-	if len(ack.Notifications.TaskIDs) != 1 || ack.Notifications.TaskIDs[0] != tk.TaskID {
-		t.Fatalf("the listen was granted %v, want [%s]", ack.Notifications.TaskIDs, tk.TaskID)
-	}
-	if first := nextStatus(t, msgs); first.TaskID != tk.TaskID || first.Status != mcp.TaskWorking {
-		t.Fatalf("first told %s %s, want %s working", first.TaskID, first.Status, tk.TaskID)
-	}
+	followsWorking(t, msgs, tk.TaskID)
 }
 
 // TestTasksAreOfferedOnlyWhereAnUpstreamRunsThem: the gateway advertises

@@ -22,21 +22,13 @@ import (
 // with a longer wait, until JetStream answers; the store opens.
 func TestOpenPatientlyAsksAgain(t *testing.T) {
 	b := testbroker.StartNATS(t)
-	nc, err := nats.Connect(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, b.URL())
 	cfg := settings(append(quiet(), bus.WithBackoff(time.Millisecond, 2*time.Millisecond)))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	attempts := 0
 	var kv jetstream.KeyValue
-	err = openPatiently(ctx, cfg, time.Microsecond, func(ctx context.Context) (err error) {
+	err := openPatiently(ctx, cfg, time.Microsecond, func(ctx context.Context) (err error) {
 		attempts++
 		kv, err = bucketOf(ctx, js, replicaPlan{n: 1, servers: 1}, cfg.Logger, jetstream.KeyValueConfig{Bucket: "slow"})
 		return err
@@ -142,15 +134,7 @@ func TestWritesWaitForTheirStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tasks.Close()
-	nc, err := nats.Connect(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, b.URL())
 
 	for _, c := range []struct {
 		stream string
