@@ -1,0 +1,126 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"tidings/client"
+	"tidings/gateway"
+	"tidings/mcp"
+	"tidings/server"
+)
+
+// eras are the protocol revisions a caller of the gateway may speak.
+var eras = []string{mcp.Version, mcp.LegacyVersion}
+
+// callerOf is a client of the gateway at url, as user, speaking version.
+func callerOf(t *testing.T, url, user, version string) *client.Client {
+	t.Helper()
+	c := client.NewHTTP(url, client.WithHeader("X-User", user), client.WithProtocolVersion(version))
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestProgressPassesThrough: the progress an upstream tool reports goes
+// down to the caller who asked for it, in order, in either revision the
+// caller speaks.
+func TestProgressPassesThrough(t *testing.T) {
+	u := startUpstream(t, mcp.ScopePrivate, "echo")
+	err := u.srv.AddTool(mcp.Tool{Name: "steps", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(_ context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
+		total := 3.0
+		for i, msg := range []string{"one", "two", "three"} {
+			if err := req.Progress(float64(i+1), &total, msg); err != nil {
+				return nil, err
+			}
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("done")}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: u.url}}})
+	for _, version := range eras {
+		t.Run(version, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []string
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			res, err := callerOf(t, gw, "alice", version).CallTool(ctx, "up_steps", nil, client.WithProgress(func(p float64, total *float64, msg string) {
+				mu.Lock()
+				defer mu.Unlock()
+				if total != nil && *total == 3 && p == float64(len(got)+1) {
+					got = append(got, msg)
+				} else {
+					got = append(got, "unexpected")
+				}
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Content) != 1 || res.Content[0].Text == nil || *res.Content[0].Text != "done" {
+				t.Fatalf("result %+v", res)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if want := []string{"one", "two", "three"}; !slices.Equal(got, want) {
+				t.Fatalf("the caller was told progress %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestCallerLeavingCancelsUpstream: a caller that gives up on a call
+// ends the upstream's work on it, in either revision the caller speaks:
+// nothing goes on upstream for a caller who is gone.
+func TestCallerLeavingCancelsUpstream(t *testing.T) {
+	u := startUpstream(t, mcp.ScopePrivate, "echo")
+	started, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+	testOver := make(chan struct{})
+	err := u.srv.AddTool(mcp.Tool{Name: "hang", InputSchema: jsontext.Value(`{"type":"object"}`)}, func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+		started <- struct{}{}
+		select {
+		case <-ctx.Done():
+			ended <- struct{}{}
+			return nil, ctx.Err()
+		case <-testOver: // the test failed: the servers are to close
+			return nil, errors.New("the test is over")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: u.url}}})
+	t.Cleanup(func() { close(testOver) }) // before the servers' own
+	for _, version := range eras {
+		t.Run(version, func(t *testing.T) {
+			c := callerOf(t, gw, "alice", version)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			called := make(chan error, 1)
+			go func() {
+				_, err := c.CallTool(ctx, "up_hang", nil)
+				called <- err
+			}()
+			select {
+			case <-started:
+			case <-time.After(waitTimeout):
+				t.Fatal("the call never reached the upstream")
+			}
+			cancel()
+			if err := <-called; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the caller's call ended with %v, want it cancelled", err)
+			}
+			select {
+			case <-ended:
+			case <-time.After(waitTimeout):
+				t.Fatal("the upstream's work went on after its caller left")
+			}
+		})
+	}
+}
