@@ -3,8 +3,12 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 
 	"tidings/client"
 	"tidings/gateway"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -123,4 +128,42 @@ func TestCallerLeavingCancelsUpstream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUpstreamListenEndIsNotPassedDown: an upstream that ends its listen
+// on purpose (with its complete result, as a server shutting down in a
+// rolling restart does) is listened to again, on the server that took
+// its place; the callers' listens here go on, unended, and hear the
+// next change there.
+func TestUpstreamListenEndIsNotPassedDown(t *testing.T) {
+	first, second := startUpstream(t, mcp.ScopePublic, "echo"), startUpstream(t, mcp.ScopePublic, "echo")
+	var to atomic.Pointer[neturl.URL]
+	for _, u := range []*upstreamServer{second, first} {
+		target, err := neturl.Parse(u.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		to.Store(target)
+	}
+	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(to.Load()) }, FlushInterval: -1}
+	hs := httptest.NewServer(proxy)
+	t.Cleanup(hs.Close)
+	_, gw := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hs.URL}}})
+	msgs := newCaller(t, gw, "alice").listen(`{"toolsListChanged":true}`)
+	next(t, msgs, mcp.NotifyAcknowledged)
+	testkit.WaitFor(t, waitTimeout, "the gateway's listen on the first server", func() bool { return first.count(mcp.MethodListen) >= 1 })
+
+	moved, err := neturl.Parse(second.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to.Store(moved)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := first.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, waitTimeout, "the gateway's listen on the second server", func() bool { return second.count(mcp.MethodListen) >= 1 })
+	addEcho(t, second.srv, "more", `{"type":"object"}`)
+	next(t, msgs, mcp.NotifyToolsListChanged)
 }

@@ -179,9 +179,17 @@ func notFound(t *testing.T, what string, err error) *jsonrpc.Error {
 func (c *caller) listenTasks(ids ...string) <-chan map[string]json.RawMessage {
 	c.t.Helper()
 	b, _ := json.Marshal(ids)
+	return c.listen(`{"taskIds":` + string(b) + `}`)
+}
+
+// listen opens a subscriptions/listen with the filter notifications as
+// c, and returns its messages, one decoded JSON-RPC message each; the
+// channel is closed when the listen's stream ends.
+func (c *caller) listen(notifications string) <-chan map[string]json.RawMessage {
+	c.t.Helper()
 	body := `{"jsonrpc":"2.0","id":7,"method":"subscriptions/listen","params":{"_meta":{` +
 		`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":` +
-		`{"extensions":{"io.modelcontextprotocol/tasks":{}}}},"notifications":{"taskIds":` + string(b) + `}}}`
+		`{"extensions":{"io.modelcontextprotocol/tasks":{}}}},"notifications":` + notifications + `}}`
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
