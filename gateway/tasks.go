@@ -146,22 +146,22 @@ func (o origin) taskRequest(ctx context.Context, method string, req *server.Task
 	if params == nil {
 		params = map[string]any{}
 	}
-	var (
-		u   *upstream
-		res jsontext.Value
-		err error
-	)
-	for attempt := 1; ; attempt++ {
-		var tid string
-		var ok bool
+	u, tid, ok := o.g.taskOf(req.TaskID)
+	if !ok {
+		return nil, server.ErrTaskNotFound
+	}
+	send := func() (jsontext.Value, error) {
+		params["taskId"] = tid
+		return u.c.Request(ctx, method, params, append(forCaller(&req.Request), withTasks(req.Capabilities))...)
+	}
+	res, err := send()
+	if errors.Is(err, client.ErrClosed) && method != mcp.MethodTasksUpdate && ctx.Err() == nil && o.g.ctx.Err() == nil {
+		// The upstream's client was closed under the request: a reload
+		// replaced the upstream, or removed it.
 		if u, tid, ok = o.g.taskOf(req.TaskID); !ok {
 			return nil, server.ErrTaskNotFound
 		}
-		params["taskId"] = tid
-		res, err = u.c.Request(ctx, method, params, append(forCaller(&req.Request), withTasks(req.Capabilities))...)
-		if attempt > 1 || method == mcp.MethodTasksUpdate || !errors.Is(err, client.ErrClosed) || ctx.Err() != nil || o.g.ctx.Err() != nil {
-			break
-		}
+		res, err = send()
 	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) && je.Code == jsonrpc.CodeInvalidParams && method != mcp.MethodTasksUpdate {

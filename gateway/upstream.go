@@ -243,17 +243,15 @@ func readCredential(a Auth) (credential, error) {
 // tasks, as it said when the gateway started following it.
 type offered struct{ tools, prompts, resources, tasks bool }
 
-// offerAll is what the gateway takes an upstream to offer until it says:
-// every list, so that none goes unfollowed, and no tasks, which are
-// never asked of an upstream that has not said it runs them.
-var offerAll = offered{true, true, true, false}
-
-// offer is what u offers, as it said, or offerAll before it did.
+// offer is what u offers, as it said. Until it has said, the gateway
+// takes it to offer every list, so that none goes unfollowed, and no
+// tasks, which are never asked of an upstream that has not said it runs
+// them.
 func (u *upstream) offer() offered {
 	if o := u.offers.Load(); o != nil {
 		return *o
 	}
-	return offerAll
+	return offered{tools: true, prompts: true, resources: true}
 }
 
 // offeredBy reads what capabilities offer.

@@ -44,8 +44,8 @@ type TaskOrigin interface {
 	// FollowTasks is called when the listen req starts to follow the
 	// tasks ids name, and the function it returns when the listen ends:
 	// the origin watches them meanwhile and calls Server.TaskChanged on
-	// each change. The tasks are req.Principal's, whose name the origin
-	// watches them in where it must ask in its caller's name.
+	// each change. The tasks are req.Principal's: an origin that must
+	// ask in its caller's name watches them in that principal's.
 	FollowTasks(req *Request, ids []string) (release func())
 }
 
