@@ -87,8 +87,8 @@ const deliverWait = 5 * time.Second
 // cluster, before every server has learnt which of them hold its
 // stream, and while the stream elects a new leader: a pause to wait out,
 // not a failure. The client library already asks twice more within half
-// a second, which a loaded cluster can outlast. Each try waits twice as
-// long as the one before, from 50ms up to 1s.
+// a second, which a loaded cluster can outlast. The pause between tries
+// doubles from 50ms up to 1s.
 func untilHeard(ctx context.Context, log *slog.Logger, write func(context.Context) error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
