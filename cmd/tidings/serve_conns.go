@@ -54,13 +54,12 @@ closed to make room; only when none is idle is a new connection refused,
 with a 503 that names the cap, in what the client speaks (HTTP/1.1 or
 HTTP/2, over TLS when served; past --max-refusing refusals under way at
 once, one is answered in HTTP/1.1 at once, or closed untold over TLS).
-Request headers
-must arrive within --header-timeout and a body within --body-timeout of
-them; a connection
-idle for --idle-timeout is closed; and no write of an answer may block
-for longer than --write-timeout, so a client that stops reading is cut
-off; a timeout of 0 means its default, as none can be switched off. A
-listen lasts as long as its client reads it. /metrics counts open
+Request headers must arrive within --header-timeout and a body within
+--body-timeout of them; a connection idle for --idle-timeout is closed;
+and no write of an answer may block for longer than --write-timeout, so a
+client that stops reading is cut off; a timeout of 0 means its default,
+as none can be switched off, and so does a --max-refusing of 0. A listen
+lasts as long as its client reads it. /metrics counts open
 and idle connections, refusals and evictions by cap, and timeouts
 (tidings_http_*).
 
