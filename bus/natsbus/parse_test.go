@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -80,4 +81,46 @@ func TestParseRefusesSeeds(t *testing.T) {
 			t.Errorf("%s: the error shows the password: %v", url, err)
 		}
 	}
+}
+
+// FuzzParseHidesThePassword: a URL of any shape is read or refused
+// without a panic, and the password of one that holds a single one, at
+// the first seed, shows neither in the error nor in the form kept for
+// errors and logs. shape holds {pw} where the password goes.
+func FuzzParseHidesThePassword(f *testing.F) {
+	for _, s := range [][2]string{
+		{"nats://u:{pw}@127.0.0.1:4222/tidings", "secret"},
+		{"tls://u:{pw}@a:4222,tls://b:4222/x.y?replicas=3", "p4ss"},
+		{"nats://u:{pw}@a:4222,nats://b/sub", "pw"},
+		{"nats://:{pw}@[::1]:4222?replicas=9", "x"},
+		{"nats://u:{pw}@h:4222/bad subject", "s"},
+		{"http://u:{pw}@h", "s"},
+		{"nats://u:{pw}@a:4222/x,nats://b:4222", "q"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, shape, pw string) {
+		secret := "Zq9" + pw
+		e, err := parse(strings.ReplaceAll(shape, "{pw}", secret))
+		first, _, _ := strings.Cut(strings.ReplaceAll(shape, "{pw}", secret), ",")
+		if strings.Count(shape, "{pw}") != 1 || strings.Contains(strings.ReplaceAll(shape, "{pw}", ""), "Zq9") || !passwordIs(first, secret) {
+			return // not a URL whose password is the secret alone
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Fatalf("the error shows the password: %v", err)
+		}
+		if err == nil && strings.Contains(e.redacted, secret) {
+			t.Fatalf("the URL kept for errors shows the password: %s", e.redacted)
+		}
+	})
+}
+
+// passwordIs reports whether raw parses as a URL with the password pw.
+func passwordIs(raw, pw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return false
+	}
+	got, ok := u.User.Password()
+	return ok && got == pw
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tidings/bus"
+	"tidings/bus/internal/brokerkit"
 )
 
 // TestRefusesOtherSchemes: each constructor refuses a URL that names
@@ -90,4 +91,49 @@ func TestSentinelURL(t *testing.T) {
 			t.Errorf("parse(%q): %v, want an error that mentions %q and no password", url, err, want)
 		}
 	}
+}
+
+// FuzzParseHidesThePasswords: a URL of any shape is read or refused
+// without a panic, and neither the Redis password nor the Sentinels'
+// own (sentinel_password) shows in the error or in the form kept for
+// errors and logs. shape holds {pw} where a password goes, once.
+func FuzzParseHidesThePasswords(f *testing.F) {
+	for _, s := range [][2]string{
+		{"redis://u:{pw}@127.0.0.1:6379/0?channel=c", "secret"},
+		{"rediss://:{pw}@h:6380?wait=2&wait_timeout=5ms", "p4ss"},
+		{"redis+sentinel://a:26379,b,[::1]:26380/mymaster/1?sentinel_password={pw}", "sp"},
+		{"redis+sentinel://u:{pw}@a,b/m?wait=x", "x"},
+		{"rediss+sentinel://:{pw}@a/m/notanumber", "q"},
+		{"nats://u:{pw}@h", "s"},
+		{"redis://u:{pw}@h?wait_timeout=soon", "t"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, shape, pw string) {
+		secret := "Zq9" + pw
+		raw := strings.ReplaceAll(shape, "{pw}", secret)
+		tg, err := parse(raw)
+		if strings.Count(shape, "{pw}") != 1 || strings.Contains(strings.ReplaceAll(shape, "{pw}", ""), "Zq9") || !holdsPassword(raw, secret) {
+			return // not a URL whose one password is the secret
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Fatalf("the error shows the password: %v", err)
+		}
+		if err == nil && strings.Contains(tg.redacted, secret) {
+			t.Fatalf("the URL kept for errors shows the password: %s", tg.redacted)
+		}
+	})
+}
+
+// holdsPassword reports whether raw, read as the package reads it, has
+// pw for its password or its sentinel_password.
+func holdsPassword(raw, pw string) bool {
+	u, _, err := brokerkit.ParseURLHosts(raw, sentinelPort)
+	if err != nil {
+		return false
+	}
+	if got, ok := u.User.Password(); ok && got == pw {
+		return true
+	}
+	return u.Query().Get("sentinel_password") == pw
 }
