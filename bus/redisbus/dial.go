@@ -215,10 +215,41 @@ func parse(rawURL string) (target, error) {
 		tg.opt, err = serverOptions(u, q)
 	}
 	if err != nil {
-		return target{}, fmt.Errorf("redisbus: %s: %w", tg.redacted, err)
+		return target{}, fmt.Errorf("redisbus: %s: %w", tg.redacted, hideSecrets(err, u))
 	}
 	return tg, nil
 }
+
+// secretsHidden is an error of go-redis about a URL made from one of
+// ours, with the URL's passwords cut out of its text: go-redis quotes
+// the URL it was given, passwords and all.
+type secretsHidden struct {
+	err     error
+	secrets []string
+}
+
+// hideSecrets returns err without the passwords of u in its text, as
+// written, percent-encoded in a user's or a query's way.
+func hideSecrets(err error, u *url.URL) error {
+	var secrets []string
+	pw, _ := u.User.Password()
+	for _, s := range []string{pw, u.Query().Get("sentinel_password")} {
+		if s != "" {
+			secrets = append(secrets, s, strings.TrimPrefix(url.UserPassword("", s).String(), ":"), url.QueryEscape(s), url.PathEscape(s))
+		}
+	}
+	return secretsHidden{err, secrets}
+}
+
+func (e secretsHidden) Error() string {
+	m := e.err.Error()
+	for _, s := range e.secrets {
+		m = strings.ReplaceAll(m, s, "xxxxx")
+	}
+	return m
+}
+
+func (e secretsHidden) Unwrap() error { return e.err }
 
 // serverOptions reads a redis:// or rediss:// URL, less the parameters
 // parse took, into go-redis options.

@@ -106,6 +106,8 @@ func FuzzParseHidesThePasswords(f *testing.F) {
 		{"rediss+sentinel://:{pw}@a/m/notanumber", "q"},
 		{"nats://u:{pw}@h", "s"},
 		{"redis://u:{pw}@h?wait_timeout=soon", "t"},
+		{"redis://u:{pw}@[0]/0", "pass"},
+		{"rediss://:{pw}@[0]?channel=c", "s"},
 	} {
 		f.Add(s[0], s[1])
 	}
