@@ -125,8 +125,10 @@ func (g *Gateway) exchangeCaller(ctx context.Context, req *server.Request) (cont
 		return ctx, func() {}
 	}
 	ctx = withCaller(ctx, caller{req.Principal, tok})
-	for _, x := range exchangers {
-		x.learn(ctx)
+	if answerDependsOnOffer(req.Method) {
+		for _, x := range exchangers {
+			x.learn(ctx)
+		}
 	}
 	return ctx, func() {
 		for _, r := range releases {
@@ -510,13 +512,27 @@ func redactToken(s string, tok *auth.SubjectToken) string {
 	return s
 }
 
+// answerDependsOnOffer reports whether the answer to a request of method
+// depends on whether an upstream runs tasks: the capabilities the
+// gateway advertises, a call that may go on as a task, the task methods
+// and a listen that may follow tasks. Only such a request waits for an
+// upstream reached in its callers' names to say what it offers (learn);
+// lists and reads go on at once, even while that upstream is slow.
+func answerDependsOnOffer(method string) bool {
+	switch method {
+	case mcp.MethodDiscover, mcp.MethodToolsCall, mcp.MethodTasksGet, mcp.MethodTasksUpdate, mcp.MethodTasksCancel, mcp.MethodListen:
+		return true
+	}
+	return false
+}
+
 // learn asks the upstream, in the name of the caller ctx names, what it
 // offers, unless it has said already: such an upstream is asked nothing
 // in the gateway's own name, so what it offers — whether it runs tasks
-// above all — is learnt from the first caller's first request, which
-// waits for the answer (within probeTimeout) and shares it with the
-// requests that come meanwhile. A failure is asked again a second later
-// at the soonest, by the next caller's request.
+// above all — is learnt from the first caller's first request whose
+// answer depends on it, which waits for the answer (within probeTimeout)
+// and shares it with such requests that come meanwhile. A failure is
+// asked again a second later at the soonest, by the next such request.
 func (x *exchanger) learn(ctx context.Context) {
 	if x.u.offers.Load() != nil {
 		return

@@ -40,8 +40,8 @@
 // per caller and credential, and its changes are heard on one listen per
 // caller listening here, told to that caller alone. The gateway asks it
 // nothing in its own name: what it offers, tasks among them, is learnt
-// from the first caller's first request, and a task it runs is polled
-// in its caller's name.
+// from the first caller's first request that depends on it, and a task
+// it runs is polled in its caller's name.
 package gateway
 
 import (
