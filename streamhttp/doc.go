@@ -107,7 +107,12 @@
 //
 // With [WithParking], a 2026-07-28 listen over plain HTTP/1.1 on Linux
 // leaves net/http once its headers and acknowledgement are written: the
-// handler hijacks the connection and parks it. One epoll poller per handler watches every
+// handler hijacks the connection and parks it. Over HTTP/2 served by
+// tidings' own server (as tidings serve has it), a listen is parked on
+// its stream on any platform: the connection's one writer carries it
+// on, and a change to many listens of one connection leaves in one
+// write; a stream whose client gives it no window for the write timeout
+// is reset. One epoll poller per handler watches every
 // parked socket for its client leaving, a few writers (GOMAXPROCS) write
 // each change to the sockets whose subscriptions it reaches, without
 // blocking, and one ticker sends keep-alives and cuts readers stuck past
@@ -124,7 +129,7 @@
 // this one. Shut the server down before the http.Server. A
 // net.Listener wrapper whose connections are not syscall.Conn keeps the
 // listen on its goroutine, written to the connection directly; so do
-// HTTP/2 and TLS connections, listens that follow tasks (their state is
+// TLS connections over HTTP/1.1, HTTP/2 served by net/http, listens that follow tasks (their state is
 // read as changes come) and 2025-11-25 session streams. Without
 // WithParking every listen keeps its goroutine.
 //

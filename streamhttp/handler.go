@@ -386,7 +386,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := h.newResponder(w, r)
 	out.env.h = r.Header
-	out.req, out.parker = r, h.parker
+	out.req, out.parker, out.park, out.writeTimeout = r, h.parker, h.cfg.park, h.cfg.writeTimeout
 	reply := h.srv.Serve(r.Context(), call, h.principalOf(r), &out.env, out)
 	out.finish(reply)
 }
@@ -644,9 +644,11 @@ type responder struct {
 
 	// What parking a listen needs (see Park): the request, set for
 	// 2026-07-28 requests only, and the handler's parker.
-	req    *http.Request
-	parker *parked.Parker
-	parked bool // the listen went to the parker, connection and all
+	req          *http.Request
+	parker       *parked.Parker
+	park         bool          // WithParking
+	writeTimeout time.Duration // the handler's, for a listen parked on an HTTP/2 stream
+	parked       bool          // the listen went to the parker, connection and all
 }
 
 func (h *Handler) newResponder(w http.ResponseWriter, r *http.Request) *responder {

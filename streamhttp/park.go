@@ -2,9 +2,11 @@ package streamhttp
 
 import (
 	"net"
+	"net/http"
 	"time"
 
 	"tidings/internal/engine"
+	"tidings/internal/h2"
 	"tidings/internal/parked"
 	"tidings/internal/sse"
 )
@@ -31,13 +33,20 @@ func (h *Handler) ParkedListens() int {
 }
 
 // Park hands a listen to the handler's parker (engine.Parker): only a
-// 2026-07-28 listen over plain HTTP/1.1 whose acknowledgement went out
-// whole. HTTP/2 multiplexes a connection, and a TLS connection's socket
-// carries records net/http's crypto/tls writes, so both keep the
-// goroutine.
+// 2026-07-28 listen whose acknowledgement went out whole, over plain
+// HTTP/1.1 or over an HTTP/2 stream of tidings' own server (h2.Parkable).
+// net/http's HTTP/2 server runs each stream on its goroutine to the
+// end, and a TLS connection's socket carries records net/http's
+// crypto/tls writes, so both keep the goroutine.
 func (o *responder) Park(l *engine.ParkedListen) bool {
 	r := o.req
-	if o.parker == nil || r == nil || r.ProtoMajor != 1 || r.ProtoMinor < 1 || r.TLS != nil {
+	if !o.park || r == nil {
+		return false
+	}
+	if r.ProtoMajor == 2 {
+		return o.parkStream(l)
+	}
+	if o.parker == nil || r.ProtoMajor != 1 || r.ProtoMinor < 1 || r.TLS != nil {
 		return false
 	}
 	o.mu.Lock()
@@ -62,6 +71,41 @@ func (o *responder) Park(l *engine.ParkedListen) bool {
 	}
 	o.parked = true
 	return true
+}
+
+// parkStream parks a listen on its HTTP/2 stream, when the stream is
+// served by tidings' own HTTP/2 server: the connection's writer carries
+// it on, bound by the handler's write timeout.
+func (o *responder) parkStream(l *engine.ParkedListen) bool {
+	p := parkableBeneath(o.w)
+	if p == nil {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.sse || o.broken != nil {
+		return false
+	}
+	if !p.ParkListen(l, o.writeTimeout) {
+		return false
+	}
+	o.parked = true
+	return true
+}
+
+// parkableBeneath finds the h2.Parkable under w's wrappers, if any.
+func parkableBeneath(w http.ResponseWriter) h2.Parkable {
+	for range 16 {
+		if p, ok := w.(h2.Parkable); ok {
+			return p
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return nil
+		}
+		w = u.Unwrap()
+	}
+	return nil
 }
 
 // writeRaw writes b as one chunk of the response to a connection taken

@@ -193,12 +193,13 @@ func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, l
 		IdleTimeout:       c.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	served, gathered, err := c.h2.apply(hs, g.Listen(ln), cfg.TLS)
+	served, gathered, h2srv, err := c.h2.apply(hs, g.Listen(ln), cfg.TLS, c.writeTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := metrics.RegisterHTTP2(obs.registry, func() metrics.HTTP2Stats {
-		s := metrics.HTTP2Stats{Streams: g.Stats().HTTP2Streams, MaxStreams: c.h2.maxStreams}
+		h2s := h2srv.Stats()
+		s := metrics.HTTP2Stats{Streams: h2s.Streams, Parked: h2s.ParkedListens, Refused: h2s.Refused, MaxStreams: c.h2.maxStreams}
 		if gathered != nil {
 			s.WritesGathered, s.WritesToSockets = gathered.Gathered.Load(), gathered.Written.Load()
 		}

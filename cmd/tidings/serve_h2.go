@@ -7,11 +7,12 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"tidings/internal/coalesce"
-	"tidings/internal/h2sched"
+	"tidings/internal/h2"
 )
 
 // h2Flags are the serve flags of HTTP/2 and TLS.
@@ -41,11 +42,13 @@ per-connection bound on listens over HTTP/2, and beyond it the client is
 told to open another connection, which --max-conns-per-addr and
 --max-conns count as any other. --max-listens-per-principal and
 --max-listens count the listens of every connection alike, and each
-write of a stream is bound by --write-timeout as over HTTP/1.1. The
-frames of the streams of one HTTP/2 connection are gathered and leave in
-one write to the socket, up to --http2-write-buffer bytes at a time (0
-writes them as net/http flushes them). /metrics counts the streams and
-the gathered writes (tidings_http2_*).`
+write of a stream is bound by --write-timeout as over HTTP/1.1. A
+listen is parked on its stream and holds no goroutine; each connection
+has one writer, and what all its streams have to send when it wakes
+leaves in one write. --http2-write-buffer bounds what is gathered into
+one write to the socket (over TLS, the records of that write); 0 writes
+each record as it is sealed. /metrics counts the streams, the parked
+listens, the refused streams and the gathered writes (tidings_http2_*).`
 
 // register adds the flags to cmd; none applies to --stdio.
 func (h *h2Flags) register(cmd *cobra.Command) {
@@ -53,7 +56,7 @@ func (h *h2Flags) register(cmd *cobra.Command) {
 	f.StringVar(&h.tlsCert, "tls-cert", "", "serve TLS (HTTP/2 and HTTP/1.1) with this PEM certificate chain; needs --tls-key")
 	f.StringVar(&h.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	f.IntVar(&h.maxStreams, "http2-max-streams", defaultMaxStreams, "most requests (listens among them) one HTTP/2 connection holds at once; 0 means the default")
-	f.IntVar(&h.writeBuffer, "http2-write-buffer", coalesce.DefaultLimit, "most bytes of an HTTP/2 connection's frames gathered into one write to the socket; 0 writes each frame as it is flushed")
+	f.IntVar(&h.writeBuffer, "http2-write-buffer", coalesce.DefaultLimit, "most bytes of an HTTP/2 connection's frames gathered into one write to the socket; 0 writes each TLS record or frame batch as it comes")
 	for _, name := range []string{"tls-cert", "tls-key", "http2-max-streams", "http2-write-buffer"} {
 		cmd.MarkFlagsMutuallyExclusive("stdio", name)
 	}
@@ -118,14 +121,15 @@ func (h *h2Flags) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// apply sets hs up for HTTP/2 and returns ln wrapped for it: its
-// connections gather their writes once they turn out to be HTTP/2, and
-// speak TLS with tlsCfg (from tlsConfig) when the flags ask for it.
-// The returned stats count the gathered writes (nil without gathering).
-func (h *h2Flags) apply(hs *http.Server, ln net.Listener, tlsCfg *tls.Config) (net.Listener, *coalesce.Stats, error) {
+// apply sets hs up for HTTP/2, served by the h2 package with
+// writeTimeout bounding each write to a connection's socket, and returns
+// ln wrapped for it: its connections gather their writes once they turn
+// out to be HTTP/2, and speak TLS with tlsCfg (from tlsConfig) when the
+// flags ask for it. The returned stats count the gathered writes (nil
+// without gathering); the server counts the streams.
+func (h *h2Flags) apply(hs *http.Server, ln net.Listener, tlsCfg *tls.Config, writeTimeout time.Duration) (net.Listener, *coalesce.Stats, *h2.Server, error) {
 	hs.Protocols = new(http.Protocols)
 	hs.Protocols.SetHTTP1(true)
-	hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: h.maxStreams}
 	var stats *coalesce.Stats
 	if h.writeBuffer > 0 {
 		cl := coalesce.Listen(ln, h.writeBuffer)
@@ -140,8 +144,9 @@ func (h *h2Flags) apply(hs *http.Server, ln net.Listener, tlsCfg *tls.Config) (n
 		hs.TLSConfig = tlsCfg
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	if err := h2sched.Configure(hs); err != nil {
-		return nil, nil, err
+	srv, err := h2.Configure(hs, h2.Config{MaxStreams: h.maxStreams, WriteTimeout: writeTimeout})
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return ln, stats, nil
+	return ln, stats, srv, nil
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/internal/coalesce"
-	"tidings/internal/h2sched"
+	"tidings/internal/h2"
 	"tidings/internal/sse"
 	"tidings/mcp"
 	"tidings/server"
@@ -36,8 +36,9 @@ const MaxHTTP2Listeners = 200000
 
 // startFrontH2 serves h on loopback with HTTP/2 as well as HTTP/1.1,
 // one connection holding any number of streams, its writes gathered by
-// coalesce unless noCoalesce, its frames chosen by h2sched's scheduler
-// as tidings serve has them, or with plain by net/http's own server.
+// coalesce unless noCoalesce, served by the h2 package as tidings serve
+// has it (listens parked on their streams), or with plain by net/http's
+// own server.
 func startFrontH2(h http.Handler, noCoalesce, plain bool) (*h2Front, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,7 +55,7 @@ func startFrontH2(h http.Handler, noCoalesce, plain bool) (*h2Front, error) {
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
 	if !plain {
-		if err := h2sched.Configure(hs); err != nil {
+		if _, err := h2.Configure(hs, h2.Config{MaxStreams: MaxHTTP2Listeners}); err != nil {
 			return nil, err
 		}
 	}
@@ -111,7 +112,7 @@ func startTidingsH2(writeTimeout time.Duration, noCoalesce bool) (*tidingsH2Targ
 	if err := srv.AddTool(mcp.Tool{Name: "base"}, noopTool); err != nil {
 		return nil, err
 	}
-	f, err := startFrontH2(streamhttp.New(srv, streamhttp.WithWriteTimeout(writeTimeout)), noCoalesce, false)
+	f, err := startFrontH2(streamhttp.New(srv, streamhttp.WithWriteTimeout(writeTimeout), streamhttp.WithParking()), noCoalesce, false)
 	if err != nil {
 		return nil, err
 	}

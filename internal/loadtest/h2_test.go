@@ -45,7 +45,7 @@ func TestFanOutOverHTTP2(t *testing.T) {
 			if m := rep.Runs[0].Memory; m == nil {
 				t.Fatal("no memory figures")
 			} else {
-				checkMemory(t, "server", m.Server, 1)
+				checkMemory(t, "server", m.Server, servingGoroutines(loadtest.ServerTidingsH2))
 			}
 			var table strings.Builder
 			if err := rep.WriteTable(&table); err != nil {

@@ -53,9 +53,10 @@ func checkMemory(t *testing.T, name string, f loadtest.Footprint, minGoroutines 
 }
 
 // servingGoroutines is how many goroutines of its own a listen holds at
-// least on server: none where the project's server parks it (Linux).
+// least on server: none where the project's server parks it (over
+// HTTP/1.1 on Linux, over HTTP/2 everywhere).
 func servingGoroutines(server string) float64 {
-	if runtime.GOOS == "linux" && (server == loadtest.ServerTidings || server == loadtest.ServerGateway) {
+	if server == loadtest.ServerTidingsH2 || runtime.GOOS == "linux" && (server == loadtest.ServerTidings || server == loadtest.ServerGateway) {
 		return 0
 	}
 	return 1

@@ -18,7 +18,9 @@ import (
 	"strconv"
 	"time"
 
+	"tidings/internal/engine"
 	"tidings/internal/sse"
+	"tidings/mcp"
 )
 
 // Config tunes a Parker.
@@ -49,20 +51,79 @@ func AppendChunk(dst, p []byte) []byte {
 	return append(dst, '\r', '\n')
 }
 
-// appendMessage appends msg as one SSE event in one chunk; ev is
-// scratch space, returned for reuse.
-func appendMessage(dst, ev, msg []byte) (out, scratch []byte) {
-	ev = sse.AppendEvent(ev[:0], msg)
-	return AppendChunk(dst, ev), ev
+// Drain is one writer's scratch space for draining parked listens: what
+// a parker, over HTTP/1.1 here or over HTTP/2, does where engine.Pump
+// would. Its buffers are reused from one drain to the next.
+type Drain struct {
+	buf, ev []byte
+	// msg holds one resources/updated message while it is framed.
+	msg  []byte
+	uris []string
+}
+
+// Take drains l's subscription into iov, each SSE event framed by frame
+// (which appends an event to dst and returns it): first one event per
+// list that changed, from lists, where each list's event is framed once
+// and kept for the listen's life; then, in a buffer of d's, one per
+// updated URI. When the hub is ending, whether read before the drain so
+// that a change landing meanwhile is drained by the pass the shutdown's
+// own wake-up brings, Take ends the listen (engine.Drained) and returns
+// its last reply with end true; its body, unless nil or Broken, is
+// framed after the rest. The returned iov and its buffers are valid
+// until d is used again.
+func (d *Drain) Take(l *engine.ParkedListen, lists *[3][]byte, iov [][]byte, frame func(dst, event []byte) []byte) (out [][]byte, rep engine.Reply, end bool) {
+	ending := l.Sub.Ending()
+	kinds, uris := l.Sub.Take(d.uris[:0])
+	sent := 0
+	for _, kind := range mcp.Lists() {
+		if kinds.Has(kind) {
+			if lists[kind] == nil {
+				d.ev = sse.AppendEvent(d.ev[:0], l.Notices.ListChanged(kind))
+				lists[kind] = frame(nil, d.ev)
+			}
+			iov = append(iov, lists[kind])
+			sent++
+		}
+	}
+	buf := d.buf[:0]
+	for i, u := range uris {
+		msg, ok := l.Notices.Updated(d.msg[:0], u)
+		if d.msg = msg; cap(msg) > 4<<10 {
+			d.msg = nil // a long URI's buffer is not kept
+		}
+		if ok {
+			d.ev = sse.AppendEvent(d.ev[:0], msg)
+			buf = frame(buf, d.ev)
+			sent++
+		}
+		uris[i] = ""
+	}
+	d.uris = uris[:0]
+	if l.Observer != nil {
+		l.Observer.Notified(sent, l.Sub.TakeMerged())
+	}
+	if ending {
+		rep, end = l.End(engine.Drained), true
+		if rep.Body != nil && rep.Outcome != engine.Broken {
+			d.ev = sse.AppendEvent(d.ev[:0], rep.Body)
+			buf = frame(buf, d.ev)
+		}
+	}
+	if len(buf) > 0 {
+		iov = append(iov, buf)
+	}
+	d.buf = buf[:0]
+	return iov, rep, end
 }
 
 // keepAliveChunk returns an SSE comment in one chunk.
 func keepAliveChunk() []byte { return AppendChunk(nil, sse.AppendComment(nil, "keep-alive")) }
 
-// tickPeriod is how often the ticker sweeps: a quarter of the shorter of
-// the keep-alive interval and the write timeout, so that each is kept to
-// within a quarter of itself; 0 when neither is set.
-func tickPeriod(ka, wt time.Duration) time.Duration {
+// TickPeriod is how often a parker sweeps its listens for keep-alives
+// and write timeouts: a quarter of the shorter of the keep-alive
+// interval ka and the write timeout wt, so that each is kept to within a
+// quarter of itself; 0 when neither is set.
+func TickPeriod(ka, wt time.Duration) time.Duration {
 	d := ka
 	if d <= 0 || (wt > 0 && wt < d) {
 		d = wt

@@ -16,7 +16,6 @@ import (
 
 	"tidings/hub"
 	"tidings/internal/engine"
-	"tidings/mcp"
 )
 
 // Parker owns the parked listens of one transport. Its poller, writers
@@ -26,6 +25,7 @@ import (
 type Parker struct {
 	cfg       Config
 	keepAlive []byte
+	lastChunk []byte // LastChunk, to write from
 
 	mu    sync.Mutex
 	loop  *loop // nil while nothing is parked
@@ -38,7 +38,7 @@ func New(cfg Config) *Parker {
 	if cfg.Writers <= 0 {
 		cfg.Writers = runtime.GOMAXPROCS(0)
 	}
-	return &Parker{cfg: cfg, keepAlive: keepAliveChunk()}
+	return &Parker{cfg: cfg, keepAlive: keepAliveChunk(), lastChunk: []byte(LastChunk)}
 }
 
 // Len returns the number of parked listens.
@@ -162,7 +162,7 @@ func (p *Parker) start(ka time.Duration) (*loop, error) {
 	for range p.cfg.Writers {
 		go lp.write()
 	}
-	if period := tickPeriod(ka, p.cfg.WriteTimeout); period > 0 {
+	if period := TickPeriod(ka, p.cfg.WriteTimeout); period > 0 {
 		go lp.tick(period)
 	}
 	return lp, nil
@@ -332,11 +332,8 @@ func (lp *loop) write() {
 
 // scratch is one writer's reusable space.
 type scratch struct {
-	buf, ev []byte
-	// msg holds one resources/updated message while it is copied into buf.
-	msg  []byte
-	iov  [][]byte
-	uris []string
+	Drain
+	iov [][]byte
 }
 
 // conn is one parked listen.
@@ -448,51 +445,13 @@ func (c *conn) checkTimeout() {
 // drain takes what the subscription has pending and writes it, with the
 // last reply after it if the hub is shutting down.
 func (c *conn) drain(s *scratch) {
-	// As in engine.Pump: whether the hub is ending is read before the
-	// drain, so a change landing meanwhile is drained by the pass the
-	// shutdown's own wake-up brings.
-	ending := c.sub.Ending()
-	kinds, uris := c.sub.Take(s.uris[:0])
-	iov := s.iov[:0]
-	sent := 0
-	for _, l := range mcp.Lists() {
-		if kinds.Has(l) {
-			if c.lists[l] == nil {
-				c.lists[l], s.ev = appendMessage(nil, s.ev, c.l.Notices.ListChanged(l))
-			}
-			iov = append(iov, c.lists[l])
-			sent++
+	iov, rep, end := s.Take(c.l, &c.lists, s.iov[:0], AppendChunk)
+	if end {
+		c.ended, c.rep, c.final = true, rep, true
+		if rep.Body != nil && rep.Outcome != engine.Broken {
+			iov = append(iov, c.loop.p.lastChunk)
 		}
 	}
-	buf := s.buf[:0]
-	for i, u := range uris {
-		msg, ok := c.l.Notices.Updated(s.msg[:0], u)
-		if s.msg = msg; cap(msg) > 4<<10 {
-			s.msg = nil // a long URI's buffer is not kept
-		}
-		if ok {
-			buf, s.ev = appendMessage(buf, s.ev, msg)
-			sent++
-		}
-		uris[i] = ""
-	}
-	s.uris = uris[:0]
-	if c.l.Observer != nil {
-		c.l.Observer.Notified(sent, c.sub.TakeMerged())
-	}
-	if ending {
-		c.ended = true
-		c.rep = c.l.End(engine.Drained)
-		c.final = true
-		if c.rep.Body != nil && c.rep.Outcome != engine.Broken {
-			buf, s.ev = appendMessage(buf, s.ev, c.rep.Body)
-			buf = append(buf, LastChunk...)
-		}
-	}
-	if len(buf) > 0 {
-		iov = append(iov, buf)
-	}
-	s.buf = buf[:0]
 	if len(iov) == 0 {
 		return
 	}

@@ -19,8 +19,8 @@ func TestTickPeriod(t *testing.T) {
 		{time.Microsecond, 0, time.Millisecond},
 		{0, 0, 0},
 	} {
-		if got := tickPeriod(tc.ka, tc.wt); got != tc.want {
-			t.Errorf("tickPeriod(%v, %v) = %v, want %v", tc.ka, tc.wt, got, tc.want)
+		if got := TickPeriod(tc.ka, tc.wt); got != tc.want {
+			t.Errorf("TickPeriod(%v, %v) = %v, want %v", tc.ka, tc.wt, got, tc.want)
 		}
 	}
 }

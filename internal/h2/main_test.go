@@ -1,4 +1,4 @@
-package h2sched_test
+package h2_test
 
 import (
 	"testing"

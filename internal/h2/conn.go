@@ -1,0 +1,629 @@
+package h2
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"tidings/internal/engine"
+	"tidings/internal/parked"
+)
+
+const (
+	// streamWindow is the receive window each stream starts with, and
+	// connWindow the connection's: a connection buffers at most
+	// connWindow bytes of request bodies its handlers have not read.
+	streamWindow = 256 << 10
+	connWindow   = 1 << 20
+	// initialWindow is a window before SETTINGS changes it (RFC 9113).
+	initialWindow = 65535
+	// maxWindow is the largest a flow-control window may grow.
+	maxWindow = 1<<31 - 1
+	// maxCtrl bounds the control frames waiting to be written: a client
+	// that sends pings or settings faster than it reads the answers is
+	// cut off rather than queued for.
+	maxCtrl = 1024
+	// defaultMaxFrame is the frame size a peer takes before its SETTINGS.
+	defaultMaxFrame = 16384
+)
+
+// errCodeInadequateSecurity is INADEQUATE_SECURITY.
+const errCodeInadequateSecurity = http2.ErrCode(0xc)
+
+// connErr is an error of the connection as a whole: it is told to the
+// client in a GOAWAY, and the connection ends.
+type connErr struct {
+	code   http2.ErrCode
+	reason string
+}
+
+func (e connErr) Error() string { return fmt.Sprintf("h2: %v: %s", e.code, e.reason) }
+
+// ctrl kinds: the frames queued for the writer apart from streams' own.
+const (
+	ctrlSettings = iota
+	ctrlSettingsAck
+	ctrlPing
+	ctrlWindow
+	ctrlReset
+	ctrlGoAway
+)
+
+// ctrlFrame is one control frame waiting for the writer.
+type ctrlFrame struct {
+	kind  uint8
+	id    uint32
+	n     uint32
+	code  http2.ErrCode
+	ping  [8]byte
+	debug string
+}
+
+// conn is one HTTP/2 connection: its reader runs on the goroutine
+// net/http handed it over on, its writer on one of its own.
+type conn struct {
+	srv    *Server
+	nc     net.Conn
+	tls    *tls.ConnectionState
+	h      http.Handler
+	base   context.Context
+	remote string
+
+	fr      *http2.Framer // the reader's
+	writing bool          // the writer was started; the reader's
+
+	// The writer's own.
+	wbuf   batch
+	wfr    *http2.Framer
+	henc   *hpack.Encoder
+	hbuf   bytes.Buffer
+	drain  parked.Drain
+	iov    [][]byte
+	finals []engine.Reply // last replies to release once written
+	hubWas []*stream
+
+	kick  chan struct{} // wakes the writer; holds one wake-up
+	done  chan struct{} // closed when the reader ends: the writer stops
+	wrote chan struct{} // closed when the writer has returned
+
+	hubmu sync.Mutex
+	hubq  []*stream // parked streams with something for the writer
+
+	// stateMu orders the reports to the http.Server's ConnState hook.
+	stateMu  sync.Mutex
+	reported http.ConnState
+
+	mu           sync.Mutex
+	streams      map[uint32]*stream
+	maxID        uint32 // the highest stream a client opened
+	open         int    // streams counted against MaxStreams
+	sendWindow   int64  // the connection's send window
+	peerWindow   int32  // the initial send window of a new stream
+	peerMaxFrame uint32
+	peerTable    uint32 // the peer's SETTINGS_HEADER_TABLE_SIZE, for the writer
+	recvWindow   int32  // what the client may still send, all streams
+	recvUnpaid   int32  // consumed, not yet given back
+	ctrl         []ctrlFrame
+	ready        []*stream // streams with frames to write
+	connBlocked  []*stream // streams waiting for the connection's window
+	parkedN      int
+	tickEvery    time.Duration // the writer's sweep of parked listens; 0: none
+	idleNow      bool          // the last stream ended: the writer reports it
+	goingAway    bool
+	closing      bool // close the connection once what is queued is written
+	closed       bool
+	writeErr     error
+	idle         *time.Timer
+}
+
+func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, base context.Context) *conn {
+	c := &conn{
+		srv: s, nc: nc, tls: st, h: h, base: base, remote: nc.RemoteAddr().String(),
+		kick: make(chan struct{}, 1), done: make(chan struct{}), wrote: make(chan struct{}),
+		streams: make(map[uint32]*stream), sendWindow: initialWindow, peerWindow: initialWindow,
+		peerMaxFrame: defaultMaxFrame, peerTable: 4096, recvWindow: connWindow,
+	}
+	c.fr = http2.NewFramer(nil, nc)
+	c.fr.SetReuseFrames()
+	c.fr.MaxHeaderListSize = uint32(min(s.cfg.MaxHeaderBytes, maxWindow))
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxHeaderBytes)
+	c.wfr = newWriteFramer(&c.wbuf)
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	return c
+}
+
+// serve reads the connection's frames until it ends.
+func (c *conn) serve(sawPreface bool) {
+	defer c.close()
+	timeout := c.srv.hs.ReadHeaderTimeout
+	if timeout <= 0 {
+		timeout = prefaceTimeout
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
+	if !sawPreface {
+		var p [len(http2.ClientPreface)]byte
+		if _, err := io.ReadFull(c.nc, p[:]); err != nil || string(p[:]) != http2.ClientPreface {
+			return
+		}
+	}
+	c.mu.Lock()
+	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlSettings}, ctrlFrame{kind: ctrlWindow, n: connWindow - initialWindow})
+	c.mu.Unlock()
+	c.writing = true
+	go c.writeLoop()
+	c.signal()
+	// As net/http's HTTP/2 server does: the connection is active once
+	// its preface is read, and idle while no stream is open, so that a
+	// ConnState hook (a connection cap's) may close it to make room.
+	c.setState(http.StateActive)
+	c.reportState()
+	first := true
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetID(se.StreamID, se.Code)
+				continue
+			}
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				c.fail(connErr{code: http2.ErrCode(ce), reason: "malformed frame"})
+			} else if errors.Is(err, http2.ErrFrameTooLarge) {
+				c.fail(connErr{code: http2.ErrCodeFrameSize, reason: "frame larger than SETTINGS_MAX_FRAME_SIZE"})
+			}
+			return
+		}
+		if first {
+			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+				c.fail(connErr{code: http2.ErrCodeProtocol, reason: "the client's preface must end with SETTINGS"})
+				return
+			}
+			first = false
+			_ = c.nc.SetReadDeadline(time.Time{})
+		}
+		if err := c.handle(f); err != nil {
+			var ce connErr
+			if errors.As(err, &ce) {
+				c.fail(ce)
+			}
+			return
+		}
+	}
+}
+
+// handle acts on one frame; an error ends the connection.
+func (c *conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.SettingsFrame:
+		return c.onSettings(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return c.queue(ctrlFrame{kind: ctrlPing, ping: f.Data})
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.GoAwayFrame:
+		return nil // the client opens no more streams; those open go on
+	case *http2.PushPromiseFrame:
+		return connErr{code: http2.ErrCodeProtocol, reason: "a client may not push"}
+	case *http2.ContinuationFrame:
+		return connErr{code: http2.ErrCodeProtocol, reason: "CONTINUATION without HEADERS"}
+	default:
+		return nil // PRIORITY and frames of unknown types are ignored
+	}
+}
+
+// queue queues a control frame and wakes the writer.
+func (c *conn) queue(f ctrlFrame) error {
+	c.mu.Lock()
+	err := c.queueLocked(f)
+	c.mu.Unlock()
+	c.signal()
+	return err
+}
+
+func (c *conn) queueLocked(f ctrlFrame) error {
+	if len(c.ctrl) >= maxCtrl {
+		return connErr{code: http2.ErrCodeEnhanceYourCalm, reason: fmt.Sprintf("more than %d control frames waiting: the client sends faster than it reads", maxCtrl)}
+	}
+	c.ctrl = append(c.ctrl, f)
+	return nil
+}
+
+// signal wakes the writer.
+func (c *conn) signal() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fail ends the connection with a GOAWAY carrying e.
+func (c *conn) fail(e connErr) {
+	c.mu.Lock()
+	c.goingAway, c.closing = true, true
+	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlGoAway, id: c.maxID, code: e.code, debug: e.reason})
+	c.mu.Unlock()
+	c.signal()
+}
+
+// goAway refuses new streams and closes the connection once the open
+// ones have ended: the server is shutting down.
+func (c *conn) goAway() {
+	c.mu.Lock()
+	if !c.goingAway && !c.closed {
+		c.goingAway = true
+		c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlGoAway, id: c.maxID, code: http2.ErrCodeNo})
+		c.closing = c.open == 0
+	}
+	c.mu.Unlock()
+	c.signal()
+}
+
+// onIdle closes a connection that has had no stream for IdleTimeout.
+func (c *conn) onIdle() {
+	c.mu.Lock()
+	if c.open == 0 && !c.goingAway && !c.closed {
+		c.goingAway, c.closing = true, true
+		c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlGoAway, id: c.maxID, code: http2.ErrCodeNo, debug: "idle"})
+	}
+	c.mu.Unlock()
+	c.signal()
+}
+
+// onHeaders opens a stream, or ends a request's body with its trailers.
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return connErr{code: http2.ErrCodeProtocol, reason: "a client's stream has an odd number"}
+	}
+	c.mu.Lock()
+	if s := c.streams[id]; s != nil {
+		defer c.mu.Unlock()
+		if s.remoteDone || !f.StreamEnded() {
+			return connErr{code: http2.ErrCodeProtocol, reason: "HEADERS on a stream whose request was sent"}
+		}
+		s.endBodyLocked() // trailers: not passed on
+		return nil
+	}
+	if id <= c.maxID {
+		c.mu.Unlock()
+		return connErr{code: http2.ErrCodeStreamClosed, reason: "HEADERS on a closed stream"}
+	}
+	c.maxID = id
+	if c.goingAway {
+		c.mu.Unlock()
+		return c.queue(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeRefusedStream})
+	}
+	if c.open >= c.srv.cfg.MaxStreams {
+		c.mu.Unlock()
+		c.srv.refused.Add(1)
+		return c.queue(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeRefusedStream})
+	}
+	c.mu.Unlock()
+
+	s := newStream(c, id)
+	req, err := c.newRequest(f, s)
+	if err != nil {
+		return c.queue(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeProtocol})
+	}
+	h := c.h
+	if f.Truncated {
+		h = headerTooLarge(c.srv.cfg.MaxHeaderBytes)
+	}
+	c.mu.Lock()
+	c.streams[id] = s
+	c.open++
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	s.sendWindow = int64(c.peerWindow)
+	c.mu.Unlock()
+	c.srv.streams.Add(1)
+	c.reportState()
+	go s.run(h, req)
+	return nil
+}
+
+// onData passes a request's body on to its handler.
+func (c *conn) onData(f *http2.DataFrame) error {
+	id := f.StreamID
+	n := int32(f.Header().Length)
+	data := f.Data()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n > c.recvWindow {
+		return connErr{code: http2.ErrCodeFlowControl, reason: "DATA beyond the connection's window"}
+	}
+	c.recvWindow -= n
+	s := c.streams[id]
+	if s == nil || s.remoteDone || s.reset {
+		c.consumedLocked(n)
+		switch {
+		case id > c.maxID:
+			return connErr{code: http2.ErrCodeProtocol, reason: "DATA on a stream not opened"}
+		case s == nil:
+			return c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeStreamClosed})
+		case s.remoteDone:
+			s.resetLocked(http2.ErrCodeStreamClosed, true, errReset)
+		}
+		return nil
+	}
+	if n > s.recvWindow {
+		c.consumedLocked(n)
+		s.resetLocked(http2.ErrCodeFlowControl, true, errReset)
+		return nil
+	}
+	s.recvWindow -= n
+	if pad := n - int32(len(data)); pad > 0 {
+		c.consumedLocked(pad)
+		s.consumedLocked(pad)
+	}
+	s.received += int64(len(data))
+	if s.declared >= 0 && s.received > s.declared {
+		c.consumedLocked(int32(len(data)))
+		s.resetLocked(http2.ErrCodeProtocol, true, errBodyLength)
+		return nil
+	}
+	if len(data) > 0 {
+		if s.bodyClosed {
+			c.consumedLocked(int32(len(data)))
+		} else {
+			s.body = append(s.body, data...)
+			s.cond.Broadcast()
+		}
+	}
+	if f.StreamEnded() {
+		if s.declared >= 0 && s.received != s.declared {
+			s.resetLocked(http2.ErrCodeProtocol, true, errBodyLength)
+			return nil
+		}
+		s.endBodyLocked()
+	}
+	return nil
+}
+
+// errBodyLength is a body that does not have its Content-Length.
+var errBodyLength = errors.New("h2: the request body's length is not its Content-Length")
+
+// consumedLocked counts n bytes of the connection's window as read, and
+// gives them back once half the window is.
+func (c *conn) consumedLocked(n int32) {
+	c.recvUnpaid += n
+	if c.recvUnpaid >= connWindow/2 {
+		c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlWindow, n: uint32(c.recvUnpaid)})
+		c.recvWindow += c.recvUnpaid
+		c.recvUnpaid = 0
+		c.signal()
+	}
+}
+
+// onSettings applies the client's settings and acknowledges them.
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := f.ForeachSetting(func(st http2.Setting) error {
+		if err := st.Valid(); err != nil {
+			return connErr{code: http2.ErrCodeProtocol, reason: err.Error()}
+		}
+		switch st.ID {
+		case http2.SettingInitialWindowSize:
+			delta := int64(st.Val) - int64(c.peerWindow)
+			c.peerWindow = int32(st.Val)
+			for _, s := range c.streams {
+				s.sendWindow += delta
+				if s.sendWindow > maxWindow {
+					return connErr{code: http2.ErrCodeFlowControl, reason: "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
+				}
+				if delta > 0 && len(s.out) > 0 {
+					c.readyLocked(s)
+				}
+			}
+		case http2.SettingMaxFrameSize:
+			c.peerMaxFrame = st.Val
+		case http2.SettingHeaderTableSize:
+			c.peerTable = st.Val
+		}
+		return nil
+	})
+	if err != nil {
+		var ce connErr
+		if errors.As(err, &ce) {
+			return ce
+		}
+		return connErr{code: http2.ErrCodeProtocol, reason: err.Error()}
+	}
+	return c.queueLocked(ctrlFrame{kind: ctrlSettingsAck})
+}
+
+// onWindowUpdate grows a send window and wakes what waited for it.
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	inc := int64(f.Increment)
+	if f.StreamID == 0 {
+		if c.sendWindow += inc; c.sendWindow > maxWindow {
+			return connErr{code: http2.ErrCodeFlowControl, reason: "WINDOW_UPDATE overflows the connection's window"}
+		}
+		for _, s := range c.connBlocked {
+			s.connBlocked = false
+			c.readyLocked(s)
+		}
+		clear(c.connBlocked)
+		c.connBlocked = c.connBlocked[:0]
+		return nil
+	}
+	if f.StreamID > c.maxID {
+		return connErr{code: http2.ErrCodeProtocol, reason: "WINDOW_UPDATE on a stream not opened"}
+	}
+	s := c.streams[f.StreamID]
+	if s == nil || s.reset {
+		return nil
+	}
+	if s.sendWindow += inc; s.sendWindow > maxWindow {
+		s.resetLocked(http2.ErrCodeFlowControl, true, errReset)
+		return nil
+	}
+	if len(s.out) > 0 {
+		c.readyLocked(s)
+	}
+	return nil
+}
+
+// onReset ends a stream the client reset.
+func (c *conn) onReset(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID > c.maxID {
+		return connErr{code: http2.ErrCodeProtocol, reason: "RST_STREAM on a stream not opened"}
+	}
+	if s := c.streams[f.StreamID]; s != nil {
+		s.resetLocked(f.ErrCode, false, errReset)
+	}
+	return nil
+}
+
+// resetID resets stream id for a malformed frame of it.
+func (c *conn) resetID(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	if s := c.streams[id]; s != nil {
+		s.resetLocked(code, true, errReset)
+	} else {
+		_ = c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: code})
+	}
+	c.mu.Unlock()
+	c.signal()
+}
+
+// readyLocked has the writer look at s.
+func (c *conn) readyLocked(s *stream) {
+	if !s.queued {
+		s.queued = true
+		c.ready = append(c.ready, s)
+		c.signal()
+	}
+}
+
+// releaseLocked lets go of s once its handler has returned, it has
+// ended on the wire, and a listen parked on it has ended.
+func (c *conn) releaseLocked(s *stream) {
+	if s.released || !s.handlerDone || !(s.endSent || s.reset) || (s.park != nil && !s.park.ended) {
+		return
+	}
+	s.released = true
+	delete(c.streams, s.id)
+	c.open--
+	c.srv.streams.Add(-1)
+	if c.open > 0 || c.closed {
+		return
+	}
+	c.idleNow = true
+	c.signal() // the writer reports the connection idle
+	if c.goingAway {
+		c.closing = true
+	} else if d := c.srv.cfg.IdleTimeout; d > 0 {
+		if c.idle == nil {
+			c.idle = time.AfterFunc(d, c.onIdle)
+		} else {
+			c.idle.Reset(d)
+		}
+	}
+}
+
+// reportState tells the http.Server's ConnState hook whether the
+// connection is idle (no stream open) or active, when that changed
+// since it was last told.
+func (c *conn) reportState() {
+	if c.srv.hs.ConnState == nil {
+		return
+	}
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	c.mu.Lock()
+	st := http.StateActive
+	if c.open == 0 {
+		st = http.StateIdle
+	}
+	closed := c.closed
+	c.mu.Unlock()
+	if !closed && st != c.reported {
+		c.reported = st
+		c.srv.hs.ConnState(c.nc, st)
+	}
+}
+
+// setState tells the ConnState hook st.
+func (c *conn) setState(st http.ConnState) {
+	if c.srv.hs.ConnState == nil {
+		return
+	}
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	c.reported = st
+	c.srv.hs.ConnState(c.nc, st)
+}
+
+// close ends the connection once its reader has: every stream is reset,
+// the writer stops, and the listens still parked end.
+func (c *conn) close() {
+	c.mu.Lock()
+	c.closed = true
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	for _, s := range c.streams {
+		s.resetLocked(http2.ErrCodeCancel, false, errClosed)
+	}
+	c.mu.Unlock()
+	close(c.done)
+	if c.writing {
+		<-c.wrote
+	}
+	how := engine.Stopped
+	if c.writeErr != nil {
+		how = engine.Lost
+	}
+	c.mu.Lock()
+	streams := make([]*stream, 0, len(c.streams))
+	for _, s := range c.streams {
+		streams = append(streams, s)
+	}
+	c.mu.Unlock()
+	for _, s := range streams {
+		if p := s.park; p != nil && !p.ended {
+			c.endParked(s, how)
+		}
+	}
+	for i := range c.finals {
+		c.finals[i].Release()
+	}
+	c.finals = nil
+	c.mu.Lock()
+	for _, s := range c.streams {
+		c.releaseLocked(s)
+	}
+	c.mu.Unlock()
+	_ = c.nc.Close()
+}

@@ -1,0 +1,410 @@
+package h2
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"tidings/internal/engine"
+	"tidings/internal/sse"
+)
+
+// batch gathers a connection's frames for one write to the socket.
+type batch struct{ buf []byte }
+
+func (b *batch) Write(p []byte) (int, error) {
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// newWriteFramer returns a Framer that writes into b.
+func newWriteFramer(b *batch) *http2.Framer { return http2.NewFramer(b, nil) }
+
+// writeLoop is the connection's writer: each time it is woken it
+// gathers every frame waiting, of every stream, and writes them in one
+// go. It returns when the reader has ended, or after a failed write
+// (which closes the socket, so that the reader ends).
+func (c *conn) writeLoop() {
+	defer close(c.wrote)
+	var ticker *time.Ticker
+	var tick <-chan time.Time
+	var every time.Duration
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	for {
+		sweep := false
+		select {
+		case <-c.kick:
+		case <-tick:
+			sweep = true
+		case <-c.done:
+			c.lastWords()
+			return
+		}
+		if err := c.flush(sweep); err != nil {
+			c.mu.Lock()
+			c.writeErr = err
+			c.mu.Unlock()
+			_ = c.nc.Close()
+			<-c.done
+			return
+		}
+		c.mu.Lock()
+		e := c.tickEvery
+		c.mu.Unlock()
+		if e != every {
+			every = e
+			if ticker == nil {
+				ticker = time.NewTicker(e)
+				tick = ticker.C
+			} else {
+				ticker.Reset(e)
+			}
+		}
+	}
+}
+
+// lastWords writes what control frames are queued (a GOAWAY saying why
+// the connection ends) once the reader has ended, within a second.
+func (c *conn) lastWords() {
+	c.mu.Lock()
+	for _, f := range c.ctrl {
+		c.writeCtrl(f)
+	}
+	c.ctrl = nil
+	c.mu.Unlock()
+	if len(c.wbuf.buf) > 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.nc.Write(c.wbuf.buf)
+		c.wbuf.buf = nil
+	}
+}
+
+// flush writes everything waiting, in writes of about WriteBuffer bytes.
+func (c *conn) flush(sweep bool) error {
+	for {
+		more := c.fill(sweep)
+		sweep = false
+		if len(c.wbuf.buf) > 0 {
+			if wt := c.srv.cfg.WriteTimeout; wt > 0 {
+				_ = c.nc.SetWriteDeadline(time.Now().Add(wt))
+			}
+			_, err := c.nc.Write(c.wbuf.buf)
+			c.wbuf.buf = c.wbuf.buf[:0]
+			if cap(c.wbuf.buf) > 4*c.srv.cfg.WriteBuffer {
+				c.wbuf.buf = nil
+			}
+			for i := range c.finals {
+				c.finals[i].Release()
+			}
+			clear(c.finals)
+			c.finals = c.finals[:0]
+			if err != nil {
+				return err
+			}
+		}
+		if !more {
+			c.mu.Lock()
+			done := c.closing && len(c.ctrl) == 0 && len(c.ready) == 0
+			idle := c.idleNow
+			c.idleNow = false
+			c.mu.Unlock()
+			if idle {
+				c.reportState()
+			}
+			if done {
+				_ = c.nc.Close() // the reader ends, and the connection with it
+			}
+			return nil
+		}
+	}
+}
+
+// fill frames what is waiting into the batch, up to about WriteBuffer
+// bytes, and reports whether more waits.
+func (c *conn) fill(sweep bool) bool {
+	c.hubmu.Lock()
+	q := c.hubq
+	c.hubq = c.hubWas[:0]
+	c.hubmu.Unlock()
+	for _, s := range q {
+		s.inHub.Store(false)
+		c.runParked(s, s.events.Swap(0))
+	}
+	clear(q)
+	c.hubWas = q[:0]
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.henc.SetMaxDynamicTableSizeLimit(c.peerTable)
+	for _, f := range c.ctrl {
+		c.writeCtrl(f)
+	}
+	clear(c.ctrl)
+	c.ctrl = c.ctrl[:0]
+	if sweep {
+		c.sweepLocked(time.Now())
+	}
+	i := 0
+	for ; i < len(c.ready) && len(c.wbuf.buf) < c.srv.cfg.WriteBuffer; i++ {
+		s := c.ready[i]
+		s.queued = false
+		c.frameLocked(s)
+	}
+	n := copy(c.ready, c.ready[i:])
+	clear(c.ready[n:])
+	c.ready = c.ready[:n]
+	return len(c.ready) > 0 || len(c.ctrl) > 0
+}
+
+// writeCtrl frames one control frame.
+func (c *conn) writeCtrl(f ctrlFrame) {
+	switch f.kind {
+	case ctrlSettings:
+		_ = c.wfr.WriteSettings(
+			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(c.srv.cfg.MaxStreams)},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindow},
+			http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: uint32(min(c.srv.cfg.MaxHeaderBytes, maxWindow))},
+		)
+	case ctrlSettingsAck:
+		_ = c.wfr.WriteSettingsAck()
+	case ctrlPing:
+		_ = c.wfr.WritePing(true, f.ping)
+	case ctrlWindow:
+		_ = c.wfr.WriteWindowUpdate(f.id, f.n)
+	case ctrlReset:
+		_ = c.wfr.WriteRSTStream(f.id, f.code)
+	case ctrlGoAway:
+		_ = c.wfr.WriteGoAway(f.id, f.code, []byte(f.debug))
+	}
+}
+
+// frameLocked frames what s has to send, as far as the flow-control
+// windows let it.
+func (c *conn) frameLocked(s *stream) {
+	if s.reset || s.endSent {
+		return
+	}
+	progress := false
+	if s.head != nil {
+		end := s.endQueued && len(s.out) == 0
+		c.writeHead(s.id, s.head, end)
+		s.head, s.endSent, progress = nil, end, true
+	}
+	off := 0
+	for off < len(s.out) {
+		n := min(len(s.out)-off, int(c.peerMaxFrame), int(max(min(s.sendWindow, c.sendWindow), 0)))
+		if n == 0 {
+			if c.sendWindow <= 0 && !s.connBlocked {
+				s.connBlocked = true
+				c.connBlocked = append(c.connBlocked, s)
+			}
+			break
+		}
+		end := s.endQueued && off+n == len(s.out)
+		_ = c.wfr.WriteData(s.id, end, s.out[off:off+n])
+		off += n
+		s.sendWindow -= int64(n)
+		c.sendWindow -= int64(n)
+		s.endSent, progress = end, true
+	}
+	if off == len(s.out) {
+		if s.out = s.out[:0]; s.park != nil || cap(s.out) > 2*maxOut {
+			s.out = nil // a parked listen keeps no buffer between changes
+		}
+		if s.endQueued && !s.endSent {
+			_ = c.wfr.WriteData(s.id, true, nil)
+			s.endSent, progress = true, true
+		}
+	} else if off > 0 {
+		s.out = s.out[:copy(s.out, s.out[off:])]
+	}
+	if p := s.park; p != nil {
+		now := time.Now()
+		switch {
+		case len(s.out) == 0:
+			p.stuck = time.Time{}
+		case progress || p.stuck.IsZero():
+			p.stuck = now
+		}
+		if progress {
+			p.lastWrite = now
+		}
+		if len(s.out) == 0 && p.dirty && !p.ended {
+			c.pushHub(s)
+		}
+	}
+	if progress {
+		s.cond.Broadcast()
+	}
+	if s.endSent {
+		if !s.remoteDone {
+			// The answer is complete before the request: the client
+			// is told to stop sending it.
+			_ = c.wfr.WriteRSTStream(s.id, http2.ErrCodeNo)
+			s.remoteDone = true
+			s.closeBodyLocked()
+		}
+		c.releaseLocked(s)
+	}
+}
+
+// writeHead frames a response's HEADERS, and CONTINUATION frames when
+// the block is over the client's frame size.
+func (c *conn) writeHead(id uint32, h *head, end bool) {
+	c.hbuf.Reset()
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(h.status)})
+	for k, vv := range h.header {
+		lk := lowerKey(k)
+		switch lk {
+		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+			continue // HTTP/2 carries none of these
+		}
+		if !httpguts.ValidHeaderFieldName(lk) {
+			continue
+		}
+		for _, v := range vv {
+			if httpguts.ValidHeaderFieldValue(v) {
+				_ = c.henc.WriteField(hpack.HeaderField{Name: lk, Value: v})
+			}
+		}
+	}
+	block := c.hbuf.Bytes()
+	chunk := min(len(block), int(c.peerMaxFrame))
+	_ = c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block[:chunk], EndStream: end, EndHeaders: chunk == len(block)})
+	for block = block[chunk:]; len(block) > 0; block = block[chunk:] {
+		chunk = min(len(block), int(c.peerMaxFrame))
+		_ = c.wfr.WriteContinuation(id, chunk == len(block), block[:chunk])
+	}
+}
+
+// statusText is the :status of code.
+func statusText(code int) string {
+	if code == http.StatusOK {
+		return "200"
+	}
+	return strconv.Itoa(code)
+}
+
+// lowerKey is a header's name as HTTP/2 sends it.
+func lowerKey(k string) string {
+	switch k {
+	case "Content-Type":
+		return "content-type"
+	case "Content-Length":
+		return "content-length"
+	case "Date":
+		return "date"
+	case "Cache-Control":
+		return "cache-control"
+	case "Mcp-Session-Id":
+		return "mcp-session-id"
+	case "X-Accel-Buffering":
+		return "x-accel-buffering"
+	}
+	return strings.ToLower(k)
+}
+
+// runParked does what a parked stream's events ask for, on the writer.
+func (c *conn) runParked(s *stream, ev uint32) {
+	p := s.park
+	if p == nil || p.ended {
+		return
+	}
+	if ev&evReset != 0 {
+		c.mu.Lock()
+		how := s.parkEnd
+		c.mu.Unlock()
+		c.endParked(s, how)
+		return
+	}
+	if ev&evHub != 0 {
+		p.dirty = true
+	}
+	c.mu.Lock()
+	busy := len(s.out) > 0 || s.reset
+	c.mu.Unlock()
+	if !p.dirty || busy {
+		return // frameLocked hands it back once its bytes are out
+	}
+	p.dirty = false
+	iov, rep, end := c.drain.Take(p.l, &p.lists, c.iov[:0], appendEvent)
+	c.mu.Lock()
+	if !s.reset {
+		for _, b := range iov {
+			s.out = append(s.out, b...)
+		}
+	}
+	if end {
+		c.endedLocked(s)
+		c.finals = append(c.finals, rep)
+		if rep.Outcome == engine.Broken {
+			s.resetLocked(http2.ErrCodeCancel, true, errReset)
+		} else {
+			s.endQueued = true
+		}
+	}
+	c.frameLocked(s)
+	c.releaseLocked(s)
+	c.mu.Unlock()
+	clear(iov)
+	c.iov = iov[:0]
+}
+
+// appendEvent frames an SSE event as an HTTP/2 stream carries it: as
+// it is.
+func appendEvent(dst, event []byte) []byte { return append(dst, event...) }
+
+// endParked ends a parked listen that is cut off, and lets its stream go.
+func (c *conn) endParked(s *stream, how engine.PumpEnd) {
+	rep := s.park.l.End(how)
+	c.mu.Lock()
+	c.endedLocked(s)
+	c.releaseLocked(s)
+	c.mu.Unlock()
+	rep.Release()
+}
+
+// endedLocked marks s's listen ended.
+func (c *conn) endedLocked(s *stream) {
+	s.park.ended = true
+	s.park.l = nil
+	s.park.lists = [3][]byte{}
+	c.parkedN--
+	c.srv.parked.Add(-1)
+}
+
+// sweepLocked sends parked listens their keep-alives and cuts those
+// whose bytes waited for the client's window past their write timeout.
+func (c *conn) sweepLocked(now time.Time) {
+	if c.parkedN == 0 {
+		return
+	}
+	for _, s := range c.streams {
+		p := s.park
+		if p == nil || p.ended || s.reset {
+			continue
+		}
+		if len(s.out) > 0 {
+			if p.wt > 0 && !p.stuck.IsZero() && now.Sub(p.stuck) >= p.wt {
+				if p.l.Observer != nil {
+					p.l.Observer.CutOff()
+				}
+				s.resetLocked(http2.ErrCodeCancel, true, errReset)
+			}
+			continue
+		}
+		if ka := p.l.KeepAlive; ka > 0 && now.Sub(p.lastWrite) >= ka {
+			s.out = sse.AppendComment(s.out, "keep-alive")
+			c.frameLocked(s)
+		}
+	}
+}
