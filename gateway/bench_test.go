@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"tidings/gateway"
+	"tidings/internal/h2"
 	"tidings/internal/sse"
 	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
@@ -208,7 +210,82 @@ func BenchmarkGatewayFanOut(b *testing.B) {
 			_, url := startBenchGateway(b, up, nil, limits)
 			fanOut(b, up, openListens(b, strings.TrimPrefix(url, "http://"), n), false)
 		})
+		// The same listens as streams of one HTTP/2 connection, served as
+		// tidings serve has it: parked on their streams, a change to all
+		// of them leaving in a write or a few.
+		b.Run(fmt.Sprintf("direct-h2/listens=%d", n), func(b *testing.B) {
+			up := startBenchUpstream(b, limits)
+			url := serveH2OnLoopback(b, up.srv, streamhttp.New(up.srv, streamhttp.WithParking()))
+			fanOut(b, up, openListensH2(b, url, n), true)
+		})
+		b.Run(fmt.Sprintf("gateway-h2/listens=%d", n), func(b *testing.B) {
+			up := startBenchUpstream(b)
+			g, _ := startBenchGateway(b, up, nil, limits)
+			url := serveH2OnLoopback(b, g.Server(), streamhttp.New(g.Server(), streamhttp.WithParking()))
+			fanOut(b, up, openListensH2(b, url, n), false)
+		})
 	}
+}
+
+// serveH2OnLoopback serves h on loopback over HTTP/1.1 and, without
+// TLS, over HTTP/2 with tidings' own HTTP/2 server, as tidings serve
+// does; the server is shut down when the benchmark ends.
+func serveH2OnLoopback(b testing.TB, srv *server.Server, h http.Handler) string {
+	b.Helper()
+	ts := httptest.NewUnstartedServer(h)
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetHTTP1(true)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	if _, err := h2.Configure(ts.Config, h2.Config{MaxStreams: 1 << 16}); err != nil {
+		b.Fatal(err)
+	}
+	ts.Start()
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		ts.Close()
+	})
+	return ts.URL
+}
+
+// openListensH2 opens n listens at url as streams of one HTTP/2
+// connection, each read by its own goroutine, and returns once every
+// one has its ack.
+func openListensH2(b testing.TB, url string, n int) *listens {
+	b.Helper()
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: tr}
+	l := &listens{n: n, conns: make([]io.Closer, 0, n)}
+	b.Cleanup(func() {
+		for _, c := range l.conns {
+			c.Close()
+		}
+		tr.CloseIdleConnections()
+		l.wg.Wait()
+	})
+	for i := range n {
+		body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"_meta":{%q:%q,%q:{}},"notifications":{"toolsListChanged":true}}}`,
+			i+1, mcp.MethodListen, mcp.MetaProtocolVersion, mcp.Version, mcp.MetaClientCapabilities)
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header = toolsListHeaders()
+		req.Header.Set(mcp.HeaderMethod, mcp.MethodListen)
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatalf("listen %d: %v", i, err)
+		}
+		l.conns = append(l.conns, resp.Body)
+		r := sse.NewReader(resp.Body, 0)
+		if ev, err := r.Next(); err != nil || !bytes.Contains(ev.Data, []byte(mcp.NotifyAcknowledged)) {
+			b.Fatalf("listen %d: %s, %v; want the ack", i, resp.Status, err)
+		}
+		l.wg.Go(func() { l.read(i, r) })
+	}
+	return l
 }
 
 // fanOut changes up's tools list b.N times, each once the change before
@@ -274,7 +351,7 @@ type listens struct {
 	extra atomic.Int64
 
 	mu    sync.Mutex
-	conns []net.Conn
+	conns []io.Closer
 	wg    sync.WaitGroup
 }
 
@@ -302,7 +379,7 @@ func (l *listens) arm() *round {
 // when the benchmark ends.
 func openListens(b testing.TB, addr string, n int) *listens {
 	b.Helper()
-	l := &listens{n: n, conns: make([]net.Conn, 0, n)}
+	l := &listens{n: n, conns: make([]io.Closer, 0, n)}
 	b.Cleanup(func() {
 		l.mu.Lock()
 		for _, c := range l.conns {

@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -30,9 +31,9 @@ const (
 	// maxWindow is the largest a flow-control window may grow.
 	maxWindow = 1<<31 - 1
 	// maxCtrl bounds the control frames waiting to be written: a client
-	// that sends pings or settings faster than it reads the answers is
-	// cut off rather than queued for.
-	maxCtrl = 1024
+	// that sends pings, settings or streams to refuse faster than it
+	// reads the answers is cut off rather than queued for.
+	maxCtrl = 10000
 	// defaultMaxFrame is the frame size a peer takes before its SETTINGS.
 	defaultMaxFrame = 16384
 )
@@ -79,18 +80,19 @@ type conn struct {
 	base   context.Context
 	remote string
 
-	fr      *http2.Framer // the reader's
-	writing bool          // the writer was started; the reader's
+	br      *bufio.Reader // the reader's, and its Framer
+	fr      *http2.Framer
+	writing bool // the writer was started; the reader's
 
 	// The writer's own.
-	wbuf   batch
-	wfr    *http2.Framer
-	henc   *hpack.Encoder
-	hbuf   bytes.Buffer
-	drain  parked.Drain
-	iov    [][]byte
-	finals []engine.Reply // last replies to release once written
-	hubWas []*stream
+	wbuf    batch
+	wfr     *http2.Framer
+	henc    *hpack.Encoder
+	hbuf    bytes.Buffer
+	drain   parked.Drain
+	iov     [][]byte
+	finals  []engine.Reply // last replies to release once written
+	hubRest []*stream      // parked streams taken from hubq, not yet drained
 
 	kick  chan struct{} // wakes the writer; holds one wake-up
 	done  chan struct{} // closed when the reader ends: the writer stops
@@ -122,6 +124,7 @@ type conn struct {
 	goingAway    bool
 	closing      bool // close the connection once what is queued is written
 	closed       bool
+	flooded      bool // more than maxCtrl control frames were due
 	writeErr     error
 	idle         *time.Timer
 }
@@ -133,7 +136,10 @@ func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, ba
 		streams: make(map[uint32]*stream), sendWindow: initialWindow, peerWindow: initialWindow,
 		peerMaxFrame: defaultMaxFrame, peerTable: 4096, recvWindow: connWindow,
 	}
-	c.fr = http2.NewFramer(nil, nc)
+	// Frames are read through a buffer, so that a frame's header and
+	// payload, and the frames that came with it, cost one read.
+	c.br = bufio.NewReaderSize(nc, 4<<10)
+	c.fr = http2.NewFramer(nil, c.br)
 	c.fr.SetReuseFrames()
 	c.fr.MaxHeaderListSize = uint32(min(s.cfg.MaxHeaderBytes, maxWindow))
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -153,12 +159,15 @@ func (c *conn) serve(sawPreface bool) {
 	_ = c.nc.SetReadDeadline(time.Now().Add(timeout))
 	if !sawPreface {
 		var p [len(http2.ClientPreface)]byte
-		if _, err := io.ReadFull(c.nc, p[:]); err != nil || string(p[:]) != http2.ClientPreface {
+		if _, err := io.ReadFull(c.br, p[:]); err != nil || string(p[:]) != http2.ClientPreface {
 			return
 		}
 	}
 	c.mu.Lock()
 	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlSettings}, ctrlFrame{kind: ctrlWindow, n: connWindow - initialWindow})
+	if d := c.srv.cfg.IdleTimeout; d > 0 {
+		c.idle = time.AfterFunc(d, c.onIdle)
+	}
 	c.mu.Unlock()
 	c.writing = true
 	go c.writeLoop()
@@ -174,8 +183,10 @@ func (c *conn) serve(sawPreface bool) {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				c.resetID(se.StreamID, se.Code)
-				continue
+				if c.resetID(se.StreamID, se.Code) {
+					continue
+				}
+				return
 			}
 			var ce http2.ConnectionError
 			if errors.As(err, &ce) {
@@ -193,7 +204,13 @@ func (c *conn) serve(sawPreface bool) {
 			first = false
 			_ = c.nc.SetReadDeadline(time.Time{})
 		}
-		if err := c.handle(f); err != nil {
+		err = c.handle(f)
+		if err == nil {
+			c.mu.Lock()
+			err = c.calmLocked()
+			c.mu.Unlock()
+		}
+		if err != nil {
 			var ce connErr
 			if errors.As(err, &ce) {
 				c.fail(ce)
@@ -235,18 +252,35 @@ func (c *conn) handle(f http2.Frame) error {
 // queue queues a control frame and wakes the writer.
 func (c *conn) queue(f ctrlFrame) error {
 	c.mu.Lock()
-	err := c.queueLocked(f)
-	c.mu.Unlock()
-	c.signal()
-	return err
+	defer c.mu.Unlock()
+	return c.queueLocked(f)
 }
 
+// queueLocked queues a control frame the client's frame called for;
+// the error ends the connection once too many wait (see maxCtrl).
 func (c *conn) queueLocked(f ctrlFrame) error {
+	c.pushCtrlLocked(f)
+	return c.calmLocked()
+}
+
+// pushCtrlLocked queues a control frame and wakes the writer; past
+// maxCtrl waiting it marks the connection as flooded, which the reader
+// acts on (calmLocked) once it has handled the frame at fault.
+func (c *conn) pushCtrlLocked(f ctrlFrame) {
 	if len(c.ctrl) >= maxCtrl {
-		return connErr{code: http2.ErrCodeEnhanceYourCalm, reason: fmt.Sprintf("more than %d control frames waiting: the client sends faster than it reads", maxCtrl)}
+		c.flooded = true
+		return
 	}
 	c.ctrl = append(c.ctrl, f)
-	return nil
+	c.signal()
+}
+
+// calmLocked is the error that ends a flooded connection, or nil.
+func (c *conn) calmLocked() error {
+	if !c.flooded {
+		return nil
+	}
+	return connErr{code: http2.ErrCodeEnhanceYourCalm, reason: fmt.Sprintf("more than %d control frames waiting: the client sends faster than it reads", maxCtrl)}
 }
 
 // signal wakes the writer.
@@ -302,7 +336,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		if s.remoteDone || !f.StreamEnded() {
 			return connErr{code: http2.ErrCodeProtocol, reason: "HEADERS on a stream whose request was sent"}
 		}
-		s.endBodyLocked() // trailers: not passed on
+		// Trailers, not passed on: they end the body, which must have
+		// its Content-Length by then.
+		if s.declared >= 0 && s.received != s.declared {
+			s.resetLocked(http2.ErrCodeProtocol, true, errBodyLength)
+			return nil
+		}
+		s.endBodyLocked()
 		return nil
 	}
 	if id <= c.maxID {
@@ -319,12 +359,23 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.srv.refused.Add(1)
 		return c.queue(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeRefusedStream})
 	}
+	// The stream counts from here on, so that a GOAWAY or the idle
+	// timeout, which may come meanwhile, does not close the connection
+	// under a stream it has taken.
+	c.open++
+	if c.idle != nil {
+		c.idle.Stop()
+	}
 	c.mu.Unlock()
 
 	s := newStream(c, id)
 	req, err := c.newRequest(f, s)
 	if err != nil {
-		return c.queue(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeProtocol})
+		c.mu.Lock()
+		c.streamGoneLocked()
+		err := c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeProtocol})
+		c.mu.Unlock()
+		return err
 	}
 	h := c.h
 	if f.Truncated {
@@ -332,10 +383,6 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	c.mu.Lock()
 	c.streams[id] = s
-	c.open++
-	if c.idle != nil {
-		c.idle.Stop()
-	}
 	s.sendWindow = int64(c.peerWindow)
 	c.mu.Unlock()
 	c.srv.streams.Add(1)
@@ -410,10 +457,9 @@ var errBodyLength = errors.New("h2: the request body's length is not its Content
 func (c *conn) consumedLocked(n int32) {
 	c.recvUnpaid += n
 	if c.recvUnpaid >= connWindow/2 {
-		c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlWindow, n: uint32(c.recvUnpaid)})
+		c.pushCtrlLocked(ctrlFrame{kind: ctrlWindow, n: uint32(c.recvUnpaid)})
 		c.recvWindow += c.recvUnpaid
 		c.recvUnpaid = 0
-		c.signal()
 	}
 }
 
@@ -505,16 +551,29 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	return nil
 }
 
-// resetID resets stream id for a malformed frame of it.
-func (c *conn) resetID(id uint32, code http2.ErrCode) {
+// resetID resets stream id for a malformed frame of it, and reports
+// whether the connection goes on.
+func (c *conn) resetID(id uint32, code http2.ErrCode) bool {
+	if id%2 == 0 {
+		// Only a client's stream (odd) can be malformed; an even one
+		// was never opened.
+		c.fail(connErr{code: http2.ErrCodeProtocol, reason: "a frame on a stream no client opens"})
+		return false
+	}
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
 		s.resetLocked(code, true, errReset)
 	} else {
-		_ = c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: code})
+		c.maxID = max(c.maxID, id) // a malformed HEADERS still opened (and closed) its stream
+		c.pushCtrlLocked(ctrlFrame{kind: ctrlReset, id: id, code: code})
 	}
+	err := c.calmLocked()
 	c.mu.Unlock()
-	c.signal()
+	if err != nil {
+		c.fail(err.(connErr))
+		return false
+	}
+	return true
 }
 
 // readyLocked has the writer look at s.
@@ -534,9 +593,14 @@ func (c *conn) releaseLocked(s *stream) {
 	}
 	s.released = true
 	delete(c.streams, s.id)
-	c.open--
 	c.srv.streams.Add(-1)
-	if c.open > 0 || c.closed {
+	c.streamGoneLocked()
+}
+
+// streamGoneLocked counts a stream out; after the last, the connection
+// is reported idle, and closes if it is going away.
+func (c *conn) streamGoneLocked() {
+	if c.open--; c.open > 0 || c.closed {
 		return
 	}
 	c.idleNow = true
@@ -597,6 +661,9 @@ func (c *conn) close() {
 		s.resetLocked(http2.ErrCodeCancel, false, errClosed)
 	}
 	c.mu.Unlock()
+	// A writer blocked on a client that reads nothing gives up within a
+	// second, and so do its last words.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	close(c.done)
 	if c.writing {
 		<-c.wrote

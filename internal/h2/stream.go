@@ -159,10 +159,9 @@ func (s *stream) consumedLocked(n int32) {
 	}
 	s.recvUnpaid += n
 	if s.recvUnpaid >= streamWindow/2 {
-		s.c.ctrl = append(s.c.ctrl, ctrlFrame{kind: ctrlWindow, id: s.id, n: uint32(s.recvUnpaid)})
+		s.c.pushCtrlLocked(ctrlFrame{kind: ctrlWindow, id: s.id, n: uint32(s.recvUnpaid)})
 		s.recvWindow += s.recvUnpaid
 		s.recvUnpaid = 0
-		s.c.signal()
 	}
 }
 
@@ -175,11 +174,11 @@ func (s *stream) resetLocked(code http2.ErrCode, send bool, err error) {
 	c := s.c
 	s.reset, s.resetErr = true, err
 	if send {
-		c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlReset, id: s.id, code: code})
-		c.signal()
+		c.pushCtrlLocked(ctrlFrame{kind: ctrlReset, id: s.id, code: code})
 	}
 	s.out, s.head = nil, nil
 	s.closeBodyLocked()
+	s.cond.Broadcast() // a Write waiting for room, or a Read for bytes, returns
 	if s.cancel != nil {
 		s.cancel()
 	}

@@ -131,16 +131,25 @@ func (c *conn) flush(sweep bool) error {
 // fill frames what is waiting into the batch, up to about WriteBuffer
 // bytes, and reports whether more waits.
 func (c *conn) fill(sweep bool) bool {
-	c.hubmu.Lock()
-	q := c.hubq
-	c.hubq = c.hubWas[:0]
-	c.hubmu.Unlock()
-	for _, s := range q {
+	if len(c.hubRest) == 0 {
+		c.hubmu.Lock()
+		c.hubq, c.hubRest = c.hubRest[:0], c.hubq
+		c.hubmu.Unlock()
+	}
+	// Parked streams are drained until the batch is full; the rest wait
+	// for the next write, so that the client reads the first streams'
+	// changes while the writer drains the others.
+	i := 0
+	for ; i < len(c.hubRest) && len(c.wbuf.buf) < c.srv.cfg.WriteBuffer; i++ {
+		s := c.hubRest[i]
+		c.hubRest[i] = nil
 		s.inHub.Store(false)
 		c.runParked(s, s.events.Swap(0))
 	}
-	clear(q)
-	c.hubWas = q[:0]
+	c.hubRest = c.hubRest[i:]
+	if len(c.hubRest) == 0 {
+		c.hubRest = c.hubRest[:0:0]
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -153,7 +162,7 @@ func (c *conn) fill(sweep bool) bool {
 	if sweep {
 		c.sweepLocked(time.Now())
 	}
-	i := 0
+	i = 0
 	for ; i < len(c.ready) && len(c.wbuf.buf) < c.srv.cfg.WriteBuffer; i++ {
 		s := c.ready[i]
 		s.queued = false
@@ -162,7 +171,7 @@ func (c *conn) fill(sweep bool) bool {
 	n := copy(c.ready, c.ready[i:])
 	clear(c.ready[n:])
 	c.ready = c.ready[:n]
-	return len(c.ready) > 0 || len(c.ctrl) > 0
+	return len(c.ready) > 0 || len(c.ctrl) > 0 || len(c.hubRest) > 0
 }
 
 // writeCtrl frames one control frame.
