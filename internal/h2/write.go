@@ -208,23 +208,8 @@ func (c *conn) frameLocked(s *stream) {
 		c.writeHead(s.id, s.head, end)
 		s.head, s.endSent, progress = nil, end, true
 	}
-	off := 0
-	for off < len(s.out) {
-		n := min(len(s.out)-off, int(c.peerMaxFrame), int(max(min(s.sendWindow, c.sendWindow), 0)))
-		if n == 0 {
-			if c.sendWindow <= 0 && !s.connBlocked {
-				s.connBlocked = true
-				c.connBlocked = append(c.connBlocked, s)
-			}
-			break
-		}
-		end := s.endQueued && off+n == len(s.out)
-		_ = c.wfr.WriteData(s.id, end, s.out[off:off+n])
-		off += n
-		s.sendWindow -= int64(n)
-		c.sendWindow -= int64(n)
-		s.endSent, progress = end, true
-	}
+	off := c.dataLocked(s, s.out, s.endQueued)
+	progress = progress || off > 0
 	if off == len(s.out) {
 		if s.out = s.out[:0]; s.park != nil || cap(s.out) > 2*maxOut {
 			s.out = nil // a parked listen keeps no buffer between changes
@@ -264,6 +249,31 @@ func (c *conn) frameLocked(s *stream) {
 		}
 		c.releaseLocked(s)
 	}
+}
+
+// dataLocked frames b as s's DATA, as much of it as the flow-control
+// windows let through, the last frame ending the stream if end and b
+// goes whole; it returns how many bytes it framed. A stream stopped by
+// the connection's window waits in c.connBlocked for a WINDOW_UPDATE.
+func (c *conn) dataLocked(s *stream, b []byte, end bool) int {
+	off := 0
+	for off < len(b) {
+		n := min(len(b)-off, int(c.peerMaxFrame), int(max(min(s.sendWindow, c.sendWindow), 0)))
+		if n == 0 {
+			if c.sendWindow <= 0 && !s.connBlocked {
+				s.connBlocked = true
+				c.connBlocked = append(c.connBlocked, s)
+			}
+			break
+		}
+		last := end && off+n == len(b)
+		_ = c.wfr.WriteData(s.id, last, b[off:off+n])
+		off += n
+		s.sendWindow -= int64(n)
+		c.sendWindow -= int64(n)
+		s.endSent = last
+	}
+	return off
 }
 
 // writeHead frames a response's HEADERS, and CONTINUATION frames when
@@ -348,7 +358,16 @@ func (c *conn) runParked(s *stream, ev uint32) {
 	iov, rep, end := c.drain.Take(p.l, &p.lists, c.iov[:0], appendEvent)
 	c.mu.Lock()
 	if !s.reset {
+		// What the windows let through is framed from the drain's own
+		// buffers; only the rest is kept, so that a change costs a
+		// listen no allocation.
 		for _, b := range iov {
+			if len(s.out) == 0 {
+				n := c.dataLocked(s, b, false)
+				if b = b[n:]; n > 0 {
+					p.lastWrite = time.Now()
+				}
+			}
 			s.out = append(s.out, b...)
 		}
 	}

@@ -70,6 +70,9 @@ type Reader struct {
 	// to that line break. Deciding lazily keeps a complete event from
 	// waiting on the next byte of a live stream.
 	skipLF bool
+	// line is readLine's buffer, reused from line to line: a line is
+	// looked at, and its value copied, before the next is read.
+	line []byte
 }
 
 // NewReader returns a Reader over r that refuses events larger than max
@@ -140,11 +143,20 @@ func (r *Reader) Next() (Event, error) {
 	}
 }
 
+// maxKeptLine bounds the line buffer a Reader keeps between lines, so
+// that one huge line does not stay pinned for the stream's life.
+const maxKeptLine = 64 << 10
+
 // readLine reads one line without its terminator (LF, CR or CRLF). A
 // line cut short by the end of the stream is returned as it is; the next
-// call reports io.EOF.
+// call reports io.EOF. The line is valid until the next call.
 func (r *Reader) readLine(limit int) ([]byte, error) {
-	var line []byte
+	line := r.line[:0]
+	defer func() {
+		if cap(line) <= maxKeptLine {
+			r.line = line[:0]
+		}
+	}()
 	for {
 		b, err := r.r.ReadByte()
 		if err != nil {
