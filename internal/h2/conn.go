@@ -91,8 +91,9 @@ type conn struct {
 	hbuf    bytes.Buffer
 	drain   parked.Drain
 	iov     [][]byte
-	finals  []engine.Reply // last replies to release once written
-	hubRest []*stream      // parked streams taken from hubq, not yet drained
+	finals  []engine.Reply          // last replies to release once written
+	cut     []engine.StreamObserver // listens the sweep cut, to be told
+	hubRest []*stream               // parked streams taken from hubq, not yet drained
 
 	kick  chan struct{} // wakes the writer; holds one wake-up
 	done  chan struct{} // closed when the reader ends: the writer stops
@@ -121,6 +122,7 @@ type conn struct {
 	parkedN      int
 	tickEvery    time.Duration // the writer's sweep of parked listens; 0: none
 	idleNow      bool          // the last stream ended: the writer reports it
+	started      bool          // the preface was read and the writer started
 	goingAway    bool
 	closing      bool // close the connection once what is queued is written
 	closed       bool
@@ -145,6 +147,11 @@ func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, ba
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxHeaderBytes)
 	c.wfr = newWriteFramer(&c.wbuf)
+	// The server's preface comes first, before anything else is queued.
+	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlSettings}, ctrlFrame{kind: ctrlWindow, n: connWindow - initialWindow})
+	if wt := s.cfg.WriteTimeout; wt > 0 {
+		c.tickEvery = max(wt/4, time.Millisecond) // the sweep of streams stuck on flow control
+	}
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	return c
 }
@@ -164,10 +171,14 @@ func (c *conn) serve(sawPreface bool) {
 		}
 	}
 	c.mu.Lock()
-	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlSettings}, ctrlFrame{kind: ctrlWindow, n: connWindow - initialWindow})
+	if c.goingAway {
+		c.mu.Unlock()
+		return // the server shut down before the preface came
+	}
 	if d := c.srv.cfg.IdleTimeout; d > 0 {
 		c.idle = time.AfterFunc(d, c.onIdle)
 	}
+	c.started = true
 	c.mu.Unlock()
 	c.writing = true
 	go c.writeLoop()
@@ -304,6 +315,14 @@ func (c *conn) fail(e connErr) {
 // ones have ended: the server is shutting down.
 func (c *conn) goAway() {
 	c.mu.Lock()
+	if !c.started && !c.closed {
+		// No preface yet, so nothing taken: the reader, waiting for
+		// it, ends with the socket.
+		c.goingAway = true
+		c.mu.Unlock()
+		_ = c.nc.Close()
+		return
+	}
 	if !c.goingAway && !c.closed {
 		c.goingAway = true
 		c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlGoAway, id: c.maxID, code: http2.ErrCodeNo})
@@ -472,7 +491,12 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	defer c.mu.Unlock()
 	err := f.ForeachSetting(func(st http2.Setting) error {
 		if err := st.Valid(); err != nil {
-			return connErr{code: http2.ErrCodeProtocol, reason: err.Error()}
+			code := http2.ErrCodeProtocol
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				code = http2.ErrCode(ce) // FLOW_CONTROL_ERROR for a window over 2^31-1
+			}
+			return connErr{code: code, reason: err.Error()}
 		}
 		switch st.ID {
 		case http2.SettingInitialWindowSize:
@@ -592,6 +616,9 @@ func (c *conn) releaseLocked(s *stream) {
 		return
 	}
 	s.released = true
+	if s.writeTimer != nil {
+		s.writeTimer.Stop()
+	}
 	delete(c.streams, s.id)
 	c.srv.streams.Add(-1)
 	c.streamGoneLocked()

@@ -66,6 +66,9 @@ type stream struct {
 	released    bool
 	readTimer   *time.Timer
 	writeTimer  *time.Timer
+	readAt      time.Time // the read deadline; zero: none
+	writeAt     time.Time // the write deadline; zero: none
+	stuck       time.Time // since when out waits for the client's window; zero: not waiting
 	park        *parkState
 
 	inHub  atomic.Bool   // in c.hubq
@@ -86,7 +89,7 @@ func newStream(c *conn, id uint32) *stream {
 
 // run serves the stream's request with h, on the stream's goroutine.
 func (s *stream) run(h http.Handler, req *http.Request) {
-	w := &responseWriter{s: s, req: req}
+	w := &responseWriter{s: s, req: req, length: -2}
 	defer func() {
 		if p := recover(); p != nil {
 			if p != http.ErrAbortHandler {
@@ -109,10 +112,14 @@ func (s *stream) finish(w *responseWriter, panicked bool) {
 	c.mu.Lock()
 	s.handlerDone = true
 	s.closeBodyLocked()
-	for _, t := range []*time.Timer{s.readTimer, s.writeTimer} {
-		if t != nil {
-			t.Stop()
-		}
+	if s.readTimer != nil {
+		s.readTimer.Stop()
+	}
+	// The write deadline goes on bounding what the handler left to
+	// send, as it would a last flush of its own; a parked listen is
+	// bound by its write timeout instead.
+	if s.writeTimer != nil && (s.park != nil || len(s.out) == 0 && s.head == nil) {
+		s.writeTimer.Stop()
 	}
 	switch {
 	case s.park != nil, s.reset:
@@ -181,6 +188,10 @@ func (s *stream) resetLocked(code http2.ErrCode, send bool, err error) {
 	s.cond.Broadcast() // a Write waiting for room, or a Read for bytes, returns
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if p := s.park; p != nil && p.hasRep {
+		p.hasRep = false
+		p.rep.Release() // its bytes are dropped
 	}
 	if s.park != nil && !s.park.ended {
 		s.parkEnd = engine.Stopped
@@ -357,7 +368,9 @@ type responseWriter struct {
 	header      http.Header
 	status      int
 	wroteHeader bool
-	committed   bool // the head was handed to the writer
+	committed   bool  // the head was handed to the writer
+	length      int64 // the Content-Length the handler set, -1 for none, -2 not yet read
+	written     int64
 }
 
 func (w *responseWriter) Header() http.Header {
@@ -395,6 +408,16 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 		}
 		return 0, http.ErrBodyNotAllowed
 	}
+	if w.length == -2 {
+		w.length = -1
+		if n, err := strconv.ParseInt(w.Header().Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+			w.length = n
+		}
+	}
+	if w.length >= 0 && w.written+int64(len(p)) > w.length {
+		return 0, http.ErrContentLength // more than the handler said it would send
+	}
+	w.written += int64(len(p))
 	s, c := w.s, w.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -477,11 +500,13 @@ func (w *responseWriter) SetReadDeadline(t time.Time) error {
 	s := w.s
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	s.readExpired = false
+	s.readExpired, s.readAt = false, t
 	s.readTimer = s.armLocked(s.readTimer, t, func() {
 		s.c.mu.Lock()
-		s.readExpired = true
-		s.cond.Broadcast()
+		if s.due(s.readAt) {
+			s.readExpired = true
+			s.cond.Broadcast()
+		}
 		s.c.mu.Unlock()
 	})
 	return nil
@@ -494,15 +519,24 @@ func (w *responseWriter) SetWriteDeadline(t time.Time) error {
 	s := w.s
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
+	s.writeAt = t
 	s.writeTimer = s.armLocked(s.writeTimer, t, func() {
 		s.c.mu.Lock()
-		s.resetLocked(http2.ErrCodeCancel, true, os.ErrDeadlineExceeded)
+		if s.due(s.writeAt) && !s.endSent {
+			s.resetLocked(http2.ErrCodeCancel, true, os.ErrDeadlineExceeded)
+		}
 		s.c.mu.Unlock()
 	})
 	return nil
 }
 
-// armLocked runs fire at t on timer t0 (made if nil); a zero t stops it.
+// due reports whether deadline at has passed; a timer that fired for a
+// deadline since moved on finds it not due.
+func (s *stream) due(at time.Time) bool { return !at.IsZero() && !time.Now().Before(at) }
+
+// armLocked has timer t0 (made if nil) call fire at t; a zero t stops
+// it. fire checks the deadline it serves, as a timer may fire for one
+// that has moved since.
 func (s *stream) armLocked(t0 *time.Timer, t time.Time, fire func()) *time.Timer {
 	if t0 != nil {
 		t0.Stop()
@@ -510,10 +544,7 @@ func (s *stream) armLocked(t0 *time.Timer, t time.Time, fire func()) *time.Timer
 	if t.IsZero() || s.handlerDone {
 		return t0
 	}
-	d := time.Until(t)
-	if d <= 0 {
-		d = 0
-	}
+	d := max(time.Until(t), 0)
 	if t0 == nil {
 		return time.AfterFunc(d, fire)
 	}
@@ -529,7 +560,10 @@ type parkState struct {
 	dirty     bool          // the hub has something not yet drained
 	ended     bool          // End was called (set under c.mu)
 	lastWrite time.Time
-	stuck     time.Time // since when its bytes wait for its window; zero: none
+	// rep is the listen's last reply once it ended, until its bytes are
+	// written (or the stream is reset); guarded by c.mu.
+	rep    engine.Reply
+	hasRep bool
 }
 
 // ParkListen takes l over once its acknowledgement is flushed: from
@@ -547,6 +581,12 @@ func (w *responseWriter) ParkListen(l *engine.ParkedListen, writeTimeout time.Du
 		return false
 	}
 	s.park = &parkState{l: l, wt: writeTimeout, lastWrite: time.Now()}
+	if len(s.out) > 0 || s.head != nil {
+		// What was flushed before waits for the client's window: the
+		// write timeout runs from here, and the writer looks again.
+		s.stuck = time.Now()
+		c.readyLocked(s)
+	}
 	c.parkedN++
 	if every := parked.TickPeriod(l.KeepAlive, writeTimeout); every > 0 && (c.tickEvery == 0 || every < c.tickEvery) {
 		c.tickEvery = every

@@ -121,11 +121,30 @@ func (c *conn) flush(sweep bool) error {
 				c.reportState()
 			}
 			if done {
-				_ = c.nc.Close() // the reader ends, and the connection with it
+				c.closeGracefully()
 			}
 			return nil
 		}
 	}
+}
+
+// goAwayLinger is how long a connection that said GOAWAY goes on
+// reading, its writing side shut, before it closes: closing a socket
+// with unread bytes resets it, and the reset can reach the client ahead
+// of the GOAWAY and the last frames, which it would then not read.
+const goAwayLinger = time.Second
+
+// closeGracefully ends a connection whose GOAWAY and last frames are
+// written: the writing side is shut (over TLS, a close_notify), and the
+// reader reads on until the client closes, or for goAwayLinger; the
+// connection ends with the reader. A connection that cannot shut its
+// writing side alone is closed at once.
+func (c *conn) closeGracefully() {
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		_ = c.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
+		return
+	}
+	_ = c.nc.Close()
 }
 
 // fill frames what is waiting into the batch, up to about WriteBuffer
@@ -152,7 +171,6 @@ func (c *conn) fill(sweep bool) bool {
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.henc.SetMaxDynamicTableSizeLimit(c.peerTable)
 	for _, f := range c.ctrl {
 		c.writeCtrl(f)
@@ -160,7 +178,7 @@ func (c *conn) fill(sweep bool) bool {
 	clear(c.ctrl)
 	c.ctrl = c.ctrl[:0]
 	if sweep {
-		c.sweepLocked(time.Now())
+		c.cut = c.sweepLocked(time.Now(), c.cut[:0])
 	}
 	i = 0
 	for ; i < len(c.ready) && len(c.wbuf.buf) < c.srv.cfg.WriteBuffer; i++ {
@@ -171,7 +189,14 @@ func (c *conn) fill(sweep bool) bool {
 	n := copy(c.ready, c.ready[i:])
 	clear(c.ready[n:])
 	c.ready = c.ready[:n]
-	return len(c.ready) > 0 || len(c.ctrl) > 0 || len(c.hubRest) > 0
+	more := len(c.ready) > 0 || len(c.ctrl) > 0 || len(c.hubRest) > 0
+	c.mu.Unlock()
+	for _, o := range c.cut {
+		o.CutOff()
+	}
+	clear(c.cut)
+	c.cut = c.cut[:0]
+	return more
 }
 
 // writeCtrl frames one control frame.
@@ -221,18 +246,20 @@ func (c *conn) frameLocked(s *stream) {
 	} else if off > 0 {
 		s.out = s.out[:copy(s.out, s.out[off:])]
 	}
+	// The time since when bytes wait for the client's window, for the
+	// sweep's write timeout; progress starts it over.
+	pending := len(s.out) > 0
+	switch {
+	case !pending:
+		s.stuck = time.Time{}
+	case progress || s.stuck.IsZero():
+		s.stuck = time.Now()
+	}
 	if p := s.park; p != nil {
-		now := time.Now()
-		switch {
-		case len(s.out) == 0:
-			p.stuck = time.Time{}
-		case progress || p.stuck.IsZero():
-			p.stuck = now
-		}
 		if progress {
-			p.lastWrite = now
+			p.lastWrite = time.Now()
 		}
-		if len(s.out) == 0 && p.dirty && !p.ended {
+		if !pending && p.dirty && !p.ended {
 			c.pushHub(s)
 		}
 	}
@@ -240,6 +267,12 @@ func (c *conn) frameLocked(s *stream) {
 		s.cond.Broadcast()
 	}
 	if s.endSent {
+		if p := s.park; p != nil && p.hasRep {
+			// The listen's last reply is out: it is released once the
+			// batch is written.
+			c.finals = append(c.finals, p.rep)
+			p.rep, p.hasRep = engine.Reply{}, false
+		}
 		if !s.remoteDone {
 			// The answer is complete before the request: the client
 			// is told to stop sending it.
@@ -373,7 +406,7 @@ func (c *conn) runParked(s *stream, ev uint32) {
 	}
 	if end {
 		c.endedLocked(s)
-		c.finals = append(c.finals, rep)
+		p.rep, p.hasRep = rep, true // released once written, or at a reset
 		if rep.Outcome == engine.Broken {
 			s.resetLocked(http2.ErrCodeCancel, true, errReset)
 		} else {
@@ -410,29 +443,42 @@ func (c *conn) endedLocked(s *stream) {
 	c.srv.parked.Add(-1)
 }
 
-// sweepLocked sends parked listens their keep-alives and cuts those
-// whose bytes waited for the client's window past their write timeout.
-func (c *conn) sweepLocked(now time.Time) {
-	if c.parkedN == 0 {
-		return
-	}
+// sweepLocked sends parked listens their keep-alives and cuts the
+// streams whose bytes waited for the client's window past their write
+// timeout: a parked listen's own, or, for what is left of an answer
+// whose handler has returned, Config.WriteTimeout. A handler still
+// running is bound by its own write deadline instead. The observers of
+// the listens cut are returned, to be told once c.mu is let go.
+func (c *conn) sweepLocked(now time.Time, cut []engine.StreamObserver) []engine.StreamObserver {
 	for _, s := range c.streams {
-		p := s.park
-		if p == nil || p.ended || s.reset {
+		if s.reset || s.endSent {
 			continue
 		}
+		p := s.park
 		if len(s.out) > 0 {
-			if p.wt > 0 && !p.stuck.IsZero() && now.Sub(p.stuck) >= p.wt {
-				if p.l.Observer != nil {
-					p.l.Observer.CutOff()
+			limit := c.srv.cfg.WriteTimeout
+			switch {
+			case p != nil && p.wt > 0:
+				limit = p.wt
+			case p == nil && !s.handlerDone:
+				continue
+			}
+			if s.stuck.IsZero() {
+				s.stuck = now
+			} else if limit > 0 && now.Sub(s.stuck) >= limit {
+				if p != nil && !p.ended && p.l.Observer != nil {
+					cut = append(cut, p.l.Observer)
 				}
 				s.resetLocked(http2.ErrCodeCancel, true, errReset)
 			}
 			continue
 		}
-		if ka := p.l.KeepAlive; ka > 0 && now.Sub(p.lastWrite) >= ka {
-			s.out = sse.AppendComment(s.out, "keep-alive")
-			c.frameLocked(s)
+		if p != nil && !p.ended {
+			if ka := p.l.KeepAlive; ka > 0 && now.Sub(p.lastWrite) >= ka {
+				s.out = sse.AppendComment(s.out, "keep-alive")
+				c.frameLocked(s)
+			}
 		}
 	}
+	return cut
 }

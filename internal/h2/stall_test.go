@@ -1,0 +1,177 @@
+package h2_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"tidings/hub"
+	"tidings/internal/engine"
+	"tidings/internal/h2"
+	"tidings/mcp"
+)
+
+// stallNotices encode a listen's notifications as small fixed events.
+type stallNotices struct{}
+
+func (stallNotices) ListChanged(mcp.List) []byte { return []byte(`{"method":"changed"}`) }
+func (stallNotices) Updated(b []byte, u string) ([]byte, bool) {
+	return append(b, u...), true
+}
+
+// cutCounter is a listen's observer that counts its cut-offs.
+type cutCounter struct{ cuts atomic.Int64 }
+
+func (*cutCounter) Notified(int, int) {}
+func (o *cutCounter) CutOff()         { o.cuts.Add(1) }
+
+// parkingHandler answers a listen of hb's tools list changes with an
+// acknowledgement, flushed, then waits for before (when not nil) and
+// parks the listen with write timeout wt. ends counts the listen's End
+// calls; the last reply, on a drain, is "done".
+func parkingHandler(t *testing.T, hb *hub.Hub, wt time.Duration, before <-chan struct{}, obs *cutCounter, ends *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sub, err := hb.Subscribe(hub.Filter{Kinds: hub.Of(mcp.ToolsList)})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write([]byte("data: ack\n\n"))
+		_ = http.NewResponseController(w).Flush()
+		if before != nil {
+			<-before
+		}
+		l := &engine.ParkedListen{Sub: sub, Notices: stallNotices{}, Observer: obs,
+			End: func(how engine.PumpEnd) engine.Reply {
+				ends.Add(1)
+				sub.Close()
+				if how == engine.Drained {
+					return engine.Reply{Body: []byte("done")}
+				}
+				return engine.Reply{}
+			}}
+		if !w.(h2.Parkable).ParkListen(l, wt) {
+			t.Error("the listen was not parked")
+		}
+	})
+}
+
+// TestListenStuckBeforeItParkedIsCut: a listen whose acknowledgement
+// the client gave no window for, framed before the listen parked, is
+// cut by its write timeout all the same (RST_STREAM CANCEL, its
+// observer told, End called once).
+func TestListenStuckBeforeItParkedIsCut(t *testing.T) {
+	hb := hub.New()
+	defer hb.Shutdown()
+	framed := make(chan struct{})
+	var obs cutCounter
+	var ends atomic.Int64
+	cli, srv, _ := servePipe(t, parkingHandler(t, hb, 200*time.Millisecond, framed, &obs, &ends), h2.Config{}, nil)
+	c := newClient(t, cli)
+	c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	c.request(1, "POST", "/", true)
+	c.expect("the listen's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+	close(framed) // the acknowledgement waits for the window; now it parks
+	c.expectRST(1, http2.ErrCodeCancel)
+	pollUntil(t, "the cut listen to end", func() bool {
+		return ends.Load() == 1 && obs.cuts.Load() == 1 && srv.Stats().ParkedListens == 0 && srv.Stats().Streams == 0
+	})
+}
+
+// TestEndedListenStuckIsCut: a listen that ends (the hub shuts down)
+// while its client gives it no window does not hold its stream: its
+// last reply waits for the write timeout, then the stream is reset.
+func TestEndedListenStuckIsCut(t *testing.T) {
+	hb := hub.New()
+	var obs cutCounter
+	var ends atomic.Int64
+	cli, srv, _ := servePipe(t, parkingHandler(t, hb, 200*time.Millisecond, nil, &obs, &ends), h2.Config{}, nil)
+	c := newClient(t, cli)
+	c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 11}) // the acknowledgement, and no more
+	c.request(1, "POST", "/", true)
+	c.expect("the listen's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+	c.expect("the acknowledgement", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameData })
+	pollUntil(t, "the listen to park", func() bool { return srv.Stats().ParkedListens == 1 })
+	hb.Shutdown()
+	c.expectRST(1, http2.ErrCodeCancel)
+	pollUntil(t, "the stream to be let go", func() bool { return ends.Load() == 1 && srv.Stats().Streams == 0 })
+}
+
+// TestAnswerLeftBehindKeepsItsWriteDeadline: a handler that set a write
+// deadline, wrote and returned while the client gave it no window has
+// its stream reset at the deadline, as a last flush of its own would
+// have been, rather than held.
+func TestAnswerLeftBehindKeepsItsWriteDeadline(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+		_, _ = w.Write(make([]byte, 60<<10))
+	})
+	cli, srv, _ := servePipe(t, h, h2.Config{}, nil)
+	c := newClient(t, cli)
+	c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	c.request(1, "GET", "/", true)
+	c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+	c.expectRST(1, http2.ErrCodeCancel)
+	pollUntil(t, "the stream to be let go", func() bool { return srv.Stats().Streams == 0 })
+}
+
+// TestAnswerLeftBehindIsBoundByTheServersWriteTimeout: without a write
+// deadline of the handler's, Config.WriteTimeout bounds how long what a
+// returned handler left waits for the client's window.
+func TestAnswerLeftBehindIsBoundByTheServersWriteTimeout(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(make([]byte, 1000)) })
+	cli, srv, _ := servePipe(t, h, h2.Config{WriteTimeout: 200 * time.Millisecond}, nil)
+	c := newClient(t, cli)
+	c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	c.request(1, "GET", "/", true)
+	c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+	c.expectRST(1, http2.ErrCodeCancel)
+	pollUntil(t, "the stream to be let go", func() bool { return srv.Stats().Streams == 0 })
+}
+
+// TestShutdownBeforeThePreface: a connection whose client has not sent
+// its preface when the server shuts down is closed at once, with no
+// GOAWAY ahead of a SETTINGS it never had, and Shutdown does not wait
+// for it.
+func TestShutdownBeforeThePreface(t *testing.T) {
+	hs := &http.Server{}
+	cli, _, served := servePipe(t, http.NotFoundHandler(), h2.Config{}, hs)
+	ctx, cancel := context.WithTimeout(context.Background(), frameTimeout)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, served, "the connection to close")
+	c := newClient(t, cli)
+	if fs := c.expectClosed(); len(fs) > 0 {
+		t.Fatalf("the server sent %v before closing", fs)
+	}
+}
+
+// TestWriteBeyondContentLength: a handler that writes more than the
+// Content-Length it set is refused the excess (http.ErrContentLength),
+// as net/http refuses it, instead of sending a malformed body.
+func TestWriteBeyondContentLength(t *testing.T) {
+	errs := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "3")
+		_, _ = w.Write([]byte("abc"))
+		_, err := w.Write([]byte("d"))
+		errs <- err
+	})
+	cli, _, _ := servePipe(t, h, h2.Config{}, nil)
+	c := newClient(t, cli)
+	c.handshake()
+	c.request(1, "GET", "/", true)
+	if status, body := c.response(1); status != "200" || string(body) != "abc" {
+		t.Fatalf("answered %s %q, want 200 \"abc\"", status, body)
+	}
+	if err := <-errs; err != http.ErrContentLength {
+		t.Fatalf("the write past Content-Length returned %v, want http.ErrContentLength", err)
+	}
+}
