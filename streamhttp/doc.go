@@ -107,13 +107,8 @@
 //
 // With [WithParking], a 2026-07-28 listen over plain HTTP/1.1 on Linux
 // leaves net/http once its headers and acknowledgement are written: the
-// handler hijacks the connection and parks it. Over HTTP/2 served by
-// tidings' own server (as tidings serve has it), a listen is parked on
-// its stream on any platform: the connection's one writer carries it
-// on, and a change to many listens of one connection leaves in one
-// write; a stream whose client gives it no window for the write timeout
-// is reset. One epoll poller per handler watches every
-// parked socket for its client leaving, a few writers (GOMAXPROCS) write
+// handler hijacks the connection and parks it. One epoll poller per
+// handler watches every parked socket for its client leaving, a few writers (GOMAXPROCS) write
 // each change to the sockets whose subscriptions it reaches, without
 // blocking, and one ticker sends keep-alives and cuts readers stuck past
 // the write timeout. A parked listen holds no goroutine and none of
@@ -129,9 +124,20 @@
 // this one. Shut the server down before the http.Server. A
 // net.Listener wrapper whose connections are not syscall.Conn keeps the
 // listen on its goroutine, written to the connection directly; so do
-// TLS connections over HTTP/1.1, HTTP/2 served by net/http, listens that follow tasks (their state is
-// read as changes come) and 2025-11-25 session streams. Without
-// WithParking every listen keeps its goroutine.
+// TLS connections over HTTP/1.1, HTTP/2 served by net/http, listens
+// that follow tasks (their state is read as changes come) and
+// 2025-11-25 session streams. Without WithParking every listen keeps
+// its goroutine.
+//
+// Over HTTP/2 served by tidings' own server (internal/h2, as tidings
+// serve has it), with or without TLS and on any platform, a listen is
+// parked on its stream instead: the handler returns, and the
+// connection's one writer drains the listen's subscription when it
+// notifies, so that a change to many listens of one connection leaves
+// in one write. A stream whose client gives it no flow-control window
+// for the write timeout is reset; the server's Shutdown ends the
+// listen with its result, and the http.Server's Shutdown sends a
+// GOAWAY and closes the connection once its streams have ended.
 //
 // # Options
 //

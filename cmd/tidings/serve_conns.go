@@ -80,7 +80,7 @@ func (c *connLimits) register(cmd *cobra.Command) {
 	f.DurationVar(&c.headerTimeout, "header-timeout", defaultHeaderTimeout, "how long a request's headers may take to arrive")
 	f.DurationVar(&c.bodyTimeout, "body-timeout", defaultBodyTimeout, "how long a request's body may take to arrive, once its headers have")
 	f.DurationVar(&c.writeTimeout, "write-timeout", defaultWriteTimeout, "how long one write of an answer may block before the client is cut off; a stream lasts as long as it is read")
-	f.BoolVar(&c.parkListens, "park-listens", true, "hand each plain HTTP/1.1 listen, once acknowledged, to one shared poller (Linux) instead of keeping goroutines for it; false keeps them")
+	f.BoolVar(&c.parkListens, "park-listens", true, "once a listen is acknowledged, keep no goroutine for it: over HTTP/2 its connection's writer carries it, over plain HTTP/1.1 one shared poller (Linux); false keeps goroutines")
 	for _, name := range []string{"max-conns", "max-conns-per-addr", "max-refusing", "idle-timeout", "header-timeout", "body-timeout", "write-timeout", "park-listens"} {
 		cmd.MarkFlagsMutuallyExclusive("stdio", name)
 	}

@@ -406,10 +406,16 @@ func (c *conn) runParked(s *stream, ev uint32) {
 	}
 	if end {
 		c.endedLocked(s)
-		p.rep, p.hasRep = rep, true // released once written, or at a reset
-		if rep.Outcome == engine.Broken {
+		switch {
+		case s.reset:
+			// The client reset the stream while the listen drained:
+			// nothing more is written.
+			rep.Release()
+		case rep.Outcome == engine.Broken:
+			p.rep, p.hasRep = rep, true
 			s.resetLocked(http2.ErrCodeCancel, true, errReset)
-		} else {
+		default:
+			p.rep, p.hasRep = rep, true // released once written, or at a reset
 			s.endQueued = true
 		}
 	}
