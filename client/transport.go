@@ -422,7 +422,7 @@ func (t *httpTransport) post(ctx context.Context, r *outbound, onMsg func(*jsonr
 			}
 		}
 	case "application/json":
-		body, err := io.ReadAll(io.LimitReader(resp.Body, int64(t.maxMsg)+1))
+		body, err := readBody(resp, t.maxMsg)
 		if err != nil {
 			if rep.ctx.Err() != nil {
 				return nil, rep.ctx.Err()
@@ -490,4 +490,19 @@ func snippet(b []byte) string {
 		return string(b[:512]) + "…"
 	}
 	return string(b)
+}
+
+// readBody reads resp's body, up to max bytes and one more (so that a
+// caller sees it is over). A body of known length is read into one
+// buffer of its size, where io.ReadAll would grow one, copying, to
+// twice it: a tools/list of many tools is read on every change.
+func readBody(resp *http.Response, max int) ([]byte, error) {
+	if n := resp.ContentLength; n > 0 && n <= int64(max) {
+		body := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, body); err != nil {
+			return nil, err
+		}
+		return body, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, int64(max)+1))
 }
