@@ -2,9 +2,7 @@ package h2_test
 
 import (
 	"bytes"
-	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -92,16 +90,7 @@ func FuzzServeConn(f *testing.F) {
 			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
 			_, _ = io.WriteString(w, "ok")
 		})
-		srv, err := h2.Configure(&http.Server{}, h2.Config{MaxStreams: 16, MaxHeaderBytes: 16 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cli, sc := net.Pipe()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			srv.ServeConn(context.Background(), sc, h)
-		}()
+		cli, srv, done := servePipe(t, h, h2.Config{MaxStreams: 16, MaxHeaderBytes: 16 << 10}, nil)
 		drained := make(chan struct{})
 		go func() {
 			defer close(drained)

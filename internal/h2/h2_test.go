@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,30 +14,14 @@ import (
 )
 
 // h2cServer serves h over HTTP/2 without TLS with this package, and
-// returns its address and a client that speaks HTTP/2 to it.
+// returns its URL and a client that speaks HTTP/2 to it.
 func h2cServer(t *testing.T, h http.Handler, cfg h2.Config) (string, *http.Client, *h2.Server) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: h, Protocols: new(http.Protocols)}
-	hs.Protocols.SetHTTP1(true)
-	hs.Protocols.SetUnencryptedHTTP2(true)
-	srv, err := h2.Configure(hs, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	addr, _, srv := listenH2C(t, h, cfg)
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	t.Cleanup(func() {
-		tr.CloseIdleConnections()
-		_ = hs.Close()
-		<-served
-	})
-	return "http://" + ln.Addr().String(), &http.Client{Transport: tr}, srv
+	t.Cleanup(tr.CloseIdleConnections)
+	return "http://" + addr, &http.Client{Transport: tr}, srv
 }
 
 // echo answers with what it was sent and how.
