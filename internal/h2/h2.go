@@ -18,13 +18,18 @@
 // The server speaks HTTP/2 (RFC 9113) as a client of net/http or x/net
 // expects it, over TLS (ALPN h2) and, where the http.Server allows it,
 // without TLS by prior knowledge. It does not push, ignores priorities,
-// sends no trailers and takes no Upgrade: h2c. Its bounds: at most
-// Config.MaxStreams streams open at once per connection (a stream whose
-// handler was reset counts until the handler returns, so resetting
-// streams quickly buys no more handlers), header blocks of at most
-// Config.MaxHeaderBytes, a receive window per connection that bounds the
-// request bodies it buffers, and a bounded queue of control frames, so a
-// client that floods pings or settings without reading is cut off.
+// sends no trailers and no 100 Continue, and takes no Upgrade: h2c.
+//
+// Its bounds: at most Config.MaxStreams streams open at once per
+// connection (a stream whose handler was reset counts until the handler
+// returns, so resetting streams quickly buys no more handlers); header
+// blocks of at most Config.MaxHeaderBytes; a receive window per
+// connection that bounds the request bodies it buffers; a bounded queue
+// of control frames, so that a client that floods pings, settings or
+// resets without reading is cut off; and a deadline on whatever waits
+// for a client's flow-control window: a handler's write deadline while
+// it runs and after, a parked listen's write timeout, or
+// Config.WriteTimeout.
 package h2
 
 import (
