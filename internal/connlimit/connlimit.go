@@ -103,8 +103,6 @@ type Stats struct {
 	// BodyTimeout; WriteTimeouts counts answers cut off because a write
 	// blocked for WriteTimeout.
 	BodyTimeouts, WriteTimeouts int64
-	// HTTP2Streams counts the requests under way over HTTP/2.
-	HTTP2Streams int64
 	// Refusing counts the refused connections being told why now, apart
 	// from the accept loop (with Config.TLS or Config.HTTP2), at most
 	// Config.MaxRefusing.
@@ -144,7 +142,6 @@ type Guard struct {
 
 	refused, evicted            [numLimits]atomic.Int64
 	bodyTimeouts, writeTimeouts atomic.Int64
-	h2Streams                   atomic.Int64
 	untold                      atomic.Int64
 	lastLog                     [numLimits]atomic.Int64 // UnixNano of the last refusal logged
 }
@@ -178,7 +175,6 @@ func (g *Guard) Stats() Stats {
 	}
 	s.BodyTimeouts = g.bodyTimeouts.Load()
 	s.WriteTimeouts = g.writeTimeouts.Load()
-	s.HTTP2Streams = g.h2Streams.Load()
 	s.Untold = g.untold.Load()
 	return s
 }
@@ -484,10 +480,6 @@ func (g *Guard) Handler(h http.Handler) http.Handler {
 			if rc.SetReadDeadline(time.Now().Add(g.cfg.BodyTimeout)) == nil {
 				r.Body = &body{ReadCloser: r.Body, g: g, rc: rc}
 			}
-		}
-		if writecut.Applies(r) {
-			g.h2Streams.Add(1)
-			defer g.h2Streams.Add(-1)
 		}
 		if g.cfg.WriteTimeout <= 0 {
 			h.ServeHTTP(w, r)
