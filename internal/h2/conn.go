@@ -85,7 +85,7 @@ type conn struct {
 	writing bool // the writer was started; the reader's
 
 	// The writer's own.
-	wbuf    batch
+	wbuf    bytes.Buffer // the frames of the next write to the socket
 	wfr     *http2.Framer
 	henc    *hpack.Encoder
 	hbuf    bytes.Buffer
@@ -117,10 +117,9 @@ type conn struct {
 	recvWindow   int32  // what the client may still send, all streams
 	recvUnpaid   int32  // consumed, not yet given back
 	ctrl         []ctrlFrame
-	ready        []*stream // streams with frames to write
-	connBlocked  []*stream // streams waiting for the connection's window
-	parkedN      int
-	tickEvery    time.Duration // the writer's sweep of parked listens; 0: none
+	ready        []*stream     // streams with frames to write
+	connBlocked  []*stream     // streams waiting for the connection's window
+	tickEvery    time.Duration // how often the writer sweeps (see sweepLocked); 0: never
 	idleNow      bool          // the last stream ended: the writer reports it
 	started      bool          // the preface was read and the writer started
 	goingAway    bool
@@ -146,7 +145,7 @@ func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, ba
 	c.fr.MaxHeaderListSize = uint32(min(s.cfg.MaxHeaderBytes, maxWindow))
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxHeaderBytes)
-	c.wfr = newWriteFramer(&c.wbuf)
+	c.wfr = http2.NewFramer(&c.wbuf, nil)
 	// The server's preface comes first, before anything else is queued.
 	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlSettings}, ctrlFrame{kind: ctrlWindow, n: connWindow - initialWindow})
 	if wt := s.cfg.WriteTimeout; wt > 0 {
@@ -302,13 +301,20 @@ func (c *conn) signal() {
 	}
 }
 
+// goAwayLocked queues a GOAWAY naming the last stream taken: from then
+// on no new stream is taken.
+func (c *conn) goAwayLocked(code http2.ErrCode, debug string) {
+	c.goingAway = true
+	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlGoAway, id: c.maxID, code: code, debug: debug})
+	c.signal()
+}
+
 // fail ends the connection with a GOAWAY carrying e.
 func (c *conn) fail(e connErr) {
 	c.mu.Lock()
-	c.goingAway, c.closing = true, true
-	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlGoAway, id: c.maxID, code: e.code, debug: e.reason})
+	c.goAwayLocked(e.code, e.reason)
+	c.closing = true
 	c.mu.Unlock()
-	c.signal()
 }
 
 // goAway refuses new streams and closes the connection once the open
@@ -324,23 +330,20 @@ func (c *conn) goAway() {
 		return
 	}
 	if !c.goingAway && !c.closed {
-		c.goingAway = true
-		c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlGoAway, id: c.maxID, code: http2.ErrCodeNo})
+		c.goAwayLocked(http2.ErrCodeNo, "")
 		c.closing = c.open == 0
 	}
 	c.mu.Unlock()
-	c.signal()
 }
 
 // onIdle closes a connection that has had no stream for IdleTimeout.
 func (c *conn) onIdle() {
 	c.mu.Lock()
 	if c.open == 0 && !c.goingAway && !c.closed {
-		c.goingAway, c.closing = true, true
-		c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlGoAway, id: c.maxID, code: http2.ErrCodeNo, debug: "idle"})
+		c.goAwayLocked(http2.ErrCodeNo, "idle")
+		c.closing = true
 	}
 	c.mu.Unlock()
-	c.signal()
 }
 
 // onHeaders opens a stream, or ends a request's body with its trailers.

@@ -33,6 +33,7 @@
 package h2
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -43,6 +44,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // Config bounds a Server.
@@ -222,10 +225,9 @@ func (s *Server) refuseInsecure(tc *tls.Conn) {
 	if s.cfg.WriteTimeout > 0 {
 		_ = tc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	}
-	var b batch
-	fr := newWriteFramer(&b)
-	_ = fr.WriteGoAway(0, errCodeInadequateSecurity, []byte("HTTP/2 needs TLS 1.2 or later"))
-	_, _ = tc.Write(b.buf)
+	var b bytes.Buffer
+	_ = http2.NewFramer(&b, nil).WriteGoAway(0, errCodeInadequateSecurity, []byte("HTTP/2 needs TLS 1.2 or later"))
+	_, _ = tc.Write(b.Bytes())
 }
 
 // errClosed is what a stream's reads and writes return once its

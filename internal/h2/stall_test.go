@@ -102,36 +102,35 @@ func TestEndedListenStuckIsCut(t *testing.T) {
 	pollUntil(t, "the stream to be let go", func() bool { return ends.Load() == 1 && srv.Stats().Streams == 0 })
 }
 
-// TestAnswerLeftBehindKeepsItsWriteDeadline: a handler that set a write
-// deadline, wrote and returned while the client gave it no window has
-// its stream reset at the deadline, as a last flush of its own would
-// have been, rather than held.
-func TestAnswerLeftBehindKeepsItsWriteDeadline(t *testing.T) {
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
-		_, _ = w.Write(make([]byte, 60<<10))
-	})
-	cli, srv, _ := servePipe(t, h, h2.Config{}, nil)
-	c := newClient(t, cli)
-	c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-	c.request(1, "GET", "/", true)
-	c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
-	c.expectRST(1, http2.ErrCodeCancel)
-	pollUntil(t, "the stream to be let go", func() bool { return srv.Stats().Streams == 0 })
-}
-
-// TestAnswerLeftBehindIsBoundByTheServersWriteTimeout: without a write
-// deadline of the handler's, Config.WriteTimeout bounds how long what a
-// returned handler left waits for the client's window.
-func TestAnswerLeftBehindIsBoundByTheServersWriteTimeout(t *testing.T) {
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(make([]byte, 1000)) })
-	cli, srv, _ := servePipe(t, h, h2.Config{WriteTimeout: 200 * time.Millisecond}, nil)
-	c := newClient(t, cli)
-	c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-	c.request(1, "GET", "/", true)
-	c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
-	c.expectRST(1, http2.ErrCodeCancel)
-	pollUntil(t, "the stream to be let go", func() bool { return srv.Stats().Streams == 0 })
+// TestAnswerLeftBehindIsBounded: what a returned handler left waiting
+// for a client that gives it no window does not hold the stream. The
+// handler's write deadline bounds it, as it would a last flush of the
+// handler's own; without one, Config.WriteTimeout does. Either way the
+// stream is reset (CANCEL) and let go.
+func TestAnswerLeftBehindIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    http.HandlerFunc
+		cfg  h2.Config
+	}{
+		{"the handler's write deadline", func(w http.ResponseWriter, r *http.Request) {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+			_, _ = w.Write(make([]byte, 60<<10))
+		}, h2.Config{}},
+		{"the server's write timeout", func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write(make([]byte, 1000))
+		}, h2.Config{WriteTimeout: 200 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli, srv, _ := servePipe(t, tc.h, tc.cfg, nil)
+			c := newClient(t, cli)
+			c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+			c.request(1, "GET", "/", true)
+			c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+			c.expectRST(1, http2.ErrCodeCancel)
+			pollUntil(t, "the stream to be let go", func() bool { return srv.Stats().Streams == 0 })
+		})
+	}
 }
 
 // TestShutdownBeforeThePreface: a connection whose client has not sent

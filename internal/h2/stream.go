@@ -255,13 +255,11 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 	fields := f.RegularFields()
 	hdr := make(http.Header, len(fields))
 	for _, hf := range fields {
-		switch hf.Name {
-		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+		switch {
+		case connectionSpecific(hf.Name):
 			return nil, fmt.Errorf("%w: connection-specific header %s", errBadRequest, hf.Name)
-		case "te":
-			if hf.Value != "trailers" {
-				return nil, fmt.Errorf("%w: te other than trailers", errBadRequest)
-			}
+		case hf.Name == "te" && hf.Value != "trailers":
+			return nil, fmt.Errorf("%w: te other than trailers", errBadRequest)
 		}
 		key := http.CanonicalHeaderKey(hf.Name)
 		hdr[key] = append(hdr[key], hf.Value)
@@ -312,6 +310,18 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 		RequestURI: path, TLS: c.tls,
 	}
 	return r.WithContext(ctx), nil
+}
+
+// connectionSpecific reports whether a header field (its name in lower
+// case) belongs to an HTTP/1.1 connection: HTTP/2 carries none
+// (RFC 9113, 8.2.2), so a request with one is malformed and an answer's
+// is dropped.
+func connectionSpecific(name string) bool {
+	switch name {
+	case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+		return true
+	}
+	return false
 }
 
 // headerTooLarge answers a request whose header block was over limit.
@@ -587,7 +597,6 @@ func (w *responseWriter) ParkListen(l *engine.ParkedListen, writeTimeout time.Du
 		s.stuck = time.Now()
 		c.readyLocked(s)
 	}
-	c.parkedN++
 	if every := parked.TickPeriod(l.KeepAlive, writeTimeout); every > 0 && (c.tickEvery == 0 || every < c.tickEvery) {
 		c.tickEvery = every
 	}

@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"bytes"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,17 +14,6 @@ import (
 	"tidings/internal/engine"
 	"tidings/internal/sse"
 )
-
-// batch gathers a connection's frames for one write to the socket.
-type batch struct{ buf []byte }
-
-func (b *batch) Write(p []byte) (int, error) {
-	b.buf = append(b.buf, p...)
-	return len(p), nil
-}
-
-// newWriteFramer returns a Framer that writes into b.
-func newWriteFramer(b *batch) *http2.Framer { return http2.NewFramer(b, nil) }
 
 // writeLoop is the connection's writer: each time it is woken it
 // gathers every frame waiting, of every stream, and writes them in one
@@ -81,10 +71,10 @@ func (c *conn) lastWords() {
 	}
 	c.ctrl = nil
 	c.mu.Unlock()
-	if len(c.wbuf.buf) > 0 {
+	if c.wbuf.Len() > 0 {
 		_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = c.nc.Write(c.wbuf.buf)
-		c.wbuf.buf = nil
+		_, _ = c.nc.Write(c.wbuf.Bytes())
+		c.wbuf = bytes.Buffer{}
 	}
 }
 
@@ -93,14 +83,14 @@ func (c *conn) flush(sweep bool) error {
 	for {
 		more := c.fill(sweep)
 		sweep = false
-		if len(c.wbuf.buf) > 0 {
+		if c.wbuf.Len() > 0 {
 			if wt := c.srv.cfg.WriteTimeout; wt > 0 {
 				_ = c.nc.SetWriteDeadline(time.Now().Add(wt))
 			}
-			_, err := c.nc.Write(c.wbuf.buf)
-			c.wbuf.buf = c.wbuf.buf[:0]
-			if cap(c.wbuf.buf) > 4*c.srv.cfg.WriteBuffer {
-				c.wbuf.buf = nil
+			_, err := c.nc.Write(c.wbuf.Bytes())
+			c.wbuf.Reset()
+			if c.wbuf.Cap() > 4*c.srv.cfg.WriteBuffer {
+				c.wbuf = bytes.Buffer{} // a burst's buffer is not kept
 			}
 			for i := range c.finals {
 				c.finals[i].Release()
@@ -159,7 +149,7 @@ func (c *conn) fill(sweep bool) bool {
 	// for the next write, so that the client reads the first streams'
 	// changes while the writer drains the others.
 	i := 0
-	for ; i < len(c.hubRest) && len(c.wbuf.buf) < c.srv.cfg.WriteBuffer; i++ {
+	for ; i < len(c.hubRest) && c.wbuf.Len() < c.srv.cfg.WriteBuffer; i++ {
 		s := c.hubRest[i]
 		c.hubRest[i] = nil
 		s.inHub.Store(false)
@@ -181,7 +171,7 @@ func (c *conn) fill(sweep bool) bool {
 		c.cut = c.sweepLocked(time.Now(), c.cut[:0])
 	}
 	i = 0
-	for ; i < len(c.ready) && len(c.wbuf.buf) < c.srv.cfg.WriteBuffer; i++ {
+	for ; i < len(c.ready) && c.wbuf.Len() < c.srv.cfg.WriteBuffer; i++ {
 		s := c.ready[i]
 		s.queued = false
 		c.frameLocked(s)
@@ -316,11 +306,7 @@ func (c *conn) writeHead(id uint32, h *head, end bool) {
 	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(h.status)})
 	for k, vv := range h.header {
 		lk := lowerKey(k)
-		switch lk {
-		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
-			continue // HTTP/2 carries none of these
-		}
-		if !httpguts.ValidHeaderFieldName(lk) {
+		if connectionSpecific(lk) || !httpguts.ValidHeaderFieldName(lk) {
 			continue
 		}
 		for _, v := range vv {
@@ -445,7 +431,6 @@ func (c *conn) endedLocked(s *stream) {
 	s.park.ended = true
 	s.park.l = nil
 	s.park.lists = [3][]byte{}
-	c.parkedN--
 	c.srv.parked.Add(-1)
 }
 
