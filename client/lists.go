@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/jsonscan"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -58,23 +60,9 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string, who *
 				}
 				return nil, time.Time{}, "", err
 			}
-			var pageRes struct {
-				NextCursor *string `json:"nextCursor"`
-			}
-			var fields map[string]jsontext.Value
-			if err := json.Unmarshal(res, &fields); err != nil {
+			next, pageItems, err := splitPage(res, field)
+			if err != nil {
 				return nil, time.Time{}, "", fmt.Errorf("client: %s: %w", method, err)
-			}
-			// From the members just read, not from a second pass over
-			// the whole result, which holds every item.
-			if raw, ok := fields["nextCursor"]; ok {
-				_ = json.Unmarshal(raw, &pageRes.NextCursor)
-			}
-			var pageItems []jsontext.Value
-			if raw, ok := fields[field]; ok {
-				if err := json.Unmarshal(raw, &pageItems); err != nil {
-					return nil, time.Time{}, "", fmt.Errorf("client: %s: %s: %w", method, field, err)
-				}
 			}
 			items = append(items, pageItems...)
 			ttl, sc := c.hints(topic, res)
@@ -84,10 +72,10 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string, who *
 			if sc == mcp.ScopePrivate {
 				scope = mcp.ScopePrivate
 			}
-			if pageRes.NextCursor == nil {
+			if next == nil {
 				break
 			}
-			cursor = pageRes.NextCursor
+			cursor = next
 		}
 		if restart {
 			continue
@@ -104,12 +92,92 @@ func (c *Client) listAll(ctx context.Context, method, field, topic string, who *
 	return nil, time.Time{}, "", fmt.Errorf("client: %s: no consistent snapshot after %d walks: %w", method, walkRetries, lastErr)
 }
 
+// splitPage returns a list page's cursor and its items under field,
+// the items as sub-slices of res: a list of many tools with large
+// schemas is not copied item by item. res is a result as the message
+// decoder hands it, valid JSON the caller owns. A page with a member
+// name written with escapes, or of a shape the scan does not expect, is
+// read by the decoder instead, which also words what is wrong.
+func splitPage(res jsontext.Value, field string) (next *string, items []jsontext.Value, err error) {
+	if len(res) == 0 || res[0] != '{' {
+		return decodePage(res, field) // which says what is wrong
+	}
+	var cursor, list []byte
+	o := jsonscan.NewObject(res)
+	for {
+		name, v, more := o.Next()
+		if !more {
+			break
+		}
+		if bytes.IndexByte(name, '\\') >= 0 {
+			return decodePage(res, field)
+		}
+		switch string(name) {
+		case "nextCursor":
+			cursor = v
+		case field:
+			list = v
+		}
+	}
+	if list != nil && list[0] != '[' && string(list) != "null" {
+		return decodePage(res, field)
+	}
+	if cursor != nil {
+		_ = json.Unmarshal(cursor, &next)
+	}
+	a := jsonscan.NewArray(list)
+	for {
+		v, more := a.Next()
+		if !more {
+			return next, items, nil
+		}
+		items = append(items, v[:len(v):len(v)])
+	}
+}
+
+// decodePage is splitPage by the decoder, for what the scan leaves.
+func decodePage(res jsontext.Value, field string) (next *string, items []jsontext.Value, err error) {
+	var fields map[string]jsontext.Value
+	if err := json.Unmarshal(res, &fields); err != nil {
+		return nil, nil, err
+	}
+	if raw, ok := fields["nextCursor"]; ok {
+		_ = json.Unmarshal(raw, &next)
+	}
+	if raw, ok := fields[field]; ok {
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	return next, items, nil
+}
+
 // decodeItems decodes raw list items into T, skipping ones that fail.
+// The raw JSON values inside an item (a tool's schemas, say) are kept as
+// sub-slices of the item rather than copies: a tools list is mostly
+// schemas, and a client re-reads it on every change.
 func decodeItems[T any](raw []jsontext.Value) []T {
 	out := make([]T, 0, len(raw))
+	var cur []byte
+	keep := json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *jsontext.Value) error {
+		val, err := dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		// The decoder reads cur in place, so val is cur's own bytes
+		// ending at the offset; if it ever is not, it is copied.
+		end := int(dec.InputOffset())
+		if start := end - len(val); start >= 0 && end <= len(cur) && bytes.Equal(cur[start:end], val) {
+			*v = cur[start:end:end]
+		} else {
+			*v = bytes.Clone(val)
+		}
+		return nil
+	}))
 	for _, r := range raw {
 		var v T
-		if json.Unmarshal(r, &v) == nil {
+		cur = r
+		if json.Unmarshal(r, &v, keep) == nil {
 			out = append(out, v)
 		}
 	}

@@ -709,9 +709,14 @@ func (w *Watcher) reread(ctx context.Context, topic string, since time.Time) {
 	items := map[string][32]byte{}
 	var kind EventKind
 	var err error
+	// Each item is encoded straight into one hasher: a list re-read on
+	// every change is not encoded into a buffer of its own item by item.
+	h := sha256.New()
+	var sum [32]byte
 	hash := func(v any) [32]byte {
-		b, _ := json.Marshal(v, json.Deterministic(true))
-		return sha256.Sum256(b)
+		h.Reset()
+		_ = json.MarshalWrite(h, v, json.Deterministic(true))
+		return [32]byte(h.Sum(sum[:0]))
 	}
 	switch {
 	case topic == topicTools:

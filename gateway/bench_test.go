@@ -37,7 +37,10 @@ import (
 // the process's CPU time per request, compare alike on a machine whose
 // cores other processes share, where the wall time also counts waits.
 // BenchmarkGatewayFanOut reports, per upstream change, the latency to
-// each of 1 and of 1,000 listens, through the gateway and direct.
+// each of 1 and of 1,000 listens, through the gateway and direct: over
+// HTTP/1.1 a connection and a reading goroutine per listen, over HTTP/2
+// the listens as streams of one connection read by one framer (see
+// openListensH2).
 
 var quiet = slog.New(slog.DiscardHandler)
 
@@ -249,45 +252,6 @@ func serveH2OnLoopback(b testing.TB, srv *server.Server, h http.Handler) string 
 	return ts.URL
 }
 
-// openListensH2 opens n listens at url as streams of one HTTP/2
-// connection, each read by its own goroutine, and returns once every
-// one has its ack.
-func openListensH2(b testing.TB, url string, n int) *listens {
-	b.Helper()
-	tr := &http.Transport{Protocols: new(http.Protocols)}
-	tr.Protocols.SetUnencryptedHTTP2(true)
-	client := &http.Client{Transport: tr}
-	l := &listens{n: n, conns: make([]io.Closer, 0, n)}
-	b.Cleanup(func() {
-		for _, c := range l.conns {
-			c.Close()
-		}
-		tr.CloseIdleConnections()
-		l.wg.Wait()
-	})
-	for i := range n {
-		body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"_meta":{%q:%q,%q:{}},"notifications":{"toolsListChanged":true}}}`,
-			i+1, mcp.MethodListen, mcp.MetaProtocolVersion, mcp.Version, mcp.MetaClientCapabilities)
-		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		req.Header = toolsListHeaders()
-		req.Header.Set(mcp.HeaderMethod, mcp.MethodListen)
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatalf("listen %d: %v", i, err)
-		}
-		l.conns = append(l.conns, resp.Body)
-		r := sse.NewReader(resp.Body, 0)
-		if ev, err := r.Next(); err != nil || !bytes.Contains(ev.Data, []byte(mcp.NotifyAcknowledged)) {
-			b.Fatalf("listen %d: %s, %v; want the ack", i, resp.Status, err)
-		}
-		l.wg.Go(func() { l.read(i, r) })
-	}
-	return l
-}
-
 // fanOut changes up's tools list b.N times, each once the change before
 // reached every listen of ls, and reports the latencies. With exact, a
 // notification that answers no change, or a change told twice, fails the
@@ -464,59 +428,79 @@ func (l *listens) read(i int, r *sse.Reader) {
 		if err != nil {
 			return
 		}
-		now := time.Now()
-		if !bytes.Contains(ev.Data, toolsChanged) {
-			continue // the listen's result, at the end
-		}
-		rd := l.cur.Load()
-		if rd == nil || rd.seq == last {
-			l.extra.Add(1)
-			continue
-		}
-		last = rd.seq
-		rd.lat[i] = now.Sub(rd.t0)
-		if rd.count.Add(1) == int64(l.n) {
-			close(rd.done)
-		}
+		l.saw(i, &last, ev.Data, time.Now())
+	}
+}
+
+// saw records that listen i read data at now, a change if data tells
+// one; last is the round the listen saw before, and becomes this one's.
+func (l *listens) saw(i int, last *int, data []byte, now time.Time) {
+	if !bytes.Contains(data, toolsChanged) {
+		return // the listen's ack, or its result at the end
+	}
+	rd := l.cur.Load()
+	if rd == nil || rd.seq == *last {
+		l.extra.Add(1)
+		return
+	}
+	*last = rd.seq
+	rd.lat[i] = now.Sub(rd.t0)
+	if rd.count.Add(1) == int64(l.n) {
+		close(rd.done)
 	}
 }
 
 // TestGatewayFanOutReachesEveryListen runs what BenchmarkGatewayFanOut
 // measures, briefly: two changes of the upstream each reach every one
-// of 200 listens on the gateway exactly once, while the upstream holds
-// the gateway's one listen.
+// of 200 listens on the gateway exactly once, over HTTP/1.1 and as
+// streams of one HTTP/2 connection, while the upstream holds the
+// gateway's one listen.
 func TestGatewayFanOutReachesEveryListen(t *testing.T) {
 	const n = 200
-	up := startBenchUpstream(t)
-	_, url := startBenchGateway(t, up, nil)
-	ls := openListens(t, strings.TrimPrefix(url, "http://"), n)
-	tool := mcp.Tool{Name: "churn"}
-	for i, change := range []func(){
-		func() {
-			if err := up.srv.AddTool(tool, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
-				return &mcp.CallToolResult{}, nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-		},
-		func() {
-			if up.srv.RemoveTools(tool.Name) != 1 {
-				t.Fatal("the churn tool was not registered")
-			}
-		},
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T, g *gateway.Gateway, url string) *listens
+	}{
+		{"http1", func(t *testing.T, _ *gateway.Gateway, url string) *listens {
+			return openListens(t, strings.TrimPrefix(url, "http://"), n)
+		}},
+		{"h2", func(t *testing.T, g *gateway.Gateway, _ string) *listens {
+			return openListensH2(t, serveH2OnLoopback(t, g.Server(), streamhttp.New(g.Server(), streamhttp.WithParking())), n)
+		}},
 	} {
-		r := ls.arm()
-		change()
-		select {
-		case <-r.done:
-		case <-time.After(waitTimeout):
-			t.Fatalf("change %d reached %d of %d listens", i, r.count.Load(), n)
-		}
-	}
-	if extra := ls.extra.Load(); extra > 0 {
-		t.Fatalf("%d notifications came outside a change, or twice for one", extra)
-	}
-	if got := up.srv.ListenStats().Listens; got != 1 {
-		t.Fatalf("the upstream holds %d listens, want 1", got)
+		t.Run(tc.name, func(t *testing.T) {
+			up := startBenchUpstream(t)
+			g, url := startBenchGateway(t, up, nil)
+			ls := tc.open(t, g, url)
+			tool := mcp.Tool{Name: "churn"}
+			for i, change := range []func(){
+				func() {
+					if err := up.srv.AddTool(tool, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+						return &mcp.CallToolResult{}, nil
+					}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				func() {
+					if up.srv.RemoveTools(tool.Name) != 1 {
+						t.Fatal("the churn tool was not registered")
+					}
+				},
+			} {
+				r := ls.arm()
+				change()
+				select {
+				case <-r.done:
+				case <-time.After(waitTimeout):
+					t.Fatalf("change %d reached %d of %d listens", i, r.count.Load(), n)
+				}
+			}
+			if extra := ls.extra.Load(); extra > 0 {
+				t.Fatalf("%d notifications came outside a change, or twice for one", extra)
+			}
+			if got := up.srv.ListenStats().Listens; got != 1 {
+				t.Fatalf("the upstream holds %d listens, want 1", got)
+			}
+		})
 	}
 }

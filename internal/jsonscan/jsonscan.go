@@ -1,7 +1,8 @@
-// Package jsonscan walks the members of a JSON object that is known to
-// be valid, without decoding it: the hot request path reads a message's
-// envelope and params as sub-slices of the bytes received, where a
-// decode by reflection into maps and structs allocated for every member.
+// Package jsonscan walks the members of a JSON object, or the elements
+// of an array, that is known to be valid, without decoding it: the hot
+// request path reads a message's envelope and params, and a client a
+// list's items, as sub-slices of the bytes received, where a decode by
+// reflection copied every member into maps and structs of its own.
 // Whatever it does not handle (an escaped name, an unexpected shape) the
 // caller hands to the strict decoder, which also words the errors.
 package jsonscan
@@ -56,10 +57,15 @@ func (o *Object) Next() (name, value []byte, ok bool) {
 	return name, value, len(value) > 0
 }
 
-func (o *Object) skipSpace() {
-	for o.i < len(o.b) && isSpace(o.b[o.i]) {
-		o.i++
+func (o *Object) skipSpace() { o.i = skipSpace(o.b, o.i) }
+
+// skipSpace returns the index of the first byte from b[i] on that is not
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
 	}
+	return i
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
@@ -125,3 +131,41 @@ func String(v []byte) ([]byte, bool) {
 	}
 	return s, true
 }
+
+// Array iterates the elements of a JSON array that, like Object's, is
+// known to be valid.
+type Array struct {
+	b []byte
+	i int
+}
+
+// NewArray starts iterating arr, a valid JSON array. Anything else has
+// no elements.
+func NewArray(arr []byte) Array {
+	a := Array{b: arr, i: skipSpace(arr, 0)}
+	if a.i < len(a.b) && a.b[a.i] == '[' {
+		a.i++
+	} else {
+		a.i = len(a.b)
+	}
+	return a
+}
+
+// Next returns the next element's bytes, a sub-slice of the array; ok
+// is false after the last element.
+func (a *Array) Next() (value []byte, ok bool) {
+	a.skipSpace()
+	if a.i >= len(a.b) || a.b[a.i] == ']' {
+		return nil, false
+	}
+	start := a.i
+	a.i = skipValue(a.b, a.i)
+	value = a.b[start:a.i]
+	a.skipSpace()
+	if a.i < len(a.b) && a.b[a.i] == ',' {
+		a.i++
+	}
+	return value, len(value) > 0
+}
+
+func (a *Array) skipSpace() { a.i = skipSpace(a.b, a.i) }

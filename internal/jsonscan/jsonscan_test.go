@@ -63,3 +63,51 @@ func FuzzObject(f *testing.F) {
 		}
 	})
 }
+
+// FuzzArray holds Array to a strict tokenizer: for every valid JSON
+// array, the same elements byte for byte, in order; anything else has
+// none.
+func FuzzArray(f *testing.F) {
+	for _, s := range []string{
+		`[]`,
+		` [ 1 , "a\"]" , { "b" : [ 2 , 3 ] } , [ ] , null , -0.5e-2 ] `,
+		"[\t{}\r\n,[[]]]",
+		`[{"name":"a","inputSchema":{"type":"object"}},{"name":"b"}]`,
+		`{"a":1}`,
+		`"["`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if !jsontext.Value(in).IsValid() {
+			return
+		}
+		a := NewArray(in)
+		if jsontext.Value(in).Kind() != '[' {
+			if v, ok := a.Next(); ok {
+				t.Fatalf("element %s of %s, which is no array", v, in)
+			}
+			return
+		}
+		d := jsontext.NewDecoder(bytes.NewReader(in))
+		if _, err := d.ReadToken(); err != nil {
+			t.Fatal(err)
+		}
+		for d.PeekKind() != ']' {
+			want, err := d.ReadValue()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := a.Next()
+			if !ok {
+				t.Fatalf("Array ended before element %s of %s", want, in)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("element %s, want %s in %s", got, want, in)
+			}
+		}
+		if v, ok := a.Next(); ok {
+			t.Fatalf("Array went on past the last element of %s: %s", in, v)
+		}
+	})
+}

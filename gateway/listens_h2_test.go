@@ -1,0 +1,192 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"tidings/mcp"
+)
+
+// openListensH2 opens n listens at url as streams of one HTTP/2
+// connection (h2c) and returns once every one has its ack. One goroutine
+// reads the connection with a bare framer and stamps each change as its
+// frame arrives: the listens stand for peers that each read their own
+// stream, and the time measured is the server's, up to the connection,
+// not a client library's hand-off to a goroutine per stream, which on
+// the machine's shared cores would weigh on the server it measures.
+func openListensH2(b testing.TB, url string, n int) *listens {
+	b.Helper()
+	addr := strings.TrimPrefix(url, "http://")
+	conn, err := net.DialTimeout("tcp", addr, waitTimeout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := &listens{n: n, conns: []io.Closer{conn}}
+	b.Cleanup(func() {
+		conn.Close()
+		l.wg.Wait()
+	})
+	bw := bufio.NewWriter(conn)
+	fr := http2.NewFramer(bw, bufio.NewReaderSize(conn, 64<<10))
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.SetReuseFrames()
+	// One window large enough for any run, so that the reader never
+	// has to grant more.
+	const window = 1 << 30
+	if err := writeH2Requests(bw, fr, addr, n, window); err != nil {
+		b.Fatal(err)
+	}
+	acked := make(chan error, n)
+	l.wg.Go(func() { l.readH2(fr, bw, acked, window) })
+	deadline := time.After(waitTimeout)
+	for range n {
+		select {
+		case err := <-acked:
+			if err != nil {
+				b.Fatal(err)
+			}
+		case <-deadline:
+			b.Fatalf("not every one of %d listens was acknowledged in %v", n, waitTimeout)
+		}
+	}
+	return l
+}
+
+// writeH2Requests writes the client preface, settings that open every
+// stream's window to window, and n listens on streams 1, 3, 5, ….
+func writeH2Requests(bw *bufio.Writer, fr *http2.Framer, addr string, n int, window uint32) error {
+	if _, err := bw.WriteString(http2.ClientPreface); err != nil {
+		return err
+	}
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window},
+		http2.Setting{ID: http2.SettingEnablePush, Val: 0}); err != nil {
+		return err
+	}
+	if err := fr.WriteWindowUpdate(0, window); err != nil {
+		return err
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for i := range n {
+		body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"_meta":{%q:%q,%q:{}},"notifications":{"toolsListChanged":true}}}`,
+			i+1, mcp.MethodListen, mcp.MetaProtocolVersion, mcp.Version, mcp.MetaClientCapabilities)
+		block.Reset()
+		for _, f := range []hpack.HeaderField{
+			{Name: ":method", Value: "POST"},
+			{Name: ":scheme", Value: "http"},
+			{Name: ":authority", Value: addr},
+			{Name: ":path", Value: "/"},
+			{Name: "content-type", Value: "application/json"},
+			{Name: "accept", Value: "application/json, text/event-stream"},
+			{Name: strings.ToLower(mcp.HeaderProtocolVersion), Value: mcp.Version},
+			{Name: strings.ToLower(mcp.HeaderMethod), Value: mcp.MethodListen},
+			{Name: "content-length", Value: strconv.Itoa(len(body))},
+		} {
+			if err := enc.WriteField(f); err != nil {
+				return err
+			}
+		}
+		id := uint32(2*i + 1)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+			return err
+		}
+		if err := fr.WriteData(id, true, body); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// readH2 reads the connection until it closes: each stream's first
+// event must be its listen's ack, told on acked (or why not); every
+// later one is a change, stamped as its frame arrived. The reader alone
+// writes once the requests are out: settings and ping acks, and more
+// window for the connection as the data uses it up.
+func (l *listens) readH2(fr *http2.Framer, bw *bufio.Writer, acked chan<- error, window uint32) {
+	pending := make([][]byte, l.n) // the part of an event not yet ended, per listen
+	open := make([]bool, l.n)
+	last := make([]int, l.n)
+	var used uint32
+	reply := func(write func() error) bool {
+		return write() == nil && bw.Flush() == nil
+	}
+	// The opener reads n reports at most; beyond them, or once it has
+	// given up, a report is dropped, never waited on.
+	tell := func(err error) {
+		select {
+		case acked <- err:
+		default:
+		}
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		i := int(f.Header().StreamID-1) / 2
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() && !reply(fr.WriteSettingsAck) {
+				return
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() && !reply(func() error { return fr.WritePing(true, f.Data) }) {
+				return
+			}
+		case *http2.MetaHeadersFrame:
+			if status := f.PseudoValue("status"); status != "200" {
+				tell(fmt.Errorf("listen %d: status %s", i, status))
+			}
+		case *http2.RSTStreamFrame:
+			if !open[i] {
+				tell(fmt.Errorf("listen %d: stream reset: %v", i, f.ErrCode))
+			}
+		case *http2.DataFrame:
+			if i >= l.n {
+				continue // no stream of ours
+			}
+			if used += uint32(len(f.Data())); used >= window/2 {
+				if !reply(func() error { return fr.WriteWindowUpdate(0, used) }) {
+					return
+				}
+				used = 0
+			}
+			// The frame's bytes are the framer's until the next read: an
+			// event cut short is kept, and the rest read where it lies.
+			buf := f.Data()
+			if len(pending[i]) > 0 {
+				buf = append(pending[i], buf...)
+			}
+			for {
+				end := bytes.Index(buf, []byte("\n\n"))
+				if end < 0 {
+					break
+				}
+				ev := buf[:end]
+				buf = buf[end+2:]
+				if !open[i] {
+					open[i] = true
+					if !bytes.Contains(ev, []byte(mcp.NotifyAcknowledged)) {
+						tell(fmt.Errorf("listen %d: the first message is not the ack: %.300s", i, ev))
+						continue
+					}
+					tell(nil)
+					continue
+				}
+				l.saw(i, &last[i], ev, now)
+			}
+			pending[i] = append(pending[i][:0], buf...)
+		}
+	}
+}
