@@ -54,7 +54,11 @@ expected to.
 With --floor, they are run once more against the net/http floor: a
 handler per listen that writes, for each change, one notification encoded
 when the listen opened, and nothing else (no hub, filter, keep-alive or
-write timeout); the report compares the server with it. With --unparked,
+write timeout); and, over HTTP/1.1, against the kernel's floor: each
+listen's connection taken over after its ack, and each change one
+pre-encoded write per connection from a goroutine per core, the least
+any server on the machine can do. The report compares the server with
+both, and the kernel's floor with net/http's. With --unparked,
 the server is measured once more with every listen on its own goroutines
 (without streamhttp.WithParking). Memory per listen includes the growth of the
 resident set (Linux).
@@ -129,7 +133,7 @@ resident set per listen and in all as well.`,
 	f.IntVar(&cfg.Listeners, "listeners", 2000, fmt.Sprintf("listens open during each measurement (at most %d)", loadtest.MaxListeners))
 	f.IntVar(&cfg.Changes, "changes", 20, fmt.Sprintf("tools list changes per measurement (at most %d)", loadtest.MaxChanges))
 	f.IntVar(&cfg.Stalled, "stalled", 0, "also measure with this many of the listens never read after their ack")
-	f.BoolVar(&cfg.Floor, "floor", false, "also measure the net/http floor: a handler per listen writing one pre-encoded notification per change")
+	f.BoolVar(&cfg.Floor, "floor", false, "also measure the net/http floor (a handler per listen writing one pre-encoded notification per change) and the kernel's (one pre-encoded write per connection per change)")
 	f.BoolVar(&cfg.Unparked, "unparked", false, "also measure the server with every listen on its own goroutines (without streamhttp.WithParking)")
 	f.BoolVar(&cfg.Gateway, "gateway", false, "also measure the server behind a gateway, the changes made on the server and the listens the gateway's")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "how long one change may take to reach every healthy listen")

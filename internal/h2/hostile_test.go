@@ -926,7 +926,8 @@ func TestHeaderBlockOverMaxHeaderBytes(t *testing.T) {
 // TestMalformedRequestHeadersResetStream: a request whose headers HTTP/2
 // does not allow (uppercase name, connection-specific header, TE other
 // than trailers, missing or relative :path, a pseudo-header unknown,
-// repeated or after a regular one) has its stream reset with
+// repeated or after a regular one, a value that starts or ends with
+// whitespace) has its stream reset with
 // PROTOCOL_ERROR, its handler is not run, and the connection goes on to
 // serve the next stream.
 func TestMalformedRequestHeadersResetStream(t *testing.T) {
@@ -960,6 +961,9 @@ func TestMalformedRequestHeadersResetStream(t *testing.T) {
 		{"pseudo-header after a regular one", append(reqFields("GET", "/", "x-a", "1"), hpack.HeaderField{Name: ":status", Value: "200"})},
 		{"NUL in a value", reqFields("GET", "/", "x-a", "a\x00b")},
 		{"empty name", reqFields("GET", "/", "", "v")},
+		{"value with a leading space", reqFields("GET", "/", "x-a", " a")},
+		{"value with a trailing tab", reqFields("GET", "/", "x-b", "b\t")},
+		{":method with a trailing space", reqFields("GET ", "/")},
 	} {
 		outer := c.t
 		ok := t.Run(tc.name, func(t *testing.T) {

@@ -236,6 +236,9 @@ var errBadRequest = errors.New("h2: malformed request headers")
 func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, error) {
 	var method, scheme, authority, path string
 	for _, hf := range f.PseudoFields() {
+		if edgeSpace(hf.Value) {
+			return nil, fmt.Errorf("%w: the value of %s starts or ends with whitespace", errBadRequest, hf.Name)
+		}
 		switch hf.Name {
 		case ":method":
 			method = hf.Value
@@ -256,6 +259,11 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 	hdr := make(http.Header, len(fields))
 	for _, hf := range fields {
 		switch {
+		case edgeSpace(hf.Value):
+			// RFC 9113, 8.2.1: HTTP/1.1 would trim it, HTTP/2 does not
+			// carry it; a value read one way by us and another by a
+			// proxy in front is how requests are smuggled.
+			return nil, fmt.Errorf("%w: the value of %s starts or ends with whitespace", errBadRequest, hf.Name)
 		case connectionSpecific(hf.Name):
 			return nil, fmt.Errorf("%w: connection-specific header %s", errBadRequest, hf.Name)
 		case hf.Name == "te" && hf.Value != "trailers":
@@ -310,6 +318,12 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 		RequestURI: path, TLS: c.tls,
 	}
 	return r.WithContext(ctx), nil
+}
+
+// edgeSpace reports whether a field value starts or ends with a space
+// or a tab, which HTTP/2 does not allow.
+func edgeSpace(v string) bool {
+	return v != "" && (v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t')
 }
 
 // connectionSpecific reports whether a header field (its name in lower

@@ -51,9 +51,9 @@ type Config struct {
 	// made on the upstream and reaches the listens through the gateway's
 	// one listen on it.
 	Gateway bool
-	// Floor adds a measurement of the net/http floor (ServerFloor),
-	// without stalled listens, and the ratios of the project's server to
-	// it.
+	// Floor adds measurements of the net/http floor (ServerFloor) and,
+	// over HTTP/1.1, of the kernel's (ServerWrites), without stalled
+	// listens, and the ratios of the project's server to them.
 	Floor bool
 	// Unparked adds a measurement of the project's server with every
 	// listen on its own goroutines (ServerUnparked), without stalled
@@ -147,7 +147,8 @@ type Report struct {
 	// Runs holds, in order: tidings and naive without stalled listens,
 	// then (with Stalled set) tidings and naive with them, then (with
 	// Gateway set) the gateway without them, then (with Floor and
-	// Unparked set) the floor and the unparked server without them.
+	// Unparked set) the net/http floor, the kernel's and the unparked
+	// server without them.
 	Runs   []Measurement `json:"runs"`
 	Ratios Ratios        `json:"ratios"`
 }
@@ -253,6 +254,14 @@ type Ratios struct {
 	FloorRSSPerListen float64 `json:"floorRSSPerListen,omitzero"`
 	FloorGoroutines   float64 `json:"floorGoroutinesPerListen,omitzero"`
 	FloorCPUPerChange float64 `json:"floorCPUPerChange,omitzero"`
+	// The Writes ratios compare the project's server with the kernel's
+	// floor (tidings divided by writes); WritesFloorP99 is the kernel's
+	// floor divided by the net/http floor: the least p99 against the
+	// net/http floor that any server could reach on the machine.
+	WritesAllDelivered float64 `json:"writesAllDelivered,omitzero"`
+	WritesP99          float64 `json:"writesP99,omitzero"`
+	WritesCPUPerChange float64 `json:"writesCPUPerChange,omitzero"`
+	WritesFloorP99     float64 `json:"writesFloorP99,omitzero"`
 }
 
 // Run carries out the measurements cfg describes. It stops by itself, or
@@ -313,7 +322,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		plans = append(plans, plan{ServerGateway, 0})
 	}
 	if cfg.Floor {
-		plans = append(plans, plan{ServerFloor, 0})
+		plans = append(plans, plan{ServerFloor, 0}, plan{ServerWrites, 0})
 	}
 	if cfg.Unparked {
 		plans = append(plans, plan{ServerUnparked, 0})
@@ -358,6 +367,8 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		tgt, err = startTidings(cfg.WriteTimeout)
 	case ServerFloor:
 		tgt, err = startFloor()
+	case ServerWrites:
+		tgt, err = startWrites()
 	case ServerTidingsH2:
 		tgt, err = startTidingsH2(cfg.WriteTimeout, cfg.HTTP2NoCoalesce)
 	case ServerFloorH2:
@@ -576,6 +587,16 @@ func ratios(runs []Measurement) Ratios {
 	if fl != nil && ft != nil && fl.Memory != nil && ft.Memory != nil {
 		r.FloorRSSPerListen = div(ft.Memory.Server.RSS, fl.Memory.Server.RSS)
 		r.FloorGoroutines = ft.Memory.Server.Goroutines / fl.Memory.Server.Goroutines
+	}
+	if wr := find(runs, ServerWrites, false); complete(wr) {
+		if complete(t) {
+			r.WritesAllDelivered = div(t.Median.AllDeliveredMs, wr.Median.AllDeliveredMs)
+			r.WritesP99 = div(t.Median.P99Ms, wr.Median.P99Ms)
+			r.WritesCPUPerChange = div(t.CPUPerChangeMs, wr.CPUPerChangeMs)
+		}
+		if fl := find(runs, ServerFloor, false); complete(fl) {
+			r.WritesFloorP99 = div(wr.Median.P99Ms, fl.Median.P99Ms)
+		}
 	}
 	if g := find(runs, ServerGateway, false); complete(g) && complete(t) {
 		r.GatewayAllDelivered = div(g.Median.AllDeliveredMs, t.Median.AllDeliveredMs)

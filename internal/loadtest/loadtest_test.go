@@ -54,9 +54,10 @@ func checkMemory(t *testing.T, name string, f loadtest.Footprint, minGoroutines 
 
 // servingGoroutines is how many goroutines of its own a listen holds at
 // least on server: none where the project's server parks it (over
-// HTTP/1.1 on Linux, over HTTP/2 everywhere).
+// HTTP/1.1 on Linux, over HTTP/2 everywhere), nor on the kernel's floor.
 func servingGoroutines(server string) float64 {
-	if server == loadtest.ServerTidingsH2 || runtime.GOOS == "linux" && (server == loadtest.ServerTidings || server == loadtest.ServerGateway) {
+	if server == loadtest.ServerTidingsH2 || server == loadtest.ServerWrites ||
+		runtime.GOOS == "linux" && (server == loadtest.ServerTidings || server == loadtest.ServerGateway) {
 		return 0
 	}
 	return 1
@@ -157,10 +158,10 @@ func TestFanOutChildProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
-	if !rep.ListenerProcess || len(rep.Runs) != 4 {
+	if !rep.ListenerProcess || len(rep.Runs) != 5 {
 		t.Fatalf("listener process %v, %d measurements", rep.ListenerProcess, len(rep.Runs))
 	}
-	for i, want := range []string{loadtest.ServerTidings, loadtest.ServerNaive, loadtest.ServerFloor, loadtest.ServerUnparked} {
+	for i, want := range []string{loadtest.ServerTidings, loadtest.ServerNaive, loadtest.ServerFloor, loadtest.ServerWrites, loadtest.ServerUnparked} {
 		r := rep.Runs[i]
 		if r.Server != want {
 			t.Fatalf("measurement %d is of %s, want %s", i, r.Server, want)
@@ -169,11 +170,12 @@ func TestFanOutChildProcess(t *testing.T) {
 		if r.Memory == nil || r.Memory.Listeners == nil {
 			t.Fatalf("%s: memory = %+v, want server and listens apart", r.Server, r.Memory)
 		}
-		// A parked listen holds no goroutine of the server's; every
-		// other listen holds at least one.
-		if r.Server == loadtest.ServerTidings && runtime.GOOS == "linux" {
+		// A parked listen holds no goroutine of the server's, nor does
+		// one of the kernel's floor; every other listen holds one at
+		// least.
+		if servingGoroutines(r.Server) == 0 {
 			if g := r.Memory.Server.Goroutines; g > 0.2 {
-				t.Errorf("tidings: %.2f server goroutines per parked listen, want next to none", g)
+				t.Errorf("%s: %.2f server goroutines per listen, want next to none", r.Server, g)
 			}
 			checkMemory(t, r.Server+" server", r.Memory.Server, -1)
 		} else {
@@ -181,14 +183,15 @@ func TestFanOutChildProcess(t *testing.T) {
 		}
 		checkMemory(t, r.Server+" listens", *r.Memory.Listeners, 1)
 	}
-	if x := rep.Ratios; x.FloorAllDelivered <= 0 || x.FloorP99 <= 0 || x.FloorCPUPerChange <= 0 {
+	if x := rep.Ratios; x.FloorAllDelivered <= 0 || x.FloorP99 <= 0 || x.FloorCPUPerChange <= 0 ||
+		x.WritesAllDelivered <= 0 || x.WritesP99 <= 0 || x.WritesCPUPerChange <= 0 || x.WritesFloorP99 <= 0 {
 		t.Errorf("ratios to the floor missing: %+v", x)
 	}
 	var table bytes.Buffer
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"floor", "tidings-unparked", "tidings / floor", "resident"} {
+	for _, s := range []string{"floor", "tidings-unparked", "tidings / floor", "tidings / writes", "writes / floor", "resident"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, table.String())
 		}
