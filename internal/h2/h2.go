@@ -18,7 +18,8 @@
 // The server speaks HTTP/2 (RFC 9113) as a client of net/http or x/net
 // expects it, over TLS (ALPN h2) and, where the http.Server allows it,
 // without TLS by prior knowledge. It does not push, ignores priorities,
-// sends no trailers and no 100 Continue, and takes no Upgrade: h2c.
+// sends no trailers, and takes no Upgrade: h2c. A client that asks for
+// 100 Continue hears it when the handler first waits for the body.
 //
 // Its bounds: at most Config.MaxStreams streams open at once per
 // connection (a stream whose handler was reset counts until the handler

@@ -398,8 +398,8 @@ func (c *h2client) response(id uint32) (status string, body []byte) {
 			c.t.Fatalf("stream %d: %v before the answer ended", id, f)
 		case f.Type == http2.FrameRSTStream:
 			c.t.Fatalf("stream %d: reset (%v) before its answer ended", id, f.Code)
-		case f.Type == http2.FrameHeaders && status == "":
-			status = f.status()
+		case f.Type == http2.FrameHeaders && (status == "" || status[0] == '1'):
+			status = f.status() // the final status, past any interim one
 		case f.Type == http2.FrameData:
 			body = append(body, f.Data...)
 		}
@@ -1601,5 +1601,50 @@ func TestGoAwayKeepsItsWord(t *testing.T) {
 				t.Errorf("GOAWAY named stream 1 as taken (last %d), then the connection closed with stream 1 unanswered and not refused (handler run %d times)", ga.Last, calls.Load())
 			}
 		})
+	}
+}
+
+// TestExpectContinue: a client that asks for 100 Continue and holds its
+// body back hears one when the handler first waits for the body, then
+// its answer; a handler that answers without reading the body sends no
+// 100; a client that sends its body without waiting is answered all the
+// same.
+func TestExpectContinue(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refuse" {
+			http.Error(w, "no", http.StatusForbidden)
+			return
+		}
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("reading the body: %v", err)
+		}
+		_, _ = w.Write(b)
+	})
+	addr, _, _ := listenH2C(t, h, h2.Config{})
+	c := dial(t, addr)
+	c.handshake()
+
+	c.request(1, "POST", "/echo", false, "expect", "100-continue")
+	f := c.expect("the 100 Continue on stream 1", func(f rframe) bool { return f.Stream == 1 })
+	if f.Type != http2.FrameHeaders || f.status() != "100" || f.ends() {
+		t.Fatalf("stream 1: %v, want HEADERS :status 100 that does not end it", f)
+	}
+	c.data(1, true, []byte("body"))
+	if st, body := c.response(1); st != "200" || string(body) != "body" {
+		t.Fatalf("stream 1: %s %q, want 200 \"body\"", st, body)
+	}
+
+	c.request(3, "POST", "/refuse", false, "expect", "100-continue")
+	f = c.expect("the answer on stream 3", func(f rframe) bool { return f.Stream == 3 && f.Type == http2.FrameHeaders })
+	if f.status() != "403" {
+		t.Fatalf("stream 3: %v, want the 403 and no 100 before it", f)
+	}
+
+	c.request(5, "POST", "/echo", false, "expect", "100-continue")
+	c.data(5, true, []byte("at once"))
+	st, body := c.response(5)
+	if st != "200" || string(body) != "at once" {
+		t.Fatalf("stream 5: %s %q", st, body)
 	}
 }

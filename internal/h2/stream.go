@@ -70,10 +70,25 @@ type stream struct {
 	writeAt     time.Time // the write deadline; zero: none
 	stuck       time.Time // since when out waits for the client's window; zero: not waiting
 	park        *parkState
+	// cont is where the stream stands with a client that asked to hear
+	// 100 Continue before it sends its body (Expect: 100-continue).
+	cont continueState
 
 	inHub  atomic.Bool   // in c.hubq
 	events atomic.Uint32 // ev* bits for the writer
 }
+
+// continueState is where a stream stands with an interim 100 Continue:
+// a client that asks for one holds its body back until it comes (or it
+// tires of waiting), so it goes out when the handler first waits for
+// the body, and never once the answer's head is fixed.
+type continueState uint8
+
+const (
+	contNone   continueState = iota // not asked, or no longer needed
+	contAsked                       // asked; the handler has not waited for the body yet
+	contQueued                      // the writer is to send it
+)
 
 // head is a response's status and headers, as its handler left them.
 type head struct {
@@ -300,6 +315,9 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 		}
 		s.declared = int64(n)
 	}
+	if e := hdr["Expect"]; len(e) == 1 && strings.EqualFold(e[0], "100-continue") && !f.StreamEnded() {
+		s.cont = contAsked
+	}
 	var body io.ReadCloser = http.NoBody
 	length := s.declared
 	if f.StreamEnded() {
@@ -365,6 +383,10 @@ func (b *requestBody) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		case s.readExpired:
 			return 0, os.ErrDeadlineExceeded
+		}
+		if s.cont == contAsked {
+			s.cont = contQueued
+			s.c.readyLocked(s)
 		}
 		s.cond.Wait()
 	}
@@ -493,6 +515,9 @@ func (w *responseWriter) commitLocked(final bool) {
 	}
 	s.head = &head{status: w.status, header: h}
 	w.committed = true
+	if s.cont == contAsked {
+		s.cont = contNone // the answer comes first; no Continue is due
+	}
 }
 
 // FlushError hands what is written to the writer, which sends it as

@@ -218,6 +218,10 @@ func (c *conn) frameLocked(s *stream) {
 		return
 	}
 	progress := false
+	if s.cont == contQueued {
+		c.writeHead(s.id, &head{status: http.StatusContinue}, false)
+		s.cont, progress = contNone, true
+	}
 	if s.head != nil {
 		end := s.endQueued && len(s.out) == 0
 		c.writeHead(s.id, s.head, end)
