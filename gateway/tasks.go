@@ -141,7 +141,8 @@ func (o origin) CancelTask(ctx context.Context, req *server.TaskRequest) error {
 // tasks/cancel under way when a reload replaces the upstream, closing
 // its client, is sent again to the upstream that replaced it, once:
 // both may be asked twice, where a tasks/update's answers may not be
-// given twice.
+// given twice, so the caller of one is told what happened and what to
+// do instead.
 func (o origin) taskRequest(ctx context.Context, method string, req *server.TaskRequest, params map[string]any) (jsontext.Value, error) {
 	if params == nil {
 		params = map[string]any{}
@@ -162,6 +163,12 @@ func (o origin) taskRequest(ctx context.Context, method string, req *server.Task
 			return nil, server.ErrTaskNotFound
 		}
 		res, err = send()
+	}
+	if errors.Is(err, client.ErrClosed) && method == mcp.MethodTasksUpdate && ctx.Err() == nil && o.g.ctx.Err() == nil {
+		// Not sent again: the upstream may have taken the answers.
+		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+
+			" was replaced by a configuration reload while this tasks/update was on its way, which may or may not have reached it:"+
+			" read the task (tasks/get) and answer again if it still asks for input", nil)
 	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) && je.Code == jsonrpc.CodeInvalidParams && method != mcp.MethodTasksUpdate {

@@ -641,3 +641,65 @@ func TestEarlierEraCallerGetsTheResult(t *testing.T) {
 		t.Fatalf("2025-11-25 call answered %s, want the tool's result", got)
 	}
 }
+
+// TestTaskUpdateThroughAReload: a tasks/update on its way upstream when
+// a reload replaces the upstream, closing its client, is not sent again
+// (the answers may have been taken): its caller is told that the reload
+// came in between and to read the task before answering again, where
+// it heard only that the upstream failed. The task still asks, and the
+// answers sent again complete it.
+func TestTaskUpdateThroughAReload(t *testing.T) {
+	url, _, _ := taskUpstream(t)
+	target, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var hold atomic.Bool
+	held := make(chan struct{}, 1)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(mcp.HeaderMethod) == mcp.MethodTasksUpdate && hold.CompareAndSwap(true, false) {
+			held <- struct{}{}
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done() // until the gateway's client is closed
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hs.URL}}}
+	g, gw := startGateway(t, cfg)
+	alice := newCaller(t, gw, "alice")
+	tk := alice.start("up_ask")
+	asked := alice.waitFor(tk.TaskID, mcp.TaskInputRequired)
+	answers := map[string]any{}
+	for k := range asked.InputRequests {
+		answers[k] = map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}
+	}
+
+	hold.Store(true)
+	reloaded := make(chan error, 1)
+	go func() {
+		select {
+		case <-held:
+		case <-time.After(waitTimeout):
+			reloaded <- errors.New("the tasks/update never reached the upstream")
+			return
+		}
+		cfg.Upstreams = []gateway.Upstream{{ID: "up", URL: hs.URL, Exclude: []string{"nothing"}}}
+		reloaded <- g.Reload(context.Background(), cfg)
+	}()
+	_, err = alice.task(mcp.MethodTasksUpdate, tk.TaskID, map[string]any{"inputResponses": answers})
+	if rerr := <-reloaded; rerr != nil {
+		t.Fatal(rerr)
+	}
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || !strings.Contains(je.Message, "reload") || !strings.Contains(je.Message, "tasks/get") {
+		t.Fatalf("tasks/update cut by a reload: %v, want an error that names the reload and tasks/get", err)
+	}
+	alice.waitFor(tk.TaskID, mcp.TaskInputRequired)
+	if _, err := alice.task(mcp.MethodTasksUpdate, tk.TaskID, map[string]any{"inputResponses": answers}); err != nil {
+		t.Fatalf("tasks/update again: %v", err)
+	}
+	alice.waitFor(tk.TaskID, mcp.TaskCompleted)
+}
