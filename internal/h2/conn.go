@@ -93,7 +93,8 @@ type conn struct {
 	iov     [][]byte
 	finals  []engine.Reply          // last replies to release once written
 	cut     []engine.StreamObserver // listens the sweep cut, to be told
-	hubRest []*stream               // parked streams taken from hubq, not yet drained
+	hubRest []*stream               // parked streams taken from hubq; those from hubNext on are not drained yet
+	hubNext int
 
 	kick  chan struct{} // wakes the writer; holds one wake-up
 	done  chan struct{} // closed when the reader ends: the writer stops

@@ -140,24 +140,22 @@ func (c *conn) closeGracefully() {
 // fill frames what is waiting into the batch, up to about WriteBuffer
 // bytes, and reports whether more waits.
 func (c *conn) fill(sweep bool) bool {
-	if len(c.hubRest) == 0 {
+	if c.hubNext == len(c.hubRest) {
+		// The two queues trade places, each keeping its array: a change
+		// to every listen of the connection grows neither again.
 		c.hubmu.Lock()
 		c.hubq, c.hubRest = c.hubRest[:0], c.hubq
 		c.hubmu.Unlock()
+		c.hubNext = 0
 	}
 	// Parked streams are drained until the batch is full; the rest wait
 	// for the next write, so that the client reads the first streams'
 	// changes while the writer drains the others.
-	i := 0
-	for ; i < len(c.hubRest) && c.wbuf.Len() < c.srv.cfg.WriteBuffer; i++ {
-		s := c.hubRest[i]
-		c.hubRest[i] = nil
+	for ; c.hubNext < len(c.hubRest) && c.wbuf.Len() < c.srv.cfg.WriteBuffer; c.hubNext++ {
+		s := c.hubRest[c.hubNext]
+		c.hubRest[c.hubNext] = nil
 		s.inHub.Store(false)
 		c.runParked(s, s.events.Swap(0))
-	}
-	c.hubRest = c.hubRest[i:]
-	if len(c.hubRest) == 0 {
-		c.hubRest = c.hubRest[:0:0]
 	}
 
 	c.mu.Lock()
@@ -170,7 +168,7 @@ func (c *conn) fill(sweep bool) bool {
 	if sweep {
 		c.cut = c.sweepLocked(time.Now(), c.cut[:0])
 	}
-	i = 0
+	i := 0
 	for ; i < len(c.ready) && c.wbuf.Len() < c.srv.cfg.WriteBuffer; i++ {
 		s := c.ready[i]
 		s.queued = false
@@ -179,7 +177,7 @@ func (c *conn) fill(sweep bool) bool {
 	n := copy(c.ready, c.ready[i:])
 	clear(c.ready[n:])
 	c.ready = c.ready[:n]
-	more := len(c.ready) > 0 || len(c.ctrl) > 0 || len(c.hubRest) > 0
+	more := len(c.ready) > 0 || len(c.ctrl) > 0 || c.hubNext < len(c.hubRest)
 	c.mu.Unlock()
 	for _, o := range c.cut {
 		o.CutOff()
