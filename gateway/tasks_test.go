@@ -471,16 +471,43 @@ func TestListenFollowsTaskThroughAReload(t *testing.T) {
 func TestTaskReadThroughAReload(t *testing.T) {
 	url, release, _ := taskUpstream(t)
 	defer close(release)
+	hp := holdOne(t, url, mcp.MethodTasksGet)
+	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hp.url}}}
+	g, gw := startGateway(t, cfg)
+	alice := newCaller(t, gw, "alice")
+	tk := alice.start("up_slow")
+
+	// The listen is answered once its read is, so the reload comes from
+	// apart, once the read is held upstream.
+	reloaded := hp.reloadWhenHeld(g, cfg)
+	msgs := alice.listenTasks(tk.TaskID)
+	if err := <-reloaded; err != nil {
+		t.Fatal(err)
+	}
+	followsWorking(t, msgs, tk.TaskID)
+}
+
+// holdingProxy stands between the gateway and a task upstream: once
+// armed, it holds the next request of its method until the gateway's
+// client leaves, as an upstream would that was replaced mid-request.
+type holdingProxy struct {
+	url  string
+	hold atomic.Bool
+	held chan struct{}
+}
+
+// holdOne serves a holdingProxy in front of url for requests of method.
+func holdOne(t *testing.T, url, method string) *holdingProxy {
+	t.Helper()
 	target, err := neturl.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
-	var hold atomic.Bool
-	held := make(chan struct{}, 1)
+	hp := &holdingProxy{held: make(chan struct{}, 1)}
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(mcp.HeaderMethod) == mcp.MethodTasksGet && hold.CompareAndSwap(true, false) {
-			held <- struct{}{}
+		if r.Header.Get(mcp.HeaderMethod) == method && hp.hold.CompareAndSwap(true, false) {
+			hp.held <- struct{}{}
 			// Read whole, so that the server notices the client leave.
 			_, _ = io.Copy(io.Discard, r.Body)
 			<-r.Context().Done() // until the gateway's client is closed
@@ -489,30 +516,27 @@ func TestTaskReadThroughAReload(t *testing.T) {
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
-	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hs.URL}}}
-	g, gw := startGateway(t, cfg)
-	alice := newCaller(t, gw, "alice")
-	tk := alice.start("up_slow")
+	hp.url = hs.URL
+	return hp
+}
 
-	// The listen is answered once its read is, so the reload comes from
-	// apart, once the read is held upstream.
-	hold.Store(true)
+// reloadWhenHeld arms hp and, once it holds a request, reloads g with
+// cfg's upstream changed (so that it is replaced); the reload's error,
+// or why it never came, arrives on the channel.
+func (hp *holdingProxy) reloadWhenHeld(g *gateway.Gateway, cfg gateway.Config) <-chan error {
+	hp.hold.Store(true)
 	reloaded := make(chan error, 1)
 	go func() {
 		select {
-		case <-held:
+		case <-hp.held:
 		case <-time.After(waitTimeout):
-			reloaded <- errors.New("the listen's read of its task never reached the upstream")
+			reloaded <- errors.New("the request to hold never reached the upstream")
 			return
 		}
-		cfg.Upstreams = []gateway.Upstream{{ID: "up", URL: hs.URL, Exclude: []string{"nothing"}}}
+		cfg.Upstreams = []gateway.Upstream{{ID: "up", URL: hp.url, Exclude: []string{"nothing"}}}
 		reloaded <- g.Reload(context.Background(), cfg)
 	}()
-	msgs := alice.listenTasks(tk.TaskID)
-	if err := <-reloaded; err != nil {
-		t.Fatal(err)
-	}
-	followsWorking(t, msgs, tk.TaskID)
+	return reloaded
 }
 
 // TestTasksAreOfferedOnlyWhereAnUpstreamRunsThem: the gateway advertises
@@ -650,24 +674,8 @@ func TestEarlierEraCallerGetsTheResult(t *testing.T) {
 // answers sent again complete it.
 func TestTaskUpdateThroughAReload(t *testing.T) {
 	url, _, _ := taskUpstream(t)
-	target, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	var hold atomic.Bool
-	held := make(chan struct{}, 1)
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get(mcp.HeaderMethod) == mcp.MethodTasksUpdate && hold.CompareAndSwap(true, false) {
-			held <- struct{}{}
-			_, _ = io.Copy(io.Discard, r.Body)
-			<-r.Context().Done() // until the gateway's client is closed
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(hs.Close)
-	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hs.URL}}}
+	hp := holdOne(t, url, mcp.MethodTasksUpdate)
+	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hp.url}}}
 	g, gw := startGateway(t, cfg)
 	alice := newCaller(t, gw, "alice")
 	tk := alice.start("up_ask")
@@ -677,19 +685,8 @@ func TestTaskUpdateThroughAReload(t *testing.T) {
 		answers[k] = map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}
 	}
 
-	hold.Store(true)
-	reloaded := make(chan error, 1)
-	go func() {
-		select {
-		case <-held:
-		case <-time.After(waitTimeout):
-			reloaded <- errors.New("the tasks/update never reached the upstream")
-			return
-		}
-		cfg.Upstreams = []gateway.Upstream{{ID: "up", URL: hs.URL, Exclude: []string{"nothing"}}}
-		reloaded <- g.Reload(context.Background(), cfg)
-	}()
-	_, err = alice.task(mcp.MethodTasksUpdate, tk.TaskID, map[string]any{"inputResponses": answers})
+	reloaded := hp.reloadWhenHeld(g, cfg)
+	_, err := alice.task(mcp.MethodTasksUpdate, tk.TaskID, map[string]any{"inputResponses": answers})
 	if rerr := <-reloaded; rerr != nil {
 		t.Fatal(rerr)
 	}

@@ -45,16 +45,20 @@ func (o *Object) Next() (name, value []byte, ok bool) {
 	if o.i >= len(o.b) || o.b[o.i] != ':' {
 		return nil, nil, false
 	}
-	o.i++
-	o.skipSpace()
-	vstart := o.i
-	o.i = skipValue(o.b, o.i)
-	value = o.b[vstart:o.i]
-	o.skipSpace()
-	if o.i < len(o.b) && o.b[o.i] == ',' {
-		o.i++
-	}
+	value, o.i = valueAt(o.b, o.i+1)
 	return name, value, len(value) > 0
+}
+
+// valueAt returns the value that starts at b[i] or after whitespace, and
+// the index past it and past the comma that follows it, if one does.
+func valueAt(b []byte, i int) (value []byte, next int) {
+	i = skipSpace(b, i)
+	end := skipValue(b, i)
+	next = skipSpace(b, end)
+	if next < len(b) && b[next] == ',' {
+		next++
+	}
+	return b[i:end], next
 }
 
 func (o *Object) skipSpace() { o.i = skipSpace(o.b, o.i) }
@@ -154,18 +158,10 @@ func NewArray(arr []byte) Array {
 // Next returns the next element's bytes, a sub-slice of the array; ok
 // is false after the last element.
 func (a *Array) Next() (value []byte, ok bool) {
-	a.skipSpace()
+	a.i = skipSpace(a.b, a.i)
 	if a.i >= len(a.b) || a.b[a.i] == ']' {
 		return nil, false
 	}
-	start := a.i
-	a.i = skipValue(a.b, a.i)
-	value = a.b[start:a.i]
-	a.skipSpace()
-	if a.i < len(a.b) && a.b[a.i] == ',' {
-		a.i++
-	}
+	value, a.i = valueAt(a.b, a.i)
 	return value, len(value) > 0
 }
-
-func (a *Array) skipSpace() { a.i = skipSpace(a.b, a.i) }
