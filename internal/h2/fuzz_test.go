@@ -116,8 +116,9 @@ func FuzzServeConn(f *testing.F) {
 // panics the server nor hangs it: the stream is answered, or reset, or
 // the connection ended with a GOAWAY. A handler that runs sees only a
 // field HTTP/2 allows: a lowercase token name, a value without NUL, CR
-// or LF nor whitespace at either end, no connection-specific field, TE only "trailers"; and it sees
-// it as sent. A connection that was not ended still answers a PING.
+// or LF nor whitespace at either end, no connection-specific field, TE
+// only "trailers"; and it sees it as sent. A connection that was not
+// ended still answers a PING.
 func FuzzRequestHeaders(f *testing.F) {
 	for _, kv := range [][2]string{
 		{"x-foo", "bar"}, {"X-Upper", "1"}, {"connection", "keep-alive"}, {"keep-alive", "1"},

@@ -927,9 +927,8 @@ func TestHeaderBlockOverMaxHeaderBytes(t *testing.T) {
 // does not allow (uppercase name, connection-specific header, TE other
 // than trailers, missing or relative :path, a pseudo-header unknown,
 // repeated or after a regular one, a value that starts or ends with
-// whitespace) has its stream reset with
-// PROTOCOL_ERROR, its handler is not run, and the connection goes on to
-// serve the next stream.
+// whitespace) has its stream reset with PROTOCOL_ERROR, its handler is
+// not run, and the connection goes on to serve the next stream.
 func TestMalformedRequestHeadersResetStream(t *testing.T) {
 	var h countingHandler
 	addr, _, _ := listenH2C(t, &h, h2.Config{})

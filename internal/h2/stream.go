@@ -275,9 +275,10 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 	for _, hf := range fields {
 		switch {
 		case edgeSpace(hf.Value):
-			// RFC 9113, 8.2.1: HTTP/1.1 would trim it, HTTP/2 does not
-			// carry it; a value read one way by us and another by a
-			// proxy in front is how requests are smuggled.
+			// RFC 9113, 8.2.1 forbids it: HTTP/1.1 trims it, so a proxy
+			// that passes the request on over HTTP/1.1 would read
+			// another value than the handler here, which is how
+			// requests are smuggled.
 			return nil, fmt.Errorf("%w: the value of %s starts or ends with whitespace", errBadRequest, hf.Name)
 		case connectionSpecific(hf.Name):
 			return nil, fmt.Errorf("%w: connection-specific header %s", errBadRequest, hf.Name)
