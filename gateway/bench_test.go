@@ -37,10 +37,11 @@ import (
 // the process's CPU time per request, compare alike on a machine whose
 // cores other processes share, where the wall time also counts waits.
 // BenchmarkGatewayFanOut reports, per upstream change, the latency to
-// each of 1 and of 1,000 listens, through the gateway and direct: over
-// HTTP/1.1 a connection and a reading goroutine per listen, over HTTP/2
-// the listens as streams of one connection read by one framer (see
-// openListensH2).
+// each of 1 and of 1,000 listens, through the gateway and direct, both
+// parking their listens as the commands do: over HTTP/1.1 a connection
+// per listen, read by one epoll loop where there is one (see
+// openListens), over HTTP/2 the listens as streams of one connection
+// read by one framer (openListensH2).
 
 var quiet = slog.New(slog.DiscardHandler)
 
