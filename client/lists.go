@@ -155,7 +155,9 @@ func decodePage(res jsontext.Value, field string) (next *string, items []jsontex
 // decodeItems decodes raw list items into T, skipping ones that fail.
 // The raw JSON values inside an item (a tool's schemas, say) are kept as
 // sub-slices of the item rather than copies: a tools list is mostly
-// schemas, and a client re-reads it on every change.
+// schemas, and a client re-reads it on every change. The price: a kept
+// schema keeps the whole page it came in alive, which a cached list
+// holds anyway.
 func decodeItems[T any](raw []jsontext.Value) []T {
 	out := make([]T, 0, len(raw))
 	var cur []byte

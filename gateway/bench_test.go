@@ -402,7 +402,8 @@ func openListens(b testing.TB, addr string, n int) *listens {
 
 var toolsChanged = []byte(`"method":"` + mcp.NotifyToolsListChanged + `"`)
 
-// open opens listen i and reads its ack; a goroutine then reads the rest.
+// open opens listen i and reads its ack; the poller, or else a
+// goroutine of its own, then reads the rest.
 func (l *listens) open(addr string, i int) error {
 	conn, err := net.DialTimeout("tcp", addr, waitTimeout)
 	if err != nil {

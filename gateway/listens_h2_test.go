@@ -40,12 +40,18 @@ func openListensH2(b testing.TB, url string, n int) *listens {
 	fr := http2.NewFramer(bw, bufio.NewReaderSize(conn, 64<<10))
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.SetReuseFrames()
-	// One window large enough for any run, so that the reader never
-	// has to grant more.
+	// Stream windows large enough for any run, so that the reader never
+	// grants a stream more; the connection's it grants as it is used.
 	const window = 1 << 30
-	if err := writeH2Requests(bw, fr, addr, n, window); err != nil {
+	_ = conn.SetDeadline(time.Now().Add(waitTimeout))
+	room, err := startH2(bw, fr, window)
+	if err != nil {
 		b.Fatal(err)
 	}
+	if err := writeH2Requests(bw, fr, addr, n, room); err != nil {
+		b.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Time{})
 	acked := make(chan error, n)
 	l.wg.Go(func() { l.readH2(fr, bw, acked, window) })
 	deadline := time.After(waitTimeout)
@@ -62,19 +68,58 @@ func openListensH2(b testing.TB, url string, n int) *listens {
 	return l
 }
 
-// writeH2Requests writes the client preface, settings that open every
-// stream's window to window, and n listens on streams 1, 3, 5, ….
-func writeH2Requests(bw *bufio.Writer, fr *http2.Framer, addr string, n int, window uint32) error {
+// startH2 writes the client preface, settings that open every stream's
+// window to window, and as much again for the connection; then reads
+// the server's settings (acknowledged) and whatever window it grants at
+// once, up to the answer to a ping, and returns the room the server's
+// connection window leaves for request bodies.
+func startH2(bw *bufio.Writer, fr *http2.Framer, window uint32) (int, error) {
 	if _, err := bw.WriteString(http2.ClientPreface); err != nil {
-		return err
+		return 0, err
 	}
 	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window},
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0}); err != nil {
-		return err
+		return 0, err
 	}
 	if err := fr.WriteWindowUpdate(0, window); err != nil {
-		return err
+		return 0, err
 	}
+	if err := fr.WritePing(false, [8]byte{'s', 't', 'a', 'r', 't'}); err != nil {
+		return 0, err
+	}
+	if err := bw.Flush(); err != nil {
+		return 0, err
+	}
+	room := 65535 // the connection's window before any update (RFC 9113, 6.9.2)
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return 0, fmt.Errorf("starting the connection: %w", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				if err := fr.WriteSettingsAck(); err != nil {
+					return 0, err
+				}
+			}
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				room += int(f.Increment)
+			}
+		case *http2.PingFrame:
+			if f.IsAck() {
+				return room, bw.Flush()
+			}
+		case *http2.GoAwayFrame:
+			return 0, fmt.Errorf("the server ended the connection: %v %q", f.ErrCode, f.DebugData())
+		}
+	}
+}
+
+// writeH2Requests writes n listens on streams 1, 3, 5, …; their bodies
+// must fit in room, the connection's window.
+func writeH2Requests(bw *bufio.Writer, fr *http2.Framer, addr string, n, room int) error {
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for i := range n {
@@ -96,6 +141,9 @@ func writeH2Requests(bw *bufio.Writer, fr *http2.Framer, addr string, n int, win
 				return err
 			}
 		}
+		if room -= len(body); room < 0 {
+			return fmt.Errorf("the server's connection window holds the bodies of %d listens, not %d", i, n)
+		}
 		id := uint32(2*i + 1)
 		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
 			return err
@@ -111,7 +159,9 @@ func writeH2Requests(bw *bufio.Writer, fr *http2.Framer, addr string, n int, win
 // event must be its listen's ack, told on acked (or why not); every
 // later one is a change, stamped as its frame arrived. The reader alone
 // writes once the requests are out: settings and ping acks, and more
-// window for the connection as the data uses it up.
+// window for the connection as the data uses it up. Frames of the
+// connection itself, or of a stream that is not a listen's, are no
+// listen's.
 func (l *listens) readH2(fr *http2.Framer, bw *bufio.Writer, acked chan<- error, window uint32) {
 	pending := make([][]byte, l.n) // the part of an event not yet ended, per listen
 	open := make([]bool, l.n)
@@ -134,7 +184,10 @@ func (l *listens) readH2(fr *http2.Framer, bw *bufio.Writer, acked chan<- error,
 			return
 		}
 		now := time.Now()
-		i := int(f.Header().StreamID-1) / 2
+		i := -1 // no listen's
+		if id := f.Header().StreamID; id%2 == 1 && int(id/2) < l.n {
+			i = int(id / 2)
+		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if !f.IsAck() && !reply(fr.WriteSettingsAck) {
@@ -145,22 +198,22 @@ func (l *listens) readH2(fr *http2.Framer, bw *bufio.Writer, acked chan<- error,
 				return
 			}
 		case *http2.MetaHeadersFrame:
-			if status := f.PseudoValue("status"); status != "200" {
+			if status := f.PseudoValue("status"); i >= 0 && status != "200" {
 				tell(fmt.Errorf("listen %d: status %s", i, status))
 			}
 		case *http2.RSTStreamFrame:
-			if !open[i] {
+			if i >= 0 && !open[i] {
 				tell(fmt.Errorf("listen %d: stream reset: %v", i, f.ErrCode))
 			}
 		case *http2.DataFrame:
-			if i >= l.n {
-				continue // no stream of ours
-			}
-			if used += uint32(len(f.Data())); used >= window/2 {
+			if used += f.Header().Length; used >= window/2 { // padding included
 				if !reply(func() error { return fr.WriteWindowUpdate(0, used) }) {
 					return
 				}
 				used = 0
+			}
+			if i < 0 {
+				continue
 			}
 			// The frame's bytes are the framer's until the next read: an
 			// event cut short is kept, and the rest read where it lies.

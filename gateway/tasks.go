@@ -166,6 +166,9 @@ func (o origin) taskRequest(ctx context.Context, method string, req *server.Task
 	}
 	if errors.Is(err, client.ErrClosed) && method == mcp.MethodTasksUpdate && ctx.Err() == nil && o.g.ctx.Err() == nil {
 		// Not sent again: the upstream may have taken the answers.
+		if _, _, ok := o.g.taskOf(req.TaskID); !ok {
+			return nil, server.ErrTaskNotFound // the reload removed the upstream
+		}
 		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+
 			" was replaced by a configuration reload while this tasks/update was on its way, which may or may not have reached it:"+
 			" read the task (tasks/get) and answer again if it still asks for input", nil)

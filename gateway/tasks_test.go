@@ -479,12 +479,18 @@ func TestTaskReadThroughAReload(t *testing.T) {
 
 	// The listen is answered once its read is, so the reload comes from
 	// apart, once the read is held upstream.
-	reloaded := hp.reloadWhenHeld(g, cfg)
+	reloaded := hp.reloadWhenHeld(g, replacing(hp.url))
 	msgs := alice.listenTasks(tk.TaskID)
 	if err := <-reloaded; err != nil {
 		t.Fatal(err)
 	}
 	followsWorking(t, msgs, tk.TaskID)
+}
+
+// replacing is a reload of the one upstream "up" at url that replaces
+// it: the same server, with a config that differs.
+func replacing(url string) gateway.Config {
+	return gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: url, Exclude: []string{"nothing"}}}}
 }
 
 // holdingProxy stands between the gateway and a task upstream: once
@@ -521,9 +527,9 @@ func holdOne(t *testing.T, url, method string) *holdingProxy {
 }
 
 // reloadWhenHeld arms hp and, once it holds a request, reloads g with
-// cfg's upstream changed (so that it is replaced); the reload's error,
-// or why it never came, arrives on the channel.
-func (hp *holdingProxy) reloadWhenHeld(g *gateway.Gateway, cfg gateway.Config) <-chan error {
+// next; the reload's error, or why it never came, arrives on the
+// channel.
+func (hp *holdingProxy) reloadWhenHeld(g *gateway.Gateway, next gateway.Config) <-chan error {
 	hp.hold.Store(true)
 	reloaded := make(chan error, 1)
 	go func() {
@@ -533,8 +539,7 @@ func (hp *holdingProxy) reloadWhenHeld(g *gateway.Gateway, cfg gateway.Config) <
 			reloaded <- errors.New("the request to hold never reached the upstream")
 			return
 		}
-		cfg.Upstreams = []gateway.Upstream{{ID: "up", URL: hp.url, Exclude: []string{"nothing"}}}
-		reloaded <- g.Reload(context.Background(), cfg)
+		reloaded <- g.Reload(context.Background(), next)
 	}()
 	return reloaded
 }
@@ -685,7 +690,7 @@ func TestTaskUpdateThroughAReload(t *testing.T) {
 		answers[k] = map[string]any{"action": "accept", "content": map[string]any{"name": "Ada"}}
 	}
 
-	reloaded := hp.reloadWhenHeld(g, cfg)
+	reloaded := hp.reloadWhenHeld(g, replacing(hp.url))
 	_, err := alice.task(mcp.MethodTasksUpdate, tk.TaskID, map[string]any{"inputResponses": answers})
 	if rerr := <-reloaded; rerr != nil {
 		t.Fatal(rerr)
@@ -699,4 +704,28 @@ func TestTaskUpdateThroughAReload(t *testing.T) {
 		t.Fatalf("tasks/update again: %v", err)
 	}
 	alice.waitFor(tk.TaskID, mcp.TaskCompleted)
+}
+
+// TestTaskUpdateThroughARemoval: a tasks/update on its way upstream when
+// a reload removes the upstream is answered as for any task the gateway
+// does not know: not found, not an invitation to read the task.
+func TestTaskUpdateThroughARemoval(t *testing.T) {
+	url, _, _ := taskUpstream(t)
+	hp := holdOne(t, url, mcp.MethodTasksUpdate)
+	other := startUpstream(t, mcp.ScopePublic, "echo")
+	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "up", URL: hp.url}, {ID: "other", URL: other.url}}}
+	g, gw := startGateway(t, cfg)
+	alice := newCaller(t, gw, "alice")
+	tk := alice.start("up_ask")
+	alice.waitFor(tk.TaskID, mcp.TaskInputRequired)
+
+	reloaded := hp.reloadWhenHeld(g, gateway.Config{Upstreams: []gateway.Upstream{{ID: "other", URL: other.url}}})
+	_, err := alice.task(mcp.MethodTasksUpdate, tk.TaskID, map[string]any{"inputResponses": map[string]any{}})
+	if rerr := <-reloaded; rerr != nil {
+		t.Fatal(rerr)
+	}
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || strings.Contains(je.Message, "reload") {
+		t.Fatalf("tasks/update cut by the removal of its upstream: %v, want the task not found", err)
+	}
 }

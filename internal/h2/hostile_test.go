@@ -1607,12 +1607,15 @@ func TestGoAwayKeepsItsWord(t *testing.T) {
 // body back hears one when the handler first waits for the body, then
 // its answer; a handler that answers without reading the body sends no
 // 100; a client that sends its body without waiting is answered all the
-// same.
+// same. The handler does not see the expectation, which the server met.
 func TestExpectContinue(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/refuse" {
 			http.Error(w, "no", http.StatusForbidden)
 			return
+		}
+		if e := r.Header.Get("Expect"); e != "" {
+			t.Errorf("the handler sees Expect: %s, which the server took on", e)
 		}
 		b, err := io.ReadAll(r.Body)
 		if err != nil {

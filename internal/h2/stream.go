@@ -316,8 +316,12 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 		}
 		s.declared = int64(n)
 	}
-	if e := hdr["Expect"]; len(e) == 1 && strings.EqualFold(e[0], "100-continue") && !f.StreamEnded() {
-		s.cont = contAsked
+	if e := hdr["Expect"]; len(e) == 1 && strings.EqualFold(e[0], "100-continue") {
+		// Taken on here, not passed to a handler that might pass it on.
+		delete(hdr, "Expect")
+		if !f.StreamEnded() {
+			s.cont = contAsked
+		}
 	}
 	var body io.ReadCloser = http.NoBody
 	length := s.declared

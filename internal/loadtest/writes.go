@@ -1,8 +1,10 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime"
@@ -34,6 +36,7 @@ type writesTarget struct {
 	conns  []net.Conn // every listen's connection, taken over
 	frames [][]byte   // frames[i] is conns[i]'s notification, a whole chunk
 	closed bool
+	err    error          // the first listen that could not be taken over, told by change
 	wg     sync.WaitGroup // the writers of changes under way, and listens being taken over
 }
 
@@ -70,6 +73,9 @@ func (t *writesTarget) serve(w http.ResponseWriter, r *http.Request) {
 	// chunk's, which the frame is.
 	nc, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
+		t.mu.Lock()
+		t.err = cmp.Or(t.err, fmt.Errorf("taking a listen's connection over: %w", err))
+		t.mu.Unlock()
 		return
 	}
 	frame := parked.AppendChunk(nil, sse.AppendEvent(nil, jsonrpc.AppendNotification(nil, mcp.NotifyToolsListChanged, []byte(`{"_meta":`+meta+`}`))))
@@ -99,6 +105,9 @@ func (t *writesTarget) change(context.Context, int) error {
 	if t.closed {
 		return errors.New("writes target closed")
 	}
+	if t.err != nil {
+		return t.err
+	}
 	t.gen++
 	conns, frames := t.conns, t.frames
 	for w := range t.writers {
@@ -111,6 +120,9 @@ func (t *writesTarget) change(context.Context, int) error {
 	return nil
 }
 
+// close closes the connections taken over, then shuts the front down,
+// which within ctx closes any a handler still writes an ack to, and
+// then waits for the handlers and writers.
 func (t *writesTarget) close(ctx context.Context) error {
 	t.mu.Lock()
 	t.closed = true
@@ -119,6 +131,7 @@ func (t *writesTarget) close(ctx context.Context) error {
 	for _, c := range conns {
 		c.Close()
 	}
+	err := t.front.shutdown(ctx)
 	t.wg.Wait()
-	return t.front.shutdown(ctx)
+	return err
 }
