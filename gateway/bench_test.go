@@ -413,12 +413,11 @@ func (l *listens) open(addr string, i int) error {
 	l.conns = append(l.conns, conn)
 	l.mu.Unlock()
 	_ = conn.SetDeadline(time.Now().Add(waitTimeout))
-	id := fmt.Sprint(i + 1)
-	body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"method":%q,"params":{"_meta":{%q:%q,%q:{}},"notifications":{"toolsListChanged":true}}}`,
-		id, mcp.MethodListen, mcp.MetaProtocolVersion, mcp.Version, mcp.MetaClientCapabilities)
+	body := listenBody(i)
 	var req bytes.Buffer
-	fmt.Fprintf(&req, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n", addr)
-	fmt.Fprintf(&req, "%s: %s\r\n%s: %s\r\nContent-Length: %d\r\n\r\n", mcp.HeaderProtocolVersion, mcp.Version, mcp.HeaderMethod, mcp.MethodListen, len(body))
+	fmt.Fprintf(&req, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", addr, len(body))
+	_ = listenHeaders().Write(&req)
+	req.WriteString("\r\n")
 	req.Write(body)
 	if _, err := conn.Write(req.Bytes()); err != nil {
 		return err
@@ -457,6 +456,20 @@ func (l *listens) open(addr string, i int) error {
 	_ = conn.SetDeadline(time.Time{})
 	l.wg.Go(func() { l.read(i, r) })
 	return nil
+}
+
+// listenHeaders are the headers of every listen's request.
+func listenHeaders() http.Header {
+	h := toolsListHeaders()
+	h.Set(mcp.HeaderMethod, mcp.MethodListen)
+	return h
+}
+
+// listenBody is listen i's request: a listen for tools list changes,
+// with id i+1.
+func listenBody(i int) []byte {
+	return fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"_meta":{%q:%q,%q:{}},"notifications":{"toolsListChanged":true}}}`,
+		i+1, mcp.MethodListen, mcp.MetaProtocolVersion, mcp.Version, mcp.MetaClientCapabilities)
 }
 
 // firstEvent reads a stream's first event, up to the blank line that

@@ -120,23 +120,23 @@ func startH2(bw *bufio.Writer, fr *http2.Framer, window uint32) (int, error) {
 // writeH2Requests writes n listens on streams 1, 3, 5, …; their bodies
 // must fit in room, the connection's window.
 func writeH2Requests(bw *bufio.Writer, fr *http2.Framer, addr string, n, room int) error {
+	fields := []hpack.HeaderField{
+		{Name: ":method", Value: "POST"},
+		{Name: ":scheme", Value: "http"},
+		{Name: ":authority", Value: addr},
+		{Name: ":path", Value: "/"},
+	}
+	for k, vv := range listenHeaders() {
+		for _, v := range vv {
+			fields = append(fields, hpack.HeaderField{Name: strings.ToLower(k), Value: v})
+		}
+	}
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for i := range n {
-		body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"_meta":{%q:%q,%q:{}},"notifications":{"toolsListChanged":true}}}`,
-			i+1, mcp.MethodListen, mcp.MetaProtocolVersion, mcp.Version, mcp.MetaClientCapabilities)
+		body := listenBody(i)
 		block.Reset()
-		for _, f := range []hpack.HeaderField{
-			{Name: ":method", Value: "POST"},
-			{Name: ":scheme", Value: "http"},
-			{Name: ":authority", Value: addr},
-			{Name: ":path", Value: "/"},
-			{Name: "content-type", Value: "application/json"},
-			{Name: "accept", Value: "application/json, text/event-stream"},
-			{Name: strings.ToLower(mcp.HeaderProtocolVersion), Value: mcp.Version},
-			{Name: strings.ToLower(mcp.HeaderMethod), Value: mcp.MethodListen},
-			{Name: "content-length", Value: strconv.Itoa(len(body))},
-		} {
+		for _, f := range append(fields, hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))}) {
 			if err := enc.WriteField(f); err != nil {
 				return err
 			}

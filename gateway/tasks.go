@@ -156,22 +156,19 @@ func (o origin) taskRequest(ctx context.Context, method string, req *server.Task
 		return u.c.Request(ctx, method, params, append(forCaller(&req.Request), withTasks(req.Capabilities))...)
 	}
 	res, err := send()
-	if errors.Is(err, client.ErrClosed) && method != mcp.MethodTasksUpdate && ctx.Err() == nil && o.g.ctx.Err() == nil {
+	if errors.Is(err, client.ErrClosed) && ctx.Err() == nil && o.g.ctx.Err() == nil {
 		// The upstream's client was closed under the request: a reload
 		// replaced the upstream, or removed it.
 		if u, tid, ok = o.g.taskOf(req.TaskID); !ok {
 			return nil, server.ErrTaskNotFound
 		}
-		res, err = send()
-	}
-	if errors.Is(err, client.ErrClosed) && method == mcp.MethodTasksUpdate && ctx.Err() == nil && o.g.ctx.Err() == nil {
-		// Not sent again: the upstream may have taken the answers.
-		if _, _, ok := o.g.taskOf(req.TaskID); !ok {
-			return nil, server.ErrTaskNotFound // the reload removed the upstream
+		if method == mcp.MethodTasksUpdate {
+			// Not sent again: the upstream may have taken the answers.
+			return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+
+				" was replaced by a configuration reload while this tasks/update was on its way, which may or may not have reached it:"+
+				" read the task (tasks/get) and answer again if it still asks for input", nil)
 		}
-		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+
-			" was replaced by a configuration reload while this tasks/update was on its way, which may or may not have reached it:"+
-			" read the task (tasks/get) and answer again if it still asks for input", nil)
+		res, err = send()
 	}
 	var je *jsonrpc.Error
 	if errors.As(err, &je) && je.Code == jsonrpc.CodeInvalidParams && method != mcp.MethodTasksUpdate {

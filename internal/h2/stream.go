@@ -250,10 +250,16 @@ var errBadRequest = errors.New("h2: malformed request headers")
 // newRequest makes the http.Request of a HEADERS frame that opens s.
 func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, error) {
 	var method, scheme, authority, path string
-	for _, hf := range f.PseudoFields() {
+	for _, hf := range f.Fields {
 		if edgeSpace(hf.Value) {
+			// RFC 9113, 8.2.1 forbids it: HTTP/1.1 trims it, so a proxy
+			// that passes the request on over HTTP/1.1 would read
+			// another value than the handler here, which is how
+			// requests are smuggled.
 			return nil, fmt.Errorf("%w: the value of %s starts or ends with whitespace", errBadRequest, hf.Name)
 		}
+	}
+	for _, hf := range f.PseudoFields() {
 		switch hf.Name {
 		case ":method":
 			method = hf.Value
@@ -274,12 +280,6 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 	hdr := make(http.Header, len(fields))
 	for _, hf := range fields {
 		switch {
-		case edgeSpace(hf.Value):
-			// RFC 9113, 8.2.1 forbids it: HTTP/1.1 trims it, so a proxy
-			// that passes the request on over HTTP/1.1 would read
-			// another value than the handler here, which is how
-			// requests are smuggled.
-			return nil, fmt.Errorf("%w: the value of %s starts or ends with whitespace", errBadRequest, hf.Name)
 		case connectionSpecific(hf.Name):
 			return nil, fmt.Errorf("%w: connection-specific header %s", errBadRequest, hf.Name)
 		case hf.Name == "te" && hf.Value != "trailers":

@@ -91,12 +91,11 @@ func (b *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	event := sse.AppendEvent(nil, jsonrpc.AppendNotification(nil, mcp.NotifyToolsListChanged, []byte(`{"_meta":`+meta+`}`)))
+	ack, event := listenEvents(meta)
 	// The channel is read before the ack is written: a change made once
 	// the client has its ack is heard.
 	next := b.current()
-	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged, []byte(`{"_meta":`+meta+`,"notifications":{"toolsListChanged":true}}`))
-	if _, err := w.Write(sse.AppendEvent(nil, ack)); err != nil {
+	if _, err := w.Write(ack); err != nil {
 		return
 	}
 	f.Flush()
@@ -114,4 +113,12 @@ func (b *floor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Flush()
 	}
+}
+
+// listenEvents are the events the floors send a listen tagged by meta,
+// each encoded once: its ack, and its notice of a tools list change.
+func listenEvents(meta string) (ack, change []byte) {
+	ack = sse.AppendEvent(nil, jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged, []byte(`{"_meta":`+meta+`,"notifications":{"toolsListChanged":true}}`)))
+	change = sse.AppendEvent(nil, jsonrpc.AppendNotification(nil, mcp.NotifyToolsListChanged, []byte(`{"_meta":`+meta+`}`)))
+	return ack, change
 }

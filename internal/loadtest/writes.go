@@ -11,9 +11,6 @@ import (
 	"sync"
 
 	"tidings/internal/parked"
-	"tidings/internal/sse"
-	"tidings/jsonrpc"
-	"tidings/mcp"
 )
 
 // ServerWrites is the floor under any server, the kernel's: each listen
@@ -64,8 +61,8 @@ func (t *writesTarget) serve(w http.ResponseWriter, r *http.Request) {
 	t.wg.Add(1)
 	t.mu.Unlock()
 	defer t.wg.Done()
-	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged, []byte(`{"_meta":`+meta+`,"notifications":{"toolsListChanged":true}}`))
-	if _, err := w.Write(sse.AppendEvent(nil, ack)); err != nil {
+	ack, event := listenEvents(meta)
+	if _, err := w.Write(ack); err != nil {
 		return
 	}
 	f.Flush()
@@ -78,7 +75,7 @@ func (t *writesTarget) serve(w http.ResponseWriter, r *http.Request) {
 		t.mu.Unlock()
 		return
 	}
-	frame := parked.AppendChunk(nil, sse.AppendEvent(nil, jsonrpc.AppendNotification(nil, mcp.NotifyToolsListChanged, []byte(`{"_meta":`+meta+`}`))))
+	frame := parked.AppendChunk(nil, event)
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
