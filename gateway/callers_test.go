@@ -35,6 +35,14 @@ const audience = "http://gateway.test/mcp"
 // with scopes, signed with as's own key.
 func authGateway(t *testing.T, as *testas.Server, cfg gateway.Config) (string, func(sub string, scopes ...string) string) {
 	t.Helper()
+	_, url, mint := authGatewayOf(t, as, cfg)
+	return url, mint
+}
+
+// authGatewayOf is authGateway that also returns the gateway, for tests
+// that reload it.
+func authGatewayOf(t *testing.T, as *testas.Server, cfg gateway.Config) (*gateway.Gateway, string, func(sub string, scopes ...string) string) {
+	t.Helper()
 	g, err := gateway.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +70,7 @@ func authGateway(t *testing.T, as *testas.Server, cfg gateway.Config) (string, f
 		}
 		return tok
 	}
-	return url, mint
+	return g, url, mint
 }
 
 func joinScopes(s []string) string {

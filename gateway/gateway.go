@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -103,6 +104,9 @@ type mergedKey struct {
 
 // mergedView is a merged list as served to the callers of one rule.
 type mergedView struct {
+	// cfg is the configuration whose rule it was merged under: under
+	// another, the rule's index may name another rule.
+	cfg     *Config
 	gen     uint64
 	items   []jsontext.Value
 	keys    []string
@@ -112,7 +116,11 @@ type mergedView struct {
 
 // keptRead is a public resources/read answer, kept for its ttlMs.
 type keptRead struct {
-	res     *mcp.ReadResourceResult
+	res *mcp.ReadResourceResult
+	// from is the upstream that answered: served again only for a read
+	// routed to it, so that a reload that hands the URI to another
+	// upstream, or a caller routed elsewhere, is not served this one.
+	from    *upstream
 	expires time.Time
 }
 
@@ -329,6 +337,29 @@ func (g *Gateway) upstreams() ([]*upstream, *Config) {
 	return g.ups, g.cfg
 }
 
+// snapshot is the configuration in force and the upstreams it names, read
+// together. A request takes one and judges everything by it to the end:
+// a reload between two of its steps must not pair a rule's index in one
+// configuration with the rules or upstreams of the next, which would show
+// a caller what its rule hides.
+type snapshot struct {
+	cfg *Config
+	ups []*upstream
+}
+
+// snapshot returns the configuration and upstreams in force.
+func (g *Gateway) snapshot() snapshot {
+	ups, cfg := g.upstreams()
+	return snapshot{cfg: cfg, ups: ups}
+}
+
+// ruleFor returns the index of the rule the caller of ctx falls under
+// (ruleAll without rules; -2 when none matches).
+func (s snapshot) ruleFor(ctx context.Context) int {
+	info, _ := auth.FromContext(ctx)
+	return s.cfg.ruleOf(info)
+}
+
 // config returns the configuration in force.
 func (g *Gateway) config() *Config {
 	g.mu.RLock()
@@ -363,20 +394,36 @@ func (g *Gateway) noteCaller(next server.MethodHandler) server.MethodHandler {
 			g.callers[req.Principal] = info
 			g.callersMu.Unlock()
 		}
+		if req.Method == mcp.MethodListen || req.Method == mcp.MethodResourcesSubscribe {
+			g.readResourceLists(ctx, req.Principal)
+		}
 		return next(ctx, req)
+	}
+}
+
+// readResourceLists has the resource lists and templates of every
+// upstream the caller of ctx may see read for it, if they are not kept
+// already: the server judges the URIs a listen or subscription names by
+// what the gateway keeps (visible), which must know them from the
+// listen's first moment, not only once somebody listed resources. An
+// upstream that does not answer within probeTimeout is passed over.
+func (g *Gateway) readResourceLists(ctx context.Context, principal string) {
+	snap := g.snapshot()
+	r := snap.ruleFor(ctx)
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	for _, u := range snap.ups {
+		if !snap.cfg.allows(r, u) || !u.offer().resources {
+			continue
+		}
+		for _, l := range []server.List{server.ListResources, server.ListTemplates} {
+			_, _ = u.list(ctx, listIndex(l), principal)
+		}
 	}
 }
 
 // maxCallers bounds the callers whose token is remembered.
 const maxCallers = 100000
-
-// ruleFor returns the index of the rule the caller of ctx falls under
-// (ruleAll without rules; -2 when none matches).
-func (g *Gateway) ruleFor(ctx context.Context) int {
-	info, _ := auth.FromContext(ctx)
-	_, cfg := g.upstreams()
-	return cfg.ruleOf(info)
-}
 
 // ruleOf returns the index of the first rule the caller whose token says
 // info (nil: none) falls under, ruleAll without rules, and -2 when none
@@ -391,6 +438,20 @@ func (cfg *Config) ruleOf(info *auth.Info) int {
 		}
 	}
 	return -2
+}
+
+// ruleOfPrincipal is the rule of cfg that principal falls under, as its
+// latest token says: for what is decided outside a request of its own (a
+// change told to its listens). A caller not seen since the rules came (a
+// reload) is judged as one without a token until its next request.
+func (g *Gateway) ruleOfPrincipal(cfg *Config, principal string) int {
+	if len(cfg.Callers) == 0 {
+		return ruleAll
+	}
+	g.callersMu.Lock()
+	info := g.callers[principal]
+	g.callersMu.Unlock()
+	return cfg.ruleOf(info)
 }
 
 // matches reports whether the caller whose token says info (nil: no
@@ -419,23 +480,26 @@ func (r *CallerRule) matches(info *auth.Info) bool {
 // sees reports whether the callers of rule r may see the item key of
 // upstream u.
 func (cfg *Config) sees(r int, u *upstream, key string) bool {
+	return cfg.allows(r, u) && (r == ruleAll || !matchAny(cfg.Callers[r].Exclude, key))
+}
+
+// seesURI reports whether the callers of rule r may see the resource uri
+// of upstream u: their rule's exclude is matched against the URI and the
+// names it may stand for (uriVariants).
+func (cfg *Config) seesURI(r int, u *upstream, uri string) bool {
+	return cfg.allows(r, u) && (r == ruleAll || !excludesURI(cfg.Callers[r].Exclude, uri))
+}
+
+// allows reports whether the callers of rule r may see anything of u.
+func (cfg *Config) allows(r int, u *upstream) bool {
 	switch {
 	case r == ruleAll:
 		return true
 	case r < 0:
 		return false
 	}
-	rule := &cfg.Callers[r]
-	if len(rule.Upstreams) > 0 {
-		found := false
-		for _, id := range rule.Upstreams {
-			found = found || id == u.cfg.ID
-		}
-		if !found {
-			return false
-		}
-	}
-	return !matchAny(rule.Exclude, key)
+	ids := cfg.Callers[r].Upstreams
+	return len(ids) == 0 || slices.Contains(ids, u.cfg.ID)
 }
 
 // visible is the server's visibility rule: whether principal may see the
@@ -445,13 +509,11 @@ func (g *Gateway) visible(principal string, l server.List, key string) bool {
 	if len(cfg.Callers) == 0 {
 		return true
 	}
-	// A caller not seen since the rules came (a reload) is judged as
-	// one without a token until its next request.
-	g.callersMu.Lock()
-	info := g.callers[principal]
-	g.callersMu.Unlock()
-	r := cfg.ruleOf(info)
+	r := g.ruleOfPrincipal(cfg, principal)
 	i := listIndex(l)
+	if l == server.ListResources {
+		return g.visibleURI(ups, cfg, r, principal, key)
+	}
 	for _, u := range ups {
 		if i >= 0 && u.owns(i, key) {
 			return cfg.sees(r, u, key)
@@ -460,6 +522,25 @@ func (g *Gateway) visible(principal string, l server.List, key string) bool {
 	// An item no upstream has any more (it was removed): told to those
 	// who see everything.
 	return r == ruleAll || (r >= 0 && len(cfg.Callers[r].Upstreams) == 0 && !matchAny(cfg.Callers[r].Exclude, key))
+}
+
+// visibleURI is visible for a resource: whether an upstream the callers of
+// rule r may see serves uri, as listed or by a template, as kept for
+// principal. It asks no upstream; the middleware has the lists a listen
+// or a subscription depends on read first (see noteCaller).
+func (g *Gateway) visibleURI(ups []*upstream, cfg *Config, r int, principal, uri string) bool {
+	for _, u := range ups {
+		if !cfg.allows(r, u) {
+			continue
+		}
+		if tmpl, ok := u.servesKept(principal, uri); ok {
+			return cfg.seesURI(r, u, uri) && (tmpl == "" || cfg.sees(r, u, tmpl))
+		}
+	}
+	// A resource no upstream it may see serves (any more): told to those
+	// who see every upstream, as its exclude allows.
+	return r == ruleAll || (r >= 0 && len(cfg.Callers[r].Upstreams) == 0 && !excludesURI(cfg.Callers[r].Exclude, uri) &&
+		checkSpelling(uri) == nil)
 }
 
 // owns reports whether key is, or was lately, an item of u's list i.
@@ -478,18 +559,18 @@ func (u *upstream) owns(i int, key string) bool {
 
 // ---- lists ----
 
-// mergedList returns list i as the callers of rule r see it, merged from
-// every upstream they may see.
-func (g *Gateway) mergedList(ctx context.Context, i int, principal string, r int) *mergedView {
+// mergedList returns list i as the callers of rule r of s see it, merged
+// from every upstream they may see.
+func (g *Gateway) mergedList(ctx context.Context, s snapshot, i int, principal string, r int) *mergedView {
 	gen := g.gen.Load()
 	key := mergedKey{i, r}
 	now := g.now()
 	if v, ok := g.merged.Load(key); ok {
-		if mv := v.(*mergedView); mv.gen == gen && now.Before(mv.expires) {
+		if mv := v.(*mergedView); mv.cfg == s.cfg && mv.gen == gen && now.Before(mv.expires) {
 			return mv
 		}
 	}
-	ups, cfg := g.upstreams()
+	ups, cfg := s.ups, s.cfg
 	type part struct {
 		u *upstream
 		v *view
@@ -542,7 +623,7 @@ func (g *Gateway) mergedList(ctx context.Context, i int, principal string, r int
 	// Stable: on a name two upstreams offer (which only a reload racing
 	// a change can make), the first upstream's item wins.
 	sort.SliceStable(all, func(a, b int) bool { return all[a].key < all[b].key })
-	mv := &mergedView{gen: gen, expires: expires, scope: scope}
+	mv := &mergedView{cfg: cfg, gen: gen, expires: expires, scope: scope}
 	for j, e := range all {
 		if j > 0 && e.key == all[j-1].key {
 			continue
@@ -564,20 +645,22 @@ func errUnknown(what, name string) error {
 }
 
 // route finds the upstream and the upstream's own name of the item key
-// of list i, as the caller of ctx may see it.
-func (g *Gateway) route(ctx context.Context, i int, principal, key string) (*upstream, item, bool) {
-	r := g.ruleFor(ctx)
-	ups, cfg := g.upstreams()
-	for _, u := range ups {
+// of list i, as the caller of ctx may see it under s.
+func (g *Gateway) route(ctx context.Context, s snapshot, i int, principal, key string) (*upstream, item, bool) {
+	r := s.ruleFor(ctx)
+	for _, u := range s.ups {
 		if (listsOf[i] == server.ListTools || listsOf[i] == server.ListPrompts) && u.prefix != "" &&
 			(len(key) <= len(u.prefix) || key[:len(u.prefix)] != u.prefix) {
+			continue
+		}
+		if !s.cfg.allows(r, u) {
 			continue
 		}
 		v, err := u.list(ctx, i, principal)
 		if err != nil {
 			continue
 		}
-		if j, ok := v.byKey[key]; ok && cfg.sees(r, u, key) {
+		if j, ok := v.byKey[key]; ok && s.cfg.sees(r, u, key) {
 			return u, v.items[j], true
 		}
 	}
@@ -585,30 +668,53 @@ func (g *Gateway) route(ctx context.Context, i int, principal, key string) (*ups
 }
 
 // routeURI finds the upstream that serves the resource uri to the caller
-// of ctx (see ownerOf), as the caller's rule lets it.
-func (g *Gateway) routeURI(ctx context.Context, principal, uri string) (*upstream, bool) {
-	u, key, ok := g.ownerOf(ctx, principal, uri)
+// of ctx under s: the first upstream its rule lets it see that lists uri
+// as it is, else the first whose template matches it. Each rule is
+// judged against uri itself: the upstream's include and exclude, the
+// caller's exclude, and, for a template, the template too. A uri reached
+// by a template must be spelt so that no upstream could read it as
+// another (checkSpelling): what the rules cannot judge is refused.
+// Neither found nor refused is (nil, nil).
+func (g *Gateway) routeURI(ctx context.Context, s snapshot, principal, uri string) (*upstream, error) {
+	r := s.ruleFor(ctx)
+	u, tmpl, ok := ownerOf(ctx, s.ups, principal, uri, func(u *upstream) bool { return s.cfg.allows(r, u) })
 	if !ok {
-		return nil, false
+		return nil, nil
 	}
-	_, cfg := g.upstreams()
-	return u, cfg.sees(g.ruleFor(ctx), u, key)
+	if tmpl != "" {
+		if err := checkSpelling(uri); err != nil {
+			return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams,
+				"resource URI "+strconv.Quote(uri)+" is not one the gateway can judge by its rules: "+err.Error(), nil)
+		}
+		if !u.keepsURI(uri) || !s.cfg.sees(r, u, tmpl) {
+			return nil, nil
+		}
+	}
+	if !s.cfg.seesURI(r, u, uri) {
+		return nil, nil
+	}
+	return u, nil
 }
 
-// ownerOf finds the upstream that serves the resource uri: the first that
-// lists it, else the first whose template matches it. key is the listed
-// URI or the template.
-func (g *Gateway) ownerOf(ctx context.Context, principal, uri string) (u *upstream, key string, ok bool) {
-	ups, _ := g.upstreams()
+// ownerOf finds, among the upstreams of ups that may, the one that serves
+// the resource uri: the first that lists it, else the first whose template
+// matches it. tmpl is that template, "" for a listed URI.
+func ownerOf(ctx context.Context, ups []*upstream, principal, uri string, may func(*upstream) bool) (u *upstream, tmpl string, ok bool) {
 	ri, ti := listIndex(server.ListResources), listIndex(server.ListTemplates)
 	for _, u := range ups {
+		if !may(u) {
+			continue
+		}
 		if v, err := u.list(ctx, ri, principal); err == nil {
 			if _, ok := v.byKey[uri]; ok {
-				return u, uri, true
+				return u, "", true
 			}
 		}
 	}
 	for _, u := range ups {
+		if !may(u) {
+			continue
+		}
 		v, err := u.list(ctx, ti, principal)
 		if err != nil {
 			continue

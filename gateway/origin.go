@@ -27,8 +27,8 @@ func (o origin) List(ctx context.Context, req *server.ListRequest) (*server.List
 	if i < 0 {
 		return nil, jsonrpc.NewError(jsonrpc.CodeInvalidParams, "no such list", nil)
 	}
-	r := g.ruleFor(ctx)
-	mv := g.mergedList(ctx, i, req.Principal, r)
+	snap := g.snapshot()
+	mv := g.mergedList(ctx, snap, i, req.Principal, snap.ruleFor(ctx))
 	start := 0
 	if req.Cursor != nil {
 		after := string(req.Cursor)
@@ -37,8 +37,7 @@ func (o origin) List(ctx context.Context, req *server.ListRequest) (*server.List
 			start++
 		}
 	}
-	_, cfg := g.upstreams()
-	end := min(start+cfg.pageSize(), len(mv.items))
+	end := min(start+snap.cfg.pageSize(), len(mv.items))
 	page := &server.ListPage{Items: mv.items[start:end]}
 	if end < len(mv.items) {
 		page.Next = []byte(mv.keys[end-1])
@@ -51,7 +50,7 @@ func (o origin) List(ctx context.Context, req *server.ListRequest) (*server.List
 // CallTool forwards a tools/call to the upstream of the tool, under its
 // own name there, and hands its progress back to the caller.
 func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.CallToolResult, error) {
-	u, it, ok := o.g.route(ctx, listIndex(server.ListTools), req.Principal, req.Name)
+	u, it, ok := o.g.route(ctx, o.g.snapshot(), listIndex(server.ListTools), req.Principal, req.Name)
 	if !ok {
 		return nil, cmp.Or(o.g.refusal(req.Principal, listIndex(server.ListTools), req.Name), errUnknown("tool", req.Name))
 	}
@@ -83,7 +82,7 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 
 // GetPrompt forwards a prompts/get to the upstream of the prompt.
 func (o origin) GetPrompt(ctx context.Context, req *server.PromptRequest) (*mcp.GetPromptResult, error) {
-	u, it, ok := o.g.route(ctx, listIndex(server.ListPrompts), req.Principal, req.Name)
+	u, it, ok := o.g.route(ctx, o.g.snapshot(), listIndex(server.ListPrompts), req.Principal, req.Name)
 	if !ok {
 		return nil, cmp.Or(o.g.refusal(req.Principal, listIndex(server.ListPrompts), req.Name), errUnknown("prompt", req.Name))
 	}
@@ -108,20 +107,30 @@ func (o origin) GetPrompt(ctx context.Context, req *server.PromptRequest) (*mcp.
 
 // ReadResource forwards a resources/read to the upstream that serves the
 // URI. A public answer is kept for its ttlMs and served to every caller
-// who may see the resource; a private one is never kept.
+// who may see the resource; a private one is never kept. Under caller
+// rules every answer is told private, kept or not: the rules hide the
+// resource from some, so no cache may pass it on to another caller.
 func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
 	g := o.g
-	u, ok := g.routeURI(ctx, req.Principal, req.URI)
-	if !ok {
+	snap := g.snapshot()
+	u, err := g.routeURI(ctx, snap, req.Principal, req.URI)
+	if err != nil {
+		return nil, err
+	}
+	if u == nil {
 		return nil, cmp.Or(g.refusal(req.Principal, -1, req.URI), server.ErrResourceNotFound)
 	}
 	now := g.now()
 	g.readsMu.Lock()
 	k := g.reads[req.URI]
 	g.readsMu.Unlock()
-	if k != nil && now.Before(k.expires) {
+	if k != nil && k.from == u && now.Before(k.expires) {
 		u.st.hits.Add(1)
-		req.SetCache(server.CachePolicy{TTL: k.expires.Sub(now).Truncate(time.Millisecond), Scope: mcp.ScopePublic})
+		scope := mcp.ScopePublic
+		if len(snap.cfg.Callers) > 0 {
+			scope = mcp.ScopePrivate
+		}
+		req.SetCache(server.CachePolicy{TTL: k.expires.Sub(now).Truncate(time.Millisecond), Scope: scope})
 		return k.res, nil
 	}
 	u.st.misses.Add(1)
@@ -142,11 +151,10 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	}
 	ttl := time.Duration(0)
 	if rr.TTL != nil && *rr.TTL > 0 {
-		ttl = min(time.Duration(*rr.TTL)*time.Millisecond, g.config().maxTTL())
+		ttl = min(time.Duration(*rr.TTL)*time.Millisecond, snap.cfg.maxTTL())
 	}
 	scope := mcp.ScopePrivate
-	_, cfg := g.upstreams()
-	if rr.Scope == mcp.ScopePublic && len(cfg.Callers) == 0 && u.x == nil {
+	if rr.Scope == mcp.ScopePublic && len(snap.cfg.Callers) == 0 && u.x == nil {
 		scope = mcp.ScopePublic
 	}
 	req.SetCache(server.CachePolicy{TTL: ttl, Scope: scope})
@@ -155,7 +163,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 		if len(g.reads) >= maxKeptReads {
 			clear(g.reads)
 		}
-		g.reads[req.URI] = &keptRead{res: &out, expires: now.Add(ttl)}
+		g.reads[req.URI] = &keptRead{res: &out, from: u, expires: now.Add(ttl)}
 		g.readsMu.Unlock()
 	}
 	return &out, nil
@@ -165,19 +173,24 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 // or template its ref names.
 func (o origin) Complete(ctx context.Context, req *server.CompleteRequest) (*mcp.Completion, error) {
 	g := o.g
+	snap := g.snapshot()
 	ref := req.Ref
 	var u *upstream
 	switch ref.Type {
 	case "ref/prompt":
-		up, it, ok := g.route(ctx, listIndex(server.ListPrompts), req.Principal, ref.Name)
+		up, it, ok := g.route(ctx, snap, listIndex(server.ListPrompts), req.Principal, ref.Name)
 		if !ok {
 			return nil, errUnknown("prompt", ref.Name)
 		}
 		u, ref.Name = up, it.orig
 	case "ref/resource":
-		up, _, ok := g.route(ctx, listIndex(server.ListTemplates), req.Principal, ref.URI)
+		up, _, ok := g.route(ctx, snap, listIndex(server.ListTemplates), req.Principal, ref.URI)
 		if !ok {
-			if up, ok = g.routeURI(ctx, req.Principal, ref.URI); !ok {
+			var err error
+			if up, err = g.routeURI(ctx, snap, req.Principal, ref.URI); err != nil {
+				return nil, err
+			}
+			if up == nil {
 				return nil, errUnknown("resource template", ref.URI)
 			}
 		}
@@ -213,10 +226,7 @@ func (o origin) ToolSchema(principal, name string) (jsontext.Value, bool) {
 		if !ok {
 			continue
 		}
-		o.g.callersMu.Lock()
-		info := o.g.callers[principal]
-		o.g.callersMu.Unlock()
-		if !cfg.sees(cfg.ruleOf(info), u, name) {
+		if !cfg.sees(o.g.ruleOfPrincipal(cfg, principal), u, name) {
 			return nil, false
 		}
 		var t struct {
@@ -235,6 +245,12 @@ func (o origin) ToolSchema(principal, name string) (jsontext.Value, bool) {
 func (o origin) Follow(principal string, uris []string) func() {
 	g := o.g
 	ctx := g.ctx
+	// Only upstreams the caller's rule lets it see are asked to follow:
+	// another's updates would not be told to it, and asking would tell
+	// that upstream what the caller follows.
+	snap := g.snapshot()
+	r := g.ruleOfPrincipal(snap.cfg, principal)
+	may := func(u *upstream) bool { return snap.cfg.allows(r, u) }
 	type held struct {
 		u   *upstream
 		uri string
@@ -247,12 +263,13 @@ func (o origin) Follow(principal string, uris []string) func() {
 		// matches may still be one an upstream serves: every upstream
 		// with resources follows it.
 		owners := []*upstream{}
-		if u, _, ok := g.ownerOf(ctx, principal, uri); ok {
-			owners = append(owners, u)
-		} else {
-			ups, _ := g.upstreams()
-			for _, u := range ups {
-				if u.offer().resources {
+		if u, tmpl, ok := ownerOf(ctx, snap.ups, principal, uri, may); ok {
+			if tmpl == "" || checkSpelling(uri) == nil && u.keepsURI(uri) {
+				owners = append(owners, u)
+			}
+		} else if checkSpelling(uri) == nil {
+			for _, u := range snap.ups {
+				if may(u) && u.offer().resources && u.keepsURI(uri) {
 					owners = append(owners, u)
 				}
 			}
