@@ -159,7 +159,9 @@ func startExchangeRig(t *testing.T, tune ...func(*gateway.Config)) *exchangeRig 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.url = serveOnLoopback(t, r.g.Server(), gguard.Require(streamhttp.New(r.g.Server(), streamhttp.WithPrincipal(auth.Principal))))
+	// Listens are parked, as tidings gateway parks them: a listen's
+	// handler returns while the listen goes on.
+	r.url = serveOnLoopback(t, r.g.Server(), gguard.Require(streamhttp.New(r.g.Server(), streamhttp.WithPrincipal(auth.Principal), streamhttp.WithParking())))
 	return r
 }
 

@@ -94,6 +94,8 @@ type Gateway struct {
 
 	// taskPolls follow upstream the tasks listens here follow.
 	taskPolls taskPolls
+	// ends are the releases of parked listens' holds under way.
+	ends sync.WaitGroup
 }
 
 // mergedKey names a merged list kept for the callers of one rule.
@@ -213,6 +215,7 @@ func (g *Gateway) Close() {
 	//lint:ignore SA2001 the lock is taken only to wait for a follow under way.
 	g.taskPolls.mu.Unlock()
 	g.taskPolls.wg.Wait()
+	g.ends.Wait()
 	for _, u := range ups {
 		u.stop()
 	}
@@ -384,7 +387,25 @@ func (g *Gateway) forgetRead(uri string) {
 func (g *Gateway) noteCaller(next server.MethodHandler) server.MethodHandler {
 	return func(ctx context.Context, req *server.Request) error {
 		ctx, release := g.exchangeCaller(ctx, req)
-		defer release()
+		// A listen's holds last as long as the listen: past its handler
+		// when the transport parked it. Letting go closes listens
+		// upstream and waits for them, which the parked listens' shared
+		// writer that runs the end must not: it is done aside.
+		parked := false
+		defer func() {
+			if !parked {
+				release()
+			}
+		}()
+		defer func() {
+			parked = req.AfterEnd(func(error) {
+				g.ends.Add(1)
+				go func() {
+					defer g.ends.Done()
+					release()
+				}()
+			})
+		}()
 		if _, cfg := g.upstreams(); len(cfg.Callers) > 0 {
 			info, _ := auth.FromContext(ctx)
 			g.callersMu.Lock()
