@@ -52,7 +52,7 @@ func authGatewayOf(t *testing.T, as *testas.Server, cfg gateway.Config) (*gatewa
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Close) // after the server below is shut down
-	url := serveOnLoopback(t, g.Server(), guard.Require(streamhttp.New(g.Server(), streamhttp.WithPrincipal(auth.Principal))))
+	url := serveOnLoopback(t, g.Server(), guard.Require(streamhttp.New(g.Server(), streamhttp.WithPrincipal(auth.Principal), streamhttp.WithParking())))
 	kid, key := as.SigningKey()
 	mint := func(sub string, scopes ...string) string {
 		t.Helper()

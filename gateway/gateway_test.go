@@ -81,7 +81,9 @@ func startGateway(t *testing.T, cfg gateway.Config, opts ...gateway.Option) (*ga
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Close) // after the server below is shut down
-	url := serveOnLoopback(t, g.Server(), streamhttp.New(g.Server(), streamhttp.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-User") })))
+	// Listens are parked, as tidings gateway parks them.
+	url := serveOnLoopback(t, g.Server(), streamhttp.New(g.Server(), streamhttp.WithParking(),
+		streamhttp.WithPrincipal(func(r *http.Request) string { return r.Header.Get("X-User") })))
 	return g, url
 }
 
