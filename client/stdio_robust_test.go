@@ -209,3 +209,20 @@ func TestWithStderr(t *testing.T) {
 		t.Errorf("stderr = %q, want the server's diagnostics", got)
 	}
 }
+
+// TestStdioGarbageFailsAtOnce: a server that answers with a line that is
+// not JSON fails the request at once, in words that show the line, where
+// the request waited for its deadline; the connection goes on.
+func TestStdioGarbageFailsAtOnce(t *testing.T) {
+	c := stdioClient(t)
+	control(t, c, "add_tool", map[string]any{"name": "marker"})
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, err := c.CallTool(ctx, "garble", nil)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "Traceback") {
+		t.Fatalf("a garbled answer: %v (context: %v), want an error showing the line at once", err, ctx.Err())
+	}
+	if res, err := c.CallTool(context.Background(), "marker", nil); err != nil || *res.Content[0].Text != "marker" {
+		t.Fatalf("a call after the garbled answer: %+v, %v", res, err)
+	}
+}

@@ -97,7 +97,7 @@ func TestStdioAPI(t *testing.T) {
 	}
 	tools, err := c.Tools(ctx)
 	must(t, err)
-	want := []string{"add_prompt", "add_tool", "big", "crash", "remove_tool", "seed1", "seed2", "seed3", "seed4", "seed5", "set_resource", "shutdown", "stall"}
+	want := []string{"add_prompt", "add_tool", "big", "crash", "garble", "remove_tool", "seed1", "seed2", "seed3", "seed4", "seed5", "set_resource", "shutdown", "stall"}
 	if got := names(tools); !slices.Equal(got, want) {
 		t.Errorf("Tools = %v, want %v (all pages, sorted)", got, want)
 	}

@@ -58,6 +58,9 @@ type stdioConn struct {
 	tokens  map[string]string
 	onOther func(*jsonrpc.Message)
 	readErr error
+	// answered is set once the server has sent a response: from then
+	// on, a line that is not a message breaks an answer (see garbage).
+	answered bool
 	// onEnd runs once when the reader stops.
 	onEnd func()
 
@@ -128,6 +131,8 @@ func (c *stdioConn) read(r io.Reader) {
 		} else if len(bytes.TrimSpace(line)) > 0 {
 			if m, derr := jsonrpc.Decode(line, 0); derr == nil {
 				c.route(m)
+			} else {
+				c.garbage(line, derr)
 			}
 		}
 		line, head, tooLong = line[:0], nil, false
@@ -143,6 +148,39 @@ func (c *stdioConn) read(r io.Reader) {
 		c.onEnd()
 	}
 	close(c.done)
+}
+
+// garbage handles a line that is not a JSON-RPC message. A server must
+// write nothing else on its stdout; one that does, once it has answered
+// anything, has most likely written an answer that cannot be read, and
+// the request it answers would wait for its deadline. So every request
+// in flight fails at once, naming the line — but listens, which outlive
+// any one answer. Before its first answer a server's stray lines (a
+// banner, say) are passed over, so that such a server still starts.
+func (c *stdioConn) garbage(line []byte, derr error) {
+	c.mu.Lock()
+	if !c.answered {
+		c.mu.Unlock()
+		return
+	}
+	var fail []*pending
+	for _, p := range c.pending {
+		if !p.listen {
+			fail = append(fail, p)
+		}
+	}
+	c.mu.Unlock()
+	shown := bytes.TrimSpace(line)
+	if len(shown) > 80 {
+		shown = append(shown[:77:77], "..."...)
+	}
+	err := fmt.Errorf("client: the server wrote a line that is not a JSON-RPC message (%v): %q", derr, shown)
+	for _, p := range fail {
+		select {
+		case p.resp <- answer{err: err}:
+		default:
+		}
+	}
 }
 
 // dropLong fails the request that an over-long line answers, when the
@@ -262,6 +300,9 @@ func (c *stdioConn) finish(key string, a answer, listenOnly bool) {
 
 func (c *stdioConn) route(m *jsonrpc.Message) {
 	if m.IsResponse() {
+		c.mu.Lock()
+		c.answered = true
+		c.mu.Unlock()
 		c.finish(m.ID.Raw(), answer{m: m}, false)
 		return
 	}

@@ -14,6 +14,7 @@
 //	crash                    exits at once with status 3, answering nothing
 //	big {size}               answers with a text of size bytes
 //	stall                    stops reading stdin for good (a wedged server)
+//	garble                   answers with a line that is not JSON (a broken server)
 //
 // Flags set the page size and the number of seed tools (seed1...);
 // -untagged makes the server leave the subscription id out of its change
@@ -31,6 +32,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,18 +56,19 @@ func main() {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	stdin := &stallReader{r: os.Stdin, stalled: make(chan struct{})}
-	srv, err := newServer(*page, *seed, log, stdin.stall)
+	out := &garbleWriter{w: os.Stdout}
+	srv, err := newServer(*page, *seed, log, stdin.stall, out.arm)
 	if err != nil {
 		log.Error("stdioserver", "err", err)
 		os.Exit(1)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	var out io.Writer = os.Stdout
+	var w io.Writer = out
 	if *untagged {
-		out = &untagWriter{w: os.Stdout}
+		w = &untagWriter{w: out}
 	}
-	if err := stdio.Serve(ctx, srv, stdin, out); err != nil {
+	if err := stdio.Serve(ctx, srv, stdin, w); err != nil {
 		log.Error("stdioserver", "err", err)
 		os.Exit(1)
 	}
@@ -134,6 +137,25 @@ type controlArgs struct {
 	Size int    `json:"size"`
 }
 
+// garbleWriter passes writes on to w, but for the first answer written
+// after arm, which it replaces with a line that is not JSON.
+type garbleWriter struct {
+	w     io.Writer
+	armed atomic.Bool
+}
+
+func (g *garbleWriter) arm() { g.armed.Store(true) }
+
+func (g *garbleWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`"result"`)) && g.armed.CompareAndSwap(true, false) {
+		if _, err := io.WriteString(g.w, "Traceback (most recent call last): the answer was lost\n"); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
 // stallReader reads r until stall is called; from then on every read
 // blocks until the process ends, as in a server wedged on something else.
 type stallReader struct {
@@ -162,7 +184,7 @@ func text(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent(s)}}
 }
 
-func newServer(page, seed int, log *slog.Logger, stall func()) (*server.Server, error) {
+func newServer(page, seed int, log *slog.Logger, stall, garble func()) (*server.Server, error) {
 	srv := server.New(mcp.Implementation{Name: "stdioserver", Version: "1.0.0"},
 		server.WithPageSize(page), server.WithLogger(log))
 	named := func(_ context.Context, r *server.ToolRequest) (*mcp.CallToolResult, error) { return text(r.Name), nil }
@@ -245,6 +267,10 @@ func newServer(page, seed int, log *slog.Logger, stall func()) (*server.Server, 
 		"stall": func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 			stall()
 			return text("stalled"), nil
+		},
+		"garble": func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+			garble()
+			return text("garbled"), nil
 		},
 		"crash": func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
 			os.Exit(3)
