@@ -766,6 +766,9 @@ type DiscoverResult struct {
 	Capabilities      mcp.ServerCaps `json:"capabilities"`
 	Instructions      string         `json:"instructions,omitempty"`
 	ServerInfo        *mcp.Implementation
+	// Meta is the result's _meta as the server sent it (serverInfo
+	// among it), for what a server tells of itself beyond the fields.
+	Meta mcp.Meta `json:"_meta,omitempty"`
 }
 
 // Discover asks the server who it is and what it can do (cached per

@@ -3,13 +3,18 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/client"
 	"tidings/gateway"
@@ -362,5 +367,47 @@ func TestMaxItemsCutsAList(t *testing.T) {
 	}
 	if g.Stats()[0].Cut == 0 {
 		t.Fatal("the cut is not counted")
+	}
+}
+
+// TestBrokenUpstreamStallsNobody: beside two healthy upstreams, one that
+// answers tools/list with a line that is not JSON holds up no caller:
+// 100 callers at once each get the healthy upstreams' tools within a
+// second, told which upstream is missing.
+func TestBrokenUpstreamStallsNobody(t *testing.T) {
+	a := startUpstream(t, mcp.ScopePublic, "echo")
+	b := startUpstream(t, mcp.ScopePublic, "echo")
+	_, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{
+		{ID: "a", URL: a.url}, {ID: "bad", Command: stdioUpstream("garble-tools")}, {ID: "b", URL: b.url}}})
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := range 100 {
+		wg.Go(func() {
+			c := client.NewHTTP(url, client.WithHeader("X-User", "caller"+strconv.Itoa(i)))
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			raw, err := c.Request(ctx, mcp.MethodToolsList, nil)
+			if err != nil {
+				errs <- fmt.Errorf("caller %d: %w", i, err)
+				return
+			}
+			var page struct {
+				Tools []mcp.Tool                `json:"tools"`
+				Meta  map[string]jsontext.Value `json:"_meta"`
+			}
+			if err := jsonrpc.UnmarshalParams(raw, &page); err != nil {
+				errs <- err
+				return
+			}
+			if got := names(page.Tools); !slices.Equal(got, []string{"a_echo", "b_echo"}) || string(page.Meta[gateway.MissingMetaKey]) != `["bad"]` {
+				errs <- fmt.Errorf("caller %d: tools %v, missing %s", i, got, page.Meta[gateway.MissingMetaKey])
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -69,6 +69,7 @@ import (
 // Gateway is a server in front of other servers. Make one with New.
 type Gateway struct {
 	cfg    *Config // replaced whole by Reload, never changed in place
+	id     string  // tells this gateway from others (see IdentityMetaKey)
 	log    *slog.Logger
 	srv    *server.Server
 	now    func() time.Time
@@ -114,7 +115,15 @@ type mergedView struct {
 	keys    []string
 	expires time.Time
 	scope   mcp.CacheScope
+	// missing are the upstreams whose items it lacks: they failed.
+	missing []string
 }
+
+// MissingMetaKey is the member of a list page's _meta that names, when
+// there are any, the upstreams whose items the list lacks because they
+// failed to answer: a host can tell a partial list from a whole one. The
+// list is then kept only until they are asked again, about a second.
+const MissingMetaKey = "io.github.tidings/missingUpstreams"
 
 // keptRead is a public resources/read answer, kept for its ttlMs.
 type keptRead struct {
@@ -167,7 +176,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Gateway, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g := &Gateway{cfg: &cfg, log: o.log, now: o.now, callers: map[string]*auth.Info{}, reads: map[string]*keptRead{}}
+	g := &Gateway{cfg: &cfg, log: o.log, now: o.now, callers: map[string]*auth.Info{}, reads: map[string]*keptRead{}, id: newGatewayID()}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	srvOpts := append([]server.Option{
 		server.WithCapabilities(server.Tools, server.Prompts, server.Resources, server.Completions),
@@ -175,7 +184,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Gateway, error) {
 	}, o.srvOpts...)
 	// Visibility is installed even without caller rules, which a reload
 	// may bring.
-	srvOpts = append(srvOpts, server.WithOrigin(origin{g}), server.WithMiddleware(g.noteCaller), server.WithVisibility(g.visible))
+	srvOpts = append(srvOpts, server.WithOrigin(origin{g}), server.WithMiddleware(g.noteCaller), server.WithVisibility(g.visible),
+		server.WithDiscoverMeta(g.discoverMeta))
 	g.srv = server.New(mcp.Implementation{Name: "tidings-gateway", Version: "0.1.0"}, srvOpts...)
 	for _, uc := range cfg.Upstreams {
 		u, err := newUpstream(ctx, g, uc)
@@ -603,18 +613,24 @@ func (g *Gateway) mergedList(ctx context.Context, s snapshot, i int, principal s
 		scope = mcp.ScopePrivate // what a caller sees depends on who asks
 	}
 	shareable := true
+	var missing []string
 	for _, u := range ups {
-		if r != ruleAll && r < 0 {
-			break
+		if !cfg.allows(r, u) {
+			continue
 		}
 		v, err := u.list(ctx, i, principal)
 		if err != nil {
-			// Left out, and tried again within retryDown; the list is
-			// not kept, and its TTL is the time until then.
+			// Left out, and named as missing; the list is kept for the
+			// others of the rule until the upstream is asked again
+			// (retryDown), so that they are not held up by it — unless
+			// what failed was this caller's own request.
 			if e := now.Add(retryDown); e.Before(expires) {
 				expires = e
 			}
-			shareable = false
+			if ctx.Err() != nil {
+				shareable = false
+			}
+			missing = append(missing, u.cfg.ID)
 			continue
 		}
 		if v.expires.Before(expires) {
@@ -644,7 +660,7 @@ func (g *Gateway) mergedList(ctx context.Context, s snapshot, i int, principal s
 	// Stable: on a name two upstreams offer (which only a reload racing
 	// a change can make), the first upstream's item wins.
 	sort.SliceStable(all, func(a, b int) bool { return all[a].key < all[b].key })
-	mv := &mergedView{cfg: cfg, gen: gen, expires: expires, scope: scope}
+	mv := &mergedView{cfg: cfg, gen: gen, expires: expires, scope: scope, missing: missing}
 	for j, e := range all {
 		if j > 0 && e.key == all[j-1].key {
 			continue

@@ -44,6 +44,13 @@ func (o origin) List(ctx context.Context, req *server.ListRequest) (*server.List
 	}
 	ttl := max(mv.expires.Sub(g.now()), 0)
 	page.Cache = server.CachePolicy{TTL: ttl.Truncate(time.Millisecond), Scope: mv.scope}
+	if len(mv.missing) > 0 {
+		ids, err := jsonrpc.Marshal(mv.missing)
+		if err != nil {
+			return nil, err
+		}
+		page.Meta = mcp.Meta{MissingMetaKey: ids}
+	}
 	return page, nil
 }
 

@@ -118,6 +118,10 @@ type upstream struct {
 	// then left out, and asked for again from retryAt (Unix nanoseconds).
 	down    atomic.Bool
 	retryAt atomic.Int64
+	// loop says whether the upstream leads back to this gateway, and
+	// reaches are the gateways it is or reaches (see identify).
+	loop    loopState
+	reaches atomic.Pointer[[]string]
 
 	st upstreamCounters
 	wg sync.WaitGroup
@@ -271,10 +275,14 @@ func (u *upstream) start(ctx context.Context) {
 		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	if d, err := u.c.Discover(dctx); err == nil {
-		u.offers.Store(offeredBy(d.Capabilities))
-	}
+	d, err := u.c.Discover(dctx)
 	cancel()
+	if err == nil {
+		u.offers.Store(offeredBy(d.Capabilities))
+		if u.noteIdentity(d) != nil {
+			return
+		}
+	}
 	u.listen(ctx, nil)
 	u.wg.Add(1)
 	go func() {
@@ -393,6 +401,11 @@ func (u *upstream) event(e client.Event) {
 		u.g.srv.ResourceUpdated(e.URI)
 		u.lag(e)
 	case client.Connected:
+		// What answers at the upstream's address may be another server
+		// than before: a gateway, perhaps this one.
+		if u.identify(u.g.ctx, true) != nil {
+			return
+		}
 		u.setDown(false, nil)
 	case client.Disconnected:
 		if !e.Graceful {
@@ -579,6 +592,9 @@ func (u *upstream) list(ctx context.Context, i int, principal string) (*view, er
 	if v.fresh(now) {
 		u.st.hits.Add(1)
 		return v, nil
+	}
+	if err := u.identify(ctx, false); err != nil {
+		return nil, err
 	}
 	if u.down.Load() && now.UnixNano() < u.retryAt.Load() {
 		return nil, errDown

@@ -18,7 +18,11 @@ func (s *Server) discover(req *Request) engine.Reply {
 		Capabilities      mcp.ServerCaps `json:"capabilities"`
 		Instructions      string         `json:"instructions,omitempty"`
 	}{[]string{mcp.Version}, s.capabilities(), s.cfg.instructions}
-	return s.reply(req, res, engine.Tail{Hint: s.cfg.policies[ListDiscover].hint()})
+	var meta mcp.Meta
+	if s.cfg.discoverMeta != nil {
+		meta = s.cfg.discoverMeta()
+	}
+	return s.reply(req, res, engine.Tail{Hint: s.cfg.policies[ListDiscover].hint(), Meta: meta})
 }
 
 // listPage answers one page of a list: a keyset page after the cursor's

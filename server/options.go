@@ -7,10 +7,12 @@ import (
 
 	"tidings/bus"
 	"tidings/internal/engine"
+	"tidings/mcp"
 )
 
 type config struct {
 	instructions string
+	discoverMeta func() mcp.Meta
 	pageSize     int
 	secret       []byte
 	policies     [numLists]CachePolicy
@@ -48,6 +50,13 @@ type Option func(*config)
 
 // WithInstructions sets the instructions returned by server/discover.
 func WithInstructions(s string) Option { return func(c *config) { c.instructions = s } }
+
+// WithDiscoverMeta has every server/discover result carry what meta
+// returns in its _meta, beside serverInfo: facts about this server that
+// a client of a given kind looks for (a gateway tells there who it is,
+// so that it can tell when it is its own upstream). meta is called for
+// each answer and must not block.
+func WithDiscoverMeta(meta func() mcp.Meta) Option { return func(c *config) { c.discoverMeta = meta } }
 
 // WithPageSize sets how many items a list page holds (default 100).
 func WithPageSize(n int) Option { return func(c *config) { positive(&c.pageSize, n) } }

@@ -78,6 +78,9 @@ type ListPage struct {
 	// Cache is the page's hint; a page that depends on who asks must be
 	// private.
 	Cache CachePolicy
+	// Meta is the page's own _meta: what the origin tells of the page
+	// besides its items (a gateway names the servers missing from it).
+	Meta mcp.Meta
 }
 
 // WithOrigin has o answer the server's lists and item requests in place of
@@ -168,7 +171,7 @@ func (s *Server) originList(ctx context.Context, l List, c *engine.Call, req *Re
 		b, _ = jsontext.AppendQuote(b, s.seal.seal(purposeCursor, page.Next, binding, time.Time{}))
 		b = append(b, ',')
 	}
-	b, err = req.enc.Finish(b, engine.Tail{ResultType: mcp.ResultComplete, Hint: page.Cache.hint()})
+	b, err = req.enc.Finish(b, engine.Tail{ResultType: mcp.ResultComplete, Hint: page.Cache.hint(), Meta: page.Meta})
 	if err != nil {
 		*bp = (*bp)[:0]
 		s.bodies.Put(bp)
