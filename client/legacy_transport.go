@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"tidings/internal/sse"
@@ -49,10 +50,33 @@ func (s sessionTransport) prepare(r *outbound) {
 func (s sessionTransport) roundTrip(ctx context.Context, r *outbound, onMsg func(*jsonrpc.Message)) (*jsonrpc.Message, error) {
 	s.prepare(r)
 	m, err := s.base.roundTrip(ctx, r, onMsg)
-	if s.ls.id != "" && r.statusOut == http.StatusNotFound {
+	if s.ls.id != "" && sessionGone(r.statusOut, m, err) {
 		return nil, errSessionGone
 	}
 	return m, err
+}
+
+// sessionGone reports whether an answer of HTTP status to a request of a
+// session (its message m or error err) says the server no longer knows
+// the session. The spec says so with 404; servers built on the
+// TypeScript SDK, among others, answer 400 and name the session in
+// their error ("No valid session ID provided"), and a client that took
+// that for a bad request would never speak to a restarted server again.
+func sessionGone(status int, m *jsonrpc.Message, err error) bool {
+	switch status {
+	case http.StatusNotFound:
+		return true
+	case http.StatusBadRequest:
+		var text string
+		switch {
+		case m != nil && m.Error != nil:
+			text = m.Error.Message
+		case err != nil:
+			text = err.Error()
+		}
+		return strings.Contains(strings.ToLower(text), "session")
+	}
+	return false
 }
 
 func (s sessionTransport) send(ctx context.Context, r *outbound) error {
@@ -142,6 +166,12 @@ func (s sessionTransport) get(ctx context.Context, t *httpTransport, onOpen func
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return errSessionGone
+	case resp.StatusCode == http.StatusBadRequest:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if sessionGone(resp.StatusCode, nil, errors.New(string(body))) {
+			return errSessionGone
+		}
+		return &HTTPError{Status: resp.StatusCode, Body: "GET stream refused: " + strings.TrimSpace(string(body))}
 	case resp.StatusCode == http.StatusMethodNotAllowed:
 		return errNoStream
 	case resp.StatusCode >= 300:
