@@ -67,6 +67,7 @@ type config struct {
 	now        func() time.Time
 	maxMsg     int
 	stderr     io.Writer
+	onRestart  func(ended string)
 	env        []string
 	onLog      func(level mcp.LogLevel, logger string, data jsontext.Value)
 	logLevel   mcp.LogLevel
@@ -200,6 +201,16 @@ func withClock(now func() time.Time) Option { return option(func(c *config) { c.
 // or the server blocks on its writes to stderr.
 func WithStderr(w io.Writer) CommandOption {
 	return commandOption(func(c *config) { c.stderr = w })
+}
+
+// WithRestarted has fn told each time a spawned server that died is
+// started again, with how it ended ("exit status 3", "signal: killed",
+// or "" when it closed its output without exiting in time): a restart
+// is otherwise seen only as a dropped request, and a server that keeps
+// crashing only once the client gives up on it (ErrServerGone). fn runs
+// on the request that starts the server again and must not block.
+func WithRestarted(fn func(ended string)) CommandOption {
+	return commandOption(func(c *config) { c.onRestart = fn })
 }
 
 // WithEnv adds environment variables ("K=V") for a spawned server.
@@ -349,7 +360,12 @@ func NewCommand(ctx context.Context, name string, args []string, opts ...Command
 	spawn := func(ctx context.Context) (*stdioTransport, error) {
 		return startStdio(ctx, name, args, cfg.env, cfg.stderr, c.otherMessage, cfg.maxMsg)
 	}
-	t, err := newCommandTransport(ctx, c.life.ctx, spawn, c.forgetEra)
+	t, err := newCommandTransport(ctx, c.life.ctx, spawn, func(ended string) {
+		c.forgetEra()
+		if cfg.onRestart != nil {
+			cfg.onRestart(ended)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

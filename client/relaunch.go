@@ -28,8 +28,10 @@ const (
 // death as a drop and reconcile).
 type commandTransport struct {
 	// spawn starts a process; ctx bounds the start only.
-	spawn     func(ctx context.Context) (*stdioTransport, error)
-	onRestart func()
+	spawn func(ctx context.Context) (*stdioTransport, error)
+	// onRestart is told of each new process, with how the one before
+	// ended (see ServerExitError.State).
+	onRestart func(ended string)
 	// life bounds restarts: it is the client's, not that of whoever made
 	// the client, so restarts keep working after that caller is gone.
 	life context.Context
@@ -50,7 +52,7 @@ type commandTransport struct {
 
 // newCommandTransport starts the first process within ctx; later ones are
 // started within life.
-func newCommandTransport(ctx, life context.Context, spawn func(context.Context) (*stdioTransport, error), onRestart func()) (*commandTransport, error) {
+func newCommandTransport(ctx, life context.Context, spawn func(context.Context) (*stdioTransport, error), onRestart func(ended string)) (*commandTransport, error) {
 	t, err := spawn(ctx)
 	if err != nil {
 		return nil, err
@@ -99,7 +101,7 @@ func (t *commandTransport) current() (*stdioTransport, error) {
 		return nil, err
 	}
 	t.cur, t.reaped = nt, false
-	t.onRestart()
+	t.onRestart(dead.exitState())
 	return nt, nil
 }
 

@@ -271,7 +271,7 @@ func waitDone(t *testing.T, p *stdioTransport) {
 // TestCrashLoopGuardResets: a death after a long life ends a run of quick
 // deaths, so two more quick deaths after it are not a crash loop.
 func TestCrashLoopGuardResets(t *testing.T) {
-	tr, err := newCommandTransport(t.Context(), t.Context(), spawnExiting(t), func() {})
+	tr, err := newCommandTransport(t.Context(), t.Context(), spawnExiting(t), func(string) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestCrashLoopGuardResets(t *testing.T) {
 // TestCrashLoopJudgedAtDeath: a process that died right after its start is
 // a quick death even when the next request comes much later.
 func TestCrashLoopJudgedAtDeath(t *testing.T) {
-	tr, err := newCommandTransport(t.Context(), t.Context(), spawnExiting(t), func() {})
+	tr, err := newCommandTransport(t.Context(), t.Context(), spawnExiting(t), func(string) {})
 	if err != nil {
 		t.Fatal(err)
 	}

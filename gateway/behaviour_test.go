@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -409,5 +410,34 @@ func TestBrokenUpstreamStallsNobody(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestSpawnedUpstreamIsHeard: what a spawned upstream writes to its
+// stderr is in the gateway's log under its id, a line at a time, and a
+// process that dies is started again, logged with how it ended and
+// counted.
+func TestSpawnedUpstreamIsHeard(t *testing.T) {
+	var logs testkit.SyncBuffer
+	g, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "noisy", Command: stdioUpstream("noisy")}}},
+		gateway.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	testkit.WaitFor(t, waitTimeout, "the upstream's stderr in the log", func() bool {
+		return strings.Contains(logs.String(), `msg="upstream stderr" upstream=noisy line="hello from stderr"`) &&
+			strings.Contains(logs.String(), `line="second line"`)
+	})
+	c := client.NewHTTP(url)
+	defer c.Close()
+	if _, err := c.CallTool(context.Background(), "noisy_crash", map[string]any{}); err == nil {
+		t.Fatal("a call that ended the upstream's process succeeded")
+	}
+	testkit.WaitFor(t, waitTimeout, "the upstream started again", func() bool {
+		_, err := c.CallTool(context.Background(), "noisy_ok", map[string]any{})
+		return err == nil
+	})
+	if st := g.Stats()[0]; st.Restarts != 1 {
+		t.Errorf("restarts %d, want 1", st.Restarts)
+	}
+	if !strings.Contains(logs.String(), `msg="upstream process ended; started again" upstream=noisy ended="exit status 3"`) {
+		t.Errorf("the restart is not in the log:\n%s", logs.String())
 	}
 }

@@ -825,6 +825,12 @@ type UpstreamStats struct {
 	// Up is false while the upstream does not answer; its items are then
 	// left out of the lists.
 	Up bool
+	// Problem says why it is not up ("" while it is): its latest
+	// failure, or the loop it makes (see IdentityMetaKey).
+	Problem string
+	// Restarts counts the new processes of a spawned upstream started
+	// after one died, and Downs the times the upstream was found down.
+	Restarts, Downs int64
 	// Listens is how many listens the gateway holds on the upstream: one
 	// while it is up, whatever the number of callers listening here — or,
 	// for an upstream spoken to with each caller's token exchanged, one
@@ -856,7 +862,13 @@ func (g *Gateway) Stats() []UpstreamStats {
 	for _, u := range ups {
 		s := UpstreamStats{ID: u.cfg.ID, Up: !u.down.Load(),
 			Requests: u.st.requests.Load(), Hits: u.st.hits.Load(), Misses: u.st.misses.Load(),
-			Failures: u.st.failures.Load(), Cut: u.st.cut.Load(), Lag: time.Duration(u.st.lastLagNanos.Load())}
+			Failures: u.st.failures.Load(), Cut: u.st.cut.Load(), Lag: time.Duration(u.st.lastLagNanos.Load()),
+			Restarts: u.st.restarts.Load(), Downs: u.st.downs.Load()}
+		if !s.Up {
+			if p := u.problem.Load(); p != nil {
+				s.Problem = *p
+			}
+		}
 		u.mu.Lock()
 		if u.watcher != nil && u.watcher.State() == client.Live {
 			s.Listens = 1

@@ -114,6 +114,8 @@ func (u *upstream) noteIdentity(d *client.DiscoverResult) error {
 	err := fmt.Errorf("upstream %s leads back to this gateway: %s; it is left out until the configuration changes: %w", u.cfg.ID, how, errLoop)
 	if u.loop.err.CompareAndSwap(nil, &err) {
 		u.log.Error("upstream is a loop; it is left out", "err", err)
+		p := err.Error()
+		u.problem.Store(&p)
 		u.down.Store(true)
 		u.retryAt.Store(1<<63 - 1)
 		if u.cancel != nil {

@@ -29,9 +29,10 @@ func TestMain(m *testing.M) {
 }
 
 // stdioUpstream is the command of a stdio upstream of the given kind,
-// served by this test binary: "garble-tools" answers every tools/list
-// with a line that is not JSON (a broken server), and everything else
-// as a tidings server with one tool, "ok".
+// served by this test binary: a tidings server with the tools "ok" and
+// "crash" (which exits with status 3 at once). "garble-tools" answers
+// every tools/list with a line that is not JSON (a broken server);
+// "noisy" says hello on its stderr when it starts.
 func stdioUpstream(kind string) []string {
 	return []string{"env", stdioUpstreamEnv + "=" + kind, os.Args[0]}
 }
@@ -43,6 +44,16 @@ func serveStdioUpstream(kind string) int {
 	})
 	if err != nil {
 		return 1
+	}
+	err = srv.AddTool(mcp.Tool{Name: "crash", InputSchema: []byte(`{"type":"object"}`)}, func(context.Context, *server.ToolRequest) (*mcp.CallToolResult, error) {
+		os.Exit(3)
+		return nil, nil
+	})
+	if err != nil {
+		return 1
+	}
+	if kind == "noisy" {
+		_, _ = io.WriteString(os.Stderr, "hello from stderr\nsecond line\n")
 	}
 	var out io.Writer = os.Stdout
 	if kind == "garble-tools" {

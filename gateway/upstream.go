@@ -118,10 +118,15 @@ type upstream struct {
 	// then left out, and asked for again from retryAt (Unix nanoseconds).
 	down    atomic.Bool
 	retryAt atomic.Int64
+	// problem is why it went down last.
+	problem atomic.Pointer[string]
 	// loop says whether the upstream leads back to this gateway, and
 	// reaches are the gateways it is or reaches (see identify).
 	loop    loopState
 	reaches atomic.Pointer[[]string]
+
+	// stderr logs a spawned upstream's stderr (nil for others).
+	stderr *stderrLog
 
 	st upstreamCounters
 	wg sync.WaitGroup
@@ -131,8 +136,11 @@ type upstream struct {
 type upstreamCounters struct {
 	requests, hits, misses, failures atomic.Int64
 	// cut counts lists cut at max_items.
-	cut          atomic.Int64
-	lastLagNanos atomic.Int64
+	cut atomic.Int64
+	// restarts counts the spawned upstream's new processes after one
+	// died, downs the times it was found down.
+	restarts, downs atomic.Int64
+	lastLagNanos    atomic.Int64
 }
 
 // newUpstream connects (lazily) to the server cfg names.
@@ -177,10 +185,12 @@ func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, erro
 		}
 		u.c = client.NewHTTP(cfg.URL, hopts...)
 	} else {
-		copts := make([]client.CommandOption, 0, len(opts)+1)
+		copts := make([]client.CommandOption, 0, len(opts)+2)
 		for _, o := range opts {
 			copts = append(copts, o)
 		}
+		u.stderr = &stderrLog{log: u.log, now: g.now}
+		copts = append(copts, client.WithStderr(u.stderr), client.WithRestarted(u.restarted))
 		c, err := client.NewCommand(ctx, cfg.Command[0], cfg.Command[1:], copts...)
 		if err != nil {
 			return nil, fmt.Errorf("upstream %s: starting %s: %w", cfg.ID, cfg.Command[0], err)
@@ -375,6 +385,9 @@ func (u *upstream) stop() {
 		u.x.stop()
 	}
 	_ = u.c.Close()
+	if u.stderr != nil {
+		u.stderr.flush()
+	}
 	if u.flow != nil {
 		_ = u.flow.Close()
 	}
@@ -551,11 +564,16 @@ const retryDown = time.Second
 func (u *upstream) setDown(down bool, err error) {
 	if down {
 		u.retryAt.Store(u.g.now().Add(retryDown).UnixNano())
+		if err != nil {
+			p := err.Error()
+			u.problem.Store(&p)
+		}
 	}
 	if u.down.Swap(down) == down {
 		return
 	}
 	if down {
+		u.st.downs.Add(1)
 		u.log.Warn("upstream is down; its items leave the lists until it answers", "err", err)
 	} else {
 		u.log.Info("upstream is back")

@@ -60,6 +60,10 @@ var gatewaySeries = []struct {
 		prometheus.GaugeValue, func(s gateway.UpstreamStats) float64 { return float64(s.ExchangedTokens) }},
 	{gatewayDesc("tidings_gateway_exchanged_tokens_evicted_total", "Exchanged tokens dropped, least recently used first, at max_exchanged_tokens."),
 		prometheus.CounterValue, func(s gateway.UpstreamStats) float64 { return float64(s.ExchangedEvicted) }},
+	{gatewayDesc("tidings_gateway_upstream_restarts_total", "New processes of a spawned upstream started after one died."),
+		prometheus.CounterValue, func(s gateway.UpstreamStats) float64 { return float64(s.Restarts) }},
+	{gatewayDesc("tidings_gateway_upstream_downs_total", "Times the upstream was found down and its items left the lists."),
+		prometheus.CounterValue, func(s gateway.UpstreamStats) float64 { return float64(s.Downs) }},
 	{gatewayDesc("tidings_gateway_notification_lag_seconds", "The latest change's time from the upstream's word to the gateway's listeners being told."),
 		prometheus.GaugeValue, func(s gateway.UpstreamStats) float64 { return s.Lag.Seconds() }},
 }

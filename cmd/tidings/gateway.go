@@ -69,7 +69,10 @@ one listen per caller listening here hears of its changes.
 
 SIGHUP, or a change to FILE, reloads it; a file that does not check is
 refused and the running configuration goes on. /metrics has
-tidings_gateway_* per upstream; /readyz is 200 once the gateway started.
+tidings_gateway_* per upstream. /readyz names each upstream's state: 200
+once the gateway started, saying "degraded" while some upstream is down,
+and 503 while none is up. What a spawned upstream writes to its stderr is
+logged, a line at a time, under its id.
 Several gateways behind a balancer share --bus and --secret-file as serve
 replicas do: a change one hears of is told to listeners on all.
 
@@ -137,6 +140,7 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	if err := metrics.RegisterGateway(obs.registry, g.Stats); err != nil {
 		return err
 	}
+	obs.upstreams = g.Stats
 	if err := obs.watchListens(srv); err != nil {
 		return err
 	}

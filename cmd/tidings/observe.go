@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"tidings/bus"
+	"tidings/gateway"
 	"tidings/metrics"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -50,6 +53,35 @@ type observability struct {
 	sessions func() streamhttp.SessionStats
 	// parked, over HTTP, reports the listens parked (--park-listens).
 	parked func() int
+	// upstreams, for a gateway, reports its upstreams to /readyz.
+	upstreams func() []gateway.UpstreamStats
+}
+
+// upstreamLines is /readyz's word on a gateway's upstreams, a line each,
+// and whether none is up (of at least one).
+func (o *observability) upstreamLines() (lines string, noneUp bool) {
+	if o.upstreams == nil {
+		return "", false
+	}
+	st := o.upstreams()
+	up := 0
+	var b strings.Builder
+	for _, s := range st {
+		if s.Up {
+			up++
+			fmt.Fprintf(&b, "upstream %s: up\n", s.ID)
+			continue
+		}
+		fmt.Fprintf(&b, "upstream %s: down", s.ID)
+		if s.Problem != "" {
+			fmt.Fprintf(&b, " (%s)", strings.ReplaceAll(s.Problem, "\n", " "))
+		}
+		b.WriteString("\n")
+	}
+	if up < len(st) {
+		return "degraded: " + strconv.Itoa(len(st)-up) + " of " + strconv.Itoa(len(st)) + " upstreams down\n" + b.String(), up == 0
+	}
+	return b.String(), false
 }
 
 // watchBus reports b's health in /metrics and /readyz.
@@ -142,7 +174,15 @@ func (o *observability) mount(mux *http.ServeMux) {
 		case !o.ready.Load():
 			http.Error(w, "scanning the directory", http.StatusServiceUnavailable)
 		default:
-			_, _ = io.WriteString(w, "ready\n"+o.busLine())
+			// A gateway with some upstreams down still serves the others'
+			// items, told as partial: taking it out of rotation would
+			// lose those too. With none up it has nothing to serve.
+			lines, noneUp := o.upstreamLines()
+			if noneUp {
+				http.Error(w, "no upstream is up\n"+lines+o.busLine(), http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ready\n"+lines+o.busLine())
 		}
 	})
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"tidings/bus"
+	"tidings/gateway"
 	"tidings/server"
 )
 
@@ -112,5 +114,37 @@ func TestBusLine(t *testing.T) {
 	}
 	if got := (&observability{}).busLine(); got != "" {
 		t.Errorf("without a bus: %q", got)
+	}
+}
+
+// TestReadinessNamesUpstreams: a gateway's /readyz names each upstream's
+// state; with one down it is still ready, saying degraded and why; with
+// none up it is not ready.
+func TestReadinessNamesUpstreams(t *testing.T) {
+	obs, err := newObservability()
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs.ready.Store(true)
+	stats := []gateway.UpstreamStats{{ID: "a", Up: true}, {ID: "b", Problem: "client: HTTP 400: bad"}}
+	obs.upstreams = func() []gateway.UpstreamStats { return stats }
+	mux := http.NewServeMux()
+	obs.mount(mux)
+	get := func() (int, string) {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return w.Code, w.Body.String()
+	}
+	code, body := get()
+	if want := "ready\ndegraded: 1 of 2 upstreams down\nupstream a: up\nupstream b: down (client: HTTP 400: bad)\n"; code != 200 || body != want {
+		t.Errorf("one down: %d %q, want 200 %q", code, body, want)
+	}
+	stats[0].Up = false
+	if code, body = get(); code != 503 || !strings.Contains(body, "no upstream is up") {
+		t.Errorf("none up: %d %q, want 503", code, body)
+	}
+	stats[0].Up, stats[1].Up = true, true
+	if code, body = get(); code != 200 || body != "ready\nupstream a: up\nupstream b: up\n" {
+		t.Errorf("all up: %d %q", code, body)
 	}
 }
