@@ -17,13 +17,12 @@ type stderrLog struct {
 	log *slog.Logger
 	now func() time.Time
 
-	mu       sync.Mutex
-	line     []byte
-	long     bool // the line under way was cut: the rest is passed over
-	window   time.Time
-	logged   int
-	passed   int
-	lastPass time.Time
+	mu     sync.Mutex
+	line   []byte
+	long   bool // the line under way was cut: the rest is passed over
+	window time.Time
+	logged int
+	passed int
 }
 
 // Bounds of what a spawned upstream's stderr puts in the log.
