@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync/atomic"
+	"strconv"
 	"testing"
 	"time"
 
@@ -289,4 +290,37 @@ func watchTools(t *testing.T, c *client.Client) (*client.Watcher, <-chan client.
 	t.Cleanup(w.Close)
 	waitEvent(t, events, client.Connected)
 	return w, events
+}
+
+// TestOwnCredentialAnswersAreShared: with the gateway's own credential,
+// a 2025-11-25 upstream's lists (which carry no scope) are the same for
+// every caller: 100 callers' lists cost each upstream no read past the
+// first, and the merged list is public.
+func TestOwnCredentialAnswersAreShared(t *testing.T) {
+	modern := startUpstream(t, mcp.ScopePublic, "echo")
+	old := startUpstream(t, mcp.ScopePublic, "echo")
+	_, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{
+		{ID: "modern", URL: modern.url}, {ID: "old", URL: old.url, Protocol: "2025-11-25"}}})
+	settled(t, modern, old)
+	first := client.NewHTTP(url, client.WithHeader("X-User", "first"))
+	defer first.Close()
+	if got := toolNames(t, first); !slices.Equal(got, []string{"modern_echo", "old_echo"}) {
+		t.Fatalf("tools %v", got)
+	}
+	before := map[*upstreamServer]int64{modern: modern.count(mcp.MethodToolsList), old: old.count(mcp.MethodToolsList)}
+	for i := range 100 {
+		c := client.NewHTTP(url, client.WithHeader("X-User", "caller"+strconv.Itoa(i)))
+		if got := toolNames(t, c); len(got) != 2 {
+			t.Fatalf("caller %d: tools %v", i, got)
+		}
+		if f := c.Freshness(mcp.MethodToolsList, ""); f.Scope != mcp.ScopePublic {
+			t.Fatalf("caller %d: the merged list is told %q", i, f.Scope)
+		}
+		c.Close()
+	}
+	for u, name := range map[*upstreamServer]string{modern: "modern", old: "old (2025-11-25)"} {
+		if n := u.count(mcp.MethodToolsList) - before[u]; n != 0 {
+			t.Errorf("100 callers' lists cost %s %d reads", name, n)
+		}
+	}
 }

@@ -708,6 +708,15 @@ func (u *upstream) fetch(ctx context.Context, i int, private bool) (*view, error
 	if err != nil {
 		return nil, err
 	}
+	if scope != mcp.ScopePublic && u.x == nil {
+		// A 2025-11-25 answer carries no scope, which the client takes
+		// as private; but the gateway asked with its own credential, on
+		// its own session, so the answer is the same whoever the caller
+		// is: it is shared like a public one.
+		if era, _ := u.c.Era(ctx); era == client.EraLegacy {
+			scope = mcp.ScopePublic
+		}
+	}
 	limit := u.g.now().Add(u.g.config().maxTTL())
 	if expires.After(limit) {
 		expires = limit
