@@ -441,3 +441,50 @@ func TestSpawnedUpstreamIsHeard(t *testing.T) {
 		t.Errorf("the restart is not in the log:\n%s", logs.String())
 	}
 }
+
+// TestKeptReadsAreBoundedInBytes: the public reads the gateway keeps stay
+// within max_kept_bytes, older ones making room (counted), and one over
+// an eighth of the bound is not kept at all.
+func TestKeptReadsAreBoundedInBytes(t *testing.T) {
+	u := startUpstream(t, mcp.ScopePublic, "doc")
+	err := u.srv.AddResourceTemplate(mcp.ResourceTemplate{URITemplate: "big://{size}/{n}", Name: "big"},
+		func(_ context.Context, req *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
+			var size, n int
+			if _, err := fmt.Sscanf(req.URI, "big://%d/%d", &size, &n); err != nil {
+				return nil, server.ErrResourceNotFound
+			}
+			text := strings.Repeat("x", size)
+			req.SetCache(server.CachePolicy{TTL: time.Minute, Scope: mcp.ScopePublic})
+			return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{{URI: req.URI, Text: &text}}}, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = 4 << 20
+	g, url := startGateway(t, gateway.Config{MaxKeptBytes: bound, Upstreams: []gateway.Upstream{{ID: "a", URL: u.url}}})
+	c := client.NewHTTP(url)
+	defer c.Close()
+	for n := range 40 {
+		if _, err := c.ReadResource(context.Background(), fmt.Sprintf("big://%d/%d", 256<<10, n)); err != nil {
+			t.Fatal(err)
+		}
+		if st := g.Stats()[0]; st.KeptReadBytes > bound {
+			t.Fatalf("after %d reads of 256 KiB the gateway keeps %d bytes, over its bound of %d", n+1, st.KeptReadBytes, bound)
+		}
+	}
+	st := g.Stats()[0]
+	if st.KeptReadsEvicted < 20 || st.KeptReadBytes < bound/2 {
+		t.Fatalf("kept %d bytes, evicted %d: the bound should keep about 15 reads and evict the rest", st.KeptReadBytes, st.KeptReadsEvicted)
+	}
+	before := st.KeptReadBytes
+	reads := u.count(mcp.MethodResourcesRead)
+	for range 2 {
+		// A request of its own, past the client's cache.
+		if _, err := c.Request(context.Background(), mcp.MethodResourcesRead, map[string]any{"uri": fmt.Sprintf("big://%d/0", 1<<20)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := u.count(mcp.MethodResourcesRead) - reads; got != 2 || g.Stats()[0].KeptReadBytes != before {
+		t.Fatalf("a read over an eighth of the bound was kept (%d upstream reads for two)", got)
+	}
+}

@@ -58,6 +58,12 @@ type Config struct {
 	// (default 10000): past it the least recently used is dropped, and
 	// counted (tidings_gateway_exchanged_tokens_evicted_total).
 	MaxExchangedTokens int `yaml:"max_exchanged_tokens"`
+	// MaxKeptBytes bounds the bytes of the resources/read answers the
+	// gateway keeps, over all upstreams (default 64 MiB): past it, older
+	// answers make room, counted
+	// (tidings_gateway_kept_reads_evicted_total), and an answer over an
+	// eighth of it is not kept.
+	MaxKeptBytes int64 `yaml:"max_kept_bytes"`
 }
 
 // Upstream is one server behind the gateway.
@@ -177,6 +183,8 @@ const (
 	defaultMaxItems = 10000
 	// defaultMaxExchanged bounds the exchanged tokens kept.
 	defaultMaxExchanged = 10000
+	// defaultMaxKeptBytes bounds the bytes of the reads kept.
+	defaultMaxKeptBytes = 64 << 20
 	maxIDLen            = 32
 	// prefixSeparator ends a default prefix. IDs never hold it.
 	prefixSeparator = "_"
@@ -217,6 +225,9 @@ func (c *Config) Check() error {
 	}
 	if c.MaxItems < 0 {
 		return fmt.Errorf("max_items is %d; it must be positive", c.MaxItems)
+	}
+	if c.MaxKeptBytes < 0 {
+		return fmt.Errorf("max_kept_bytes is %d; it must be positive", c.MaxKeptBytes)
 	}
 	if c.MaxExchangedTokens < 0 {
 		return fmt.Errorf("max_exchanged_tokens is %d; it must be positive", c.MaxExchangedTokens)
@@ -322,6 +333,13 @@ func (c *Config) maxItems() int {
 		return defaultMaxItems
 	}
 	return c.MaxItems
+}
+
+func (c *Config) maxKeptBytes() int64 {
+	if c.MaxKeptBytes <= 0 {
+		return defaultMaxKeptBytes
+	}
+	return c.MaxKeptBytes
 }
 
 func (c *Config) maxExchanged() int {

@@ -90,8 +90,7 @@ type Gateway struct {
 	callersMu sync.Mutex
 	callers   map[string]*auth.Info
 
-	readsMu sync.Mutex
-	reads   map[string]*keptRead
+	reads *keptReads
 
 	// taskPolls follow upstream the tasks listens here follow.
 	taskPolls taskPolls
@@ -124,19 +123,6 @@ type mergedView struct {
 // failed to answer: a host can tell a partial list from a whole one. The
 // list is then kept only until they are asked again, about a second.
 const MissingMetaKey = "io.github.tidings/missingUpstreams"
-
-// keptRead is a public resources/read answer, kept for its ttlMs.
-type keptRead struct {
-	res *mcp.ReadResourceResult
-	// from is the upstream that answered: served again only for a read
-	// routed to it, so that a reload that hands the URI to another
-	// upstream, or a caller routed elsewhere, is not served this one.
-	from    *upstream
-	expires time.Time
-}
-
-// maxKeptReads bounds the reads the gateway keeps.
-const maxKeptReads = 10000
 
 // Option configures a Gateway.
 type Option func(*options)
@@ -176,7 +162,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Gateway, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g := &Gateway{cfg: &cfg, log: o.log, now: o.now, callers: map[string]*auth.Info{}, reads: map[string]*keptRead{}, id: newGatewayID()}
+	g := &Gateway{cfg: &cfg, log: o.log, now: o.now, callers: map[string]*auth.Info{}, reads: newKeptReads(), id: newGatewayID()}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	srvOpts := append([]server.Option{
 		server.WithCapabilities(server.Tools, server.Prompts, server.Resources, server.Completions),
@@ -384,11 +370,7 @@ func (g *Gateway) config() *Config {
 func (g *Gateway) bump() { g.gen.Add(1) }
 
 // forgetRead drops the kept read of uri.
-func (g *Gateway) forgetRead(uri string) {
-	g.readsMu.Lock()
-	delete(g.reads, uri)
-	g.readsMu.Unlock()
-}
+func (g *Gateway) forgetRead(uri string) { g.reads.forget(uri) }
 
 // ---- callers ----
 
@@ -831,6 +813,10 @@ type UpstreamStats struct {
 	// Restarts counts the new processes of a spawned upstream started
 	// after one died, and Downs the times the upstream was found down.
 	Restarts, Downs int64
+	// KeptReadBytes are the bytes of the upstream's resources/read
+	// answers kept now, and KeptReadsEvicted counts those dropped to
+	// stay within MaxKeptBytes.
+	KeptReadBytes, KeptReadsEvicted int64
 	// Listens is how many listens the gateway holds on the upstream: one
 	// while it is up, whatever the number of callers listening here — or,
 	// for an upstream spoken to with each caller's token exchanged, one
@@ -863,7 +849,8 @@ func (g *Gateway) Stats() []UpstreamStats {
 		s := UpstreamStats{ID: u.cfg.ID, Up: !u.down.Load(),
 			Requests: u.st.requests.Load(), Hits: u.st.hits.Load(), Misses: u.st.misses.Load(),
 			Failures: u.st.failures.Load(), Cut: u.st.cut.Load(), Lag: time.Duration(u.st.lastLagNanos.Load()),
-			Restarts: u.st.restarts.Load(), Downs: u.st.downs.Load()}
+			Restarts: u.st.restarts.Load(), Downs: u.st.downs.Load(),
+			KeptReadBytes: u.st.readBytes.Load(), KeptReadsEvicted: u.st.readsEvicted.Load()}
 		if !s.Up {
 			if p := u.problem.Load(); p != nil {
 				s.Problem = *p

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sync/atomic"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 

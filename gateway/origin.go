@@ -128,9 +128,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 		return nil, cmp.Or(g.refusal(req.Principal, -1, req.URI), server.ErrResourceNotFound)
 	}
 	now := g.now()
-	g.readsMu.Lock()
-	k := g.reads[req.URI]
-	g.readsMu.Unlock()
+	k := g.reads.get(req.URI)
 	if k != nil && k.from == u && now.Before(k.expires) {
 		u.st.hits.Add(1)
 		scope := mcp.ScopePublic
@@ -166,12 +164,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	}
 	req.SetCache(server.CachePolicy{TTL: ttl, Scope: scope})
 	if rr.Scope == mcp.ScopePublic && ttl > 0 && u.x == nil {
-		g.readsMu.Lock()
-		if len(g.reads) >= maxKeptReads {
-			clear(g.reads)
-		}
-		g.reads[req.URI] = &keptRead{res: &out, from: u, expires: now.Add(ttl)}
-		g.readsMu.Unlock()
+		g.reads.put(req.URI, &keptRead{res: &out, from: u, expires: now.Add(ttl), size: int64(len(res))}, snap.cfg.maxKeptBytes(), now)
 	}
 	return &out, nil
 }
@@ -320,13 +313,7 @@ func (o origin) Follow(principal string, uris []string) func() {
 func (o origin) Forget(l server.List, uri string) {
 	g := o.g
 	if l == server.ReadResource {
-		g.readsMu.Lock()
-		if uri == "" {
-			clear(g.reads)
-		} else {
-			delete(g.reads, uri)
-		}
-		g.readsMu.Unlock()
+		g.reads.forget(uri)
 		return
 	}
 	i := listIndex(l)

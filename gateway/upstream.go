@@ -140,7 +140,10 @@ type upstreamCounters struct {
 	// restarts counts the spawned upstream's new processes after one
 	// died, downs the times it was found down.
 	restarts, downs atomic.Int64
-	lastLagNanos    atomic.Int64
+	// readBytes are the bytes of its reads the gateway keeps now, and
+	// readsEvicted counts those dropped to make room (MaxKeptBytes).
+	readBytes, readsEvicted atomic.Int64
+	lastLagNanos            atomic.Int64
 }
 
 // newUpstream connects (lazily) to the server cfg names.
