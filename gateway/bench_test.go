@@ -575,3 +575,54 @@ func TestGatewayFanOutReachesEveryListen(t *testing.T) {
 		})
 	}
 }
+
+// toolsCallBody calls name with arguments the bench tools accept, as a
+// conforming 2026-07-28 client does.
+func toolsCallBody(name string) []byte {
+	return []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + name + `","arguments":{"path":"src","query":"TODO","limit":10},"_meta":{` +
+		`"io.modelcontextprotocol/protocolVersion":"` + mcp.Version + `","io.modelcontextprotocol/clientCapabilities":{}}}}`)
+}
+
+func toolsCallHeaders(name string) http.Header {
+	h := toolsListHeaders()
+	h.Set(mcp.HeaderMethod, mcp.MethodToolsCall)
+	h.Set(mcp.HeaderName, name)
+	return h
+}
+
+// BenchmarkGatewayToolsCall is one tools/call over HTTP on loopback, on
+// one keep-alive connection, through a gateway in front of a tidings
+// server, paired (testkit.PostPair) with the same call made of the server
+// directly: x-ceiling is the gateway's rate as a share of the direct one,
+// both timed in the same moments.
+func BenchmarkGatewayToolsCall(b *testing.B) {
+	up := startBenchUpstream(b)
+	none := "" // the same request, byte for byte, goes to both
+	_, url := startBenchGateway(b, up, &none)
+	body, hdr := toolsCallBody("search_files_00"), toolsCallHeaders("search_files_00")
+	for _, u := range []string{url, up.url} {
+		checkCall(b, u, body, hdr)
+	}
+	testkit.PostPair(b, url, up.url, body, hdr)
+}
+
+// checkCall makes the call once at url and checks that it succeeds.
+func checkCall(b testing.TB, url string, body []byte, hdr http.Header) {
+	b.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header = hdr.Clone()
+	c := &http.Client{Transport: &http.Transport{}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(got, []byte(`"result"`)) || bytes.Contains(got, []byte(`"isError":true`)) {
+		b.Fatalf("tools/call at %s: %d %v %.300s", url, resp.StatusCode, err, got)
+	}
+}
