@@ -35,6 +35,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"tidings/internal/buildinfo"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -254,7 +255,7 @@ type Client struct {
 // the method of the option kind the constructor takes.
 func newConfig[O any](opts []O, apply func(O, *config)) config {
 	cfg := config{
-		info:       mcp.Implementation{Name: "tidings", Version: "0.1.0"},
+		info:       mcp.Implementation{Name: "tidings", Version: buildinfo.Version("")},
 		maxRounds:  8,
 		timeout:    60 * time.Second,
 		listenIdle: 60 * time.Second,

@@ -61,6 +61,7 @@ import (
 
 	"tidings/auth"
 	"tidings/client"
+	"tidings/internal/buildinfo"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -172,7 +173,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Gateway, error) {
 	// may bring.
 	srvOpts = append(srvOpts, server.WithOrigin(origin{g}), server.WithMiddleware(g.noteCaller), server.WithVisibility(g.visible),
 		server.WithDiscoverMeta(g.discoverMeta))
-	g.srv = server.New(mcp.Implementation{Name: "tidings-gateway", Version: "0.1.0"}, srvOpts...)
+	g.srv = server.New(mcp.Implementation{Name: "tidings-gateway", Version: buildinfo.Version("")}, srvOpts...)
 	for _, uc := range cfg.Upstreams {
 		u, err := newUpstream(ctx, g, uc)
 		if err != nil {

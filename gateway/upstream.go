@@ -19,6 +19,7 @@ import (
 
 	"tidings/client"
 	"tidings/client/oauth"
+	"tidings/internal/buildinfo"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -153,7 +154,7 @@ func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, erro
 	for i := range u.private {
 		u.private[i] = map[string]*view{}
 	}
-	opts := []client.Option{client.WithClientInfo(mcp.Implementation{Name: "tidings-gateway", Version: "0.1.0"}),
+	opts := []client.Option{client.WithClientInfo(mcp.Implementation{Name: "tidings-gateway", Version: buildinfo.Version("")}),
 		client.WithoutTasks(), client.WithLogger(u.log)}
 	if cfg.Protocol != "" {
 		opts = append(opts, client.WithProtocolVersion(cfg.Protocol))

@@ -30,9 +30,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"tidings/internal/buildinfo"
 )
 
 func main() {
@@ -58,7 +59,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version(),
 	}
-	root.AddCommand(newServeCmd(), newGatewayCmd(), newWatchCmd(), newCallCmd())
+	root.AddCommand(newServeCmd(), newGatewayCmd(), newWatchCmd(), newCallCmd(), newVersionCmd())
 	return root
 }
 
@@ -71,44 +72,20 @@ func newRootCmd() *cobra.Command {
 // It is the one package-level variable, written only by the linker.
 var buildVersion string
 
-// version is what --version and the client's clientInfo report.
-func version() string {
-	bi, _ := debug.ReadBuildInfo() // nil without build information
-	return versionOf(bi, buildVersion)
-}
+// version is what --version, tidings version, serverInfo and the
+// client's clientInfo report (see buildinfo.Version).
+func version() string { return buildinfo.Version(buildVersion) }
 
-// versionOf picks the most telling version a build carries, in this
-// order: the main module's version (set by "go install module@version",
-// and by go build from a VCS checkout, as a tag or a pseudo-version);
-// stamped, the -ldflags -X value; the VCS revision, should the module
-// version be missing; and only then "devel", which says that the binary
-// cannot tell what it was built from.
-func versionOf(bi *debug.BuildInfo, stamped string) string {
-	if bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+// newVersionCmd is tidings version: --version as a command, for those who
+// look for one.
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of tidings",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "tidings version "+version())
+			return err
+		},
 	}
-	if stamped != "" {
-		return stamped
-	}
-	if bi != nil {
-		var rev, modified string
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value
-			}
-		}
-		if rev != "" {
-			if len(rev) > 12 {
-				rev = rev[:12]
-			}
-			if modified == "true" {
-				rev += "+dirty"
-			}
-			return "rev " + rev
-		}
-	}
-	return "devel"
 }
