@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -170,7 +173,7 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil || v < 0 {
-		return fmt.Errorf("line %d: %q is not a duration such as 30s or 5m", n.Line, n.Value)
+		return fmt.Errorf("line %d, column %d: %q is not a duration such as 30s or 5m", n.Line, n.Column, n.Value)
 	}
 	*d = Duration(v)
 	return nil
@@ -203,15 +206,120 @@ func LoadConfig(file string) (Config, error) {
 	return cfg, nil
 }
 
-// ParseConfig reads and checks a configuration in YAML.
+// ParseConfig reads and checks a configuration in YAML. Its errors are
+// one line each, and say where in the file the mistake is (line and
+// column) when the mistake has a place.
 func ParseConfig(b []byte) (Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return Config{}, oneLine(err)
+	}
 	var cfg Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
-		return Config{}, err
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return Config{}, placeTypeErrors(&doc, te)
+		}
+		return Config{}, oneLine(err)
 	}
-	return cfg, cfg.Check()
+	if err := cfg.Check(); err != nil {
+		return Config{}, placeCheckError(&doc, err)
+	}
+	return cfg, nil
+}
+
+// oneLine is err with its lines joined: a config error is read in a log
+// line or a terminal, where a newline shows as nothing or as garbage.
+func oneLine(err error) error {
+	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+	return errors.New(strings.Join(strings.Fields(msg), " "))
+}
+
+// unknownField is how the YAML decoder words a member no field has.
+var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
+
+// placeTypeErrors words the decoder's errors for a person: each on its
+// line and column, an unknown member named as such.
+func placeTypeErrors(doc *yaml.Node, te *yaml.TypeError) error {
+	msgs := make([]string, 0, len(te.Errors))
+	for _, e := range te.Errors {
+		m := unknownField.FindStringSubmatch(e)
+		if m == nil {
+			msgs = append(msgs, e)
+			continue
+		}
+		line, _ := strconv.Atoi(m[1])
+		where := "line " + m[1]
+		if k := findKey(doc, line, m[2]); k != nil {
+			where = fmt.Sprintf("line %d, column %d", k.Line, k.Column)
+		}
+		msgs = append(msgs, fmt.Sprintf("%s: unknown member %q (members are lower case, with '_' between words)", where, m[2]))
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// findKey finds the mapping key named name on line in the tree under n.
+func findKey(n *yaml.Node, line int, name string) *yaml.Node {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Line == line && k.Value == name {
+				return k
+			}
+		}
+	}
+	for _, c := range n.Content {
+		if k := findKey(c, line, name); k != nil {
+			return k
+		}
+	}
+	return nil
+}
+
+// checkPlace finds what a Check error is about: "upstream N", "caller
+// rule N", or a top-level member it names.
+var checkPlace = regexp.MustCompile(`^(?:upstream (\d+) |caller rule (\d+):|([a-z_]+) is )`)
+
+// placeCheckError puts the line and column of what err is about before
+// it, when the file has it.
+func placeCheckError(doc *yaml.Node, err error) error {
+	m := checkPlace.FindStringSubmatch(err.Error())
+	root := doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	if m == nil || root.Kind != yaml.MappingNode {
+		return err
+	}
+	var at *yaml.Node
+	member := func(name string) *yaml.Node {
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if root.Content[i].Value == name {
+				return root.Content[i+1]
+			}
+		}
+		return nil
+	}
+	item := func(list *yaml.Node, n string) *yaml.Node {
+		i, _ := strconv.Atoi(n)
+		if list == nil || list.Kind != yaml.SequenceNode || i < 1 || i > len(list.Content) {
+			return nil
+		}
+		return list.Content[i-1]
+	}
+	switch {
+	case m[1] != "":
+		at = item(member("upstreams"), m[1])
+	case m[2] != "":
+		at = item(member("callers"), m[2])
+	case m[3] != "":
+		at = member(m[3])
+	}
+	if at == nil {
+		return err
+	}
+	return fmt.Errorf("line %d, column %d: %w", at.Line, at.Column, err)
 }
 
 // Check reports the first thing wrong with the configuration, in words

@@ -39,11 +39,15 @@ page_size: 20
 // says what is wrong and where.
 func TestConfigMistakesAreNamed(t *testing.T) {
 	for _, c := range []struct{ name, yaml, want string }{
-		{"unknown member", "upstreams: [{id: a, url: http://x/mcp, prefx: b}]", "field prefx not found"},
-		{"case matters", "Upstreams: [{id: a, url: http://x/mcp}]", "field Upstreams not found"},
+		{"unknown member", "upstreams: [{id: a, url: http://x/mcp, prefx: b}]", `line 1, column 40: unknown member "prefx"`},
+		{"case matters", "Upstreams: [{id: a, url: http://x/mcp}]", `line 1, column 1: unknown member "Upstreams"`},
 		{"none", "max_ttl: 1m", "no upstreams"},
 		{"bad id", "upstreams: [{id: A_b, url: http://x/mcp}]", `upstream 1 ("A_b"): the id has 'A' at byte 0`},
 		{"twice", "upstreams: [{id: a, url: http://x/mcp}, {id: a, url: http://y/mcp}]", `upstream 2 ("a"): the id is used twice`},
+		{"twice, placed", "upstreams:\n  - id: a\n    url: http://x/mcp\n  - id: a\n    url: http://y/mcp\n", `line 4, column 5: upstream 2 ("a"): the id is used twice`},
+		{"two unknown members, one line", "upstreams:\n  - id: a\n    url: http://x/mcp\n    urll: y\ncaller: []\n",
+			`line 4, column 5: unknown member "urll" (members are lower case, with '_' between words); line 5, column 1: unknown member "caller"`},
+		{"a rule, placed", "upstreams: [{id: a, url: http://x/mcp}]\ncallers:\n  - upstreams: [b]\n", `line 3, column 5: caller rule 1: no upstream has the id "b"`},
 		{"both", "upstreams: [{id: a, url: http://x/mcp, command: [x]}]", "give exactly one of url and command"},
 		{"neither", "upstreams: [{id: a}]", "give exactly one of url and command"},
 		{"bad glob", "upstreams: [{id: a, url: http://x/mcp, exclude: ['[']}]", `bad pattern "["`},
@@ -59,7 +63,7 @@ func TestConfigMistakesAreNamed(t *testing.T) {
 		{"header alone", "upstreams: [{id: a, url: http://x/mcp, auth: {header: X}}]", "go together"},
 		{"protocol", "upstreams: [{id: a, url: http://x/mcp, protocol: 2024-11-05}]", `protocol "2024-11-05" is not a revision`},
 		{"rule upstream", "upstreams: [{id: a, url: http://x/mcp}]\ncallers: [{upstreams: [b]}]", `caller rule 1: no upstream has the id "b"`},
-		{"duration", "upstreams: [{id: a, url: http://x/mcp}]\nmax_ttl: soon", `"soon" is not a duration`},
+		{"duration", "upstreams: [{id: a, url: http://x/mcp}]\nmax_ttl: soon", `line 2, column 10: "soon" is not a duration`},
 		{"page size", "upstreams: [{id: a, url: http://x/mcp}]\npage_size: -1", "page_size is -1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/go-json-experiment/json"
@@ -223,7 +225,7 @@ func runCall(ctx context.Context, c *client.Client, r callRequest, stdout, stder
 		}
 		status := newTaskStatus(stderr)
 		var res *mcp.CallToolResult
-		res, err = c.CallTool(ctx, r.name, args, client.WithTaskStatus(status.show))
+		res, err = c.CallTool(ctx, r.name, args, client.WithTaskStatus(status.show), client.WithProgress(status.progress))
 		status.end()
 		if err == nil {
 			out, isError = res, res.IsError
@@ -250,13 +252,15 @@ func runCall(ctx context.Context, c *client.Client, r callRequest, stdout, stder
 	return nil
 }
 
-// taskStatus shows the states of the task a call runs as, on w: the
-// task's id once, then its status and status message at each change. On
+// taskStatus shows how a call goes on w: the progress the server reports,
+// and the states of the task the call runs as — the task's id once, then
+// its status and status message at each change. On
 // a terminal the status is one line, rewritten in place and cut to the
 // terminal's width, so that a long task does not fill the screen;
 // elsewhere (a pipe, a file, a log) each change is a line of its own.
 // What the server says passes through printable first.
 type taskStatus struct {
+	mu    sync.Mutex // progress and task states may come from two goroutines
 	w     io.Writer
 	tty   bool
 	cols  int
@@ -274,6 +278,8 @@ func newTaskStatus(w io.Writer) *taskStatus {
 
 // show prints one state of the task.
 func (s *taskStatus) show(t mcp.Task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.id == "" {
 		s.id = t.TaskID
 		fmt.Fprintf(s.w, "task %s\n", printable(t.TaskID))
@@ -282,6 +288,25 @@ func (s *taskStatus) show(t mcp.Task) {
 	if t.StatusMessage != "" {
 		line += ": " + t.StatusMessage
 	}
+	s.lineLocked(line)
+}
+
+// progress prints one progress notification of the call.
+func (s *taskStatus) progress(done float64, total *float64, msg string) {
+	line := "progress " + strconv.FormatFloat(done, 'f', -1, 64)
+	if total != nil {
+		line += "/" + strconv.FormatFloat(*total, 'f', -1, 64)
+	}
+	if msg != "" {
+		line += ": " + msg
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lineLocked(line)
+}
+
+// lineLocked prints a status line as the output allows.
+func (s *taskStatus) lineLocked(line string) {
 	line = printable(line)
 	if !s.tty {
 		fmt.Fprintln(s.w, line)
@@ -297,6 +322,8 @@ func (s *taskStatus) show(t mcp.Task) {
 
 // end finishes the status line, once the call is over.
 func (s *taskStatus) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.shown {
 		fmt.Fprintln(s.w)
 		s.shown = false

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"os/exec"
+	"strings"
 	"testing"
+	"time"
 
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 )
 
@@ -42,8 +46,39 @@ func TestTaskStatusLines(t *testing.T) {
 
 	b.Reset()
 	s = newTaskStatus(&b)
+	total := 4.0
+	s.progress(1, &total, "reading")
+	s.progress(2.5, nil, "")
+	s.end()
+	if want := "progress 1/4: reading\nprogress 2.5\n"; b.String() != want {
+		t.Errorf("progress output = %q, want %q", b.String(), want)
+	}
+
+	b.Reset()
+	s = newTaskStatus(&b)
 	s.end()
 	if b.Len() != 0 {
 		t.Errorf("a call without a task printed %q", b.String())
+	}
+}
+
+// TestCallToASilentCommandSaysWhy: tidings call of a command that is not
+// a stdio server (tidings serve without --stdio) says within seconds what
+// may be wrong, where it waited silent for the whole timeout.
+func TestCallToASilentCommandSaysWhy(t *testing.T) {
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "call", "--timeout", "6s", "tools", "--", bin, "serve", t.TempDir(), "--addr", "127.0.0.1:0")
+	var stderr testkit.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	testkit.WaitFor(t, 5*time.Second, "the notice on stderr", func() bool {
+		return strings.Contains(stderr.String(), "is it an MCP server over stdio? (tidings serve needs --stdio.)")
+	})
+	if err := <-done; err == nil {
+		t.Errorf("tidings call of a server that never answers succeeded:\n%s", stderr.String())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/spf13/cobra"
@@ -25,7 +26,11 @@ func newGatewayCmd() *cobra.Command {
 	var ep endpointFlags
 	var file string
 	cmd := &cobra.Command{
-		Use:   "gateway --config FILE [--addr HOST:PORT | --stdio]",
+		Use:   "gateway (FILE | --config FILE) [--addr HOST:PORT | --stdio]",
+		Example: `  tidings gateway gateway.yaml                       # on http://127.0.0.1:8080/mcp
+  tidings gateway gateway.yaml --addr 0.0.0.0:8080 --auth-issuer https://as.example.com
+  tidings gateway gateway.yaml --stdio               # for a host that starts it
+  kill -HUP $(pidof tidings)                          # reload the file (a change to it does too)`,
 		Short: "Serve many MCP servers behind one endpoint",
 		Long: `Serve the tools, prompts and resources of the MCP servers FILE names
 (over Streamable HTTP, or started as stdio servers) as one server, to
@@ -77,10 +82,16 @@ Several gateways behind a balancer share --bus and --secret-file as serve
 replicas do: a change one hears of is told to listeners on all.
 
 ` + connHelp,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if file != "" && file != args[0] {
+					return fmt.Errorf("two config files: %s and --config %s; give one", args[0], file)
+				}
+				file = args[0]
+			}
 			if file == "" {
-				return errors.New("--config is required: the YAML file that names the upstreams")
+				return errors.New("no config file: name the YAML file of the upstreams (tidings gateway FILE); --help shows its format")
 			}
 			log, ctx, stop, err := ep.start(cmd, &cfg)
 			if err != nil {
@@ -91,7 +102,7 @@ replicas do: a change one hears of is told to listeners on all.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&file, "config", "", "the YAML file naming the upstreams (see above)")
+	f.StringVar(&file, "config", "", "the YAML file naming the upstreams, as the positional FILE (its format is below)")
 	f.StringVar(&cfg.bus, "bus", "", "join the other gateway replicas on this bus (as serve's --bus; default $TIDINGS_BUS)")
 	ep.register(cmd, &cfg, "gateway")
 	return cmd
@@ -164,6 +175,14 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	return serveHTTP(ctx, cfg, log, srv, obs)
 }
 
+// A config file that fails to parse after a change is read again
+// halfWrittenTries times, halfWrittenWait apart, before the failure is
+// reported: an editor or a config manager may still be writing it.
+const (
+	halfWrittenTries = 4
+	halfWrittenWait  = 250 * time.Millisecond
+)
+
 // reloadOnChange reloads the gateway's configuration on SIGHUP and when
 // FILE changes, until ctx ends. A file that does not check, or that check
 // refuses, is logged and the running configuration goes on.
@@ -184,17 +203,32 @@ func reloadOnChange(ctx context.Context, file string, g *gateway.Gateway, check 
 		changed = w.Events
 	}
 	abs, _ := filepath.Abs(file)
+	// A file read as it is being written fails to parse: after a change,
+	// a failed read is tried again a few times before it is reported.
+	var again <-chan time.Time
+	tries := 0
 	for {
+		fromChange := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-hup:
+		case <-again:
+			fromChange = true
 		case e := <-changed:
 			if p, _ := filepath.Abs(e.Name); p != abs || e.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename) == 0 {
 				continue
 			}
+			fromChange = true
 		}
 		gcfg, err := gateway.LoadConfig(file)
+		if err != nil && fromChange && tries < halfWrittenTries {
+			log.Debug("the changed config file does not check; reading it again, as it may be half-written", "err", fmt.Sprint(err))
+			tries++
+			again = time.After(halfWrittenWait)
+			continue
+		}
+		tries, again = 0, nil
 		if err == nil {
 			err = check(gcfg)
 		}

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,9 +13,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"tidings/client"
+	"tidings/gateway"
 	"tidings/internal/testrig/testkit"
+	"tidings/mcp"
+	"tidings/server"
+	"tidings/streamhttp"
 )
 
 // TestGatewayCommand runs `tidings gateway` as a user would, in front of
@@ -104,5 +112,84 @@ func TestGatewayCommand(t *testing.T) {
 	}
 	if code := p.exit(t); code != 0 {
 		t.Fatalf("the gateway exited with status %d after SIGTERM", code)
+	}
+}
+
+// TestReloadWaitsOutAHalfWrittenFile: a config file caught half-written
+// by a reload is read again, not reported; the whole file, once there,
+// is taken.
+func TestReloadWaitsOutAHalfWrittenFile(t *testing.T) {
+	srv := server.New(mcp.Implementation{Name: "up", Version: "1"})
+	hs := httptest.NewServer(streamhttp.New(srv))
+	defer hs.Close()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
+	up := func(id string) string { return "  - id: " + id + "\n    url: " + hs.URL + "\n" }
+	file := filepath.Join(t.TempDir(), "gateway.yaml")
+	whole := "upstreams:\n" + up("a")
+	if err := os.WriteFile(file, []byte(whole), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := gateway.LoadConfig(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var logs testkit.SyncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reloadOnChange(ctx, file, g, func(gateway.Config) error { return nil }, log)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// The file as an editor leaves it halfway through writing it.
+	next := whole + up("b")
+	testkit.WaitFor(t, 10*time.Second, "the half-written file to be read again", func() bool {
+		if err := os.WriteFile(file, []byte(whole+"  - id: b\n"), 0o644); err != nil { // no url yet
+			t.Fatal(err)
+		}
+		return strings.Contains(logs.String(), "reading it again")
+	})
+	if err := os.WriteFile(file, []byte(next), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the whole file to be taken", func() bool { return len(g.Stats()) == 2 })
+	if strings.Contains(logs.String(), "configuration not reloaded") {
+		t.Errorf("a half-written file was reported:\n%s", logs.String())
+	}
+}
+
+// TestGatewayTakesItsFileAsAnArgument: tidings gateway FILE reads FILE,
+// as --config FILE does, and two different files are refused.
+func TestGatewayTakesItsFileAsAnArgument(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gateway.yaml")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"gateway", missing}, missing},
+		{[]string{"gateway", missing, "--config", "other.yaml"}, "two config files"},
+		{[]string{"gateway"}, "no config file"},
+	} {
+		root := newRootCmd()
+		root.SetArgs(c.args)
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
+		}
 	}
 }

@@ -60,8 +60,17 @@ func newRootCmd() *cobra.Command {
 		Version:       version(),
 	}
 	root.AddCommand(newServeCmd(), newGatewayCmd(), newWatchCmd(), newCallCmd(), newVersionCmd())
+	// Usage and examples first, where a reader looks; the long account
+	// after them.
+	root.SetHelpTemplate(helpTemplate)
 	return root
 }
+
+// helpTemplate is cobra's help with the usage (and its examples) before
+// the long description, which for serve and gateway runs to many lines.
+const helpTemplate = `{{if or .Runnable .HasSubCommands}}{{.UsageString}}{{end}}{{with (or .Long .Short)}}
+{{. | trimTrailingWhitespaces}}
+{{end}}`
 
 // buildVersion is set at build time for builds that carry no module
 // version, such as a release built from a source tree without VCS

@@ -130,6 +130,11 @@ func newServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve (DIR | --dir DIR) [--addr HOST:PORT | --stdio]",
 		Short: "Serve a directory as live MCP resources",
+		Example: `  tidings serve .                                   # on http://127.0.0.1:8080/mcp
+  tidings serve ./docs --exclude '*.tmp' --addr 127.0.0.1:9001
+  tidings serve ./docs --stdio                      # for a host that starts it
+  tidings serve ./docs --auth-issuer https://as.example.com --auth-scope mcp
+  tidings serve /srv/docs --bus nats://nats:4222 --secret-file /run/secrets/tidings`,
 		Long: `Serve every regular, non-hidden file under DIR as an MCP resource, with
 the tools search_files, file_info and list_directory.
 

@@ -43,13 +43,14 @@ const (
 	maxDerivedConns = 1 << 16
 )
 
-// connHelp is the part of serve's help that speaks of connections.
+// connHelp is the part of serve's and gateway's help that speaks of
+// connections.
 const connHelp = `Connections are bounded, so that no client can take the server from the
 others: at most --max-conns-per-addr are open from one client address (an
 IPv6 client's /64 counts as one address), and --max-conns in all. By
-default the latter is seven eighths of the open-file limit, which serve
-raises to its hard limit at start, less what watching DIR takes, and at
-most 65536. Near a cap, the connections idle longest between requests are
+default the latter is seven eighths of the open-file limit, which the
+command raises to its hard limit at start, less what serve takes to watch
+its DIR, and at most 65536. Near a cap, the connections idle longest between requests are
 closed to make room; only when none is idle is a new connection refused,
 with a 503 that names the cap, in what the client speaks (HTTP/1.1 or
 HTTP/2, over TLS when served; past --max-refusing refusals under way at

@@ -96,6 +96,26 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.clientSecretFile, "oauth-client-secret-file", "", "with --oauth-client-id, the file holding the client's secret, for a confidential client")
 }
 
+// silentAfter is how long a spawned server may stay silent on its stdout
+// before the user is told what may be wrong.
+const silentAfter = 3 * time.Second
+
+// noteSilentServer asks the spawned server who it is, and tells w when
+// no answer comes within silentAfter: a command that is not a stdio
+// server — tidings serve without --stdio, which serves HTTP — says
+// nothing on its stdout, and the request would otherwise wait, silent,
+// for the whole --timeout. The answer is kept by the client, so asking
+// costs the requests that follow nothing.
+func noteSilentServer(ctx context.Context, c *client.Client, t target, w io.Writer) {
+	probe, cancel := context.WithTimeout(ctx, silentAfter)
+	defer cancel()
+	if _, err := c.Discover(probe); err == nil || ctx.Err() != nil || probe.Err() == nil {
+		return
+	}
+	fmt.Fprintf(w, "tidings: %s has written nothing on its stdout for %s: is it an MCP server over stdio? "+
+		"(tidings serve needs --stdio.) Still waiting, up to --timeout.\n", printable(t.command[0]), silentAfter)
+}
+
 // dialOut says where what dial sets up writes.
 type dialOut struct {
 	// log takes a spawned server's stderr and the client's warnings.
@@ -131,6 +151,7 @@ func dial(ctx context.Context, t target, f clientFlags, out dialOut) (c *client.
 		if err != nil {
 			return nil, nil, fmt.Errorf("starting %s: %w", t.command[0], err)
 		}
+		noteSilentServer(ctx, c, t, out.prompt)
 		return c, func() { c.Close() }, nil
 	}
 	var opts []client.HTTPOption

@@ -37,6 +37,9 @@ func newWatchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch (URL | -- COMMAND [ARG...])",
 		Short: "Follow an MCP server's tools, prompts and resources as they change",
+		Example: `  tidings watch http://127.0.0.1:8080/mcp
+  tidings watch https://mcp.example.com/mcp --oauth
+  tidings watch -- tidings serve --stdio ./docs`,
 		Long: `Follow an MCP server's tools, prompts and resources (and, with --resource,
 the content of single resources) through one subscriptions/listen stream
 that is healed after every drop.
