@@ -26,7 +26,7 @@ func newGatewayCmd() *cobra.Command {
 	var ep endpointFlags
 	var file string
 	cmd := &cobra.Command{
-		Use:   "gateway (FILE | --config FILE) [--addr HOST:PORT | --stdio]",
+		Use: "gateway (FILE | --config FILE) [--addr HOST:PORT | --stdio]",
 		Example: `  tidings gateway gateway.yaml                       # on http://127.0.0.1:8080/mcp
   tidings gateway gateway.yaml --addr 0.0.0.0:8080 --auth-issuer https://as.example.com
   tidings gateway gateway.yaml --stdio               # for a host that starts it
