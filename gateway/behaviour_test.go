@@ -131,11 +131,19 @@ func TestNameClashIsAnErrorAtStart(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `upstreams a and b both offer a tool named "echo"`) {
 		t.Fatalf("err = %v, want the clash named", err)
 	}
+	// Resource URIs keep their names whatever the prefix: one served by
+	// two upstreams is refused too, where it went to the first unseen.
+	_, err = gateway.New(context.Background(), gateway.Config{Upstreams: []gateway.Upstream{
+		{ID: "a", URL: a.url}, {ID: "b", URL: b.url}}})
+	if err == nil || !strings.Contains(err.Error(), `upstreams a and b both serve the resource "mem://echo"`) {
+		t.Fatalf("err = %v, want the clash of URIs named", err)
+	}
 }
 
 func TestReload(t *testing.T) {
 	a := startUpstream(t, mcp.ScopePublic, "echo")
 	b := startUpstream(t, mcp.ScopePublic, "echo")
+	apart(t, b, "mem://echo")
 	cfg := gateway.Config{Upstreams: []gateway.Upstream{{ID: "a", URL: a.url}}}
 	g, url := startGateway(t, cfg)
 	c := client.NewHTTP(url)
@@ -196,6 +204,7 @@ func TestIncludeAndExclude(t *testing.T) {
 func TestPagesWalkTheMergedListAndTheirCursorsAreTheCallers(t *testing.T) {
 	a := startUpstream(t, mcp.ScopePublic, "t1", "t2", "t3")
 	b := startUpstream(t, mcp.ScopePublic, "t1", "t2")
+	apart(t, b, "mem://t1")
 	_, url := startGateway(t, gateway.Config{PageSize: 2, Upstreams: []gateway.Upstream{{ID: "a", URL: a.url}, {ID: "b", URL: b.url}}})
 	alice := client.NewHTTP(url, client.WithHeader("X-User", "alice"))
 	defer alice.Close()
@@ -378,6 +387,7 @@ func TestMaxItemsCutsAList(t *testing.T) {
 func TestBrokenUpstreamStallsNobody(t *testing.T) {
 	a := startUpstream(t, mcp.ScopePublic, "echo")
 	b := startUpstream(t, mcp.ScopePublic, "echo")
+	apart(t, b, "mem://echo")
 	_, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{
 		{ID: "a", URL: a.url}, {ID: "bad", Command: stdioUpstream("garble-tools")}, {ID: "b", URL: b.url}}})
 	var wg sync.WaitGroup

@@ -90,6 +90,7 @@ func joinScopes(s []string) string {
 func TestCallerRulesChooseWhatEachSees(t *testing.T) {
 	a := startUpstream(t, mcp.ScopePublic, "echo", "secret")
 	b := startUpstream(t, mcp.ScopePublic, "echo")
+	apart(t, b, "mem://echo")
 	as := testas.Start(t, audience)
 	url, mint := authGateway(t, as, gateway.Config{
 		Upstreams: []gateway.Upstream{{ID: "a", URL: a.url}, {ID: "b", URL: b.url}},

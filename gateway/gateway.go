@@ -297,10 +297,13 @@ func (u Upstream) withoutPrefix() Upstream {
 	return u
 }
 
-// checkClashes reads the tool and prompt lists of ups and reports a name
-// two of them offer. An upstream that does not answer is passed over.
+// checkClashes reads the tool, prompt and resource lists of ups and
+// reports a name or URI two of them offer: the gateway would route it to
+// the first, unseen. Resource URIs are not prefixed, so that a
+// reference to one in an item (an MCP Apps tool's _meta.ui.resourceUri)
+// stays true. An upstream that does not answer is passed over.
 func (g *Gateway) checkClashes(ctx context.Context, ups []*upstream) error {
-	for _, i := range []int{listIndex(server.ListTools), listIndex(server.ListPrompts)} {
+	for _, i := range []int{listIndex(server.ListTools), listIndex(server.ListPrompts), listIndex(server.ListResources)} {
 		owner := map[string]string{}
 		for _, u := range ups {
 			if u.x != nil {
@@ -317,11 +320,13 @@ func (g *Gateway) checkClashes(ctx context.Context, ups []*upstream) error {
 			}
 			for _, it := range v.items {
 				if other, ok := owner[it.key]; ok {
-					what := "tool"
-					if listsOf[i] == server.ListPrompts {
-						what = "prompt"
+					switch listsOf[i] {
+					case server.ListResources:
+						return fmt.Errorf("upstreams %s and %s both serve the resource %q: resource URIs keep their names, so leave it out of one of them (exclude)", other, u.cfg.ID, it.key)
+					case server.ListPrompts:
+						return fmt.Errorf("upstreams %s and %s both offer a prompt named %q: give one of them a prefix", other, u.cfg.ID, it.key)
 					}
-					return fmt.Errorf("upstreams %s and %s both offer a %s named %q: give one of them a prefix", other, u.cfg.ID, what, it.key)
+					return fmt.Errorf("upstreams %s and %s both offer a tool named %q: give one of them a prefix", other, u.cfg.ID, it.key)
 				}
 				owner[it.key] = u.cfg.ID
 			}

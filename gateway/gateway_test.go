@@ -114,7 +114,24 @@ func names(ts []mcp.Tool) []string {
 func twoUpstreams(t *testing.T, scope mcp.CacheScope) (*upstreamServer, *upstreamServer, gateway.Config) {
 	a := startUpstream(t, scope, "echo", "add")
 	b := startUpstream(t, scope, "echo")
+	apart(t, b, "mem://echo")
 	return a, b, gateway.Config{Upstreams: []gateway.Upstream{{ID: "a", URL: a.url}, {ID: "b", URL: b.url}}}
+}
+
+// apart gives u's resource uri another URI, uri+"-2", so that two
+// upstreams that would serve one URI (which the gateway refuses) do not.
+func apart(t *testing.T, u *upstreamServer, uri string) {
+	t.Helper()
+	if u.srv.RemoveResources(uri) != 1 {
+		t.Fatalf("no resource %s to move", uri)
+	}
+	text := "hello"
+	err := u.srv.AddResource(mcp.Resource{URI: uri + "-2", Name: "moved"}, func(context.Context, *server.ResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{Contents: []mcp.ResourceContents{{URI: uri + "-2", Text: &text}}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestMergedToolsArePrefixedAndCalled(t *testing.T) {

@@ -63,11 +63,11 @@ func (o origin) CallTool(ctx context.Context, req *server.ToolRequest) (*mcp.Cal
 	}
 	params := map[string]any{"name": it.orig, "arguments": req.Arguments}
 	retryParams(params, &req.Request)
-	opts := append(forCaller(&req.Request), client.WithProgress(func(p float64, total *float64, msg string) {
+	opts := append(forCaller(u, &req.Request), client.WithProgress(func(p float64, total *float64, msg string) {
 		_ = req.Progress(p, total, msg)
 	}))
 	if asksTask(u, &req.Request) {
-		opts = append(opts, withTasks(req.Capabilities))
+		opts = append(opts, withTasks(u, &req.Request))
 	}
 	res, err := u.c.Request(ctx, mcp.MethodToolsCall, params, opts...)
 	if err != nil {
@@ -98,7 +98,7 @@ func (o origin) GetPrompt(ctx context.Context, req *server.PromptRequest) (*mcp.
 		params["arguments"] = req.Arguments
 	}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodPromptsGet, params, forCaller(&req.Request)...)
+	res, err := u.c.Request(ctx, mcp.MethodPromptsGet, params, forCaller(u, &req.Request)...)
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
@@ -142,7 +142,7 @@ func (o origin) ReadResource(ctx context.Context, req *server.ResourceRequest) (
 	u.st.requests.Add(1)
 	params := map[string]any{"uri": req.URI}
 	retryParams(params, &req.Request)
-	res, err := u.c.Request(ctx, mcp.MethodResourcesRead, params, forCaller(&req.Request)...)
+	res, err := u.c.Request(ctx, mcp.MethodResourcesRead, params, forCaller(u, &req.Request)...)
 	if err != nil {
 		return nil, upstreamError(u, err)
 	}
@@ -334,18 +334,53 @@ func (u *upstream) wake() {
 	}
 }
 
-// forCaller are the options of a request the gateway makes upstream for
-// a caller: the input the caller can give (elicitation, sampling, roots)
-// is declared, so that the upstream asks for no other, and the log
-// messages the caller asked for are asked for and passed on. Extensions
-// are the gateway's to declare: it declares tasks alone, where it passes
-// them on (withTasks).
-func forCaller(req *server.Request) []client.CallOption {
-	caps := req.Capabilities
-	caps.Extensions = nil
-	opts := []client.CallOption{client.WithCapabilities(caps)}
+// forCaller are the options of a request the gateway makes upstream to u
+// for a caller: the input the caller can give (elicitation, sampling,
+// roots) is declared, so that the upstream asks for no other, with the
+// extensions the caller declared that u offers (see upstreamCaps); and
+// the log messages the caller asked for are asked for and passed on.
+func forCaller(u *upstream, req *server.Request) []client.CallOption {
+	opts := []client.CallOption{client.WithCapabilities(upstreamCaps(u, req))}
 	if level, ok := req.LogLevel(); ok {
 		opts = append(opts, client.WithLogs(level, func(l mcp.LogLevel, logger string, data jsontext.Value) { _ = req.Log(l, logger, data) }))
 	}
 	return opts
+}
+
+// upstreamCaps are the capabilities the gateway declares to u for req's
+// caller: the caller's own, with of its extensions only those u offers —
+// what u does not offer it cannot use, and telling it of the others says
+// more of the caller than it needs. The tasks extension is the gateway's
+// to declare (withTasks): it follows a task for its caller.
+func upstreamCaps(u *upstream, req *server.Request) mcp.ClientCaps {
+	caps := req.Capabilities
+	offered := u.offer().extensions
+	var ext map[string]jsontext.Value
+	for name, v := range caps.Extensions {
+		if _, ok := offered[name]; ok && name != mcp.ExtensionTasks {
+			if ext == nil {
+				ext = map[string]jsontext.Value{}
+			}
+			ext[name] = v
+		}
+	}
+	caps.Extensions = ext
+	return caps
+}
+
+// Extensions are the extensions the upstreams offer (the tasks extension
+// apart, which the server advertises itself while an upstream runs
+// tasks): the gateway offers callers what any upstream does, and passes
+// a caller's declaration on to the upstreams that offer it.
+func (o origin) Extensions() map[string]jsontext.Value {
+	ups, _ := o.g.upstreams()
+	out := map[string]jsontext.Value{}
+	for _, u := range ups {
+		for name, v := range u.offer().extensions {
+			if _, ok := out[name]; !ok {
+				out[name] = v
+			}
+		}
+	}
+	return out
 }

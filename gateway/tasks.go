@@ -48,11 +48,15 @@ const (
 // name, when a caller first came (exchanger.learn).
 func (u *upstream) offersTasks() bool { return u.offer().tasks }
 
-// withTasks is the option that declares caps upstream with the tasks
-// extension: the gateway declares it on the caller's behalf, for the
-// caller follows the task.
-func withTasks(caps mcp.ClientCaps) client.CallOption {
-	caps.Extensions = map[string]jsontext.Value{mcp.ExtensionTasks: jsontext.Value("{}")}
+// withTasks is the option that declares the caller's capabilities to u
+// (upstreamCaps) with the tasks extension: the gateway declares it on the
+// caller's behalf, for the gateway follows the task for the caller.
+func withTasks(u *upstream, req *server.Request) client.CallOption {
+	caps := upstreamCaps(u, req)
+	if caps.Extensions == nil {
+		caps.Extensions = map[string]jsontext.Value{}
+	}
+	caps.Extensions[mcp.ExtensionTasks] = jsontext.Value("{}")
 	return client.WithCapabilities(caps)
 }
 
@@ -153,7 +157,7 @@ func (o origin) taskRequest(ctx context.Context, method string, req *server.Task
 	}
 	send := func() (jsontext.Value, error) {
 		params["taskId"] = tid
-		return u.c.Request(ctx, method, params, append(forCaller(&req.Request), withTasks(req.Capabilities))...)
+		return u.c.Request(ctx, method, params, append(forCaller(u, &req.Request), withTasks(u, &req.Request))...)
 	}
 	res, err := send()
 	if errors.Is(err, client.ErrClosed) && ctx.Err() == nil && o.g.ctx.Err() == nil {
@@ -266,7 +270,7 @@ func (g *Gateway) pollTask(ctx context.Context, principal, id string) {
 			return
 		}
 		wait := defaultTaskPoll
-		res, err := u.c.Request(ctx, mcp.MethodTasksGet, map[string]any{"taskId": tid}, withTasks(mcp.ClientCaps{}))
+		res, err := u.c.Request(ctx, mcp.MethodTasksGet, map[string]any{"taskId": tid}, withTasks(u, &server.Request{}))
 		var je *jsonrpc.Error
 		var now mcp.Task
 		switch {

@@ -259,7 +259,11 @@ func readCredential(a Auth) (credential, error) {
 
 // offered says which lists an upstream offers, and whether it runs
 // tasks, as it said when the gateway started following it.
-type offered struct{ tools, prompts, resources, tasks bool }
+type offered struct {
+	tools, prompts, resources, tasks bool
+	// extensions are the others it offers, with their settings.
+	extensions map[string]jsontext.Value
+}
 
 // offer is what u offers, as it said. Until it has said, the gateway
 // takes it to offer every list, so that none goes unfollowed, and no
@@ -274,7 +278,16 @@ func (u *upstream) offer() offered {
 
 // offeredBy reads what capabilities offer.
 func offeredBy(caps mcp.ServerCaps) *offered {
-	return &offered{caps.Tools != nil, caps.Prompts != nil, caps.Resources != nil, mcp.DeclaresTasks(caps.Extensions)}
+	o := &offered{tools: caps.Tools != nil, prompts: caps.Prompts != nil, resources: caps.Resources != nil, tasks: mcp.DeclaresTasks(caps.Extensions)}
+	for name, v := range caps.Extensions {
+		if name != mcp.ExtensionTasks {
+			if o.extensions == nil {
+				o.extensions = map[string]jsontext.Value{}
+			}
+			o.extensions[name] = v
+		}
+	}
+	return o
 }
 
 // start opens the upstream's listen and the loop that renews it when

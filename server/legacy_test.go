@@ -1049,3 +1049,17 @@ func TestLegacyInputRoundsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestLegacyMethodOfNoCapability: in a session, a method whose capability
+// the server does not offer (prompts/list of a server without prompts)
+// is not found, as in 2026-07-28 — never an answer without a body.
+func TestLegacyMethodOfNoCapability(t *testing.T) {
+	h := newHarness(t)
+	mustAddTool(t, h.srv, textTool("echo"), echoHandler("echoed"))
+	srv := &lsrv{Server: h.srv, tbl: legacy.NewTable(engine.Of(h.srv), 10, 10, time.Minute)}
+	ss := openSession(t, srv, nil)
+	for _, m := range []string{mcp.MethodPromptsList, mcp.MethodResourcesList, mcp.MethodComplete} {
+		r, _ := serve(t, srv, ss, 1, m, map[string]any{})
+		r.fails(t, jsonrpc.CodeMethodNotFound)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"tidings/bus"
 	"tidings/internal/engine"
 	"tidings/mcp"
@@ -13,6 +15,7 @@ import (
 type config struct {
 	instructions string
 	discoverMeta func() mcp.Meta
+	extensions   map[string]jsontext.Value
 	pageSize     int
 	secret       []byte
 	policies     [numLists]CachePolicy
@@ -163,6 +166,25 @@ func WithCapabilities(caps ...Capability) Option {
 			c.capabilities.completions = c.capabilities.completions || k&Completions != 0
 			c.capabilities.tasks = c.capabilities.tasks || k&Tasks != 0
 		}
+	}
+}
+
+// WithExtension advertises the extension name (such as MCP Apps,
+// "io.modelcontextprotocol/ui") in capabilities.extensions, with its
+// settings (nil for {}). The server only says it supports it: what the
+// extension puts in items (a tool's _meta, a ui:// resource) is the
+// server's to register, and a client that declares the extension on a
+// request (Request.Capabilities.Extensions) is one that understands it.
+// The tasks extension has its own switch (Tasks, RunAsTask).
+func WithExtension(name string, settings jsontext.Value) Option {
+	return func(c *config) {
+		if len(settings) == 0 {
+			settings = jsontext.Value("{}")
+		}
+		if c.extensions == nil {
+			c.extensions = map[string]jsontext.Value{}
+		}
+		c.extensions[name] = settings
 	}
 }
 

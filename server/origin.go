@@ -56,6 +56,16 @@ type Origin interface {
 	Forget(l List, uri string)
 }
 
+// ExtensionOrigin is an Origin whose servers offer extensions: the
+// server advertises what Extensions returns (beside those of
+// WithExtension) in capabilities.extensions, at each discover or
+// initialize. A gateway passes its upstreams' on. Extensions returns a
+// map the server may keep and change, and must not block.
+type ExtensionOrigin interface {
+	Origin
+	Extensions() map[string]jsontext.Value
+}
+
 // ListRequest is one page of a list asked of an Origin.
 type ListRequest struct {
 	Request

@@ -107,8 +107,22 @@ func (s *Server) capabilities() mcp.ServerCaps {
 	if s.cfg.capabilities.completions || s.completer() != nil {
 		c.Completions = &struct{}{}
 	}
+	exts := s.cfg.extensions
+	if o, ok := s.cfg.origin.(ExtensionOrigin); ok {
+		exts = o.Extensions()
+		for name, v := range s.cfg.extensions {
+			exts[name] = v
+		}
+	}
+	if len(exts) > 0 || s.offersTasks() {
+		c.Extensions = make(map[string]jsontext.Value, len(exts)+1)
+		for name, v := range exts {
+			c.Extensions[name] = v
+		}
+		delete(c.Extensions, mcp.ExtensionTasks) // said by offersTasks alone
+	}
 	if s.offersTasks() {
-		c.Extensions = map[string]jsontext.Value{mcp.ExtensionTasks: jsontext.Value("{}")}
+		c.Extensions[mcp.ExtensionTasks] = jsontext.Value("{}")
 	}
 	return c
 }

@@ -343,7 +343,10 @@ func (s *Server) scopesOf(principal string, call *engine.Call) []string {
 // that it is one), while the server offers its capability.
 func (s *Server) routePrimitive(ctx context.Context, call *engine.Call, req *Request) engine.Reply {
 	if !s.offers(call.M.Needs) {
-		return engine.Reply{}
+		// As in route: a server without the capability has no such
+		// method. (An empty reply here went out as an HTTP 200 without a
+		// body, which a client cannot read.)
+		return engine.Fail(req.ID, jsonrpc.CodeMethodNotFound, "Method not found: "+strconv.Quote(call.Msg.Method), nil)
 	}
 	return handlers[call.M.Handler](s, ctx, call, req)
 }
