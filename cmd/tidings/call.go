@@ -291,7 +291,8 @@ func (s *taskStatus) show(t mcp.Task) {
 	s.lineLocked(line)
 }
 
-// progress prints one progress notification of the call.
+// progress prints one progress notification of the call, unless the
+// call runs as a task, whose states are shown instead.
 func (s *taskStatus) progress(done float64, total *float64, msg string) {
 	line := "progress " + strconv.FormatFloat(done, 'f', -1, 64)
 	if total != nil {
@@ -302,6 +303,9 @@ func (s *taskStatus) progress(done float64, total *float64, msg string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.id != "" {
+		return // a task's states say as much, and say it once
+	}
 	s.lineLocked(line)
 }
 
