@@ -34,7 +34,11 @@ const (
 	// that sends pings, settings or streams to refuse faster than it
 	// reads the answers is cut off rather than queued for.
 	maxCtrl = 10000
-	// defaultMaxFrame is the frame size a peer takes before its SETTINGS.
+	// defaultMaxFrame is the frame size a peer takes before its SETTINGS,
+	// and the largest frame the server reads: it advertises no larger
+	// SETTINGS_MAX_FRAME_SIZE, so a client may send none larger (RFC
+	// 9113, 4.2), and one that does is cut off before its payload is
+	// read — where the frame reader would otherwise buffer up to 16 MiB.
 	defaultMaxFrame = 16384
 )
 
@@ -129,6 +133,11 @@ type conn struct {
 	flooded      bool // more than maxCtrl control frames were due
 	writeErr     error
 	idle         *time.Timer
+	// junk bounds the frames that cost the server work and carry none
+	// (see spendLocked); sentConn says DATA went out since the client's
+	// last WINDOW_UPDATE of the connection.
+	junk     budget
+	sentConn bool
 }
 
 func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, base context.Context) *conn {
@@ -143,6 +152,8 @@ func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, ba
 	c.br = bufio.NewReaderSize(nc, 4<<10)
 	c.fr = http2.NewFramer(nil, c.br)
 	c.fr.SetReuseFrames()
+	c.fr.SetMaxReadFrameSize(defaultMaxFrame)
+	c.junk = newBudget(s.cfg.FrameBudget, time.Now())
 	c.fr.MaxHeaderListSize = uint32(min(s.cfg.MaxHeaderBytes, maxWindow))
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxHeaderBytes)
@@ -246,9 +257,14 @@ func (c *conn) handle(f http2.Frame) error {
 		if f.IsAck() {
 			return nil
 		}
+		// A PING is owed its answer, and is bounded by the queue of
+		// answers a client must read (maxCtrl), not by the budget:
+		// clients ping to know the connection lives.
 		return c.queue(ctrlFrame{kind: ctrlPing, ping: f.Data})
 	case *http2.RSTStreamFrame:
 		return c.onReset(f)
+	case *http2.PriorityFrame:
+		return c.onPriority(f)
 	case *http2.GoAwayFrame:
 		return nil // the client opens no more streams; those open go on
 	case *http2.PushPromiseFrame:
@@ -256,8 +272,46 @@ func (c *conn) handle(f http2.Frame) error {
 	case *http2.ContinuationFrame:
 		return connErr{code: http2.ErrCodeProtocol, reason: "CONTINUATION without HEADERS"}
 	default:
-		return nil // PRIORITY and frames of unknown types are ignored
+		// Frames of unknown types are ignored (RFC 9113, 4.1), but not
+		// without end.
+		return c.spend("a frame of an unknown type")
 	}
+}
+
+// spend takes one frame of what from the connection's budget.
+func (c *conn) spend(what string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.spendLocked(what)
+}
+
+// spendLocked takes one frame that costs the server work and carries
+// none — a reset, an empty DATA frame, a WINDOW_UPDATE nothing sent
+// called for, PRIORITY, SETTINGS, an unknown type — from the
+// connection's budget (Config.FrameBudget, refilled at a tenth of it a
+// second); past it the connection ends with ENHANCE_YOUR_CALM. Such
+// floods otherwise cost a core at the attacker's send rate, answered or
+// not (Rapid Reset, CVE-2023-44487, is the best known).
+func (c *conn) spendLocked(what string) error {
+	if c.junk.spend(time.Now()) {
+		return nil
+	}
+	return connErr{code: http2.ErrCodeEnhanceYourCalm, reason: fmt.Sprintf("more than %d frames that carry no work (%s the last)", c.junk.burst, what)}
+}
+
+// onPriority checks a PRIORITY frame, whose advice is not taken: a
+// stream may not depend on itself (RFC 9113, 5.3.1).
+func (c *conn) onPriority(f *http2.PriorityFrame) error {
+	if f.StreamDep == f.StreamID {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if s := c.streams[f.StreamID]; s != nil {
+			s.resetLocked(http2.ErrCodeProtocol, true, errReset)
+			return c.calmLocked()
+		}
+		return c.queueLocked(ctrlFrame{kind: ctrlReset, id: f.StreamID, code: http2.ErrCodeProtocol})
+	}
+	return c.spend("PRIORITY")
 }
 
 // queue queues a control frame and wakes the writer.
@@ -353,9 +407,25 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if id%2 == 0 {
 		return connErr{code: http2.ErrCodeProtocol, reason: "a client's stream has an odd number"}
 	}
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		// A stream that depends on itself (RFC 9113, 5.3.1): a stream
+		// error, on a stream that opened and closed at once.
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if id <= c.maxID {
+			return connErr{code: http2.ErrCodeProtocol, reason: "HEADERS on a stream whose request was sent"}
+		}
+		c.maxID = id
+		return c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeProtocol})
+	}
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
 		defer c.mu.Unlock()
+		if s.peerReset {
+			// Closed by the client's own RST_STREAM (RFC 9113, 5.1),
+			// though its handler has yet to return.
+			return c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeStreamClosed})
+		}
 		if s.remoteDone || !f.StreamEnded() {
 			return connErr{code: http2.ErrCodeProtocol, reason: "HEADERS on a stream whose request was sent"}
 		}
@@ -425,13 +495,21 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		return connErr{code: http2.ErrCodeFlowControl, reason: "DATA beyond the connection's window"}
 	}
 	c.recvWindow -= n
+	if len(data) == 0 && !f.StreamEnded() {
+		if err := c.spendLocked("an empty DATA frame"); err != nil {
+			return err
+		}
+	}
 	s := c.streams[id]
 	if s == nil || s.remoteDone || s.reset {
 		c.consumedLocked(n)
 		switch {
 		case id > c.maxID:
 			return connErr{code: http2.ErrCodeProtocol, reason: "DATA on a stream not opened"}
-		case s == nil:
+		case s == nil, s.peerReset:
+			// Closed: by its end, or by the client's own RST_STREAM
+			// (RFC 9113, 5.1). After a reset of the server's, frames in
+			// flight are passed over.
 			return c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeStreamClosed})
 		case s.remoteDone:
 			s.resetLocked(http2.ErrCodeStreamClosed, true, errReset)
@@ -493,6 +571,9 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.spendLocked("SETTINGS"); err != nil {
+		return err
+	}
 	err := f.ForeachSetting(func(st http2.Setting) error {
 		if err := st.Valid(); err != nil {
 			code := http2.ErrCodeProtocol
@@ -538,6 +619,15 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	defer c.mu.Unlock()
 	inc := int64(f.Increment)
 	if f.StreamID == 0 {
+		// One that no DATA sent since the last one called for is junk
+		// (a client's first, which widens the window, costs a token of
+		// the budget's thousand).
+		if !c.sentConn {
+			if err := c.spendLocked("WINDOW_UPDATE"); err != nil {
+				return err
+			}
+		}
+		c.sentConn = false
 		if c.sendWindow += inc; c.sendWindow > maxWindow {
 			return connErr{code: http2.ErrCodeFlowControl, reason: "WINDOW_UPDATE overflows the connection's window"}
 		}
@@ -553,8 +643,11 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return connErr{code: http2.ErrCodeProtocol, reason: "WINDOW_UPDATE on a stream not opened"}
 	}
 	s := c.streams[f.StreamID]
-	if s == nil || s.reset {
-		return nil
+	if s == nil || s.reset || s.sendWindow >= int64(c.peerWindow) {
+		// Nothing sent on the stream called for it.
+		if err := c.spendLocked("WINDOW_UPDATE"); err != nil || s == nil || s.reset {
+			return err
+		}
 	}
 	if s.sendWindow += inc; s.sendWindow > maxWindow {
 		s.resetLocked(http2.ErrCodeFlowControl, true, errReset)
@@ -573,10 +666,11 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if f.StreamID > c.maxID {
 		return connErr{code: http2.ErrCodeProtocol, reason: "RST_STREAM on a stream not opened"}
 	}
-	if s := c.streams[f.StreamID]; s != nil {
+	if s := c.streams[f.StreamID]; s != nil && !s.reset {
 		s.resetLocked(f.ErrCode, false, errReset)
+		s.peerReset = true
 	}
-	return nil
+	return c.spendLocked("RST_STREAM")
 }
 
 // resetID resets stream id for a malformed frame of it, and reports
@@ -622,6 +716,11 @@ func (c *conn) releaseLocked(s *stream) {
 	s.released = true
 	if s.writeTimer != nil {
 		s.writeTimer.Stop()
+	}
+	if s.endSent {
+		// A stream answered to its end is work done: what it leaves
+		// behind (a WINDOW_UPDATE for it in flight, say) is no flood.
+		c.junk.credit()
 	}
 	delete(c.streams, s.id)
 	c.srv.streams.Add(-1)
@@ -724,4 +823,32 @@ func (c *conn) close() {
 	}
 	c.mu.Unlock()
 	_ = c.nc.Close()
+}
+
+// budget is a token bucket of frames: burst at most, refilled at a tenth
+// of burst a second.
+type budget struct {
+	burst  int
+	tokens float64
+	last   time.Time
+}
+
+func newBudget(burst int, now time.Time) budget {
+	return budget{burst: burst, tokens: float64(burst), last: now}
+}
+
+// credit gives back a token, up to burst.
+func (b *budget) credit() { b.tokens = min(float64(b.burst), b.tokens+1) }
+
+// spend takes a token, and reports whether there was one.
+func (b *budget) spend(now time.Time) bool {
+	if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(float64(b.burst), b.tokens+d.Seconds()*float64(b.burst)/10)
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }

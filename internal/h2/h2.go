@@ -24,7 +24,12 @@
 // Its bounds: at most Config.MaxStreams streams open at once per
 // connection (a stream whose handler was reset counts until the handler
 // returns, so resetting streams quickly buys no more handlers); header
-// blocks of at most Config.MaxHeaderBytes; a receive window per
+// blocks of at most Config.MaxHeaderBytes; frames of at most 16 KiB (it
+// advertises no larger SETTINGS_MAX_FRAME_SIZE), a larger one ending the
+// connection before its payload is read; a budget of frames that cost it
+// work and carry none (resets, empty DATA, WINDOW_UPDATEs nothing called
+// for, PRIORITY, SETTINGS, unknown types: Config.FrameBudget), past which
+// the connection ends with ENHANCE_YOUR_CALM; a receive window per
 // connection that bounds the request bodies it buffers; a bounded queue
 // of control frames, so that a client that floods pings, settings or
 // resets without reading is cut off; and a deadline on whatever waits
@@ -69,6 +74,13 @@ type Config struct {
 	// IdleTimeout closes a connection that has had no stream open for
 	// that long; default the http.Server's IdleTimeout, 0 never.
 	IdleTimeout time.Duration
+	// FrameBudget is how many frames that cost the server work but carry
+	// none (resets, empty DATA, WINDOW_UPDATEs nothing called for,
+	// PRIORITY, SETTINGS, unknown types) one connection may send
+	// in a burst, refilled at a tenth of it a second; past it the
+	// connection ends with GOAWAY ENHANCE_YOUR_CALM. Default
+	// DefaultFrameBudget.
+	FrameBudget int
 }
 
 const (
@@ -76,6 +88,10 @@ const (
 	DefaultMaxStreams = 1000
 	// DefaultWriteBuffer is Config.WriteBuffer's default.
 	DefaultWriteBuffer = 256 << 10
+	// DefaultFrameBudget is Config.FrameBudget's default: a client that
+	// cancels a hundred requests a second for ever, or a thousand at
+	// once, is not cut off; a flood is within a second.
+	DefaultFrameBudget = 1000
 	// prefaceTimeout bounds the wait for a client's preface and first
 	// SETTINGS when the http.Server sets no ReadHeaderTimeout.
 	prefaceTimeout = 10 * time.Second
@@ -132,6 +148,9 @@ func Configure(hs *http.Server, cfg Config) (*Server, error) {
 	}
 	if cfg.WriteBuffer <= 0 {
 		cfg.WriteBuffer = DefaultWriteBuffer
+	}
+	if cfg.FrameBudget <= 0 {
+		cfg.FrameBudget = DefaultFrameBudget
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = hs.IdleTimeout

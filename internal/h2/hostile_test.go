@@ -693,7 +693,10 @@ func TestRapidResetBoundsHandlers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h peakHandler
-			addr, _, srv := listenH2C(t, &h, h2.Config{MaxStreams: maxStreams})
+			// A budget that lets the flood through: the bound of
+			// handlers is what is tested here (TestFloodsAreCutOff cuts
+			// such floods short).
+			addr, _, srv := listenH2C(t, &h, h2.Config{MaxStreams: maxStreams, FrameBudget: 4 * n})
 			c := dial(t, addr)
 			c.handshake()
 			// After the first request its fields sit in the HPACK

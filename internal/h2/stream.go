@@ -60,6 +60,7 @@ type stream struct {
 	queued      bool // in c.ready
 	connBlocked bool // in c.connBlocked
 	reset       bool
+	peerReset   bool // the client reset it (RST_STREAM)
 	resetErr    error
 	parkEnd     engine.PumpEnd // how a parked listen ends when reset
 	handlerDone bool

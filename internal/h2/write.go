@@ -296,6 +296,7 @@ func (c *conn) dataLocked(s *stream, b []byte, end bool) int {
 		off += n
 		s.sendWindow -= int64(n)
 		c.sendWindow -= int64(n)
+		c.sentConn = true
 		s.endSent = last
 	}
 	return off

@@ -1,0 +1,139 @@
+package h2_test
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"tidings/internal/h2"
+)
+
+// TestFloodsAreCutOff: one connection that floods frames which cost the
+// server work and carry none — Rapid Reset (open and reset), empty DATA,
+// WINDOW_UPDATEs nothing called for, PRIORITY, SETTINGS, frames of an
+// unknown type — is ended with GOAWAY ENHANCE_YOUR_CALM within a second,
+// while it reads every answer; another client of the same server is
+// served meanwhile and after.
+func TestFloodsAreCutOff(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flood func(c *h2client, i int) error
+	}{
+		{"Rapid Reset", func(c *h2client, i int) error {
+			id := uint32(2*i + 3)
+			if err := c.writeHeaders(id, true, reqFields("GET", "/")); err != nil {
+				return err
+			}
+			return c.flush(c.fr.WriteRSTStream(id, http2.ErrCodeCancel))
+		}},
+		{"empty DATA", func(c *h2client, _ int) error { return c.flush(c.fr.WriteData(1, false, nil)) }},
+		{"WINDOW_UPDATE", func(c *h2client, _ int) error { return c.flush(c.fr.WriteWindowUpdate(0, 1)) }},
+		{"PRIORITY", func(c *h2client, _ int) error {
+			return c.flush(c.fr.WritePriority(1, http2.PriorityParam{StreamDep: 0, Weight: 15}))
+		}},
+		{"SETTINGS", func(c *h2client, _ int) error {
+			return c.flush(c.fr.WriteSettings(http2.Setting{ID: http2.SettingHeaderTableSize, Val: 4096}))
+		}},
+		{"unknown type", func(c *h2client, _ int) error { return c.flush(c.fr.WriteRawFrame(0xfa, 0, 0, []byte("x"))) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _, _ := listenH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost {
+					<-r.Context().Done() // stream 1 stays open, its body unfinished
+					return
+				}
+				_, _ = w.Write([]byte("ok"))
+			}), h2.Config{})
+			other := dial(t, addr)
+			other.handshake()
+			c := dial(t, addr)
+			c.handshake()
+			c.request(1, "POST", "/", false)
+			start := time.Now()
+			floodErr := make(chan error, 1)
+			go func() {
+				for i := range 1 << 20 {
+					if err := tc.flood(c, i); err != nil {
+						floodErr <- err
+						return
+					}
+				}
+				floodErr <- errors.New("a million frames went through")
+			}()
+			c.expectGoAway(http2.ErrCodeEnhanceYourCalm)
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("the flood was cut after %v, want within a second", d)
+			}
+			if err := <-floodErr; err == nil {
+				t.Fatal("the flood ended without an error")
+			}
+			other.request(1, "GET", "/", true)
+			if status, body := other.response(1); status != "200" || string(body) != "ok" {
+				t.Errorf("another client: %s %q", status, body)
+			}
+		})
+	}
+}
+
+// TestOversizedFramesAreNotRead: frames larger than the 16 KiB the server
+// takes (it advertises no larger SETTINGS_MAX_FRAME_SIZE) end the
+// connection with FRAME_SIZE_ERROR before their payload is read: 40
+// connections that each announce a 16 MiB frame cost the server no
+// memory to speak of. (The clients here are bare, so that the heap
+// measured is the server's.)
+func TestOversizedFramesAreNotRead(t *testing.T) {
+	addr, _, _ := listenH2C(t, http.NotFoundHandler(), h2.Config{})
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var conns []net.Conn
+	for i := range 40 {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = nc.Close() })
+		conns = append(conns, nc)
+		typ := byte(0xfa) // of no known type
+		if i%2 == 1 {
+			typ = byte(http2.FrameData)
+		}
+		var b bytes.Buffer
+		b.WriteString(http2.ClientPreface)
+		_ = http2.NewFramer(&b, nil).WriteSettings()
+		// The header of a 16 MiB frame: a frame reader that takes such
+		// frames makes room for the payload as it reads the header.
+		b.Write([]byte{0xff, 0xff, 0xff, typ, 0, 0, 0, 0, 1})
+		if _, err := nc.Write(b.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, nc := range conns {
+		_ = nc.SetReadDeadline(time.Now().Add(frameTimeout))
+		fr := http2.NewFramer(nil, nc)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("connection %d ended without GOAWAY FRAME_SIZE_ERROR: %v", i, err)
+			}
+			if ga, ok := f.(*http2.GoAwayFrame); ok {
+				if ga.ErrCode != http2.ErrCodeFrameSize {
+					t.Fatalf("connection %d: GOAWAY %v, want FRAME_SIZE_ERROR", i, ga.ErrCode)
+				}
+				break
+			}
+		}
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 64<<20 {
+		t.Errorf("40 oversized frames grew the heap by %d MiB, want at most 64", grew>>20)
+	}
+}
