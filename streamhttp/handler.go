@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"tidings/internal/engine"
@@ -155,6 +156,12 @@ type Handler struct {
 	sessions *legacy.Table // nil with WithoutLegacy
 	refusals refusals
 	parker   *parked.Parker // nil without WithParking, or without epoll
+	// mcp is the server, which Serve shuts down to end its listens.
+	mcp *server.Server
+	// lazyParker parks the listens of a Handler without WithParking
+	// served by Serve, made on the first.
+	parkOnce   sync.Once
+	lazyParker atomic.Pointer[parked.Parker]
 }
 
 // New returns a Handler for srv.
@@ -175,7 +182,7 @@ func New(srv *server.Server, opts ...Option) *Handler {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	h := &Handler{srv: engine.Of(srv), cfg: cfg}
+	h := &Handler{srv: engine.Of(srv), cfg: cfg, mcp: srv}
 	if cfg.park {
 		h.parker = parked.New(parked.Config{WriteTimeout: cfg.writeTimeout})
 	}
@@ -386,7 +393,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := h.newResponder(w, r)
 	out.env.h = r.Header
-	out.req, out.parker, out.park, out.writeTimeout = r, h.parker, h.cfg.park, h.cfg.writeTimeout
+	fd := frontDoorOf(r)
+	if fd != nil {
+		fd.note(h.mcp)
+	}
+	out.parker, out.park = h.parkerFor(fd)
+	out.req, out.writeTimeout = r, h.cfg.writeTimeout
 	reply := h.srv.Serve(r.Context(), call, h.principalOf(r), &out.env, out)
 	out.finish(reply)
 }

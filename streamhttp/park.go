@@ -26,10 +26,14 @@ func WithParking() Option { return func(c *config) { c.park = true } }
 // ParkedListens returns how many listens are parked now (see
 // WithParking), for monitoring: each is also an open listen.
 func (h *Handler) ParkedListens() int {
-	if h.parker == nil {
+	p := h.parker
+	if p == nil {
+		p = h.lazyParker.Load() // parked by Serve
+	}
+	if p == nil {
 		return 0
 	}
-	return h.parker.Len()
+	return p.Len()
 }
 
 // Park hands a listen to the handler's parker (engine.Parker): only a
