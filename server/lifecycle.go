@@ -20,7 +20,29 @@ import (
 // listeners following it still hear, and Shutdown waits for their
 // goroutines, or until ctx ends. No task is created afterwards. The
 // task store is closed once they are done.
-func (s *Server) Shutdown(ctx context.Context) (err error) {
+//
+// Shutdown may be called again, or by several owners at once (a program
+// and the streamhttp.Serve it runs): calls take turns, and once one has
+// ended with nil, the others return nil at once; one that gave up (its
+// ctx ended first) leaves the next to wait again.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shut.mu.Lock()
+	defer s.shut.mu.Unlock()
+	if s.shut.done {
+		return nil
+	}
+	err := s.shutdown(ctx)
+	s.shut.done = err == nil
+	return err
+}
+
+// shutState says whether a Shutdown has ended with nil.
+type shutState struct {
+	mu   sync.Mutex
+	done bool
+}
+
+func (s *Server) shutdown(ctx context.Context) (err error) {
 	if b := s.cfg.bus; b != nil {
 		defer func() {
 			if cerr := b.Close(); cerr != nil && err == nil {

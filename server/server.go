@@ -92,6 +92,8 @@ func DefaultPolicies() [numLists]CachePolicy {
 type Server struct {
 	handle // the transports' view; see engine.Of
 
+	shut shutState // see Shutdown
+
 	info     mcp.Implementation
 	infoJSON []byte
 	cfg      config

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"tidings/internal/coalesce"
@@ -23,11 +24,86 @@ import (
 // until ctx ends, as Serve does. It is http.ListenAndServe with what a
 // server of many long-lived listens needs: see Serve.
 func ListenAndServe(ctx context.Context, addr string, h http.Handler, opts ...ServeOption) error {
+	return NewServer(h, opts...).ListenAndServe(ctx, addr)
+}
+
+// Server is Serve with its figures kept: a program that exports metrics
+// makes one with NewServer and reads Stats while it serves.
+type Server struct {
+	h     http.Handler
+	opts  []ServeOption
+	stats atomic.Pointer[live]
+}
+
+// live is what Stats reads of a Server serving.
+type live struct {
+	cfg      serveConfig
+	guard    *connlimit.Guard
+	h2       *h2.Server
+	gathered *coalesce.Stats
+}
+
+// NewServer returns a Server of h with opts (see Serve).
+func NewServer(h http.Handler, opts ...ServeOption) *Server { return &Server{h: h, opts: opts} }
+
+// ListenAndServe listens on the TCP address addr and serves there (see
+// Serve).
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("streamhttp: %w", err)
 	}
-	return Serve(ctx, ln, h, opts...)
+	return s.Serve(ctx, ln)
+}
+
+// ServeStats is what a Server's connections hold and have refused, and
+// its bounds, for monitoring.
+type ServeStats struct {
+	// Open counts the connections open now, Idle those of them waiting
+	// between requests; MaxPerAddress and MaxTotal are the caps.
+	Open, Idle              int
+	MaxPerAddress, MaxTotal int
+	// RefusedPerAddress and RefusedTotal count the connections refused
+	// at each cap, EvictedPerAddress and EvictedTotal the idle ones
+	// closed to make room under it; RefusedUntold those refused without
+	// a word (past MaxRefusing refusals under way, Refusing now).
+	RefusedPerAddress, RefusedTotal, EvictedPerAddress, EvictedTotal, RefusedUntold int64
+	Refusing, MaxRefusing                                                           int
+	// BodyTimeouts and WriteTimeouts count the requests whose body was
+	// late and the answers cut off for a write that blocked.
+	BodyTimeouts, WriteTimeouts int64
+	// HTTP2Streams counts the streams open over HTTP/2, HTTP2Parked the
+	// listens among them that hold no goroutine, HTTP2Refused those
+	// refused past HTTP2MaxStreams; WritesGathered and WritesToSockets
+	// count the HTTP/2 writes gathered, and the writes to sockets they
+	// became (zero with WithNetHTTP2).
+	HTTP2Streams, HTTP2Parked, HTTP2Refused int64
+	HTTP2MaxStreams                         int
+	WritesGathered, WritesToSockets         int64
+}
+
+// Stats returns the figures of the Serve under way (zero before it).
+func (s *Server) Stats() ServeStats {
+	l := s.stats.Load()
+	if l == nil {
+		return ServeStats{}
+	}
+	g := l.guard.Stats()
+	st := ServeStats{
+		Open: g.Open, Idle: g.Idle, MaxPerAddress: l.cfg.maxConnsPerAddr, MaxTotal: l.cfg.maxConns,
+		RefusedPerAddress: g.Refused[connlimit.PerAddress], RefusedTotal: g.Refused[connlimit.Total],
+		EvictedPerAddress: g.Evicted[connlimit.PerAddress], EvictedTotal: g.Evicted[connlimit.Total],
+		RefusedUntold: g.Untold, Refusing: g.Refusing, MaxRefusing: l.cfg.maxRefusing,
+		BodyTimeouts: g.BodyTimeouts, WriteTimeouts: g.WriteTimeouts, HTTP2MaxStreams: l.cfg.h2MaxStreams,
+	}
+	if l.h2 != nil {
+		h := l.h2.Stats()
+		st.HTTP2Streams, st.HTTP2Parked, st.HTTP2Refused = h.Streams, h.ParkedListens, h.Refused
+	}
+	if l.gathered != nil {
+		st.WritesGathered, st.WritesToSockets = l.gathered.Gathered.Load(), l.gathered.Written.Load()
+	}
+	return st
 }
 
 // Serve serves h — a Handler, or a mux or middleware with Handlers in
@@ -54,13 +130,31 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, opts ...Se
 // Serve returns nil when ctx ended it, and the error that stopped it
 // otherwise.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ...ServeOption) error {
+	return NewServer(h, opts...).Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends (see the function Serve).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	h := s.h
 	cfg := defaultServeConfig()
-	for _, o := range opts {
+	for _, o := range s.opts {
 		o(&cfg)
 	}
 	if err := cfg.check(); err != nil {
 		_ = ln.Close()
 		return err
+	}
+	if cfg.tls != nil {
+		// ALPN offers HTTP/2 first; the caller's config is left as it
+		// is (its NextProtos too, which a clone shares).
+		protos := []string{"h2", "http/1.1"}
+		for _, p := range cfg.tls.NextProtos {
+			if !slices.Contains(protos, p) {
+				protos = append(protos, p)
+			}
+		}
+		cfg.tls = cfg.tls.Clone()
+		cfg.tls.NextProtos = protos
 	}
 	fd := &frontDoor{park: cfg.park, servers: map[*server.Server]bool{}}
 	guard := connlimit.New(connlimit.Config{
@@ -78,12 +172,8 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ...ServeOp
 		Protocols:         new(http.Protocols),
 	}
 	hs.Protocols.SetHTTP1(true)
-	if cfg.tls != nil {
-		// ALPN offers HTTP/2 first; the caller's config is left as it is.
-		cfg.tls = cfg.tls.Clone()
-		cfg.tls.NextProtos = append([]string{"h2", "http/1.1"}, slices.DeleteFunc(cfg.tls.NextProtos, func(p string) bool { return p == "h2" || p == "http/1.1" })...)
-	}
 	served := guard.Listen(ln)
+	l := &live{cfg: cfg, guard: guard}
 	if cfg.netHTTP2 {
 		if cfg.tls != nil {
 			hs.Protocols.SetHTTP2(true)
@@ -94,7 +184,22 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ...ServeOp
 		}
 	} else {
 		if cfg.h2WriteBuffer > 0 {
-			served = coalesce.Listen(served, cfg.h2WriteBuffer)
+			cl := coalesce.Listen(served, cfg.h2WriteBuffer)
+			served, l.gathered = cl, cl.Stats()
+			if cfg.tls != nil {
+				// A connection gathers its writes once TLS chose HTTP/2:
+				// an HTTP/1.1 one writes each answer as it comes.
+				prev := cfg.tls.GetConfigForClient
+				cfg.tls.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+					if c, ok := hello.Conn.(*coalesce.Conn); ok && slices.Contains(hello.SupportedProtos, "h2") {
+						c.Coalesce()
+					}
+					if prev != nil {
+						return prev(hello)
+					}
+					return nil, nil
+				}
+			}
 		}
 		if cfg.tls != nil {
 			hs.Protocols.SetHTTP2(true)
@@ -103,11 +208,14 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ...ServeOp
 		} else {
 			hs.Protocols.SetUnencryptedHTTP2(true)
 		}
-		if _, err := h2.Configure(hs, h2.Config{MaxStreams: cfg.h2MaxStreams, WriteTimeout: cfg.writeTimeout}); err != nil {
+		h2srv, err := h2.Configure(hs, h2.Config{MaxStreams: cfg.h2MaxStreams, WriteTimeout: cfg.writeTimeout})
+		if err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("streamhttp: %w", err)
 		}
+		l.h2 = h2srv
 	}
+	s.stats.Store(l)
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(served) }()
 	select {
@@ -264,6 +372,12 @@ func WithTLS(cfg *tls.Config) ServeOption { return func(c *serveConfig) { c.tls 
 func WithConnLimits(perAddr, total int) ServeOption {
 	return func(c *serveConfig) { c.maxConnsPerAddr, c.maxConns = perAddr, total }
 }
+
+// WithMaxRefusing bounds the refusals told why at once while their
+// clients speak first (TLS, HTTP/2): each holds a connection past the cap
+// for up to 2 s, so past this many a refused connection is answered at
+// once in HTTP/1.1, or closed untold over TLS (0: the default, 64).
+func WithMaxRefusing(n int) ServeOption { return func(c *serveConfig) { c.maxRefusing = n } }
 
 // WithTimeouts bounds how long a connection may stay idle between
 // requests, how long a request's headers and then its body may take to

@@ -186,3 +186,26 @@ func (o *observability) mount(mux *http.ServeMux) {
 		}
 	})
 }
+
+// watchServe reports the connections and HTTP/2 streams of front in
+// /metrics.
+func (o *observability) watchServe(front *streamhttp.Server) error {
+	err := metrics.RegisterConns(o.registry, func() metrics.ConnStats {
+		s := front.Stats()
+		return metrics.ConnStats{
+			Open: s.Open, Idle: s.Idle, MaxPerAddress: s.MaxPerAddress, MaxTotal: s.MaxTotal,
+			RefusedPerAddress: s.RefusedPerAddress, RefusedTotal: s.RefusedTotal,
+			EvictedPerAddress: s.EvictedPerAddress, EvictedTotal: s.EvictedTotal,
+			BodyTimeouts: s.BodyTimeouts, WriteTimeouts: s.WriteTimeouts,
+			Refusing: s.Refusing, MaxRefusing: s.MaxRefusing, RefusedUntold: s.RefusedUntold,
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return metrics.RegisterHTTP2(o.registry, func() metrics.HTTP2Stats {
+		s := front.Stats()
+		return metrics.HTTP2Stats{Streams: s.HTTP2Streams, Parked: s.HTTP2Parked, Refused: s.HTTP2Refused, MaxStreams: s.HTTP2MaxStreams,
+			WritesGathered: s.WritesGathered, WritesToSockets: s.WritesToSockets}
+	})
+}

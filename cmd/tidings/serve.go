@@ -539,13 +539,20 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 		return err
 	}
 	obs.mount(mux)
-	hs, limited, err := cfg.conns.httpServer(ln, mux, cfg.maxFiles, log, obs)
+	sopts, err := cfg.conns.serveOptions(cfg.maxFiles, log)
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
+	front := streamhttp.NewServer(mux, append(sopts, streamhttp.WithShutdownTimeout(cfg.shutdownTimeout))...)
+	if err := obs.watchServe(front); err != nil {
+		_ = ln.Close()
+		return err
+	}
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(limited) }()
+	go func() { served <- front.Serve(serveCtx, ln) }()
 
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() && len(cfg.allowedHosts) == 0 {
 		log.Warn("listening on a non-loopback address: requests are refused unless their Host is named with --allowed-host")
@@ -554,22 +561,18 @@ func serveHTTP(ctx context.Context, cfg serveConfig, log *slog.Logger, srv *serv
 
 	select {
 	case err := <-served:
-		return fmt.Errorf("http: %w", err)
+		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
 	obs.stopping.Store(true)
-	// Listens first: http.Server.Shutdown waits for handlers to return,
-	// and a listen returns only once the server ends it.
+	// Listens first, here too: the server's Shutdown ends them (and its
+	// bus), which Serve would otherwise do only for a server whose
+	// Handler it has seen a request of.
 	shutdown(cfg, log, srv)
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
+	stopServing()
+	if err := <-served; err != nil {
 		log.Warn("connections did not close in time", "err", err)
-		_ = hs.Close()
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http: %w", err)
 	}
 	return nil
 }

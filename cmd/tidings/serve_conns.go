@@ -3,14 +3,12 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"tidings/internal/connlimit"
-	"tidings/metrics"
+	"tidings/streamhttp"
 )
 
 // connLimits are the serve flags that bound connections and the time a
@@ -144,69 +142,35 @@ func (c *connLimits) check() error {
 	return nil
 }
 
-// httpServer returns the server of serveHTTP, with the limits on h and
-// on the connections of ln, which it returns wrapped for hs.Serve: the
-// caps count TCP connections, beneath TLS, and an HTTP/2 connection as
-// one whatever its streams. The limits' counts go to obs's /metrics.
-func (c *connLimits) httpServer(ln net.Listener, h http.Handler, maxFiles int, log *slog.Logger, obs *observability) (*http.Server, net.Listener, error) {
+// serveOptions are the options of streamhttp.Serve the flags ask for:
+// the caps count TCP connections, beneath TLS, and an HTTP/2 connection
+// as one whatever its streams.
+func (c *connLimits) serveOptions(maxFiles int, log *slog.Logger) ([]streamhttp.ServeOption, error) {
 	fileLimit, err := raiseFileLimit()
 	if err != nil {
 		log.Debug("serving within the open-file limit as it is", "err", err, "limit", fileLimit)
 	}
 	total, err := c.total(fileLimit, maxFiles)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	cfg := connlimit.Config{
-		PerAddress:   c.maxConnsPerAddr,
-		Total:        total,
-		BodyTimeout:  c.bodyTimeout,
-		WriteTimeout: c.writeTimeout,
-		MaxRefusing:  c.maxRefusing,
-		Logger:       log,
-		// A refused client is told why in what it speaks: HTTP/2 or
-		// HTTP/1.1, over TLS when served.
-		HTTP2: true,
+	log.Debug("connection limits", "max_conns", total, "max_conns_per_addr", c.maxConnsPerAddr, "open_file_limit", fileLimit)
+	opts := []streamhttp.ServeOption{
+		streamhttp.WithServeLogger(log),
+		streamhttp.WithConnLimits(c.maxConnsPerAddr, total),
+		streamhttp.WithMaxRefusing(c.maxRefusing),
+		streamhttp.WithTimeouts(c.idleTimeout, c.headerTimeout, c.bodyTimeout, c.writeTimeout),
+		streamhttp.WithHTTP2(c.h2.maxStreams, c.h2.writeBuffer),
+	}
+	if !c.parkListens {
+		opts = append(opts, streamhttp.WithoutParking())
 	}
 	if c.h2.tlsCert != "" {
-		if cfg.TLS, err = c.h2.tlsConfig(); err != nil {
-			return nil, nil, err
+		tlsCfg, err := c.h2.tlsConfig()
+		if err != nil {
+			return nil, err
 		}
+		opts = append(opts, streamhttp.WithTLS(tlsCfg))
 	}
-	g := connlimit.New(cfg)
-	if err := metrics.RegisterConns(obs.registry, func() metrics.ConnStats {
-		s := g.Stats()
-		return metrics.ConnStats{
-			Open: s.Open, Idle: s.Idle, MaxPerAddress: cfg.PerAddress, MaxTotal: cfg.Total,
-			RefusedPerAddress: s.Refused[connlimit.PerAddress], RefusedTotal: s.Refused[connlimit.Total],
-			EvictedPerAddress: s.Evicted[connlimit.PerAddress], EvictedTotal: s.Evicted[connlimit.Total],
-			BodyTimeouts: s.BodyTimeouts, WriteTimeouts: s.WriteTimeouts,
-			Refusing: s.Refusing, MaxRefusing: cfg.MaxRefusing, RefusedUntold: s.Untold,
-		}
-	}); err != nil {
-		return nil, nil, err
-	}
-	log.Debug("connection limits", "max_conns", total, "max_conns_per_addr", cfg.PerAddress, "open_file_limit", fileLimit)
-	hs := &http.Server{
-		Handler:           g.Handler(h),
-		ConnState:         g.ConnState,
-		ReadHeaderTimeout: c.headerTimeout,
-		IdleTimeout:       c.idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	served, gathered, h2srv, err := c.h2.apply(hs, g.Listen(ln), cfg.TLS, c.writeTimeout)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := metrics.RegisterHTTP2(obs.registry, func() metrics.HTTP2Stats {
-		h2s := h2srv.Stats()
-		s := metrics.HTTP2Stats{Streams: h2s.Streams, Parked: h2s.ParkedListens, Refused: h2s.Refused, MaxStreams: c.h2.maxStreams}
-		if gathered != nil {
-			s.WritesGathered, s.WritesToSockets = gathered.Gathered.Load(), gathered.Written.Load()
-		}
-		return s
-	}); err != nil {
-		return nil, nil, err
-	}
-	return hs, served, nil
+	return opts, nil
 }

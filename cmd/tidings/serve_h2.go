@@ -3,16 +3,12 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"slices"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"tidings/internal/coalesce"
-	"tidings/internal/h2"
 )
 
 // h2Flags are the serve flags of HTTP/2 and TLS.
@@ -119,34 +115,4 @@ func (h *h2Flags) tlsConfig() (*tls.Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// apply sets hs up for HTTP/2, served by the h2 package with
-// writeTimeout bounding each write to a connection's socket, and returns
-// ln wrapped for it: its connections gather their writes once they turn
-// out to be HTTP/2, and speak TLS with tlsCfg (from tlsConfig) when the
-// flags ask for it. The returned stats count the gathered writes (nil
-// without gathering); the server counts the streams.
-func (h *h2Flags) apply(hs *http.Server, ln net.Listener, tlsCfg *tls.Config, writeTimeout time.Duration) (net.Listener, *coalesce.Stats, *h2.Server, error) {
-	hs.Protocols = new(http.Protocols)
-	hs.Protocols.SetHTTP1(true)
-	var stats *coalesce.Stats
-	if h.writeBuffer > 0 {
-		cl := coalesce.Listen(ln, h.writeBuffer)
-		ln, stats = cl, cl.Stats()
-	}
-	if h.tlsCert == "" {
-		hs.Protocols.SetUnencryptedHTTP2(true)
-	} else {
-		hs.Protocols.SetHTTP2(true)
-		// Set before Configure, which amends this config in place
-		// (its ALPN protocols): the TLS listener holds the same one.
-		hs.TLSConfig = tlsCfg
-		ln = tls.NewListener(ln, tlsCfg)
-	}
-	srv, err := h2.Configure(hs, h2.Config{MaxStreams: h.maxStreams, WriteTimeout: writeTimeout})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return ln, stats, srv, nil
 }

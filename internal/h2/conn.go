@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -62,6 +63,7 @@ const (
 	ctrlWindow
 	ctrlReset
 	ctrlGoAway
+	ctrlPingPeer // the server's own PING, asking whether the peer is there
 )
 
 // ctrlFrame is one control frame waiting for the writer.
@@ -138,6 +140,12 @@ type conn struct {
 	// last WINDOW_UPDATE of the connection.
 	junk     budget
 	sentConn bool
+	// lastRead is when the reader last had a frame (Unix nanoseconds);
+	// pinged is when the server's PING went out, zero when none is
+	// waiting for its ACK; peerGone says that one waited too long.
+	lastRead atomic.Int64
+	pinged   time.Time
+	peerGone bool
 }
 
 func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, base context.Context) *conn {
@@ -154,6 +162,7 @@ func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, ba
 	c.fr.SetReuseFrames()
 	c.fr.SetMaxReadFrameSize(defaultMaxFrame)
 	c.junk = newBudget(s.cfg.FrameBudget, time.Now())
+	c.lastRead.Store(time.Now().UnixNano())
 	c.fr.MaxHeaderListSize = uint32(min(s.cfg.MaxHeaderBytes, maxWindow))
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxHeaderBytes)
@@ -162,6 +171,9 @@ func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, ba
 	c.ctrl = append(c.ctrl, ctrlFrame{kind: ctrlSettings}, ctrlFrame{kind: ctrlWindow, n: connWindow - initialWindow})
 	if wt := s.cfg.WriteTimeout; wt > 0 {
 		c.tickEvery = max(wt/4, time.Millisecond) // the sweep of streams stuck on flow control
+	}
+	if ka := s.cfg.PingAfter; ka > 0 && (c.tickEvery == 0 || ka/4 < c.tickEvery) {
+		c.tickEvery = max(ka/4, time.Millisecond) // the sweep that pings a silent peer
 	}
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	return c
@@ -226,6 +238,7 @@ func (c *conn) serve(sawPreface bool) {
 			first = false
 			_ = c.nc.SetReadDeadline(time.Time{})
 		}
+		c.lastRead.Store(time.Now().UnixNano())
 		err = c.handle(f)
 		if err == nil {
 			c.mu.Lock()
@@ -255,6 +268,11 @@ func (c *conn) handle(f http2.Frame) error {
 		return c.onWindowUpdate(f)
 	case *http2.PingFrame:
 		if f.IsAck() {
+			if f.Data == peerPing {
+				c.mu.Lock()
+				c.pinged = time.Time{}
+				c.mu.Unlock()
+			}
 			return nil
 		}
 		// A PING is owed its answer, and is bounded by the queue of
@@ -851,4 +869,33 @@ func (b *budget) spend(now time.Time) bool {
 	}
 	b.tokens--
 	return true
+}
+
+// peerPing is the payload of the server's own PINGs.
+var peerPing = [8]byte{'t', 'i', 'd', 'i', 'n', 'g', 's', 0}
+
+// errPeerGone is why a connection whose peer did not answer a PING ended.
+var errPeerGone = errors.New("h2: the client did not answer a PING in time")
+
+// checkPeerLocked pings a peer that has sent nothing for
+// Config.PingAfter, and marks the connection for closing when the PING's
+// ACK has not come within Config.PingTimeout: a client that vanished
+// without closing its socket (a laptop shut, a network gone) is found
+// in seconds, not by TCP keep-alive minutes later, and the listens
+// parked on it are let go. The writer calls it at each sweep.
+func (c *conn) checkPeerLocked(now time.Time) {
+	after := c.srv.cfg.PingAfter
+	if after <= 0 || c.peerGone {
+		return
+	}
+	if !c.pinged.IsZero() {
+		if now.Sub(c.pinged) >= c.srv.cfg.PingTimeout {
+			c.peerGone = true
+		}
+		return
+	}
+	if now.Sub(time.Unix(0, c.lastRead.Load())) >= after {
+		c.pinged = now
+		c.pushCtrlLocked(ctrlFrame{kind: ctrlPingPeer})
+	}
 }

@@ -137,3 +137,40 @@ func TestOversizedFramesAreNotRead(t *testing.T) {
 		t.Errorf("40 oversized frames grew the heap by %d MiB, want at most 64", grew>>20)
 	}
 }
+
+// TestSilentPeerIsPingedAndLetGo: a client that sends nothing for
+// PingAfter is sent a PING; one that does not answer it within
+// PingTimeout has its connection closed, its open streams with it; one
+// that answers keeps it.
+func TestSilentPeerIsPingedAndLetGo(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	addr, _, srv := listenH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select { // a long answer, as a listen is
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}), h2.Config{PingAfter: 50 * time.Millisecond, PingTimeout: 100 * time.Millisecond})
+
+	silent := dial(t, addr)
+	silent.handshake()
+	silent.request(1, "GET", "/", true)
+	silent.expect("the server's PING", func(f rframe) bool {
+		return f.Type == http2.FramePing && !f.Flags.Has(http2.FlagPingAck)
+	})
+	silent.expectClosed()
+	pollUntil(t, "the silent client's stream to be let go", func() bool { return srv.Stats().Streams == 0 })
+
+	answering := dial(t, addr)
+	answering.handshake()
+	answering.request(1, "GET", "/", true)
+	for range 3 {
+		f := answering.expect("the server's PING", func(f rframe) bool {
+			return f.Type == http2.FramePing && !f.Flags.Has(http2.FlagPingAck)
+		})
+		answering.must(answering.flush(answering.fr.WritePing(true, [8]byte(f.Data))))
+	}
+	answering.ping() // the one that answers is still served
+}

@@ -81,6 +81,12 @@ type Config struct {
 	// connection ends with GOAWAY ENHANCE_YOUR_CALM. Default
 	// DefaultFrameBudget.
 	FrameBudget int
+	// PingAfter is how long a connection may send nothing before the
+	// server PINGs it, and PingTimeout how long the ACK may then take
+	// before the connection is closed, its listens let go: a peer that
+	// vanished is found within their sum. Defaults DefaultPingAfter and
+	// DefaultPingTimeout; a negative PingAfter never pings.
+	PingAfter, PingTimeout time.Duration
 }
 
 const (
@@ -92,6 +98,10 @@ const (
 	// cancels a hundred requests a second for ever, or a thousand at
 	// once, is not cut off; a flood is within a second.
 	DefaultFrameBudget = 1000
+	// DefaultPingAfter and DefaultPingTimeout are Config.PingAfter's and
+	// Config.PingTimeout's defaults: a vanished peer is found within 45 s.
+	DefaultPingAfter   = 30 * time.Second
+	DefaultPingTimeout = 15 * time.Second
 	// prefaceTimeout bounds the wait for a client's preface and first
 	// SETTINGS when the http.Server sets no ReadHeaderTimeout.
 	prefaceTimeout = 10 * time.Second
@@ -151,6 +161,12 @@ func Configure(hs *http.Server, cfg Config) (*Server, error) {
 	}
 	if cfg.FrameBudget <= 0 {
 		cfg.FrameBudget = DefaultFrameBudget
+	}
+	if cfg.PingAfter == 0 {
+		cfg.PingAfter = DefaultPingAfter
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = DefaultPingTimeout
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = hs.IdleTimeout

@@ -48,8 +48,19 @@ func (c *conn) writeLoop() {
 			return
 		}
 		c.mu.Lock()
-		e := c.tickEvery
+		e, gone := c.tickEvery, c.peerGone
+		if gone {
+			c.writeErr = errPeerGone
+		}
 		c.mu.Unlock()
+		if gone {
+			// The reader ends on the closed socket, and the streams
+			// with it: parked listens are cut off, as on a write that
+			// failed.
+			_ = c.nc.Close()
+			<-c.done
+			return
+		}
 		if e != every {
 			every = e
 			if ticker == nil {
@@ -200,6 +211,8 @@ func (c *conn) writeCtrl(f ctrlFrame) {
 		_ = c.wfr.WriteSettingsAck()
 	case ctrlPing:
 		_ = c.wfr.WritePing(true, f.ping)
+	case ctrlPingPeer:
+		_ = c.wfr.WritePing(false, peerPing)
 	case ctrlWindow:
 		_ = c.wfr.WriteWindowUpdate(f.id, f.n)
 	case ctrlReset:
@@ -444,6 +457,7 @@ func (c *conn) endedLocked(s *stream) {
 // running is bound by its own write deadline instead. The observers of
 // the listens cut are returned, to be told once c.mu is let go.
 func (c *conn) sweepLocked(now time.Time, cut []engine.StreamObserver) []engine.StreamObserver {
+	c.checkPeerLocked(now)
 	for _, s := range c.streams {
 		if s.reset || s.endSent {
 			continue
