@@ -29,12 +29,13 @@ type connLimits struct {
 	h2 h2Flags
 }
 
+// The flags' defaults are streamhttp.Serve's.
 const (
-	defaultMaxConnsPerAddr = 256
-	defaultIdleTimeout     = 2 * time.Minute
-	defaultHeaderTimeout   = 10 * time.Second
-	defaultBodyTimeout     = 30 * time.Second
-	defaultWriteTimeout    = 10 * time.Second
+	defaultMaxConnsPerAddr = streamhttp.DefaultMaxConnsPerAddr
+	defaultIdleTimeout     = streamhttp.DefaultIdleTimeout
+	defaultHeaderTimeout   = streamhttp.DefaultHeaderTimeout
+	defaultBodyTimeout     = streamhttp.DefaultBodyTimeout
+	defaultWriteTimeout    = streamhttp.DefaultWriteTimeout
 	// maxDerivedConns bounds the cap derived from the open-file limit:
 	// a hard limit of a million files would otherwise let clients hold
 	// gigabytes in idle connections.
