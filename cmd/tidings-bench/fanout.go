@@ -135,6 +135,7 @@ resident set per listen and in all as well.`,
 	f.IntVar(&cfg.Stalled, "stalled", 0, "also measure with this many of the listens never read after their ack")
 	f.BoolVar(&cfg.Floor, "floor", false, "also measure the net/http floor (a handler per listen writing one pre-encoded notification per change) and the kernel's (one pre-encoded write per connection per change)")
 	f.BoolVar(&cfg.Unparked, "unparked", false, "also measure the server with every listen on its own goroutines (without streamhttp.WithParking)")
+	f.BoolVar(&cfg.Serve, "serve", false, "also measure the server as a Go program serves it: streamhttp.Serve, the handler (without WithParking) on a ServeMux; over HTTP/2 with --http2-conns")
 	f.BoolVar(&cfg.Gateway, "gateway", false, "also measure the server behind a gateway, the changes made on the server and the listens the gateway's")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "how long one change may take to reach every healthy listen")
 	f.DurationVar(&cfg.WriteTimeout, "write-timeout", 10*time.Second, "the server's write timeout, after which it cuts a listen that does not read")

@@ -59,6 +59,11 @@ type Config struct {
 	// listen on its own goroutines (ServerUnparked), without stalled
 	// listens.
 	Unparked bool
+	// Serve adds a measurement of the project's server as a Go program
+	// serves it (ServerServe): streamhttp.Serve, with the Handler, made
+	// without WithParking, on an http.ServeMux; over HTTP/2 too when
+	// HTTP2Conns is set.
+	Serve bool
 	// Timeout bounds how long one change may take to reach every healthy
 	// listen (default 10s). A change that takes longer ends its
 	// measurement, which is reported as timed out.
@@ -333,6 +338,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			plans = append(plans, plan{ServerFloorH2, 0})
 		}
 	}
+	if cfg.Serve {
+		plans = append(plans, plan{ServerServe, 0})
+	}
 	var err error
 	for i, p := range plans {
 		logf("%s: opening %d listens (%d stalled)", p.server, cfg.Listeners, p.stalled)
@@ -365,6 +373,8 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		tgt, err = startGateway(ctx, cfg.WriteTimeout)
 	case ServerUnparked:
 		tgt, err = startTidings(cfg.WriteTimeout)
+	case ServerServe:
+		tgt, err = startServe(cfg.WriteTimeout)
 	case ServerFloor:
 		tgt, err = startFloor()
 	case ServerWrites:
@@ -391,7 +401,7 @@ func measure(ctx context.Context, cfg Config, side listenerSide, seq int, name s
 		Listeners: cfg.Listeners, Stalled: stalled, Changes: cfg.Changes,
 		OpenTimeoutMs: cfg.OpenTimeout.Milliseconds(),
 	}
-	if name == ServerTidingsH2 || name == ServerFloorH2 {
+	if name == ServerTidingsH2 || name == ServerFloorH2 || name == ServerServe {
 		spec.HTTP2Conns = cfg.HTTP2Conns
 	}
 	measureMem := stalled == 0

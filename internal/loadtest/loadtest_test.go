@@ -57,7 +57,7 @@ func checkMemory(t *testing.T, name string, f loadtest.Footprint, minGoroutines 
 // HTTP/1.1 on Linux, over HTTP/2 everywhere), nor on the kernel's floor.
 func servingGoroutines(server string) float64 {
 	if server == loadtest.ServerTidingsH2 || server == loadtest.ServerWrites ||
-		runtime.GOOS == "linux" && (server == loadtest.ServerTidings || server == loadtest.ServerGateway) {
+		runtime.GOOS == "linux" && (server == loadtest.ServerTidings || server == loadtest.ServerGateway || server == loadtest.ServerServe) {
 		return 0
 	}
 	return 1
@@ -146,7 +146,7 @@ func TestFanOutChildProcess(t *testing.T) {
 	const listeners, changes = 50, 3
 	var stderr bytes.Buffer
 	rep, err := loadtest.Run(ctx, loadtest.Config{
-		Listeners: listeners, Changes: changes, Timeout: 5 * time.Second, Floor: true, Unparked: true,
+		Listeners: listeners, Changes: changes, Timeout: 5 * time.Second, Floor: true, Unparked: true, Serve: true,
 		ListenerProcess: func(ctx context.Context) *exec.Cmd {
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 			// The race runtime otherwise lingers a second at exit.
@@ -158,10 +158,10 @@ func TestFanOutChildProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
-	if !rep.ListenerProcess || len(rep.Runs) != 5 {
+	if !rep.ListenerProcess || len(rep.Runs) != 6 {
 		t.Fatalf("listener process %v, %d measurements", rep.ListenerProcess, len(rep.Runs))
 	}
-	for i, want := range []string{loadtest.ServerTidings, loadtest.ServerNaive, loadtest.ServerFloor, loadtest.ServerWrites, loadtest.ServerUnparked} {
+	for i, want := range []string{loadtest.ServerTidings, loadtest.ServerNaive, loadtest.ServerFloor, loadtest.ServerWrites, loadtest.ServerUnparked, loadtest.ServerServe} {
 		r := rep.Runs[i]
 		if r.Server != want {
 			t.Fatalf("measurement %d is of %s, want %s", i, r.Server, want)

@@ -36,6 +36,10 @@ const (
 	// ServerUnparked is the project's server without streamhttp.WithParking:
 	// every listen on its own goroutines, as before listens were parked.
 	ServerUnparked = "tidings-unparked"
+	// ServerServe is the project's server as a Go program serves it:
+	// streamhttp.Serve, with the Handler, made without WithParking, on
+	// an http.ServeMux (the front door parks its listens).
+	ServerServe = "tidings-serve"
 )
 
 // target is one server under test, behind its own loopback http.Server.
@@ -441,4 +445,66 @@ func startListen(w http.ResponseWriter, r *http.Request) (f http.Flusher, meta s
 	hdr.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	return f, `{"` + mcp.MetaSubscriptionID + `":` + string(req.ID) + `}`, true
+}
+
+// serveTarget is ServerServe: the server behind streamhttp.Serve, on two
+// listeners as front's (healthy and stalled listens).
+type serveTarget struct {
+	srv         *server.Server
+	addr        string
+	stalledAddr string
+	stop        context.CancelFunc
+	served      chan error
+}
+
+func startServe(writeTimeout time.Duration) (*serveTarget, error) {
+	room := server.Allowance{Listens: MaxListeners}
+	srv := server.New(mcp.Implementation{Name: "tidings-bench", Version: "0"},
+		server.WithLogger(slog.New(slog.DiscardHandler)),
+		server.WithListenLimits(server.ListenLimits{PerPrincipal: room, Total: room}))
+	if err := srv.AddTool(mcp.Tool{Name: "base"}, noopTool); err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(listenPath, streamhttp.New(srv, streamhttp.WithWriteTimeout(writeTimeout)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	t := &serveTarget{srv: srv, addr: ln.Addr().String(), stalledAddr: sln.Addr().String(), stop: stop, served: make(chan error, 2)}
+	// Every listen comes from 127.0.0.1: no cap per address.
+	opts := []streamhttp.ServeOption{streamhttp.WithConnLimits(0, 0), streamhttp.WithTimeouts(0, 0, 0, writeTimeout),
+		streamhttp.WithServeLogger(slog.New(slog.DiscardHandler))}
+	front := streamhttp.NewServer(mux, opts...)
+	go func() { t.served <- front.Serve(ctx, ln) }()
+	go func() { t.served <- front.Serve(ctx, smallSendBuffers{sln}) }()
+	return t, nil
+}
+
+func (t *serveTarget) addrs() (string, string) { return t.addr, t.stalledAddr }
+
+func (t *serveTarget) change(_ context.Context, i int) error {
+	if i%2 == 0 {
+		return t.srv.AddTool(churnTool, noopTool)
+	}
+	if t.srv.RemoveTools(churnTool.Name) != 1 {
+		return errors.New("the churn tool was not registered")
+	}
+	return nil
+}
+
+// close ends Serve, which ends the listens with the server's Shutdown.
+func (t *serveTarget) close(ctx context.Context) error {
+	err := t.srv.Shutdown(ctx)
+	t.stop()
+	for range 2 {
+		err = errors.Join(err, <-t.served)
+	}
+	return err
 }
