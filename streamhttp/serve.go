@@ -172,9 +172,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Protocols:         new(http.Protocols),
 	}
 	hs.Protocols.SetHTTP1(true)
+	if cfg.tls == nil {
+		ln = requestLineListener{ln}
+	}
 	served := guard.Listen(ln)
 	l := &live{cfg: cfg, guard: guard}
 	if cfg.netHTTP2 {
+		hs.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: cfg.h2MaxStreams}
 		if cfg.tls != nil {
 			hs.Protocols.SetHTTP2(true)
 			hs.TLSConfig = cfg.tls
@@ -322,7 +326,10 @@ const (
 	DefaultWriteTimeout     = 10 * time.Second
 	DefaultShutdownTimeout  = 10 * time.Second
 	DefaultHTTP2MaxStreams  = h2.DefaultMaxStreams
-	DefaultHTTP2WriteBuffer = 64 << 10
+	DefaultHTTP2WriteBuffer = coalesce.DefaultLimit
+	// DefaultMaxRefusing bounds the refusals told why at once (see
+	// WithMaxRefusing).
+	DefaultMaxRefusing = connlimit.DefaultMaxRefusing
 	// maxDerivedConns bounds the cap on connections derived from the
 	// open-file limit: a hard limit of a million files would otherwise
 	// let clients hold gigabytes in idle connections.
@@ -331,7 +338,7 @@ const (
 
 func defaultServeConfig() serveConfig {
 	return serveConfig{
-		logger: slog.Default(), maxConnsPerAddr: DefaultMaxConnsPerAddr, maxRefusing: connlimit.DefaultMaxRefusing,
+		logger: slog.Default(), maxConnsPerAddr: DefaultMaxConnsPerAddr, maxRefusing: DefaultMaxRefusing,
 		idleTimeout: DefaultIdleTimeout, headerTimeout: DefaultHeaderTimeout, bodyTimeout: DefaultBodyTimeout,
 		writeTimeout: DefaultWriteTimeout, shutdownTimeout: DefaultShutdownTimeout,
 		h2MaxStreams: DefaultHTTP2MaxStreams, h2WriteBuffer: DefaultHTTP2WriteBuffer, park: true,
@@ -350,7 +357,7 @@ func (c *serveConfig) check() error {
 		}
 	}
 	if c.maxRefusing == 0 {
-		c.maxRefusing = connlimit.DefaultMaxRefusing
+		c.maxRefusing = DefaultMaxRefusing
 	}
 	return nil
 }

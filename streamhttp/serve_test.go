@@ -27,10 +27,11 @@ import (
 // a program would, with Serve on loopback. stop cancels Serve's context
 // and returns what Serve returned.
 type frontDoor struct {
-	srv  *server.Server
-	h    *streamhttp.Handler
-	url  string
-	stop func() error
+	srv   *server.Server
+	h     *streamhttp.Handler
+	front *streamhttp.Server
+	url   string
+	stop  func() error
 }
 
 func startFrontDoor(t *testing.T, opts ...streamhttp.ServeOption) *frontDoor {
@@ -53,8 +54,9 @@ func startFrontDoor(t *testing.T, opts ...streamhttp.ServeOption) *frontDoor {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- streamhttp.Serve(ctx, ln, mux, opts...) }()
-	fd := &frontDoor{srv: srv, h: h, url: "http://" + ln.Addr().String() + "/mcp"}
+	front := streamhttp.NewServer(mux, opts...)
+	go func() { served <- front.Serve(ctx, ln) }()
+	fd := &frontDoor{srv: srv, h: h, front: front, url: "http://" + ln.Addr().String() + "/mcp"}
 	var once bool
 	var result error
 	fd.stop = func() error {
@@ -142,7 +144,9 @@ func TestServeParksListensBehindAMux(t *testing.T) {
 			for i := range n {
 				streams[i], _ = listenWith(t, c, fd.url, i+1)
 			}
-			if !h2c {
+			if h2c {
+				testkit.WaitFor(t, 10*time.Second, "every listen parked", func() bool { return fd.front.Stats().HTTP2Parked == n })
+			} else {
 				testkit.WaitFor(t, 10*time.Second, "every listen parked", func() bool { return fd.h.ParkedListens() == n })
 			}
 			grown := runtime.NumGoroutine() - before
@@ -194,16 +198,28 @@ func TestServeRefusesPastACapNamingIt(t *testing.T) {
 }
 
 // TestServeTLS: over TLS, HTTP/2 is chosen by ALPN and a listen is
-// served; with WithNetHTTP2, net/http's HTTP/2 serves it.
+// served, parked on its stream by tidings' HTTP/2 server; with
+// WithNetHTTP2, net/http's HTTP/2 serves it, and tidings' sees no stream.
 func TestServeTLS(t *testing.T) {
 	cert := httptest.NewTLSServer(http.NotFoundHandler())
 	defer cert.Close()
-	for _, opts := range [][]streamhttp.ServeOption{nil, {streamhttp.WithNetHTTP2()}} {
-		fd := startFrontDoor(t, append(opts, streamhttp.WithTLS(&tls.Config{Certificates: cert.TLS.Certificates}))...)
+	for _, netHTTP2 := range []bool{false, true} {
+		opts := []streamhttp.ServeOption{streamhttp.WithTLS(&tls.Config{Certificates: cert.TLS.Certificates})}
+		if netHTTP2 {
+			opts = append(opts, streamhttp.WithNetHTTP2())
+		}
+		fd := startFrontDoor(t, opts...)
 		url := strings.Replace(fd.url, "http://", "https://", 1)
 		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
 		c := &http.Client{Transport: tr}
 		r, body := listenWith(t, c, url, 1)
+		if netHTTP2 {
+			if st := fd.front.Stats(); st.HTTP2Streams != 0 || st.HTTP2Parked != 0 {
+				t.Errorf("with WithNetHTTP2, tidings' HTTP/2 server holds %d streams, %d parked", st.HTTP2Streams, st.HTTP2Parked)
+			}
+		} else {
+			testkit.WaitFor(t, 10*time.Second, "the listen parked on its stream", func() bool { return fd.front.Stats().HTTP2Parked == 1 })
+		}
 		fd.srv.RemoveTools("coffee")
 		waitFor(t, r, mcp.NotifyToolsListChanged)
 		_ = body.Close()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"tidings/internal/connlimit"
 	"tidings/streamhttp"
 )
 
@@ -75,7 +74,7 @@ func (c *connLimits) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.IntVar(&c.maxConns, "max-conns", 0, "most connections open at once in all (default 7/8 of the open-file limit, at most 65536)")
 	f.IntVar(&c.maxConnsPerAddr, "max-conns-per-addr", defaultMaxConnsPerAddr, "most connections open at once from one client address; 0 for no cap (behind a proxy)")
-	f.IntVar(&c.maxRefusing, "max-refusing", connlimit.DefaultMaxRefusing, "most refused connections told why at once while their client speaks first (TLS, HTTP/2), each for up to 2s; past them one is answered at once in HTTP/1.1, or closed untold over TLS")
+	f.IntVar(&c.maxRefusing, "max-refusing", streamhttp.DefaultMaxRefusing, "most refused connections told why at once while their client speaks first (TLS, HTTP/2), each for up to 2s; past them one is answered at once in HTTP/1.1, or closed untold over TLS")
 	f.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long a connection may stay idle between requests")
 	f.DurationVar(&c.headerTimeout, "header-timeout", defaultHeaderTimeout, "how long a request's headers may take to arrive")
 	f.DurationVar(&c.bodyTimeout, "body-timeout", defaultBodyTimeout, "how long a request's body may take to arrive, once its headers have")
@@ -121,7 +120,7 @@ func (c *connLimits) check() error {
 	case c.maxRefusing < 0:
 		return fmt.Errorf("--max-refusing must be positive, not %d", c.maxRefusing)
 	case c.maxRefusing == 0:
-		c.maxRefusing = connlimit.DefaultMaxRefusing
+		c.maxRefusing = streamhttp.DefaultMaxRefusing
 	}
 	for _, d := range []struct {
 		name string

@@ -24,9 +24,9 @@ import (
 	"time"
 
 	"tidings/client"
-	"tidings/internal/connlimit"
 	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
+	"tidings/streamhttp"
 )
 
 // TestServeUnderHostileClients runs serve in process, with its flags,
@@ -443,7 +443,7 @@ func TestConnLimitFlags(t *testing.T) {
 	}
 	l = connLimits{}
 	if err := l.check(); err != nil || l.idleTimeout != defaultIdleTimeout || l.headerTimeout != defaultHeaderTimeout ||
-		l.bodyTimeout != defaultBodyTimeout || l.writeTimeout != defaultWriteTimeout || l.maxRefusing != connlimit.DefaultMaxRefusing {
+		l.bodyTimeout != defaultBodyTimeout || l.writeTimeout != defaultWriteTimeout || l.maxRefusing != streamhttp.DefaultMaxRefusing {
 		t.Errorf("timeouts and --max-refusing of 0: %+v, %v; want the defaults", l, err)
 	}
 }

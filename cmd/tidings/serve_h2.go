@@ -4,11 +4,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"os"
-	"slices"
 
 	"github.com/spf13/cobra"
 
-	"tidings/internal/coalesce"
+	"tidings/streamhttp"
 )
 
 // h2Flags are the serve flags of HTTP/2 and TLS.
@@ -22,7 +21,7 @@ const (
 	// defaultMaxStreams bounds the streams, listens among them, that one
 	// HTTP/2 connection holds at once: a client with more opens another
 	// connection, which the connection caps count.
-	defaultMaxStreams = 1000
+	defaultMaxStreams = streamhttp.DefaultHTTP2MaxStreams
 	// maxStreamsCap keeps --http2-max-streams within what one
 	// connection's flow control and a listen's memory make sensible.
 	maxStreamsCap = 1 << 20
@@ -52,7 +51,7 @@ func (h *h2Flags) register(cmd *cobra.Command) {
 	f.StringVar(&h.tlsCert, "tls-cert", "", "serve TLS (HTTP/2 and HTTP/1.1) with this PEM certificate chain; needs --tls-key")
 	f.StringVar(&h.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	f.IntVar(&h.maxStreams, "http2-max-streams", defaultMaxStreams, "most requests (listens among them) one HTTP/2 connection holds at once; 0 means the default")
-	f.IntVar(&h.writeBuffer, "http2-write-buffer", coalesce.DefaultLimit, "most bytes of an HTTP/2 connection's frames gathered into one write to the socket; 0 writes each TLS record or frame batch as it comes")
+	f.IntVar(&h.writeBuffer, "http2-write-buffer", streamhttp.DefaultHTTP2WriteBuffer, "most bytes of an HTTP/2 connection's frames gathered into one write to the socket; 0 writes each TLS record or frame batch as it comes")
 	for _, name := range []string{"tls-cert", "tls-key", "http2-max-streams", "http2-write-buffer"} {
 		cmd.MarkFlagsMutuallyExclusive("stdio", name)
 	}
@@ -84,10 +83,9 @@ func (h *h2Flags) scheme() string {
 	return "http"
 }
 
-// tlsConfig reads the certificate and key, naming the file at fault.
-// Its GetConfigForClient turns on the gathering of writes for a
-// connection whose client offers h2, which ALPN then chooses, before the
-// server's first write.
+// tlsConfig reads the certificate and key, naming the file at fault;
+// streamhttp.Serve adds the rest (ALPN, gathering the writes of the
+// connections that chose HTTP/2).
 func (h *h2Flags) tlsConfig() (*tls.Config, error) {
 	cert, err := os.ReadFile(h.tlsCert)
 	if err != nil {
@@ -105,14 +103,6 @@ func (h *h2Flags) tlsConfig() (*tls.Config, error) {
 		Certificates: []tls.Certificate{pair},
 		NextProtos:   []string{"h2", "http/1.1"},
 		MinVersion:   tls.VersionTLS12,
-	}
-	if h.writeBuffer > 0 {
-		cfg.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-			if c, ok := hello.Conn.(*coalesce.Conn); ok && slices.Contains(hello.SupportedProtos, "h2") {
-				c.Coalesce()
-			}
-			return nil, nil
-		}
 	}
 	return cfg, nil
 }
