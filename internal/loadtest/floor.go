@@ -41,11 +41,11 @@ const ServerFloorH2 = "floor-h2"
 
 func startFloorH2() (*floorTarget, error) {
 	b := &floor{gen: make(chan struct{}), closing: make(chan struct{})}
-	f, err := startFrontH2(b, true, true)
+	f, err := startFrontH2(b)
 	if err != nil {
 		return nil, err
 	}
-	return &floorTarget{b: b, front: f.front}, nil
+	return &floorTarget{b: b, front: f}, nil
 }
 
 func (t *floorTarget) change(context.Context, int) error { return t.b.publish() }

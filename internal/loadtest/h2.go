@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -17,11 +16,8 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"tidings/internal/coalesce"
-	"tidings/internal/h2"
 	"tidings/internal/sse"
 	"tidings/mcp"
-	"tidings/server"
 	"tidings/streamhttp"
 )
 
@@ -34,12 +30,10 @@ const ServerTidingsH2 = "tidings-h2"
 // limit does not bound them.
 const MaxHTTP2Listeners = 200000
 
-// startFrontH2 serves h on loopback with HTTP/2 as well as HTTP/1.1,
-// one connection holding any number of streams, its writes gathered by
-// coalesce unless noCoalesce, served by the h2 package as tidings serve
-// has it (listens parked on their streams), or with plain by net/http's
-// own server.
-func startFrontH2(h http.Handler, noCoalesce, plain bool) (*h2Front, error) {
+// startFrontH2 serves h on loopback with HTTP/2 by prior knowledge as
+// well as HTTP/1.1, one connection holding any number of streams, as
+// net/http's own server serves it: the floor's front.
+func startFrontH2(h http.Handler) (*front, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -54,29 +48,10 @@ func startFrontH2(h http.Handler, noCoalesce, plain bool) (*h2Front, error) {
 	}
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
-	if !plain {
-		if _, err := h2.Configure(hs, h2.Config{MaxStreams: MaxHTTP2Listeners}); err != nil {
-			return nil, err
-		}
-	}
 	f := &front{hs: hs, addr: ln.Addr().String(), stalledAddr: ln.Addr().String(), served: make(chan error, 1), serves: 1}
-	counted := &countingListener{Listener: ln}
-	var served net.Listener = counted
-	if !noCoalesce {
-		served = coalesce.Listen(served, 0)
-	}
-	go func() { f.served <- hs.Serve(served) }()
-	return &h2Front{front: f, writes: &counted.writes}, nil
+	go func() { f.served <- hs.Serve(ln) }()
+	return f, nil
 }
-
-// h2Front is a front that counts the writes made to its sockets.
-type h2Front struct {
-	*front
-	writes *atomic.Int64
-}
-
-// socketWrites returns how many writes the server made to its sockets.
-func (f *h2Front) socketWrites() int64 { return f.writes.Load() }
 
 // countingListener counts the writes made to the connections it accepts.
 type countingListener struct {
@@ -102,31 +77,21 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// startTidingsH2 is startTidings over an HTTP/2 front, with room for
-// MaxHTTP2Listeners listens.
-func startTidingsH2(writeTimeout time.Duration, noCoalesce bool) (*tidingsH2Target, error) {
-	room := server.Allowance{Listens: MaxHTTP2Listeners}
-	srv := server.New(mcp.Implementation{Name: "tidings-bench", Version: "0"},
-		server.WithLogger(slog.New(slog.DiscardHandler)),
-		server.WithListenLimits(server.ListenLimits{PerPrincipal: room, Total: room}))
-	if err := srv.AddTool(mcp.Tool{Name: "base"}, noopTool); err != nil {
-		return nil, err
+// startTidingsH2 is the project's server as tidings serve runs it,
+// streamhttp.Serve, over HTTP/2 without TLS (h2c), with room for
+// MaxHTTP2Listeners listens on a connection, its socket writes counted;
+// noCoalesce writes each batch of frames as it comes.
+func startTidingsH2(writeTimeout time.Duration, noCoalesce bool) (*serveTarget, error) {
+	writeBuffer := streamhttp.DefaultHTTP2WriteBuffer
+	if noCoalesce {
+		writeBuffer = 0
 	}
-	f, err := startFrontH2(streamhttp.New(srv, streamhttp.WithWriteTimeout(writeTimeout), streamhttp.WithParking()), noCoalesce, false)
+	t, err := startServeOn(writeTimeout, false, streamhttp.WithHTTP2(MaxHTTP2Listeners, writeBuffer))
 	if err != nil {
 		return nil, err
 	}
-	return &tidingsH2Target{tidingsTarget: &tidingsTarget{srv: srv, front: f.front}, h2: f}, nil
+	return t, nil
 }
-
-// tidingsH2Target is the project's server over HTTP/2, whose socket
-// writes are counted.
-type tidingsH2Target struct {
-	*tidingsTarget
-	h2 *h2Front
-}
-
-func (t *tidingsH2Target) socketWrites() int64 { return t.h2.socketWrites() }
 
 // h2Clients are the HTTP/2 transports of one listener set, one per
 // connection; listen i goes over transport i mod their number.

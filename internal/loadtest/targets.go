@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
@@ -447,47 +448,82 @@ func startListen(w http.ResponseWriter, r *http.Request) (f http.Flusher, meta s
 	return f, `{"` + mcp.MetaSubscriptionID + `":` + string(req.ID) + `}`, true
 }
 
-// serveTarget is ServerServe: the server behind streamhttp.Serve, on two
-// listeners as front's (healthy and stalled listens).
+// serveTarget is the server behind streamhttp.Serve: ServerServe, on
+// two listeners as front's (healthy and stalled listens), and
+// ServerTidingsH2, on one whose socket writes it counts.
 type serveTarget struct {
 	srv         *server.Server
 	addr        string
 	stalledAddr string
+	writes      *atomic.Int64
 	stop        context.CancelFunc
 	served      chan error
+	serves      int
 }
 
+// startServe is ServerServe: the Handler, made without WithParking, on a
+// ServeMux, as a program that only calls Serve has it.
 func startServe(writeTimeout time.Duration) (*serveTarget, error) {
-	room := server.Allowance{Listens: MaxListeners}
+	return startServeOn(writeTimeout, true)
+}
+
+// startServeOn serves the project's server with streamhttp.Serve and
+// opts: with stalled, on a second listener for the stalled listens and
+// the Handler without WithParking (the front door parks its listens);
+// without, on one listener whose socket writes are counted.
+func startServeOn(writeTimeout time.Duration, stalled bool, opts ...streamhttp.ServeOption) (*serveTarget, error) {
+	room := server.Allowance{Listens: max(MaxListeners, MaxHTTP2Listeners)}
 	srv := server.New(mcp.Implementation{Name: "tidings-bench", Version: "0"},
 		server.WithLogger(slog.New(slog.DiscardHandler)),
 		server.WithListenLimits(server.ListenLimits{PerPrincipal: room, Total: room}))
 	if err := srv.AddTool(mcp.Tool{Name: "base"}, noopTool); err != nil {
 		return nil, err
 	}
+	hopts := []streamhttp.Option{streamhttp.WithWriteTimeout(writeTimeout)}
+	if !stalled {
+		hopts = append(hopts, streamhttp.WithParking())
+	}
 	mux := http.NewServeMux()
-	mux.Handle(listenPath, streamhttp.New(srv, streamhttp.WithWriteTimeout(writeTimeout)))
+	mux.Handle(listenPath, streamhttp.New(srv, hopts...))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	sln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		ln.Close()
-		return nil, err
+	lns := []net.Listener{ln}
+	t := &serveTarget{srv: srv, addr: ln.Addr().String(), stalledAddr: ln.Addr().String()}
+	if stalled {
+		sln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		lns = append(lns, smallSendBuffers{sln})
+		t.stalledAddr = sln.Addr().String()
+	} else {
+		counted := &countingListener{Listener: ln}
+		lns[0], t.writes = counted, &counted.writes
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	t := &serveTarget{srv: srv, addr: ln.Addr().String(), stalledAddr: sln.Addr().String(), stop: stop, served: make(chan error, 2)}
 	// Every listen comes from 127.0.0.1: no cap per address.
-	opts := []streamhttp.ServeOption{streamhttp.WithConnLimits(0, 0), streamhttp.WithTimeouts(0, 0, 0, writeTimeout),
-		streamhttp.WithServeLogger(slog.New(slog.DiscardHandler))}
-	front := streamhttp.NewServer(mux, opts...)
-	go func() { t.served <- front.Serve(ctx, ln) }()
-	go func() { t.served <- front.Serve(ctx, smallSendBuffers{sln}) }()
+	opts = append([]streamhttp.ServeOption{streamhttp.WithConnLimits(0, 0), streamhttp.WithTimeouts(0, 0, 0, writeTimeout),
+		streamhttp.WithServeLogger(slog.New(slog.DiscardHandler))}, opts...)
+	ctx, stop := context.WithCancel(context.Background())
+	t.stop, t.served, t.serves = stop, make(chan error, len(lns)), len(lns)
+	for _, l := range lns {
+		go func() { t.served <- streamhttp.Serve(ctx, l, mux, opts...) }()
+	}
 	return t, nil
 }
 
 func (t *serveTarget) addrs() (string, string) { return t.addr, t.stalledAddr }
+
+// socketWrites returns how many writes the server made to its sockets
+// (0 unless they are counted).
+func (t *serveTarget) socketWrites() int64 {
+	if t.writes == nil {
+		return 0
+	}
+	return t.writes.Load()
+}
 
 func (t *serveTarget) change(_ context.Context, i int) error {
 	if i%2 == 0 {
@@ -503,7 +539,7 @@ func (t *serveTarget) change(_ context.Context, i int) error {
 func (t *serveTarget) close(ctx context.Context) error {
 	err := t.srv.Shutdown(ctx)
 	t.stop()
-	for range 2 {
+	for range t.serves {
 		err = errors.Join(err, <-t.served)
 	}
 	return err
