@@ -18,11 +18,11 @@ import (
 	"tidings/internal/legacy"
 	"tidings/internal/parked"
 	"tidings/internal/sse"
-	"tidings/internal/writecut"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
+	"tidings/streamhttp/internal/writecut"
 )
 
 type config struct {

@@ -13,11 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tidings/internal/coalesce"
-	"tidings/internal/connlimit"
 	"tidings/internal/h2"
 	"tidings/internal/parked"
 	"tidings/server"
+	"tidings/streamhttp/internal/coalesce"
+	"tidings/streamhttp/internal/connlimit"
 )
 
 // ListenAndServe listens on the TCP address addr and serves h there

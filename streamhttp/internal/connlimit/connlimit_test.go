@@ -17,8 +17,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"tidings/internal/connlimit"
 	"tidings/internal/testrig/testkit"
+	"tidings/streamhttp/internal/connlimit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

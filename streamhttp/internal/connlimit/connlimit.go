@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"tidings/internal/writecut"
+	"tidings/streamhttp/internal/writecut"
 )
 
 // Limit names a cap on open connections.

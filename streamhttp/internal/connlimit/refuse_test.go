@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"tidings/internal/connlimit"
 	"tidings/internal/testrig/testkit"
+	"tidings/streamhttp/internal/connlimit"
 )
 
 // TestRefusalsAnsweredApartAreBounded: with clients that speak first

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/coalesce"
+	"tidings/streamhttp/internal/coalesce"
 )
 
 // pipe returns a coalescing Conn over one end of a net.Pipe, whose

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/coalesce"
+	"tidings/streamhttp/internal/coalesce"
 )
 
 // heldConn counts the writes made to a TCP connection and, once held,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/writecut"
+	"tidings/streamhttp/internal/writecut"
 )
 
 // serveH2C serves h on loopback over HTTP/2 without TLS and returns a
