@@ -105,8 +105,9 @@
 //
 // # Parked listens
 //
-// With [WithParking], a 2026-07-28 listen over plain HTTP/1.1 on Linux
-// leaves net/http once its headers and acknowledgement are written: the
+// Under [Serve] or [ListenAndServe] (unless [WithoutParking]), or with
+// [WithParking] under any server, a 2026-07-28 listen over plain
+// HTTP/1.1 on Linux leaves net/http once its headers and acknowledgement are written: the
 // handler hijacks the connection and parks it. One epoll poller per
 // handler watches every parked socket for its client leaving, a few writers (GOMAXPROCS) write
 // each change to the sockets whose subscriptions it reaches, without
@@ -126,8 +127,11 @@
 // listen on its goroutine, written to the connection directly; so do
 // TLS connections over HTTP/1.1, HTTP/2 served by net/http, listens
 // that follow tasks (their state is read as changes come) and
-// 2025-11-25 session streams. Without WithParking every listen keeps
-// its goroutine.
+// 2025-11-25 session streams. Served by net/http alone without
+// WithParking, every listen keeps its goroutine. Serve ends the listens
+// of the servers whose Handlers it served when its context ends, before
+// it closes the connections, so that a program using it need not order
+// the two shutdowns itself.
 //
 // Over HTTP/2 served by tidings' own server (internal/h2, as tidings
 // serve has it), with or without TLS and on any platform, a listen is

@@ -237,3 +237,47 @@ func TestServeTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestServeShutdownIsBounded: a handler that does not return when ctx
+// ends holds Serve no longer than WithShutdownTimeout, and Serve says
+// the connections did not close.
+func TestServeShutdownIsBounded(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hang", func(http.ResponseWriter, *http.Request) {
+		close(entered)
+		<-release
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- streamhttp.Serve(ctx, ln, mux, streamhttp.WithShutdownTimeout(100*time.Millisecond)) }()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	asked := make(chan error, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: tr}).Get("http://" + ln.Addr().String() + "/hang")
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		asked <- err
+	}()
+	<-entered
+	cancel()
+	select {
+	case err := <-served:
+		if err == nil || !strings.Contains(err.Error(), "closing connections") {
+			t.Fatalf("Serve returned %v, want the connections it could not close in time", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve still waits 5s after its context ended, past its 100ms shutdown timeout")
+	}
+	if err := <-asked; err == nil {
+		t.Error("the request cut at shutdown got an answer")
+	}
+}
