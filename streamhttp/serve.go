@@ -28,7 +28,9 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler, opts ...Se
 }
 
 // Server is Serve with its figures kept: a program that exports metrics
-// makes one with NewServer and reads Stats while it serves.
+// makes one with NewServer and reads Stats while it serves (tidings
+// serve's /metrics series come from them). Stats reads the Serve begun
+// last, so a Server serves one listener at a time.
 type Server struct {
 	h     http.Handler
 	opts  []ServeOption
