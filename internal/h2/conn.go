@@ -439,12 +439,14 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
 		defer c.mu.Unlock()
-		if s.peerReset {
+		switch {
+		case s.resetBy == resetByClient:
 			// Closed by the client's own RST_STREAM (RFC 9113, 5.1),
 			// though its handler has yet to return.
 			return c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeStreamClosed})
-		}
-		if s.remoteDone || !f.StreamEnded() {
+		case s.resetBy == resetByServer:
+			return nil // in flight when the server's reset went out
+		case s.remoteEnded() || !f.StreamEnded():
 			return connErr{code: http2.ErrCodeProtocol, reason: "HEADERS on a stream whose request was sent"}
 		}
 		// Trailers, not passed on: they end the body, which must have
@@ -519,17 +521,17 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		}
 	}
 	s := c.streams[id]
-	if s == nil || s.remoteDone || s.reset {
+	if s == nil || s.remoteEnded() {
 		c.consumedLocked(n)
 		switch {
 		case id > c.maxID:
 			return connErr{code: http2.ErrCodeProtocol, reason: "DATA on a stream not opened"}
-		case s == nil, s.peerReset:
+		case s == nil, s.resetBy == resetByClient:
 			// Closed: by its end, or by the client's own RST_STREAM
 			// (RFC 9113, 5.1). After a reset of the server's, frames in
 			// flight are passed over.
 			return c.queueLocked(ctrlFrame{kind: ctrlReset, id: id, code: http2.ErrCodeStreamClosed})
-		case s.remoteDone:
+		case !s.wasReset():
 			s.resetLocked(http2.ErrCodeStreamClosed, true, errReset)
 		}
 		return nil
@@ -661,9 +663,9 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return connErr{code: http2.ErrCodeProtocol, reason: "WINDOW_UPDATE on a stream not opened"}
 	}
 	s := c.streams[f.StreamID]
-	if s == nil || s.reset || s.sendWindow >= int64(c.peerWindow) {
+	if s == nil || s.wasReset() || s.sendWindow >= int64(c.peerWindow) {
 		// Nothing sent on the stream called for it.
-		if err := c.spendLocked("WINDOW_UPDATE"); err != nil || s == nil || s.reset {
+		if err := c.spendLocked("WINDOW_UPDATE"); err != nil || s == nil || s.wasReset() {
 			return err
 		}
 	}
@@ -684,9 +686,9 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if f.StreamID > c.maxID {
 		return connErr{code: http2.ErrCodeProtocol, reason: "RST_STREAM on a stream not opened"}
 	}
-	if s := c.streams[f.StreamID]; s != nil && !s.reset {
+	if s := c.streams[f.StreamID]; s != nil && !s.wasReset() {
 		s.resetLocked(f.ErrCode, false, errReset)
-		s.peerReset = true
+		s.resetBy = resetByClient
 	}
 	return c.spendLocked("RST_STREAM")
 }
@@ -728,17 +730,12 @@ func (c *conn) readyLocked(s *stream) {
 // releaseLocked lets go of s once its handler has returned, it has
 // ended on the wire, and a listen parked on it has ended.
 func (c *conn) releaseLocked(s *stream) {
-	if s.released || !s.handlerDone || !(s.endSent || s.reset) || (s.park != nil && !s.park.ended) {
+	if s.released || !s.handlerDone || !s.localEnded() || (s.park != nil && !s.park.ended) {
 		return
 	}
 	s.released = true
 	if s.writeTimer != nil {
 		s.writeTimer.Stop()
-	}
-	if s.endSent {
-		// A stream answered to its end is work done: what it leaves
-		// behind (a WINDOW_UPDATE for it in flight, say) is no flood.
-		c.junk.credit()
 	}
 	delete(c.streams, s.id)
 	c.srv.streams.Add(-1)

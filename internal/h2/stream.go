@@ -51,16 +51,14 @@ type stream struct {
 	received    int64
 	body        []byte // received, not yet read by the handler
 	bodyClosed  bool   // the handler closed the body, or returned
-	remoteDone  bool   // the client ended its request
+	state       streamState
+	resetBy     resetSide // who reset the stream, if anyone did; resetErr is why
 	readExpired bool
 	out         []byte // the response's bytes not yet framed
 	head        *head  // the response's headers, not yet framed
 	endQueued   bool   // the response ends after out
-	endSent     bool
-	queued      bool // in c.ready
-	connBlocked bool // in c.connBlocked
-	reset       bool
-	peerReset   bool // the client reset it (RST_STREAM)
+	queued      bool   // in c.ready
+	connBlocked bool   // in c.connBlocked
 	resetErr    error
 	parkEnd     engine.PumpEnd // how a parked listen ends when reset
 	handlerDone bool
@@ -77,6 +75,81 @@ type stream struct {
 
 	inHub  atomic.Bool   // in c.hubq
 	events atomic.Uint32 // ev* bits for the writer
+}
+
+// streamState is where a stream stands in its life as RFC 9113 (5.1)
+// draws it. A stream has a struct from the HEADERS that opens it, so it
+// is never idle here (an id above conn.maxID is); the server pushes
+// nothing, so it is never reserved. Each side's END_STREAM closes that
+// side, and a reset from either closes both: the moves are
+// endRemoteLocked, endLocalLocked and resetLocked, and nothing else
+// sets state.
+type streamState uint8
+
+const (
+	stateOpen             streamState = iota
+	stateHalfClosedRemote             // the client ended its request; the answer goes on
+	stateHalfClosedLocal              // the answer ended; the request's body may still come
+	stateClosed                       // both ended, or the stream was reset
+)
+
+var stateNames = [...]string{"open", "half-closed (remote)", "half-closed (local)", "closed"}
+
+func (st streamState) String() string { return stateNames[st] }
+
+// resetSide says who reset a closed stream, which decides what a frame
+// that comes after means: after the client's own RST_STREAM it is a
+// STREAM_CLOSED error, after the server's it may have been in flight
+// and is passed over (RFC 9113, 5.1).
+type resetSide uint8
+
+const (
+	notReset resetSide = iota
+	resetByServer
+	resetByClient
+)
+
+// remoteEnded reports whether the client can send the stream no more
+// of its request: it ended it, or the stream closed.
+func (s *stream) remoteEnded() bool {
+	return s.state == stateHalfClosedRemote || s.state == stateClosed
+}
+
+// localEnded reports whether the server sends the stream nothing more:
+// its END_STREAM went out, or the stream closed.
+func (s *stream) localEnded() bool {
+	return s.state == stateHalfClosedLocal || s.state == stateClosed
+}
+
+// wasReset reports whether the stream closed by a RST_STREAM, of
+// either side, rather than by both sides' END_STREAM.
+func (s *stream) wasReset() bool { return s.resetBy != notReset }
+
+// endRemoteLocked closes the client's side: its END_STREAM came, or
+// the server told it to stop sending.
+func (s *stream) endRemoteLocked() {
+	switch s.state {
+	case stateOpen:
+		s.state = stateHalfClosedRemote
+	case stateHalfClosedLocal:
+		s.state = stateClosed
+	}
+}
+
+// endLocalLocked closes the server's side: its END_STREAM was framed.
+// A stream answered to its end is work done, so it credits the
+// connection's budget of frames that carry none: what the client
+// leaves behind (a WINDOW_UPDATE in flight, a late reset) is no flood.
+func (s *stream) endLocalLocked() {
+	switch s.state {
+	case stateOpen:
+		s.state = stateHalfClosedLocal
+	case stateHalfClosedRemote:
+		s.state = stateClosed
+	default:
+		return
+	}
+	s.c.junk.credit()
 }
 
 // continueState is where a stream stands with an interim 100 Continue:
@@ -138,7 +211,7 @@ func (s *stream) finish(w *responseWriter, panicked bool) {
 		s.writeTimer.Stop()
 	}
 	switch {
-	case s.park != nil, s.reset:
+	case s.park != nil, s.wasReset():
 	case panicked:
 		s.resetLocked(http2.ErrCodeInternal, true, errReset)
 	default:
@@ -158,7 +231,7 @@ func (s *stream) finish(w *responseWriter, panicked bool) {
 
 // endBodyLocked ends the request's body: the client sent it all.
 func (s *stream) endBodyLocked() {
-	s.remoteDone = true
+	s.endRemoteLocked()
 	s.cond.Broadcast()
 }
 
@@ -177,7 +250,7 @@ func (s *stream) closeBodyLocked() {
 // consumedLocked counts n bytes of the stream's window as read, and
 // gives them back once half the window is.
 func (s *stream) consumedLocked(n int32) {
-	if s.remoteDone || s.reset {
+	if s.remoteEnded() {
 		return
 	}
 	s.recvUnpaid += n
@@ -191,11 +264,11 @@ func (s *stream) consumedLocked(n int32) {
 // resetLocked ends the stream abruptly, telling the client (send) with
 // code; err is what the handler's reads and writes return from then on.
 func (s *stream) resetLocked(code http2.ErrCode, send bool, err error) {
-	if s.reset {
+	if s.wasReset() {
 		return
 	}
 	c := s.c
-	s.reset, s.resetErr = true, err
+	s.state, s.resetBy, s.resetErr = stateClosed, resetByServer, err
 	if send {
 		c.pushCtrlLocked(ctrlFrame{kind: ctrlReset, id: s.id, code: code})
 	}
@@ -330,7 +403,8 @@ func (c *conn) newRequest(f *http2.MetaHeadersFrame, s *stream) (*http.Request, 
 		if s.declared > 0 {
 			return nil, fmt.Errorf("%w: Content-Length with no body", errBadRequest)
 		}
-		s.remoteDone, length = true, 0
+		s.endRemoteLocked()
+		length = 0
 	} else {
 		body = &requestBody{s: s}
 	}
@@ -381,11 +455,11 @@ func (b *requestBody) Read(p []byte) (int, error) {
 	defer s.c.mu.Unlock()
 	for len(s.body) == 0 {
 		switch {
-		case s.bodyClosed && !s.reset:
+		case s.bodyClosed && !s.wasReset():
 			return 0, errBodyClosed
-		case s.reset:
+		case s.wasReset():
 			return 0, s.resetErr
-		case s.remoteDone:
+		case s.remoteEnded():
 			return 0, io.EOF
 		case s.readExpired:
 			return 0, os.ErrDeadlineExceeded
@@ -475,7 +549,7 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	defer c.mu.Unlock()
 	n := 0
 	for len(p) > 0 {
-		if s.reset {
+		if s.wasReset() {
 			return n, s.resetErr
 		}
 		if room := maxOut - len(s.out); room > 0 {
@@ -536,7 +610,7 @@ func (w *responseWriter) FlushError() error {
 	c := w.s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if w.s.reset {
+	if w.s.wasReset() {
 		return w.s.resetErr
 	}
 	w.handOverLocked()
@@ -577,7 +651,7 @@ func (w *responseWriter) SetWriteDeadline(t time.Time) error {
 	s.writeAt = t
 	s.writeTimer = s.armLocked(s.writeTimer, t, func() {
 		s.c.mu.Lock()
-		if s.due(s.writeAt) && !s.endSent {
+		if s.due(s.writeAt) && !s.localEnded() {
 			s.resetLocked(http2.ErrCodeCancel, true, os.ErrDeadlineExceeded)
 		}
 		s.c.mu.Unlock()
@@ -631,7 +705,7 @@ type parkState struct {
 func (w *responseWriter) ParkListen(l *engine.ParkedListen, writeTimeout time.Duration) bool {
 	s, c := w.s, w.s.c
 	c.mu.Lock()
-	if s.reset || c.closed || s.park != nil || !w.committed {
+	if s.wasReset() || c.closed || s.park != nil || !w.committed {
 		c.mu.Unlock()
 		return false
 	}

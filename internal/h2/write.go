@@ -225,7 +225,7 @@ func (c *conn) writeCtrl(f ctrlFrame) {
 // frameLocked frames what s has to send, as far as the flow-control
 // windows let it.
 func (c *conn) frameLocked(s *stream) {
-	if s.reset || s.endSent {
+	if s.localEnded() {
 		return
 	}
 	progress := false
@@ -236,7 +236,10 @@ func (c *conn) frameLocked(s *stream) {
 	if s.head != nil {
 		end := s.endQueued && len(s.out) == 0
 		c.writeHead(s.id, s.head, end)
-		s.head, s.endSent, progress = nil, end, true
+		s.head, progress = nil, true
+		if end {
+			s.endLocalLocked()
+		}
 	}
 	off := c.dataLocked(s, s.out, s.endQueued)
 	progress = progress || off > 0
@@ -244,9 +247,10 @@ func (c *conn) frameLocked(s *stream) {
 		if s.out = s.out[:0]; s.park != nil || cap(s.out) > 2*maxOut {
 			s.out = nil // a parked listen keeps no buffer between changes
 		}
-		if s.endQueued && !s.endSent {
+		if s.endQueued && !s.localEnded() {
 			_ = c.wfr.WriteData(s.id, true, nil)
-			s.endSent, progress = true, true
+			s.endLocalLocked()
+			progress = true
 		}
 	} else if off > 0 {
 		s.out = s.out[:copy(s.out, s.out[off:])]
@@ -271,18 +275,18 @@ func (c *conn) frameLocked(s *stream) {
 	if progress {
 		s.cond.Broadcast()
 	}
-	if s.endSent {
+	if s.localEnded() {
 		if p := s.park; p != nil && p.hasRep {
 			// The listen's last reply is out: it is released once the
 			// batch is written.
 			c.finals = append(c.finals, p.rep)
 			p.rep, p.hasRep = engine.Reply{}, false
 		}
-		if !s.remoteDone {
+		if !s.remoteEnded() {
 			// The answer is complete before the request: the client
-			// is told to stop sending it.
+			// is told to stop sending it (RFC 9113, 8.1).
 			_ = c.wfr.WriteRSTStream(s.id, http2.ErrCodeNo)
-			s.remoteDone = true
+			s.endRemoteLocked()
 			s.closeBodyLocked()
 		}
 		c.releaseLocked(s)
@@ -310,7 +314,9 @@ func (c *conn) dataLocked(s *stream, b []byte, end bool) int {
 		s.sendWindow -= int64(n)
 		c.sendWindow -= int64(n)
 		c.sentConn = true
-		s.endSent = last
+		if last {
+			s.endLocalLocked()
+		}
 	}
 	return off
 }
@@ -384,7 +390,7 @@ func (c *conn) runParked(s *stream, ev uint32) {
 		p.dirty = true
 	}
 	c.mu.Lock()
-	busy := len(s.out) > 0 || s.reset
+	busy := len(s.out) > 0 || s.wasReset()
 	c.mu.Unlock()
 	if !p.dirty || busy {
 		return // frameLocked hands it back once its bytes are out
@@ -392,7 +398,7 @@ func (c *conn) runParked(s *stream, ev uint32) {
 	p.dirty = false
 	iov, rep, end := c.drain.Take(p.l, &p.lists, c.iov[:0], appendEvent)
 	c.mu.Lock()
-	if !s.reset {
+	if !s.wasReset() {
 		// What the windows let through is framed from the drain's own
 		// buffers; only the rest is kept, so that a change costs a
 		// listen no allocation.
@@ -409,7 +415,7 @@ func (c *conn) runParked(s *stream, ev uint32) {
 	if end {
 		c.endedLocked(s)
 		switch {
-		case s.reset:
+		case s.wasReset():
 			// The client reset the stream while the listen drained:
 			// nothing more is written.
 			rep.Release()
@@ -459,7 +465,7 @@ func (c *conn) endedLocked(s *stream) {
 func (c *conn) sweepLocked(now time.Time, cut []engine.StreamObserver) []engine.StreamObserver {
 	c.checkPeerLocked(now)
 	for _, s := range c.streams {
-		if s.reset || s.endSent {
+		if s.localEnded() {
 			continue
 		}
 		p := s.park
