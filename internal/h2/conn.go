@@ -158,7 +158,7 @@ func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, ba
 	// Frames are read through a buffer, so that a frame's header and
 	// payload, and the frames that came with it, cost one read.
 	c.br = bufio.NewReaderSize(nc, 4<<10)
-	c.fr = http2.NewFramer(nil, c.br)
+	c.fr = http2.NewFramer(nil, &continuationWatch{c: c, r: c.br})
 	c.fr.SetReuseFrames()
 	c.fr.SetMaxReadFrameSize(defaultMaxFrame)
 	c.junk = newBudget(s.cfg.FrameBudget, time.Now())
@@ -223,7 +223,10 @@ func (c *conn) serve(sawPreface bool) {
 				return
 			}
 			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
+			var calm connErr
+			if errors.As(err, &calm) {
+				c.fail(calm)
+			} else if errors.As(err, &ce) {
 				c.fail(connErr{code: http2.ErrCode(ce), reason: "malformed frame"})
 			} else if errors.Is(err, http2.ErrFrameTooLarge) {
 				c.fail(connErr{code: http2.ErrCodeFrameSize, reason: "frame larger than SETTINGS_MAX_FRAME_SIZE"})
@@ -296,6 +299,50 @@ func (c *conn) handle(f http2.Frame) error {
 	}
 }
 
+// continuationWatch passes a connection's bytes to its frame reader and
+// spends each empty CONTINUATION frame among them from the budget of
+// frames that carry no work. The reader gathers a header block's
+// CONTINUATIONs itself, none of them reaching readLoop, so that a block
+// that never ends, one empty frame after another, would otherwise cost
+// a core at the client's send rate while nothing else looked.
+type continuationWatch struct {
+	c    *conn
+	r    io.Reader
+	head [9]byte // the next frame's header, as far as it came
+	got  int     // of head
+	left int     // bytes of the current frame's payload still to come
+	err  error   // the budget ran out: every read fails from then on
+}
+
+func (w *continuationWatch) Read(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.r.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if w.left > 0 {
+			k := min(w.left, len(b))
+			w.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(w.head[w.got:], b)
+		w.got += k
+		b = b[k:]
+		if w.got < len(w.head) {
+			break
+		}
+		w.got = 0
+		w.left = int(w.head[0])<<16 | int(w.head[1])<<8 | int(w.head[2])
+		if http2.FrameType(w.head[3]) == http2.FrameContinuation && w.left == 0 {
+			// The frame reader has asked for no more than this
+			// header yet: it fails at its next read.
+			w.err = w.c.spend("an empty CONTINUATION frame")
+		}
+	}
+	return n, err
+}
+
 // spend takes one frame of what from the connection's budget.
 func (c *conn) spend(what string) error {
 	c.mu.Lock()
@@ -305,7 +352,8 @@ func (c *conn) spend(what string) error {
 
 // spendLocked takes one frame that costs the server work and carries
 // none — a reset, an empty DATA frame, a WINDOW_UPDATE nothing sent
-// called for, PRIORITY, SETTINGS, an unknown type — from the
+// called for, PRIORITY, SETTINGS, an unknown type, an empty
+// CONTINUATION — from the
 // connection's budget (Config.FrameBudget, refilled at a tenth of it a
 // second); past it the connection ends with ENHANCE_YOUR_CALM. Such
 // floods otherwise cost a core at the attacker's send rate, answered or
@@ -598,7 +646,10 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		if err := st.Valid(); err != nil {
 			code := http2.ErrCodeProtocol
 			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
+			var calm connErr
+			if errors.As(err, &calm) {
+				c.fail(calm)
+			} else if errors.As(err, &ce) {
 				code = http2.ErrCode(ce) // FLOW_CONTROL_ERROR for a window over 2^31-1
 			}
 			return connErr{code: code, reason: err.Error()}

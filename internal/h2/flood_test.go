@@ -17,7 +17,8 @@ import (
 // TestFloodsAreCutOff: one connection that floods frames which cost the
 // server work and carry none — Rapid Reset (open and reset), empty DATA,
 // WINDOW_UPDATEs nothing called for, PRIORITY, SETTINGS, frames of an
-// unknown type — is ended with GOAWAY ENHANCE_YOUR_CALM within a second,
+// unknown type, empty CONTINUATIONs — is ended with GOAWAY
+// ENHANCE_YOUR_CALM within a second,
 // while it reads every answer; another client of the same server is
 // served meanwhile and after.
 func TestFloodsAreCutOff(t *testing.T) {
@@ -41,6 +42,16 @@ func TestFloodsAreCutOff(t *testing.T) {
 			return c.flush(c.fr.WriteSettings(http2.Setting{ID: http2.SettingHeaderTableSize, Val: 4096}))
 		}},
 		{"unknown type", func(c *h2client, _ int) error { return c.flush(c.fr.WriteRawFrame(0xfa, 0, 0, []byte("x"))) }},
+		{"empty CONTINUATION", func(c *h2client, i int) error {
+			if i == 0 {
+				// A header block that never ends: the frame reader
+				// gathers its CONTINUATIONs itself.
+				if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, EndStream: true}); err != nil {
+					return err
+				}
+			}
+			return c.flush(c.fr.WriteContinuation(3, false, nil))
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr, _, _ := listenH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -28,8 +28,9 @@
 // advertises no larger SETTINGS_MAX_FRAME_SIZE), a larger one ending the
 // connection before its payload is read; a budget of frames that cost it
 // work and carry none (resets, empty DATA, WINDOW_UPDATEs nothing called
-// for, PRIORITY, SETTINGS, unknown types: Config.FrameBudget), past which
-// the connection ends with ENHANCE_YOUR_CALM; a receive window per
+// for, PRIORITY, SETTINGS, unknown types, empty CONTINUATIONs:
+// Config.FrameBudget), past which the connection ends with
+// ENHANCE_YOUR_CALM; a receive window per
 // connection that bounds the request bodies it buffers; a bounded queue
 // of control frames, so that a client that floods pings, settings or
 // resets without reading is cut off; and a deadline on whatever waits
@@ -76,10 +77,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// FrameBudget is how many frames that cost the server work but carry
 	// none (resets, empty DATA, WINDOW_UPDATEs nothing called for,
-	// PRIORITY, SETTINGS, unknown types) one connection may send
-	// in a burst, refilled at a tenth of it a second; past it the
-	// connection ends with GOAWAY ENHANCE_YOUR_CALM. Default
-	// DefaultFrameBudget.
+	// PRIORITY, SETTINGS, unknown types, empty CONTINUATIONs) one
+	// connection may send in a burst, refilled at a tenth of it a
+	// second; past it the connection ends with GOAWAY
+	// ENHANCE_YOUR_CALM. Default DefaultFrameBudget.
 	FrameBudget int
 	// PingAfter is how long a connection may send nothing before the
 	// server PINGs it, and PingTimeout how long the ACK may then take
