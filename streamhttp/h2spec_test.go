@@ -1,8 +1,10 @@
-package h2_test
+package streamhttp_test
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"tidings/internal/h2"
+	"tidings/streamhttp"
 )
 
 // h2specCommand finds the h2spec binary: $TIDINGS_H2SPEC, else h2spec on
@@ -28,7 +30,7 @@ func h2specCommand(t *testing.T) string {
 	if p, err := exec.LookPath("h2spec"); err == nil {
 		return p
 	}
-	if p, err := filepath.Abs("../../.ci/bin/h2spec"); err == nil {
+	if p, err := filepath.Abs("../.ci/bin/h2spec"); err == nil {
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
@@ -41,17 +43,10 @@ func h2specCommand(t *testing.T) string {
 	return ""
 }
 
-// h2specKnownFailures are the cases a server that shares its port with
-// HTTP/1.1 cannot pass without prior knowledge: 3.5/2 sends a line that
-// is neither the HTTP/2 preface nor an HTTP/1.1 request, which net/http
-// answers as a malformed HTTP/1.1 request (400), where h2spec wants the
-// connection closed unanswered. Over TLS (ALPN h2) there is no such
-// sharing, and every case must pass.
-var h2specKnownFailures = map[bool][]string{false: {"3.5/2"}, true: nil}
-
-// TestH2spec runs the HTTP/2 conformance suite, h2spec, against this
-// package's server, over h2c (prior knowledge) and over TLS, and fails
-// naming every case that fails.
+// TestH2spec runs the HTTP/2 conformance suite, h2spec, against Serve —
+// the server tidings serve runs — over h2c (prior knowledge, on a port
+// shared with HTTP/1.1) and over TLS, and fails naming every case that
+// fails: all 145 must pass on both.
 func TestH2spec(t *testing.T) {
 	bin := h2specCommand(t)
 	// An answer larger than a flow-control window's first frame, which
@@ -67,23 +62,37 @@ func TestH2spec(t *testing.T) {
 			name = "TLS"
 		}
 		t.Run(name, func(t *testing.T) {
-			var addr string
 			args := []string{"-o", "2"}
+			var opts []streamhttp.ServeOption
 			if overTLS {
-				addr = listenH2TLS(t, handler)
+				cert := httptest.NewTLSServer(http.NotFoundHandler())
+				cert.Close()
+				opts = append(opts, streamhttp.WithTLS(&tls.Config{Certificates: cert.TLS.Certificates}))
 				args = append(args, "-t", "-k")
-			} else {
-				addr, _, _ = listenH2C(t, handler, h2.Config{})
 			}
+			addr := serveOn(t, handler, opts...)
 			host, port, _ := net.SplitHostPort(addr)
-			out, err := exec.Command(bin, append(args, "-h", host, "-p", port)...).CombinedOutput()
-			failed, total, passed := h2specResults(string(out))
-			if total == 0 {
-				t.Fatalf("h2spec said no summary (%v):\n%s", err, out)
+			run := func() ([]string, int, int, []byte) {
+				out, err := exec.Command(bin, append(args, "-h", host, "-p", port)...).CombinedOutput()
+				failed, total, passed := h2specResults(string(out))
+				if total == 0 {
+					t.Fatalf("h2spec said no summary (%v):\n%s", err, out)
+				}
+				return failed, total, passed, out
 			}
+			failed, total, passed, out := run()
 			t.Logf("h2spec over %s: %d tests, %d passed", name, total, passed)
-			if unexpected := slices.DeleteFunc(failed, func(id string) bool { return slices.Contains(h2specKnownFailures[overTLS], id) }); len(unexpected) > 0 {
-				t.Errorf("h2spec over %s failed %v:\n%s", name, unexpected, out[strings.Index(string(out), "Failures:"):])
+			if len(failed) > 0 {
+				// A case h2spec judges by timing (a GOAWAY read before the
+				// socket's end) can lose a race on a loaded machine: what
+				// fails again is a failure.
+				again, _, _, out2 := run()
+				failed = slices.DeleteFunc(failed, func(id string) bool { return !slices.Contains(again, id) })
+				t.Logf("again: %v failed; failed both times: %v", again, failed)
+				out = out2
+			}
+			if len(failed) > 0 {
+				t.Errorf("h2spec over %s failed %v twice:\n%s", name, failed, out)
 			}
 		})
 	}
@@ -117,22 +126,22 @@ func h2specResults(out string) (failed []string, total, passed int) {
 	return failed, total, passed
 }
 
-// listenH2TLS serves h over TLS (ALPN h2) with this package, on a
-// loopback listener with a certificate of httptest's, until the test
-// ends.
-func listenH2TLS(t *testing.T, h http.Handler) string {
+// serveOn serves h with Serve on a loopback port until the test ends,
+// and returns the address.
+func serveOn(t *testing.T, h http.Handler, opts ...streamhttp.ServeOption) string {
 	t.Helper()
-	ts := httptest.NewUnstartedServer(h)
-	ts.EnableHTTP2 = true
-	ts.TLS = &tls.Config{}
-	ts.Config.Protocols = new(http.Protocols)
-	ts.Config.Protocols.SetHTTP1(true)
-	ts.Config.Protocols.SetHTTP2(true)
-	ts.Config.TLSConfig = ts.TLS
-	if _, err := h2.Configure(ts.Config, h2.Config{}); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	ts.StartTLS()
-	t.Cleanup(ts.Close)
-	return ts.Listener.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- streamhttp.Serve(ctx, ln, h, append(opts, streamhttp.WithServeLogger(slog.New(slog.DiscardHandler)))...)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-served
+	})
+	return ln.Addr().String()
 }
