@@ -136,10 +136,13 @@ type conn struct {
 	writeErr     error
 	idle         *time.Timer
 	// junk bounds the frames that cost the server work and carry none
-	// (see spendLocked); sentConn says DATA went out since the client's
-	// last WINDOW_UPDATE of the connection.
-	junk     budget
-	sentConn bool
+	// (see spendLocked). owedConn and owedStreams are the bytes of DATA
+	// sent that the client has yet to give back by WINDOW_UPDATEs, of
+	// the connection and of its streams: summed over the streams,
+	// because a stream's updates often come after it ended.
+	junk        budget
+	owedConn    int64
+	owedStreams int64
 	// lastRead is when the reader last had a frame (Unix nanoseconds);
 	// pinged is when the server's PING went out, zero when none is
 	// waiting for its ACK; peerGone says that one waited too long.
@@ -342,6 +345,24 @@ func (w *continuationWatch) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// repaid reports whether a WINDOW_UPDATE of inc gives back bytes of
+// DATA the server sent (owed), and takes them off. One that gives back
+// less than minRepay while more is owed is not: otherwise a client
+// could send a WINDOW_UPDATE of 1 for every byte it was sent, where a
+// real one (net/http's gives back 4 to 8 KiB at a time, nghttp2's half
+// a window) sends a few a DATA frame.
+func repaid(owed *int64, inc int64) bool {
+	if *owed == 0 || inc < min(*owed, minRepay) {
+		return false
+	}
+	*owed = max(*owed-inc, 0)
+	return true
+}
+
+// minRepay is the least a WINDOW_UPDATE gives back to count as called
+// for, unless it clears what is owed.
+const minRepay = 1 << 10
 
 // spend takes one frame of what from the connection's budget.
 func (c *conn) spend(what string) error {
@@ -646,10 +667,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		if err := st.Valid(); err != nil {
 			code := http2.ErrCodeProtocol
 			var ce http2.ConnectionError
-			var calm connErr
-			if errors.As(err, &calm) {
-				c.fail(calm)
-			} else if errors.As(err, &ce) {
+			if errors.As(err, &ce) {
 				code = http2.ErrCode(ce) // FLOW_CONTROL_ERROR for a window over 2^31-1
 			}
 			return connErr{code: code, reason: err.Error()}
@@ -690,15 +708,14 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	defer c.mu.Unlock()
 	inc := int64(f.Increment)
 	if f.StreamID == 0 {
-		// One that no DATA sent since the last one called for is junk
-		// (a client's first, which widens the window, costs a token of
-		// the budget's thousand).
-		if !c.sentConn {
+		// One that no DATA sent called for is junk (a client's first,
+		// which widens the window, costs a token of the budget's
+		// thousand).
+		if !repaid(&c.owedConn, inc) {
 			if err := c.spendLocked("WINDOW_UPDATE"); err != nil {
 				return err
 			}
 		}
-		c.sentConn = false
 		if c.sendWindow += inc; c.sendWindow > maxWindow {
 			return connErr{code: http2.ErrCodeFlowControl, reason: "WINDOW_UPDATE overflows the connection's window"}
 		}
@@ -714,11 +731,13 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return connErr{code: http2.ErrCodeProtocol, reason: "WINDOW_UPDATE on a stream not opened"}
 	}
 	s := c.streams[f.StreamID]
-	if s == nil || s.wasReset() || s.sendWindow >= int64(c.peerWindow) {
-		// Nothing sent on the stream called for it.
-		if err := c.spendLocked("WINDOW_UPDATE"); err != nil || s == nil || s.wasReset() {
+	if !repaid(&c.owedStreams, inc) {
+		if err := c.spendLocked("WINDOW_UPDATE"); err != nil {
 			return err
 		}
+	}
+	if s == nil || s.wasReset() {
+		return nil // in flight when the stream ended
 	}
 	if s.sendWindow += inc; s.sendWindow > maxWindow {
 		s.resetLocked(http2.ErrCodeFlowControl, true, errReset)

@@ -2,10 +2,14 @@ package h2_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,4 +188,63 @@ func TestSilentPeerIsPingedAndLetGo(t *testing.T) {
 		answering.must(answering.flush(answering.fr.WritePing(true, [8]byte(f.Data))))
 	}
 	answering.ping() // the one that answers is still served
+}
+
+// TestBusyClientIsNotCut: net/http's client at work — many streams at
+// once, bodies both ways over the windows, so WINDOW_UPDATEs both ways —
+// spends little of the budget of frames that carry no work: with a
+// tenth of the default budget it is served on the one connection it
+// dialed, never told to calm down.
+func TestBusyClientIsNotCut(t *testing.T) {
+	addr, _, _ := listenH2C(t, http.HandlerFunc(echo), h2.Config{FrameBudget: h2.DefaultFrameBudget / 10})
+	var dials atomic.Int32
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+	body := bytes.Repeat([]byte("x"), 100<<10) // over a stream's first window
+	// One request first, so that the others find its connection rather
+	// than each dial one of its own.
+	resp, err := client.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for w := range 32 {
+		wg.Go(func() {
+			for i := range 40 {
+				var resp *http.Response
+				var err error
+				if (w+i)%2 == 0 {
+					resp, err = client.Post("http://"+addr+"/", "application/octet-stream", bytes.NewReader(body))
+				} else {
+					resp, err = client.Get("http://" + addr + "/")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("the client dialed %d connections, want 1: the server cut one", n)
+	}
 }

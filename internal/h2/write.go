@@ -313,7 +313,8 @@ func (c *conn) dataLocked(s *stream, b []byte, end bool) int {
 		off += n
 		s.sendWindow -= int64(n)
 		c.sendWindow -= int64(n)
-		c.sentConn = true
+		c.owedConn += int64(n)
+		c.owedStreams += int64(n)
 		if last {
 			s.endLocalLocked()
 		}
