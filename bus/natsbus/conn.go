@@ -187,6 +187,11 @@ func (c *natsConn) Run(ctx context.Context, r bus.Receiver) error {
 		case <-c.stop:
 			return errClosed
 		case <-ended:
+			// The old client reported its last loss before it said it
+			// ended (its callbacks run in order); redial reports that
+			// loss itself, so it must not be reported again after the
+			// new client is up.
+			downs, ups = c.downs.Load(), c.ups.Load()
 			if err := c.redial(ctx, r); err != nil {
 				return err
 			}
