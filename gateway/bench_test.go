@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"tidings/gateway"
-	"tidings/internal/h2"
 	"tidings/internal/sse"
 	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
@@ -219,38 +217,41 @@ func BenchmarkGatewayFanOut(b *testing.B) {
 		// of them leaving in a write or a few.
 		b.Run(fmt.Sprintf("direct-h2/listens=%d", n), func(b *testing.B) {
 			up := startBenchUpstream(b, limits)
-			url := serveH2OnLoopback(b, up.srv, streamhttp.New(up.srv, streamhttp.WithParking()))
+			url := serveH2OnLoopback(b, streamhttp.New(up.srv, streamhttp.WithParking()))
 			fanOut(b, up, openListensH2(b, url, n), true)
 		})
 		b.Run(fmt.Sprintf("gateway-h2/listens=%d", n), func(b *testing.B) {
 			up := startBenchUpstream(b)
 			g, _ := startBenchGateway(b, up, nil, limits)
-			url := serveH2OnLoopback(b, g.Server(), streamhttp.New(g.Server(), streamhttp.WithParking()))
+			url := serveH2OnLoopback(b, streamhttp.New(g.Server(), streamhttp.WithParking()))
 			fanOut(b, up, openListensH2(b, url, n), false)
 		})
 	}
 }
 
-// serveH2OnLoopback serves h on loopback over HTTP/1.1 and, without
-// TLS, over HTTP/2 with tidings' own HTTP/2 server, as tidings serve
-// does; the server is shut down when the benchmark ends.
-func serveH2OnLoopback(b testing.TB, srv *server.Server, h http.Handler) string {
+// serveH2OnLoopback serves h on loopback with streamhttp.Serve, as
+// tidings serve does: HTTP/1.1 and, without TLS, HTTP/2 with tidings'
+// own HTTP/2 server. Ending the benchmark ends the server's listens, then
+// the server.
+func serveH2OnLoopback(b testing.TB, h http.Handler) string {
 	b.Helper()
-	ts := httptest.NewUnstartedServer(h)
-	ts.Config.Protocols = new(http.Protocols)
-	ts.Config.Protocols.SetHTTP1(true)
-	ts.Config.Protocols.SetUnencryptedHTTP2(true)
-	if _, err := h2.Configure(ts.Config, h2.Config{MaxStreams: 1 << 16}); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		b.Fatal(err)
 	}
-	ts.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- streamhttp.Serve(ctx, ln, h, streamhttp.WithHTTP2(1<<16, streamhttp.DefaultHTTP2WriteBuffer),
+			streamhttp.WithShutdownTimeout(waitTimeout), streamhttp.WithServeLogger(quiet))
+	}()
 	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		ts.Close()
+		cancel()
+		if err := <-served; err != nil {
+			b.Error(err)
+		}
 	})
-	return ts.URL
+	return "http://" + ln.Addr().String()
 }
 
 // fanOut changes up's tools list b.N times, each once the change before
@@ -536,7 +537,7 @@ func TestGatewayFanOutReachesEveryListen(t *testing.T) {
 			return openListens(t, strings.TrimPrefix(url, "http://"), n)
 		}},
 		{"h2", func(t *testing.T, g *gateway.Gateway, _ string) *listens {
-			return openListensH2(t, serveH2OnLoopback(t, g.Server(), streamhttp.New(g.Server(), streamhttp.WithParking())), n)
+			return openListensH2(t, serveH2OnLoopback(t, streamhttp.New(g.Server(), streamhttp.WithParking())), n)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

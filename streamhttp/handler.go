@@ -16,12 +16,12 @@ import (
 
 	"tidings/internal/engine"
 	"tidings/internal/legacy"
-	"tidings/internal/parked"
 	"tidings/internal/sse"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
+	"tidings/streamhttp/internal/parked"
 	"tidings/streamhttp/internal/writecut"
 )
 

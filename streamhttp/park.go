@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"tidings/internal/engine"
-	"tidings/internal/h2"
-	"tidings/internal/parked"
 	"tidings/internal/sse"
+	"tidings/streamhttp/internal/h2"
+	"tidings/streamhttp/internal/parked"
 )
 
 // WithParking parks listens: a listen over plain HTTP/1.1 on Linux is

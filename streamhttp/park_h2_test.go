@@ -17,11 +17,11 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"tidings/internal/engine"
-	"tidings/internal/h2"
 	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
+	"tidings/streamhttp/internal/h2"
 )
 
 // overH2 serves f's handler over HTTP/2 without TLS with the h2

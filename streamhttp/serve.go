@@ -13,11 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tidings/internal/h2"
-	"tidings/internal/parked"
 	"tidings/server"
 	"tidings/streamhttp/internal/coalesce"
 	"tidings/streamhttp/internal/connlimit"
+	"tidings/streamhttp/internal/h2"
+	"tidings/streamhttp/internal/parked"
 )
 
 // ListenAndServe listens on the TCP address addr and serves h there

@@ -8,9 +8,8 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"sync"
-
-	"tidings/internal/parked"
 )
 
 // ServerWrites is the floor under any server, the kernel's: each listen
@@ -75,7 +74,7 @@ func (t *writesTarget) serve(w http.ResponseWriter, r *http.Request) {
 		t.mu.Unlock()
 		return
 	}
-	frame := parked.AppendChunk(nil, event)
+	frame := chunk(event)
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -131,4 +130,13 @@ func (t *writesTarget) close(ctx context.Context) error {
 	err := t.front.shutdown(ctx)
 	t.wg.Wait()
 	return err
+}
+
+// chunk frames p as one HTTP/1.1 chunk of a chunked body, what a parked
+// listen's connection is written.
+func chunk(p []byte) []byte {
+	dst := strconv.AppendInt(nil, int64(len(p)), 16)
+	dst = append(dst, '\r', '\n')
+	dst = append(dst, p...)
+	return append(dst, '\r', '\n')
 }

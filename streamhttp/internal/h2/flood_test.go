@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"tidings/internal/h2"
+	"tidings/streamhttp/internal/h2"
 )
 
 // TestFloodsAreCutOff: one connection that floods frames which cost the

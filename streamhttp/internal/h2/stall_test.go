@@ -11,8 +11,8 @@ import (
 
 	"tidings/hub"
 	"tidings/internal/engine"
-	"tidings/internal/h2"
 	"tidings/mcp"
+	"tidings/streamhttp/internal/h2"
 )
 
 // stallNotices encode a listen's notifications as small fixed events.

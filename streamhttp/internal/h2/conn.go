@@ -18,7 +18,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"tidings/internal/engine"
-	"tidings/internal/parked"
+	"tidings/streamhttp/internal/parked"
 )
 
 const (

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"tidings/internal/engine"
-	"tidings/internal/parked"
+	"tidings/streamhttp/internal/parked"
 )
 
 const (

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"tidings/internal/h2"
+	"tidings/streamhttp/internal/h2"
 )
 
 // This file holds tests of a client that breaks the rules of HTTP/2 on

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"tidings/internal/h2"
+	"tidings/streamhttp/internal/h2"
 )
 
 // seedFrames frames what build writes, as a client sends it after its

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"tidings/internal/h2"
+	"tidings/streamhttp/internal/h2"
 )
 
 // h2cServer serves h over HTTP/2 without TLS with this package, and
