@@ -2,6 +2,7 @@ package streamhttp
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"syscall"
@@ -78,4 +79,14 @@ func (c *requestLineConn) SyscallConn() (syscall.RawConn, error) {
 		return nil, syscall.EINVAL
 	}
 	return sc.SyscallConn()
+}
+
+// CloseWrite shuts the writing side of the connection beneath, so that a
+// server ending a connection can still read what its client sent.
+func (c *requestLineConn) CloseWrite() error {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok {
+		return errors.ErrUnsupported
+	}
+	return cw.CloseWrite()
 }

@@ -162,6 +162,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 			err := c.err
 			c.mu.Unlock()
 			return 0, err
+		case !c.deadline.IsZero() && !time.Now().Before(c.deadline):
+			c.mu.Unlock()
+			return 0, os.ErrDeadlineExceeded
 		case len(c.pending) == 0 || len(c.pending)+len(p) <= c.limit:
 			// An empty buffer takes even a write above the limit, whole,
 			// so that no write is split.
@@ -249,12 +252,20 @@ func (c *Conn) flush(idle chan struct{}) {
 }
 
 // SetWriteDeadline bounds both the wrapped connection's writes and the
-// wait of a Write for room in the buffer.
+// wait of a Write for room in the buffer. A deadline already past — what
+// tls.Conn sets once its close_notify is written, so that nothing follows
+// it — refuses later Writes but not what earlier ones handed over, which
+// still leaves, within closeFlushTimeout, as on Close: the caller saw
+// those Writes succeed.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.deadline = t
 	c.wakeLocked()
+	flushing := c.flushing
 	c.mu.Unlock()
+	if flushing && !t.IsZero() && !time.Now().Before(t) {
+		t = time.Now().Add(closeFlushTimeout)
+	}
 	return c.Conn.SetWriteDeadline(t)
 }
 
@@ -284,6 +295,23 @@ func (c *Conn) Close() error {
 		<-idle
 	}
 	return c.Conn.Close()
+}
+
+// CloseWrite lets what is pending leave, within the write deadline, and
+// shuts the writing side of the connection beneath, so that its reader
+// can go on reading what the peer still sends. Writes after it fail.
+func (c *Conn) CloseWrite() error {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok {
+		return errors.ErrUnsupported
+	}
+	c.mu.Lock()
+	idle, running := c.idle, c.flushing
+	c.mu.Unlock()
+	if running {
+		<-idle
+	}
+	return cw.CloseWrite()
 }
 
 // Stats adds up what the gathering connections of a Listener did, for

@@ -292,3 +292,27 @@ func TestListenerCountsTakenWrites(t *testing.T) {
 		t.Fatalf("gathered %d in %d writes, want 3 in 1 to 3: the refused write is not taken", g, w)
 	}
 }
+
+// TestPastDeadlineKeepsWhatWasHandedOver: a write deadline already past,
+// as tls.Conn sets right after writing its close_notify, refuses the
+// Writes that follow but not the bytes earlier Writes handed over, which
+// the peer still reads; else a TLS connection's last records (a GOAWAY,
+// the close_notify) would be dropped unsent.
+func TestPastDeadlineKeepsWhatWasHandedOver(t *testing.T) {
+	c, peer := pipe(t, 256)
+	// The peer does not read yet: the flusher is blocked writing.
+	if _, err := c.Write([]byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetWriteDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("more")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("Write after a past deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second)) // fails rather than hangs
+	got := make([]byte, len("last words"))
+	if _, err := io.ReadFull(peer, got); err != nil || string(got) != "last words" {
+		t.Fatalf("the peer read %q, %v; want %q", got, err, "last words")
+	}
+}

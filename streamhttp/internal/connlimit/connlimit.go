@@ -417,6 +417,17 @@ func (c *conn) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn()
 }
 
+// CloseWrite shuts the writing side of the connection beneath, so that a
+// server ending a connection can still read what its client sent; the
+// connection stays counted until it is closed.
+func (c *conn) CloseWrite() error {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok {
+		return errors.ErrUnsupported
+	}
+	return cw.CloseWrite()
+}
+
 // idleList is a list of connections threaded through their links[which],
 // so that a connection going idle and busy again allocates nothing.
 type idleList struct {

@@ -143,6 +143,8 @@ type conn struct {
 	junk        budget
 	owedConn    int64
 	owedStreams int64
+	// failed says the connection ends with a GOAWAY naming an error.
+	failed bool
 	// lastRead is when the reader last had a frame (Unix nanoseconds);
 	// pinged is when the server's PING went out, zero when none is
 	// waiting for its ACK; peerGone says that one waited too long.
@@ -455,7 +457,7 @@ func (c *conn) goAwayLocked(code http2.ErrCode, debug string) {
 func (c *conn) fail(e connErr) {
 	c.mu.Lock()
 	c.goAwayLocked(e.code, e.reason)
-	c.closing = true
+	c.closing, c.failed = true, true
 	c.mu.Unlock()
 }
 
@@ -906,9 +908,32 @@ func (c *conn) close() {
 	for _, s := range c.streams {
 		c.releaseLocked(s)
 	}
+	failed := c.failed
 	c.mu.Unlock()
+	if failed && c.writeErr == nil {
+		c.linger()
+	}
 	_ = c.nc.Close()
 }
+
+// linger shuts the writing side of a connection whose GOAWAY named an
+// error, once the GOAWAY is written, and reads and drops what the client
+// still sends, until it closes, for goAwayLinger or maxLingerBytes at
+// most: closing a socket with unread bytes resets it, and the reset can
+// reach the client ahead of the GOAWAY, which would then never be read.
+// A connection that cannot shut its writing side alone is not lingered
+// on.
+func (c *conn) linger() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
+	_, _ = io.CopyN(io.Discard, c.br, maxLingerBytes)
+}
+
+// maxLingerBytes bounds what linger reads.
+const maxLingerBytes = 1 << 20
 
 // budget is a token bucket of frames: burst at most, refilled at a tenth
 // of burst a second.
