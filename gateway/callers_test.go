@@ -52,7 +52,7 @@ func authGatewayOf(t *testing.T, as *testas.Server, cfg gateway.Config) (*gatewa
 		t.Fatal(err)
 	}
 	t.Cleanup(g.Close) // after the server below is shut down
-	url := serveOnLoopback(t, g.Server(), guard.Require(streamhttp.New(g.Server(), streamhttp.WithPrincipal(auth.Principal), streamhttp.WithParking())))
+	url := serveOnLoopback(t, g.Server(), guard.Require(streamhttp.New(g.Server(), streamhttp.WithPrincipal(gateway.Principal), streamhttp.WithParking())))
 	kid, key := as.SigningKey()
 	mint := func(sub string, scopes ...string) string {
 		t.Helper()
@@ -152,6 +152,59 @@ func TestCallerRulesChooseWhatEachSees(t *testing.T) {
 	testkit.WaitFor(t, waitTimeout, "alice to hear both changes", func() bool { return la.w.Stats().Notifications >= heardA+2 })
 	if n := lb.w.Stats().Notifications - heardB; n != 1 {
 		t.Fatalf("bob heard %d notifications; only the change to a_for_all is his to hear", n)
+	}
+}
+
+// TestListenJudgedByItsOwnToken: a caller holding two tokens of
+// different scope is judged, for what its listens are told, by the token
+// each listen was opened with — not by the one it used last. A listen
+// opened with a token whose rule hides upstream b hears nothing of b
+// after its owner lists tools with a token that sees everything.
+func TestListenJudgedByItsOwnToken(t *testing.T) {
+	a := startUpstream(t, mcp.ScopePublic, "echo")
+	b := startUpstream(t, mcp.ScopePublic, "echo")
+	apart(t, b, "mem://echo")
+	as := testas.Start(t, audience)
+	url, mint := authGateway(t, as, gateway.Config{
+		Upstreams: []gateway.Upstream{{ID: "a", URL: a.url}, {ID: "b", URL: b.url}},
+		Callers: []gateway.CallerRule{
+			{Scope: "admin"},
+			{Upstreams: []string{"a"}},
+		},
+	})
+	ctx := context.Background()
+	narrow := client.NewHTTP(url, client.WithAuthorization("Bearer "+mint("alice", "read")))
+	defer narrow.Close()
+	wide := client.NewHTTP(url, client.WithAuthorization("Bearer "+mint("alice", "admin", "read")))
+	defer wide.Close()
+
+	listen := func(c *client.Client) (*client.Watcher, chan client.Event) {
+		events := make(chan client.Event, 64)
+		w := c.Watch(ctx, client.WatchOptions{Tools: true, OnEvent: func(e client.Event) { events <- e }})
+		t.Cleanup(w.Close)
+		waitEvent(t, events, client.Connected)
+		waitEvent(t, events, client.ToolsChanged)
+		return w, events
+	}
+	w, events := listen(narrow)
+	heard := w.Stats().Notifications
+	_, wideEvents := listen(wide) // the wide token is alice's last
+	if got, want := toolNames(t, wide), []string{"a_echo", "b_echo"}; !slices.Equal(got, want) {
+		t.Fatalf("the wide token sees %v, want %v", got, want)
+	}
+
+	addEcho(t, b.srv, "hidden", `{"type":"object"}`)
+	// Once the wide listen has heard of it, so would the narrow one
+	// have, were it told: the next change is not folded into it.
+	if e := waitEvent(t, wideEvents, client.ToolsChanged); !slices.Equal(e.Added, []string{"b_hidden"}) {
+		t.Fatalf("the wide listen was told of %v added, want b_hidden", e.Added)
+	}
+	addEcho(t, a.srv, "for_all", `{"type":"object"}`)
+	if e := waitEvent(t, events, client.ToolsChanged); !slices.Equal(e.Added, []string{"a_for_all"}) {
+		t.Fatalf("the narrow listen was told of %v added; only a_for_all is its to hear", e.Added)
+	}
+	if n := w.Stats().Notifications - heard; n != 1 {
+		t.Fatalf("the narrow listen heard %d notifications; only the change to a_for_all is its to hear", n)
 	}
 }
 

@@ -45,7 +45,8 @@ type Config struct {
 	Upstreams []Upstream `yaml:"upstreams"`
 	// Callers are rules that choose what each caller sees, tried in
 	// order; the first that matches applies. With none, every caller
-	// sees everything. A caller no rule matches sees nothing.
+	// sees everything. A caller no rule matches sees nothing. Behind
+	// an auth.Guard, name callers with Principal (see there).
 	Callers []CallerRule `yaml:"callers"`
 	// MaxTTL caps the ttlMs the gateway tells and how long it keeps an
 	// upstream's answer (default 5m).

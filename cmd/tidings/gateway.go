@@ -172,6 +172,9 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	if cfg.stdio {
 		return serveStdio(ctx, cfg, log, srv, stdin, stdout)
 	}
+	// Callers are told apart by their tokens' scopes too, which the
+	// caller rules may choose by.
+	cfg.principal = gateway.Principal
 	return serveHTTP(ctx, cfg, log, srv, obs)
 }
 

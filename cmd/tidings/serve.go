@@ -31,6 +31,9 @@ import (
 
 // serveConfig is what the serve flags set.
 type serveConfig struct {
+	// principal names a request's caller behind --auth-issuer;
+	// auth.Principal when nil.
+	principal       func(*http.Request) string
 	dir             string
 	addr            string
 	stdio           bool
@@ -492,7 +495,11 @@ func mountMCP(mux *http.ServeMux, cfg serveConfig, log *slog.Logger, srv *server
 	// scopes of 2025-11-25 requests, which name their item only in the
 	// body.
 	obs.late.set(g.Middleware())
-	h := streamhttp.New(srv, append(opts, streamhttp.WithPrincipal(auth.Principal))...)
+	principal := cfg.principal
+	if principal == nil {
+		principal = auth.Principal
+	}
+	h := streamhttp.New(srv, append(opts, streamhttp.WithPrincipal(principal))...)
 	obs.sessions, obs.parked = h.SessionStats, h.ParkedListens
 	mux.Handle("/mcp", g.Require(h))
 	md, err := url.Parse(g.MetadataURL())
