@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -153,41 +154,71 @@ func TestOversizedFramesAreNotRead(t *testing.T) {
 	}
 }
 
-// TestSilentPeerIsPingedAndLetGo: a client that sends nothing for
-// PingAfter is sent a PING; one that does not answer it within
-// PingTimeout has its connection closed, its open streams with it; one
-// that answers keeps it.
+// TestSilentPeerIsPingedAndLetGo: with the default timings, on the
+// bubble's fake clock, a client that sends nothing for PingAfter (30 s)
+// is sent a PING, not before; one that does not answer it within
+// PingTimeout (15 s) has its connection closed, not before, its open
+// streams with it; one that answers keeps it, PING after PING.
 func TestSilentPeerIsPingedAndLetGo(t *testing.T) {
-	block := make(chan struct{})
-	defer close(block)
-	addr, _, srv := listenH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	const after, timeout = h2.DefaultPingAfter, h2.DefaultPingTimeout
+	// The writer's sweep, which pings and cuts, runs every quarter of
+	// PingAfter: each may come that much after it is due.
+	const sweep = after / 4
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
-		select { // a long answer, as a listen is
-		case <-block:
-		case <-r.Context().Done():
-		}
-	}), h2.Config{PingAfter: 50 * time.Millisecond, PingTimeout: 100 * time.Millisecond})
-
-	silent := dial(t, addr)
-	silent.handshake()
-	silent.request(1, "GET", "/", true)
-	silent.expect("the server's PING", func(f rframe) bool {
-		return f.Type == http2.FramePing && !f.Flags.Has(http2.FlagPingAck)
+		<-r.Context().Done() // a long answer, as a listen is
 	})
-	silent.expectClosed()
-	pollUntil(t, "the silent client's stream to be let go", func() bool { return srv.Stats().Streams == 0 })
-
-	answering := dial(t, addr)
-	answering.handshake()
-	answering.request(1, "GET", "/", true)
-	for range 3 {
-		f := answering.expect("the server's PING", func(f rframe) bool {
-			return f.Type == http2.FramePing && !f.Flags.Has(http2.FlagPingAck)
-		})
-		answering.must(answering.flush(answering.fr.WritePing(true, [8]byte(f.Data))))
+	isPing := func(f rframe) bool { return f.Type == http2.FramePing && !f.Flags.Has(http2.FlagPingAck) }
+	// open starts a client whose stream 1 is answered and stays open,
+	// and returns when the server read the client's last frame.
+	open := func(t *testing.T) (*h2client, *h2.Server, time.Time) {
+		cli, srv, _ := servePipe(t, h, h2.Config{}, nil)
+		c := newClient(t, cli)
+		c.wait = after + timeout
+		c.handshake()
+		c.request(1, "GET", "/", true)
+		c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+		return c, srv, time.Now()
 	}
-	answering.ping() // the one that answers is still served
+
+	t.Run("silent", func(t *testing.T) {
+		inBubble(t, func(t *testing.T) {
+			c, srv, quiet := open(t)
+			c.expect("the server's PING", isPing)
+			pinged := time.Now()
+			if d := pinged.Sub(quiet); d < after || d > after+sweep {
+				t.Errorf("PING after %v of silence, want %v to %v", d, after, after+sweep)
+			}
+			c.expectClosed()
+			if d := time.Since(pinged); d < timeout || d > timeout+sweep {
+				t.Errorf("the connection closed %v after the unanswered PING, want %v to %v", d, timeout, timeout+sweep)
+			}
+			synctest.Wait()
+			if n := srv.Stats().Streams; n != 0 {
+				t.Errorf("%d streams still held after the silent client's connection closed", n)
+			}
+		})
+	})
+	t.Run("answering", func(t *testing.T) {
+		inBubble(t, func(t *testing.T) {
+			c, _, quiet := open(t)
+			for range 3 { // well past PingAfter + PingTimeout
+				f := c.expect("the server's PING", isPing)
+				if d := time.Since(quiet); d < after {
+					t.Errorf("PING after %v of silence, before PingAfter (%v)", d, after)
+				}
+				c.must(c.flush(c.fr.WritePing(true, [8]byte(f.Data))))
+				quiet = time.Now()
+			}
+			c.ping() // the one that answers is still served
+			for _, f := range c.backlog {
+				if f.Stream == 1 {
+					t.Errorf("stream 1, open all along, got %v", f)
+				}
+			}
+		})
+	})
 }
 
 // TestBusyClientIsNotCut: net/http's client at work — many streams at

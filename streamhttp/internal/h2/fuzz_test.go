@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -83,30 +84,33 @@ func FuzzServeConn(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var running atomic.Int64
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			running.Add(1)
-			defer running.Add(-1)
-			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
-			_, _ = io.WriteString(w, "ok")
-		})
-		cli, srv, done := servePipe(t, h, h2.Config{MaxStreams: 16, MaxHeaderBytes: 16 << 10}, nil)
-		drained := make(chan struct{})
-		go func() {
-			defer close(drained)
-			_, _ = io.Copy(io.Discard, cli) // the server's writes never block
-		}()
-		// The write ends when the server has read it all, or closed.
-		_, _ = cli.Write(append([]byte(http2.ClientPreface), in...))
-		_ = cli.Close()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("ServeConn did not return 10s after the client closed")
-		}
-		<-drained
-		pollUntil(t, "every handler to return", func() bool {
-			return srv.Stats().Streams == 0 && running.Load() == 0
+		inBubble(t, func(t *testing.T) {
+			var running atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				running.Add(1)
+				defer running.Add(-1)
+				_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
+				_, _ = io.WriteString(w, "ok")
+			})
+			cli, srv, done := servePipe(t, h, h2.Config{MaxStreams: 16, MaxHeaderBytes: 16 << 10}, nil)
+			drained := make(chan struct{})
+			go func() {
+				defer close(drained)
+				_, _ = io.Copy(io.Discard, cli) // the server's writes never block
+			}()
+			// The write ends when the server has read it all, or closed.
+			_, _ = cli.Write(append([]byte(http2.ClientPreface), in...))
+			_ = cli.Close()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("ServeConn did not return 10s after the client closed")
+			}
+			<-drained
+			synctest.Wait()
+			if n, r := srv.Stats().Streams, running.Load(); n != 0 || r != 0 {
+				t.Fatalf("ServeConn returned, and once all was quiet %d streams were still held, %d handlers still running", n, r)
+			}
 		})
 	})
 }
@@ -130,53 +134,58 @@ func FuzzRequestHeaders(f *testing.F) {
 		f.Add(kv[0], kv[1])
 	}
 	f.Fuzz(func(t *testing.T, name, value string) {
-		seen := make(chan http.Header, 1)
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			seen <- r.Header.Clone()
-			_, _ = io.WriteString(w, "ok")
-		})
-		cli, srv, _ := servePipe(t, h, h2.Config{MaxHeaderBytes: 16 << 10}, nil)
-		c := newClient(t, cli)
-		c.handshake()
-		werr := c.writeHeaders(1, true, append(reqFields("GET", "/"), hpack.HeaderField{Name: name, Value: value}))
-		got := c.expect("an answer, a reset or a GOAWAY", func(f rframe) bool {
-			return f.Err != nil || f.Type == http2.FrameGoAway ||
-				(f.Stream == 1 && (f.Type == http2.FrameHeaders || f.Type == http2.FrameRSTStream))
-		})
-		var hdr http.Header
-		select {
-		case hdr = <-seen:
-		default:
-		}
-		switch {
-		case got.Type == http2.FrameHeaders && got.status() != "431":
-			if hdr == nil {
-				t.Fatalf("answered %s without the handler", got.status())
-			}
-			if !validWireName(name) || !httpguts.ValidHeaderFieldValue(value) || strings.Trim(value, " \t") != value {
-				t.Errorf("the handler was served the field %q: %q", name, value)
-			}
-			switch name {
-			case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
-				t.Errorf("the handler was served the connection-specific field %q", name)
-			case "te":
-				if value != "trailers" {
-					t.Errorf("the handler was served te: %q", value)
-				}
-			case "host":
+		inBubble(t, func(t *testing.T) {
+			seen := make(chan http.Header, 1)
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen <- r.Header.Clone()
+				_, _ = io.WriteString(w, "ok")
+			})
+			cli, srv, _ := servePipe(t, h, h2.Config{MaxHeaderBytes: 16 << 10}, nil)
+			c := newClient(t, cli)
+			c.handshake()
+			werr := c.writeHeaders(1, true, append(reqFields("GET", "/"), hpack.HeaderField{Name: name, Value: value}))
+			got := c.expect("an answer, a reset or a GOAWAY", func(f rframe) bool {
+				return f.Err != nil || f.Type == http2.FrameGoAway ||
+					(f.Stream == 1 && (f.Type == http2.FrameHeaders || f.Type == http2.FrameRSTStream))
+			})
+			var hdr http.Header
+			select {
+			case hdr = <-seen:
 			default:
-				if vv := hdr[http.CanonicalHeaderKey(name)]; len(vv) != 1 || vv[0] != value {
-					t.Errorf("the handler saw %q as %q, sent %q", name, vv, value)
-				}
 			}
-		case hdr != nil:
-			t.Errorf("the handler ran for a request answered %v", got)
-		}
-		if werr == nil && got.Err == nil && got.Type != http2.FrameGoAway {
-			c.ping()
-		}
-		_ = cli.Close()
-		pollUntil(t, "the stream to be let go", func() bool { return srv.Stats().Streams == 0 })
+			switch {
+			case got.Type == http2.FrameHeaders && got.status() != "431":
+				if hdr == nil {
+					t.Fatalf("answered %s without the handler", got.status())
+				}
+				if !validWireName(name) || !httpguts.ValidHeaderFieldValue(value) || strings.Trim(value, " \t") != value {
+					t.Errorf("the handler was served the field %q: %q", name, value)
+				}
+				switch name {
+				case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+					t.Errorf("the handler was served the connection-specific field %q", name)
+				case "te":
+					if value != "trailers" {
+						t.Errorf("the handler was served te: %q", value)
+					}
+				case "host":
+				default:
+					if vv := hdr[http.CanonicalHeaderKey(name)]; len(vv) != 1 || vv[0] != value {
+						t.Errorf("the handler saw %q as %q, sent %q", name, vv, value)
+					}
+				}
+			case hdr != nil:
+				t.Errorf("the handler ran for a request answered %v", got)
+			}
+			if werr == nil && got.Err == nil && got.Type != http2.FrameGoAway {
+				c.ping()
+			}
+			_ = cli.Close()
+			synctest.Wait()
+			if n := srv.Stats().Streams; n != 0 {
+				t.Fatalf("%d streams still held once the closed connection was quiet", n)
+			}
+		})
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -63,23 +64,34 @@ func parkingHandler(t *testing.T, hb *hub.Hub, wt time.Duration, before <-chan s
 
 // TestListenStuckBeforeItParkedIsCut: a listen whose acknowledgement
 // the client gave no window for, framed before the listen parked, is
-// cut by its write timeout all the same (RST_STREAM CANCEL, its
-// observer told, End called once).
+// cut by its write timeout all the same, when it is due (RST_STREAM
+// CANCEL, its observer told, End called once).
 func TestListenStuckBeforeItParkedIsCut(t *testing.T) {
-	hb := hub.New()
-	defer hb.Shutdown()
-	framed := make(chan struct{})
-	var obs cutCounter
-	var ends atomic.Int64
-	cli, srv, _ := servePipe(t, parkingHandler(t, hb, 200*time.Millisecond, framed, &obs, &ends), h2.Config{}, nil)
-	c := newClient(t, cli)
-	c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-	c.request(1, "POST", "/", true)
-	c.expect("the listen's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
-	close(framed) // the acknowledgement waits for the window; now it parks
-	c.expectRST(1, http2.ErrCodeCancel)
-	pollUntil(t, "the cut listen to end", func() bool {
-		return ends.Load() == 1 && obs.cuts.Load() == 1 && srv.Stats().ParkedListens == 0 && srv.Stats().Streams == 0
+	inBubble(t, func(t *testing.T) {
+		// The writer's sweep, which cuts what waited past its write
+		// timeout, runs every quarter of it: a cut comes that much late
+		// at most.
+		const wt = 200 * time.Millisecond
+		hb := hub.New()
+		defer hb.Shutdown()
+		framed := make(chan struct{})
+		var obs cutCounter
+		var ends atomic.Int64
+		cli, srv, _ := servePipe(t, parkingHandler(t, hb, wt, framed, &obs, &ends), h2.Config{}, nil)
+		c := newClient(t, cli)
+		c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		c.request(1, "POST", "/", true)
+		c.expect("the listen's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+		close(framed) // the acknowledgement waits for the window; now it parks
+		parked := time.Now()
+		c.expectRST(1, http2.ErrCodeCancel)
+		if d := time.Since(parked); d < wt || d > wt+wt/4 {
+			t.Errorf("the listen was cut %v after it parked, want its write timeout (%v) to a quarter more", d, wt)
+		}
+		synctest.Wait()
+		if n, cuts, st := ends.Load(), obs.cuts.Load(), srv.Stats(); n != 1 || cuts != 1 || st.ParkedListens != 0 || st.Streams != 0 {
+			t.Errorf("once all was quiet: End called %d times, observer told of %d cuts, %+v; want 1, 1, nothing held", n, cuts, st)
+		}
 	})
 }
 
@@ -87,48 +99,71 @@ func TestListenStuckBeforeItParkedIsCut(t *testing.T) {
 // while its client gives it no window does not hold its stream: its
 // last reply waits for the write timeout, then the stream is reset.
 func TestEndedListenStuckIsCut(t *testing.T) {
-	hb := hub.New()
-	var obs cutCounter
-	var ends atomic.Int64
-	cli, srv, _ := servePipe(t, parkingHandler(t, hb, 200*time.Millisecond, nil, &obs, &ends), h2.Config{}, nil)
-	c := newClient(t, cli)
-	c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 11}) // the acknowledgement, and no more
-	c.request(1, "POST", "/", true)
-	c.expect("the listen's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
-	c.expect("the acknowledgement", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameData })
-	pollUntil(t, "the listen to park", func() bool { return srv.Stats().ParkedListens == 1 })
-	hb.Shutdown()
-	c.expectRST(1, http2.ErrCodeCancel)
-	pollUntil(t, "the stream to be let go", func() bool { return ends.Load() == 1 && srv.Stats().Streams == 0 })
+	inBubble(t, func(t *testing.T) {
+		const wt = 200 * time.Millisecond
+		hb := hub.New()
+		var obs cutCounter
+		var ends atomic.Int64
+		cli, srv, _ := servePipe(t, parkingHandler(t, hb, wt, nil, &obs, &ends), h2.Config{}, nil)
+		c := newClient(t, cli)
+		c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 11}) // the acknowledgement, and no more
+		c.request(1, "POST", "/", true)
+		c.expect("the listen's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+		c.expect("the acknowledgement", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameData })
+		synctest.Wait()
+		if n := srv.Stats().ParkedListens; n != 1 {
+			t.Fatalf("%d listens parked once all was quiet, want 1", n)
+		}
+		hb.Shutdown()
+		ended := time.Now()
+		c.expectRST(1, http2.ErrCodeCancel)
+		if d := time.Since(ended); d < wt || d > wt+wt/4 {
+			t.Errorf("the ended listen was cut %v after its last reply was due, want its write timeout (%v) to a quarter more", d, wt)
+		}
+		synctest.Wait()
+		if n, st := ends.Load(), srv.Stats(); n != 1 || st.Streams != 0 {
+			t.Errorf("once all was quiet: End called %d times, %+v; want once, no stream held", n, st)
+		}
+	})
 }
 
 // TestAnswerLeftBehindIsBounded: what a returned handler left waiting
 // for a client that gives it no window does not hold the stream. The
 // handler's write deadline bounds it, as it would a last flush of the
 // handler's own; without one, Config.WriteTimeout does. Either way the
-// stream is reset (CANCEL) and let go.
+// stream is reset (CANCEL) when the bound is due, and let go.
 func TestAnswerLeftBehindIsBounded(t *testing.T) {
+	const bound = 200 * time.Millisecond
 	for _, tc := range []struct {
 		name string
 		h    http.HandlerFunc
 		cfg  h2.Config
 	}{
 		{"the handler's write deadline", func(w http.ResponseWriter, r *http.Request) {
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(bound))
 			_, _ = w.Write(make([]byte, 60<<10))
 		}, h2.Config{}},
 		{"the server's write timeout", func(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write(make([]byte, 1000))
-		}, h2.Config{WriteTimeout: 200 * time.Millisecond}},
+		}, h2.Config{WriteTimeout: bound}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cli, srv, _ := servePipe(t, tc.h, tc.cfg, nil)
-			c := newClient(t, cli)
-			c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-			c.request(1, "GET", "/", true)
-			c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
-			c.expectRST(1, http2.ErrCodeCancel)
-			pollUntil(t, "the stream to be let go", func() bool { return srv.Stats().Streams == 0 })
+			inBubble(t, func(t *testing.T) {
+				cli, srv, _ := servePipe(t, tc.h, tc.cfg, nil)
+				c := newClient(t, cli)
+				c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+				start := time.Now()
+				c.request(1, "GET", "/", true)
+				c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
+				c.expectRST(1, http2.ErrCodeCancel)
+				if d := time.Since(start); d < bound || d > bound+bound/4 {
+					t.Errorf("stream 1 reset %v after the request, want its bound (%v) to a quarter more", d, bound)
+				}
+				synctest.Wait()
+				if n := srv.Stats().Streams; n != 0 {
+					t.Errorf("%d streams still held once all was quiet", n)
+				}
+			})
 		})
 	}
 }
