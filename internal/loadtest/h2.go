@@ -1,22 +1,18 @@
 package loadtest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
-	"tidings/internal/sse"
 	"tidings/mcp"
 	"tidings/streamhttp"
 )
@@ -28,7 +24,7 @@ const ServerTidingsH2 = "tidings-h2"
 // MaxHTTP2Listeners bounds the listens of a run over HTTP/2: they need
 // one file descriptor per connection, not per listen, so the open-file
 // limit does not bound them.
-const MaxHTTP2Listeners = 200000
+const MaxHTTP2Listeners = 1000000
 
 // startFrontH2 serves h on loopback with HTTP/2 by prior knowledge as
 // well as HTTP/1.1, one connection holding any number of streams, as
@@ -91,129 +87,6 @@ func startTidingsH2(writeTimeout time.Duration, noCoalesce bool) (*serveTarget, 
 		return nil, err
 	}
 	return t, nil
-}
-
-// h2Clients are the HTTP/2 transports of one listener set, one per
-// connection; listen i goes over transport i mod their number.
-type h2Clients struct {
-	tr []*http.Transport
-}
-
-// newH2Clients makes n transports that speak HTTP/2 by prior knowledge
-// and whose connections s tracks, so that s.close closes them.
-func newH2Clients(s *listenerSet, n int) *h2Clients {
-	c := &h2Clients{tr: make([]*http.Transport, n)}
-	for i := range c.tr {
-		tr := &http.Transport{Protocols: new(http.Protocols)}
-		tr.Protocols.SetUnencryptedHTTP2(true)
-		// One connection each, however many streams: the server allows
-		// them all, and the client is not to open more.
-		tr.HTTP2 = &http.HTTP2Config{StrictMaxConcurrentRequests: true}
-		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			conn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			if !s.track(conn) {
-				return nil, errors.New("listener set closed")
-			}
-			return conn, nil
-		}
-		c.tr[i] = tr
-	}
-	return c
-}
-
-// warm opens each transport's one connection before the listens start,
-// so that concurrent first requests do not each dial.
-func (c *h2Clients) warm(ctx context.Context, addr string) error {
-	for i, tr := range c.tr {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/warm", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := tr.RoundTrip(req)
-		if err != nil {
-			return fmt.Errorf("opening HTTP/2 connection %d: %w", i, err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.ProtoMajor != 2 {
-			return fmt.Errorf("connection %d speaks %s, not HTTP/2", i, resp.Proto)
-		}
-	}
-	return nil
-}
-
-// close lets go of the transports' idle connections; the busy ones are
-// closed with the set's.
-func (c *h2Clients) close() {
-	for _, tr := range c.tr {
-		tr.CloseIdleConnections()
-	}
-}
-
-// openOneH2 opens listen i as a stream of one of the set's HTTP/2
-// connections and reads its ack.
-func (s *listenerSet) openOneH2(ctx context.Context, i int) error {
-	id := strconv.Itoa(i + 1)
-	tr := s.h2.tr[i%len(s.h2.tr)]
-	body := listenBody(id)
-	// The request lives as long as the listen: the set ends it by
-	// closing the connections, or ctx before the ack.
-	req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, "http://"+s.spec.Addr+listenPath, strings.NewReader(string(body)))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
-	req.Header.Set(mcp.HeaderMethod, mcp.MethodListen)
-	type result struct {
-		r   *sse.Reader
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		resp, err := tr.RoundTrip(req)
-		if err != nil {
-			got <- result{err: fmt.Errorf("sending the listen: %w", err)}
-			return
-		}
-		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			resp.Body.Close()
-			got <- result{err: fmt.Errorf("listen refused: %s %s: %s", resp.Status, resp.Header.Get("Content-Type"), b)}
-			return
-		}
-		r := sse.NewReader(resp.Body, 4096)
-		ev, err := r.Next()
-		if err != nil {
-			resp.Body.Close()
-			got <- result{err: fmt.Errorf("reading the ack: %w", err)}
-			return
-		}
-		if err := checkAck(ev.Data, id); err != nil {
-			resp.Body.Close()
-			got <- result{err: err}
-			return
-		}
-		got <- result{r: r}
-	}()
-	select {
-	case res := <-got:
-		if res.err != nil {
-			return res.err
-		}
-		slot := s.slot[i]
-		s.wg.Go(func() { s.read(slot, res.r, []byte(id)) })
-		return nil
-	case <-ctx.Done():
-		// The stream ends with its connection when the set closes; the
-		// goroutine above then returns.
-		return fmt.Errorf("opening: %w", context.Cause(ctx))
-	}
 }
 
 // listenBody is the body of listen id for tools list changes.

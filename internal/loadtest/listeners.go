@@ -93,8 +93,8 @@ type listenerSet struct {
 	conns  []net.Conn
 	closed bool
 	wg     sync.WaitGroup
-	// h2 holds the HTTP/2 transports when the spec asks for them.
-	h2 *h2Clients
+	// h2 holds the HTTP/2 connections when the spec asks for them.
+	h2 *h2Conns
 }
 
 // newListenerSet allocates the bookkeeping for spec, so that a memory
@@ -108,9 +108,6 @@ func newListenerSet(spec openSpec) *listenerSet {
 		counts:  make([]atomic.Int64, spec.Changes),
 		done:    make(chan int, spec.Changes),
 		conns:   make([]net.Conn, 0, min(spec.Listeners, 1<<16)),
-	}
-	if spec.HTTP2Conns > 0 {
-		s.h2 = newH2Clients(s, spec.HTTP2Conns)
 	}
 	for i, st := range s.stalled {
 		if st {
@@ -137,11 +134,14 @@ func newListenerSet(spec openSpec) *listenerSet {
 func (s *listenerSet) open(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if s.h2 != nil {
-		if err := s.h2.warm(ctx, s.spec.Addr); err != nil {
-			s.close()
+	if s.spec.HTTP2Conns > 0 {
+		cs, err := dialH2(ctx, s, s.spec.Addr, s.spec.HTTP2Conns)
+		if err != nil {
 			return err
 		}
+		s.mu.Lock()
+		s.h2 = cs
+		s.mu.Unlock()
 	}
 	from := 0
 	for i, st := range s.stalled {
@@ -154,6 +154,10 @@ func (s *listenerSet) open(ctx context.Context) error {
 	}
 	s.openRange(ctx, cancel, from, s.spec.Listeners)
 	if err := context.Cause(ctx); err != nil {
+		if s.h2 != nil {
+			err = fmt.Errorf("%w (meanwhile the server reset %d streams, sent %d GOAWAYs and cut %d connections)",
+				err, s.h2.resets.Load(), s.h2.goAways.Load(), s.h2.cut.Load())
+		}
 		s.close()
 		return err
 	}
@@ -169,7 +173,13 @@ func (s *listenerSet) openRange(ctx context.Context, fail context.CancelCauseFun
 	}
 	jobs := make(chan int)
 	var wg sync.WaitGroup
-	for range min(dialers, to-from) {
+	n := dialers
+	if s.spec.HTTP2Conns > 0 {
+		// A listen over HTTP/2 costs no dial: more may wait for their
+		// acks at once, a few per connection.
+		n = min(max(dialers, 4*s.spec.HTTP2Conns), 4096)
+	}
+	for range min(n, to-from) {
 		wg.Go(func() {
 			for i := range jobs {
 				if err := s.openOne(ctx, i); err != nil {
@@ -286,8 +296,7 @@ type listChanged struct {
 }
 
 // read records when each change reaches one healthy listen, until its
-// connection is closed. The time is taken before the message is decoded,
-// so decoding one listen's message does not count against it.
+// connection is closed.
 func (s *listenerSet) read(slot int, r *sse.Reader, id []byte) {
 	last := int64(-1)
 	for {
@@ -295,22 +304,30 @@ func (s *listenerSet) read(slot int, r *sse.Reader, id []byte) {
 		if err != nil {
 			return
 		}
-		now := time.Now().UnixNano()
-		var m listChanged
-		if json.Unmarshal(ev.Data, &m) != nil || m.Method != mcp.NotifyToolsListChanged ||
-			!bytes.Equal(m.Params.Meta.SubscriptionID, id) {
-			s.bad.Add(1)
-			continue
-		}
-		c := s.cur.Load()
-		if c <= last {
-			continue // not armed yet, or a repeat of a change already seen
-		}
-		last = c
-		s.recv[c][slot] = now
-		if s.counts[c].Add(1) == int64(s.healthy) {
-			s.done <- int(c)
-		}
+		s.deliver(slot, ev.Data, id, &last)
+	}
+}
+
+// deliver records one message to the healthy listen in slot, whose id is
+// id and whose last change received is *last. The time is taken before
+// the message is decoded, so decoding one listen's message does not
+// count against it.
+func (s *listenerSet) deliver(slot int, data, id []byte, last *int64) {
+	now := time.Now().UnixNano()
+	var m listChanged
+	if json.Unmarshal(data, &m) != nil || m.Method != mcp.NotifyToolsListChanged ||
+		!bytes.Equal(m.Params.Meta.SubscriptionID, id) {
+		s.bad.Add(1)
+		return
+	}
+	c := s.cur.Load()
+	if c <= *last {
+		return // not armed yet, or a repeat of a change already seen
+	}
+	*last = c
+	s.recv[c][slot] = now
+	if s.counts[c].Add(1) == int64(s.healthy) {
+		s.done <- int(c)
 	}
 }
 
@@ -329,11 +346,12 @@ func (s *listenerSet) close() ([][]int64, int64) {
 		c.Close()
 	}
 	s.conns = nil
+	h2 := s.h2
 	s.mu.Unlock()
-	s.wg.Wait()
-	if s.h2 != nil {
-		s.h2.close()
+	if h2 != nil {
+		h2.close()
 	}
+	s.wg.Wait()
 	return s.recv, s.bad.Load()
 }
 
