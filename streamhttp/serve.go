@@ -72,7 +72,8 @@ type ServeStats struct {
 	RefusedPerAddress, RefusedTotal, EvictedPerAddress, EvictedTotal, RefusedUntold int64
 	Refusing, MaxRefusing                                                           int
 	// BodyTimeouts and WriteTimeouts count the requests whose body was
-	// late and the answers cut off for a write that blocked.
+	// late and the answers cut off for a write that blocked (over
+	// tidings' HTTP/2 server, bytes that waited on the client's window).
 	BodyTimeouts, WriteTimeouts int64
 	// HTTP2Streams counts the streams open over HTTP/2, HTTP2Parked the
 	// listens among them that hold no goroutine, HTTP2Refused those
@@ -101,6 +102,7 @@ func (s *Server) Stats() ServeStats {
 	if l.h2 != nil {
 		h := l.h2.Stats()
 		st.HTTP2Streams, st.HTTP2Parked, st.HTTP2Refused = h.Streams, h.ParkedListens, h.Refused
+		st.WriteTimeouts += h.WriteTimeouts
 	}
 	if l.gathered != nil {
 		st.WritesGathered, st.WritesToSockets = l.gathered.Gathered.Load(), l.gathered.Written.Load()

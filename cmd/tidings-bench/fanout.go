@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ const listenerProcessCmd = "fanout-listeners"
 func newFanoutCmd() *cobra.Command {
 	var cfg loadtest.Config
 	var asJSON, inProcess, quiet bool
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "fanout [--listeners N] [--changes C] [--stalled K] [--gateway] [--json]",
 		Short: "Measure how fast a change reaches many listens, against a naive broadcaster",
@@ -104,6 +106,17 @@ resident set per listen and in all as well.`,
 			if !quiet {
 				cfg.Log = cmd.ErrOrStderr()
 			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rep, err := loadtest.Run(ctx, cfg)
 			if err != nil {
 				return err
@@ -143,6 +156,7 @@ resident set per listen and in all as well.`,
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&inProcess, "in-process", false, "read the listens in the server's process (needs two file descriptors per listen; memory covers both sides)")
 	f.BoolVar(&quiet, "quiet", false, "do not report progress on stderr")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the servers' process (opening the listens included) to this file, for go tool pprof")
 	f.IntVar(&cfg.HTTP2Conns, "http2-conns", 0, "open the listens as HTTP/2 streams (h2c) over this many connections, the project's server alone")
 	f.BoolVar(&cfg.HTTP2NoCoalesce, "http2-no-coalesce", false, "with --http2-conns, leave the server's writes as net/http makes them, one per flush")
 	return cmd

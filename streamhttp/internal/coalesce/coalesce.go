@@ -65,6 +65,7 @@ type Conn struct {
 	err      error         // the first error of a flusher's write: every later Write fails with it
 	closed   bool
 	deadline time.Time
+	span     time.Duration // how far ahead the last deadline was set; 0 for none or past
 }
 
 // New returns nc with coalescing writes from the start. A limit of 0
@@ -139,7 +140,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 // Write writes p straight through, or, when coalescing, copies it into
 // the buffer and returns, waiting first while the buffer is too full to
-// take it (until the write deadline). The error of an earlier write made
+// take it — until the write deadline, unless the peer is reading what
+// the flusher writes (see writeOut). The error of an earlier write made
 // by the flusher is returned here.
 func (c *Conn) Write(p []byte) (int, error) {
 	if !c.on.Load() {
@@ -196,7 +198,18 @@ func (c *Conn) Write(p []byte) (int, error) {
 		select {
 		case <-wait:
 		case <-expired:
-			return 0, os.ErrDeadlineExceeded
+			// The flusher's own write has the same deadline: if the
+			// peer read some of it, the flusher goes on (see writeOut)
+			// and room comes; if not, its error comes. Either wakes
+			// this Write, which waits for it rather than failing a
+			// connection whose peer is slow but reading.
+			c.mu.Lock()
+			flushing := c.flushing
+			c.mu.Unlock()
+			if !flushing {
+				return 0, os.ErrDeadlineExceeded
+			}
+			<-wait
 		}
 	}
 }
@@ -238,7 +251,7 @@ func (c *Conn) flush(idle chan struct{}) {
 			c.shared.Gathered.Add(gathered)
 			c.shared.Written.Add(1)
 		}
-		_, err := c.Conn.Write(out)
+		err := c.writeOut(out)
 
 		c.mu.Lock()
 		c.spare = out[:0]
@@ -251,6 +264,36 @@ func (c *Conn) flush(idle chan struct{}) {
 	}
 }
 
+// writeOut writes out whole to the wrapped connection. A write that
+// times out after the peer took some of it goes on with the rest, its
+// deadline renewed for as long again: the write deadline measures a peer
+// that reads nothing, not one that reads slowly — a client on a busy
+// machine, catching up with a burst — which is cut only once it stops.
+// Once Close was called, or with a deadline set in the past, a timeout
+// ends the write.
+func (c *Conn) writeOut(out []byte) error {
+	for {
+		n, err := c.Conn.Write(out)
+		if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		c.mu.Lock()
+		span, closed := c.span, c.closed
+		dl := time.Now().Add(span)
+		if span > 0 && !closed {
+			c.deadline = dl // for the Writes waiting, and those to come
+		}
+		c.mu.Unlock()
+		if span <= 0 || closed {
+			return err
+		}
+		out = out[n:]
+		if err := c.Conn.SetWriteDeadline(dl); err != nil {
+			return err
+		}
+	}
+}
+
 // SetWriteDeadline bounds both the wrapped connection's writes and the
 // wait of a Write for room in the buffer. A deadline already past — what
 // tls.Conn sets once its close_notify is written, so that nothing follows
@@ -260,6 +303,10 @@ func (c *Conn) flush(idle chan struct{}) {
 func (c *Conn) SetWriteDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.deadline = t
+	c.span = 0
+	if d := time.Until(t); !t.IsZero() && d > 0 {
+		c.span = d
+	}
 	c.wakeLocked()
 	flushing := c.flushing
 	c.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"tidings/streamhttp/internal/coalesce"
@@ -315,4 +316,48 @@ func TestPastDeadlineKeepsWhatWasHandedOver(t *testing.T) {
 	if _, err := io.ReadFull(peer, got); err != nil || string(got) != "last words" {
 		t.Fatalf("the peer read %q, %v; want %q", got, err, "last words")
 	}
+}
+
+// TestSlowReaderIsNotCut: a peer that reads slowly but steadily, so
+// that a write takes longer than the write deadline, gets every byte:
+// the deadline runs again while the peer takes some, and cuts only a
+// peer that takes none (TestFullBufferBlocksUntilDeadline).
+func TestSlowReaderIsNotCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const writes = 3
+		a, b := net.Pipe()
+		msg := bytes.Repeat([]byte("x"), 16<<10)
+		c := coalesce.New(a, len(msg))
+		defer c.Close()
+		defer b.Close()
+		got := make(chan []byte, 1)
+		go func() {
+			var all []byte
+			buf := make([]byte, 1<<10)
+			for len(all) < writes*len(msg) {
+				time.Sleep(100 * time.Millisecond) // 1 KiB every 100ms
+				n, err := b.Read(buf)
+				if err != nil {
+					break
+				}
+				all = append(all, buf[:n]...)
+			}
+			got <- all
+		}()
+		if err := c.SetWriteDeadline(time.Now().Add(500 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		// The first write goes to the socket, the second waits in the
+		// buffer, the third waits for room until the first has left,
+		// some 1.6s on: past the deadline, with the peer reading all
+		// along.
+		for i := range writes {
+			if _, err := c.Write(msg); err != nil {
+				t.Fatalf("write %d behind a slow reader: %v", i+1, err)
+			}
+		}
+		if all := <-got; len(all) != writes*len(msg) {
+			t.Fatalf("the peer read %d bytes, want %d", len(all), writes*len(msg))
+		}
+	})
 }

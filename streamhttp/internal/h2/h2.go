@@ -68,9 +68,11 @@ type Config struct {
 	// socket; default DefaultWriteBuffer.
 	WriteBuffer int
 	// WriteTimeout is how long one write to a connection's socket may
-	// take before the connection is cut; 0 never cuts. A stream's own
-	// writes are bound by its handler's write deadline, and a parked
-	// listen's by the timeout it was parked with.
+	// take before the connection is cut, and how long a stream's bytes
+	// may wait on the client's window before the stream is cut (a parked
+	// listen's, the timeout it was parked with); 0 never cuts. Time spent
+	// in the server's own queue never counts. A handler may also set a
+	// write deadline of its own.
 	WriteTimeout time.Duration
 	// IdleTimeout closes a connection that has had no stream open for
 	// that long; default the http.Server's IdleTimeout, 0 never.
@@ -120,6 +122,9 @@ type Server struct {
 	streams atomic.Int64 // open streams, all connections
 	parked  atomic.Int64 // parked listens, all connections
 	refused atomic.Int64 // streams refused for MaxStreams
+	// writeTimeouts counts the streams the sweep cut for their write
+	// timeout.
+	writeTimeouts atomic.Int64
 }
 
 // Stats is what a Server's connections hold and have refused.
@@ -130,11 +135,15 @@ type Stats struct {
 	// Refused counts the streams refused because their connection held
 	// MaxStreams already.
 	Refused int64
+	// WriteTimeouts counts the streams cut because their bytes waited
+	// on the client's window for longer than their write timeout.
+	WriteTimeouts int64
 }
 
 // Stats returns what the server holds now.
 func (s *Server) Stats() Stats {
-	return Stats{Streams: s.streams.Load(), ParkedListens: s.parked.Load(), Refused: s.refused.Load()}
+	return Stats{Streams: s.streams.Load(), ParkedListens: s.parked.Load(), Refused: s.refused.Load(),
+		WriteTimeouts: s.writeTimeouts.Load()}
 }
 
 // Configure has hs serve HTTP/2 with this package: over TLS when

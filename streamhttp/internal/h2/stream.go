@@ -619,6 +619,14 @@ func (w *responseWriter) FlushError() error {
 
 func (w *responseWriter) Flush() { _ = w.FlushError() }
 
+// WriteTimeout reports the bound the server puts on the stream's writes
+// (Config.WriteTimeout), which makes the writer a writecut.Timed: the
+// server cuts a stream whose bytes wait on the client's window that
+// long, so that middleware need not time each write by the clock —
+// which would also count the time the handler waits for the server's
+// own queue, or for a core.
+func (w *responseWriter) WriteTimeout() time.Duration { return w.s.c.srv.cfg.WriteTimeout }
+
 // EnableFullDuplex is a no-op: an HTTP/2 handler may read its request
 // while it writes its response.
 func (w *responseWriter) EnableFullDuplex() error { return nil }

@@ -2,7 +2,9 @@ package h2
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -95,10 +97,7 @@ func (c *conn) flush(sweep bool) error {
 		more := c.fill(sweep)
 		sweep = false
 		if c.wbuf.Len() > 0 {
-			if wt := c.srv.cfg.WriteTimeout; wt > 0 {
-				_ = c.nc.SetWriteDeadline(time.Now().Add(wt))
-			}
-			_, err := c.nc.Write(c.wbuf.Bytes())
+			err := c.writeBatch(c.wbuf.Bytes())
 			c.wbuf.Reset()
 			if c.wbuf.Cap() > 4*c.srv.cfg.WriteBuffer {
 				c.wbuf = bytes.Buffer{} // a burst's buffer is not kept
@@ -126,6 +125,25 @@ func (c *conn) flush(sweep bool) error {
 			}
 			return nil
 		}
+	}
+}
+
+// writeBatch writes b to the socket within the write timeout, which
+// runs again each time the client took some of it: the timeout cuts a
+// client that reads nothing, not one that reads slowly (a client on a
+// busy machine catching up with a burst). A TLS connection cannot go on
+// after a write timed out, and fails then.
+func (c *conn) writeBatch(b []byte) error {
+	wt := c.srv.cfg.WriteTimeout
+	for {
+		if wt > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(wt))
+		}
+		n, err := c.nc.Write(b)
+		if err == nil || n == 0 || wt <= 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		b = b[n:]
 	}
 }
 
@@ -435,6 +453,10 @@ func (c *conn) runParked(s *stream, ev uint32) {
 	c.iov = iov[:0]
 }
 
+// waitsOnPeer reports whether s's bytes wait for the client to open a
+// window: the stream's own, or the connection's.
+func (s *stream) waitsOnPeer() bool { return s.sendWindow <= 0 || s.connBlocked }
+
 // appendEvent frames an SSE event as an HTTP/2 stream carries it: as
 // it is.
 func appendEvent(dst, event []byte) []byte { return append(dst, event...) }
@@ -460,9 +482,16 @@ func (c *conn) endedLocked(s *stream) {
 // sweepLocked sends parked listens their keep-alives and cuts the
 // streams whose bytes waited for the client's window past their write
 // timeout: a parked listen's own, or, for what is left of an answer
-// whose handler has returned, Config.WriteTimeout. A handler still
-// running is bound by its own write deadline instead. The observers of
-// the listens cut are returned, to be told once c.mu is let go.
+// or Config.WriteTimeout, whether the handler still runs (blocked in a
+// Write) or has returned. Only the time spent waiting on the client
+// counts — a window it does not open — never the time bytes wait behind
+// other streams in the connection's own queue, or a handler waits for a
+// core, which a burst of listens on a busy server makes long: a client
+// that reads is never cut for the server's backlog (a client that stops
+// reading its socket is, by the connection's write timeout). A write
+// deadline the handler set itself still cuts at that time. The
+// observers of the listens cut are returned, to be told once c.mu is
+// let go.
 func (c *conn) sweepLocked(now time.Time, cut []engine.StreamObserver) []engine.StreamObserver {
 	c.checkPeerLocked(now)
 	for _, s := range c.streams {
@@ -470,13 +499,14 @@ func (c *conn) sweepLocked(now time.Time, cut []engine.StreamObserver) []engine.
 			continue
 		}
 		p := s.park
+		if len(s.out) > 0 && !s.waitsOnPeer() {
+			s.stuck = time.Time{} // queued behind other streams, not stuck
+			continue
+		}
 		if len(s.out) > 0 {
 			limit := c.srv.cfg.WriteTimeout
-			switch {
-			case p != nil && p.wt > 0:
+			if p != nil && p.wt > 0 {
 				limit = p.wt
-			case p == nil && !s.handlerDone:
-				continue
 			}
 			if s.stuck.IsZero() {
 				s.stuck = now
@@ -485,6 +515,7 @@ func (c *conn) sweepLocked(now time.Time, cut []engine.StreamObserver) []engine.
 					cut = append(cut, p.l.Observer)
 				}
 				s.resetLocked(http2.ErrCodeCancel, true, errReset)
+				c.srv.writeTimeouts.Add(1)
 			}
 			continue
 		}
