@@ -49,11 +49,13 @@ type h2Conn struct {
 	hbuf   bytes.Buffer
 	nextID uint32
 
-	mu      sync.Mutex // guards streams and closing
+	mu      sync.Mutex // guards what follows
 	streams map[uint32]*h2Listen
-	closing bool
+	closing bool  // the set closes the connection
+	ended   error // why the connection ended, once it has
 
-	read chan struct{} // closed when the reader returns
+	read    chan struct{}  // closed when the reader returns
+	answers sync.WaitGroup // the reader's answers being written
 }
 
 // h2Listen is one listen: its index in the set, and while it opens, the
@@ -109,6 +111,7 @@ func (cs *h2Conns) close() {
 	}
 	for _, c := range cs.conns {
 		<-c.read
+		c.answers.Wait()
 	}
 }
 
@@ -127,10 +130,14 @@ func (s *listenerSet) openOneH2(ctx context.Context, i int) error {
 	sid := c.nextID
 	c.nextID += 2
 	c.mu.Lock()
-	if c.closing {
+	if c.closing || c.ended != nil {
+		err := c.ended
 		c.mu.Unlock()
 		c.wmu.Unlock()
-		return errors.New("listener set closed")
+		if err == nil {
+			err = errors.New("listener set closed")
+		}
+		return err
 	}
 	c.streams[sid] = l
 	c.mu.Unlock()
@@ -179,11 +186,12 @@ func (c *h2Conn) readLoop() {
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
-				c.write(func() error { return c.wfr.WriteSettingsAck() })
+				c.answer(func() error { return c.wfr.WriteSettingsAck() })
 			}
 		case *http2.PingFrame:
 			if !f.IsAck() {
-				c.write(func() error { return c.wfr.WritePing(true, f.Data) })
+				data := f.Data
+				c.answer(func() error { return c.wfr.WritePing(true, data) })
 			}
 		case *http2.MetaHeadersFrame:
 			c.onHeaders(f)
@@ -191,7 +199,7 @@ func (c *h2Conn) readLoop() {
 			if unacked += f.Length; unacked >= 1<<30 {
 				n := unacked
 				unacked = 0
-				c.write(func() error { return c.wfr.WriteWindowUpdate(0, n) })
+				c.answer(func() error { return c.wfr.WriteWindowUpdate(0, n) })
 			}
 			c.onData(f)
 		case *http2.RSTStreamFrame:
@@ -205,24 +213,29 @@ func (c *h2Conn) readLoop() {
 	closing := c.closing
 	pending := c.streams
 	c.streams = nil
+	c.ended = fmt.Errorf("the connection ended before the ack: %w", err)
 	c.mu.Unlock()
 	if !closing {
 		c.cs.cut.Add(1)
 	}
 	for _, l := range pending {
 		if l.ack != nil {
-			l.ack <- fmt.Errorf("the connection ended before the ack: %w", err)
+			l.ack <- c.ended
 		}
 	}
 }
 
-// write writes one frame under the writing lock and flushes it.
-func (c *h2Conn) write(frame func() error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if frame() == nil {
-		_ = c.bw.Flush()
-	}
+// answer writes one frame the server's called for (an ack, a window)
+// under the writing lock, aside: the reader must not wait for an opener
+// whose write waits for the server to read, or neither would move.
+func (c *h2Conn) answer(frame func() error) {
+	c.answers.Go(func() {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		if frame() == nil {
+			_ = c.bw.Flush()
+		}
+	})
 }
 
 // stream returns the listen of stream id, or nil.

@@ -151,6 +151,26 @@ type conn struct {
 	lastRead atomic.Int64
 	pinged   time.Time
 	peerGone bool
+	// readBytes counts the bytes read from the socket, readAtPing what
+	// it was when the PING went out, and inRead says the reader waits in
+	// a read of the socket: a peer is gone only if the reader waited for
+	// its bytes and none came, never because the reader itself fell
+	// behind (a burst on a busy machine).
+	readBytes  atomic.Int64
+	readAtPing int64
+	inRead     atomic.Bool
+}
+
+// socketReader is the connection's socket as its reader reads it,
+// counted and watched (see conn.inRead).
+type socketReader struct{ c *conn }
+
+func (r socketReader) Read(p []byte) (int, error) {
+	r.c.inRead.Store(true)
+	n, err := r.c.nc.Read(p)
+	r.c.inRead.Store(false)
+	r.c.readBytes.Add(int64(n))
+	return n, err
 }
 
 func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, base context.Context) *conn {
@@ -162,7 +182,7 @@ func newConn(s *Server, nc net.Conn, st *tls.ConnectionState, h http.Handler, ba
 	}
 	// Frames are read through a buffer, so that a frame's header and
 	// payload, and the frames that came with it, cost one read.
-	c.br = bufio.NewReaderSize(nc, 4<<10)
+	c.br = bufio.NewReaderSize(socketReader{c}, 4<<10)
 	c.fr = http2.NewFramer(nil, &continuationWatch{c: c, r: c.br})
 	c.fr.SetReuseFrames()
 	c.fr.SetMaxReadFrameSize(defaultMaxFrame)
@@ -974,20 +994,31 @@ var errPeerGone = errors.New("h2: the client did not answer a PING in time")
 // ACK has not come within Config.PingTimeout: a client that vanished
 // without closing its socket (a laptop shut, a network gone) is found
 // in seconds, not by TCP keep-alive minutes later, and the listens
-// parked on it are let go. The writer calls it at each sweep.
+// parked on it are let go. A reader that is behind — bytes came since
+// the PING that it has yet to make frames of, or it is not waiting on
+// the socket at all — is not taken for a vanished peer: it pings again.
+// The writer calls it at each sweep.
 func (c *conn) checkPeerLocked(now time.Time) {
 	after := c.srv.cfg.PingAfter
 	if after <= 0 || c.peerGone {
 		return
 	}
 	if !c.pinged.IsZero() {
-		if now.Sub(c.pinged) >= c.srv.cfg.PingTimeout {
-			c.peerGone = true
+		if now.Sub(c.pinged) < c.srv.cfg.PingTimeout {
+			return
 		}
+		if !c.inRead.Load() || c.readBytes.Load() != c.readAtPing {
+			// Bytes came that the reader has yet to make frames of, or
+			// it is busy: the reader is behind, not the peer gone. Ask
+			// again.
+			c.pinged = time.Time{}
+			return
+		}
+		c.peerGone = true
 		return
 	}
 	if now.Sub(time.Unix(0, c.lastRead.Load())) >= after {
-		c.pinged = now
+		c.pinged, c.readAtPing = now, c.readBytes.Load()
 		c.pushCtrlLocked(ctrlFrame{kind: ctrlPingPeer})
 	}
 }

@@ -219,6 +219,25 @@ func TestSilentPeerIsPingedAndLetGo(t *testing.T) {
 			}
 		})
 	})
+	t.Run("behind", func(t *testing.T) {
+		// The client's bytes come, but make no whole frame for long: the
+		// reader, waiting for the rest of one, sees no frame, as a reader
+		// that fell behind on a busy machine sees none. Bytes that came
+		// since the PING mean a peer still there.
+		inBubble(t, func(t *testing.T) {
+			c, _, _ := open(t)
+			var frame bytes.Buffer
+			_ = http2.NewFramer(&frame, nil).WritePing(false, [8]byte{1})
+			c.expect("the server's PING", isPing)
+			for _, b := range frame.Bytes() { // 17 bytes, one every 5s: 85s
+				time.Sleep(5 * time.Second)
+				c.must(c.flush(c.bw.WriteByte(b)))
+			}
+			c.expect("the answer to the client's PING", func(f rframe) bool {
+				return f.Type == http2.FramePing && f.Flags.Has(http2.FlagPingAck) && [8]byte(f.Data) == [8]byte{1}
+			})
+		})
+	})
 }
 
 // TestBusyClientIsNotCut: net/http's client at work — many streams at
