@@ -35,6 +35,7 @@ import (
 
 	"tidings/client"
 	"tidings/interop/peers/internal/peer"
+	"tidings/mcp"
 )
 
 // gwUpstream is one upstream of the gateway under test.
@@ -536,4 +537,46 @@ func waitWatch(t *testing.T, w *proc, what string, skip int, match func(watchEve
 			what, checkTimeout, strings.Join(w.stdoutSnapshot()[min(skip, len(w.stdoutSnapshot())):], "\n"), lastLines(w.stderr.String(), 10))
 	}
 	return found
+}
+
+// TestGatewaySharesAGoSDKList: 100 callers list the tools of a go-sdk
+// server through `tidings gateway`, which asks it with its own
+// credential: the answer is the same for every caller, so the go-sdk
+// server is read at most once for them all (counted at the server, which
+// prints a line for each tools/list it answers), though it gives no
+// caching hint and speaks 2025-11-25.
+func TestGatewaySharesAGoSDKList(t *testing.T) {
+	p := start(t, "gosdk-server", "-log-lists", "-flicker", "0", "-addr", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	var url string
+	if !p.stdout.waitFor(ctx, p.exited, func(all []string) bool {
+		var ok bool
+		url, ok = lineAfter(all, peer.URLPrefix)
+		return ok
+	}) {
+		t.Fatalf("gosdk-server printed no %q line within %v; stderr:\n%s", peer.URLPrefix, checkTimeout, p.stderr)
+	}
+	g := startGateway(t, []gwUpstream{{id: "gosdk", version: "2025-11-25", url: url}})
+	reads := func() int {
+		all, _ := p.stdout.snapshot()
+		return len(slices.DeleteFunc(slices.Clone(all), func(l string) bool { return l != peer.ListsLine }))
+	}
+	before := reads()
+	const callers = 100
+	for i := range callers {
+		c := client.NewHTTP(g.url)
+		tools, err := c.Tools(ctx)
+		c.Close()
+		if err != nil {
+			t.Fatalf("caller %d: tools/list through the gateway: %v", i, err)
+		}
+		if !slices.ContainsFunc(tools, func(tl mcp.Tool) bool { return tl.Name == "gosdk_echo" }) {
+			t.Fatalf("caller %d: the gateway listed %d tools, none gosdk_echo", i, len(tools))
+		}
+	}
+	if n := reads() - before; n > 1 {
+		t.Fatalf("the go-sdk server answered %d tools/list for %d callers of the gateway; want at most one (before them: %d)", n, callers, before)
+	}
+	t.Logf("the go-sdk server answered %d tools/list before the callers and %d for %d callers", before, reads()-before, callers)
 }

@@ -4,7 +4,8 @@
 // and every -flicker period adds or removes a tool flicker, so that the
 // server keeps sending notifications/tools/list_changed (-flicker-first:
 // the tool is there from the start, for a server spawned for one request).
-// With -change it offers instead a tool change, with which a test makes
+// With -log-lists it prints peer.ListsLine to stdout for each tools/list
+// it answers, for a test to count. With -change it offers instead a tool change, with which a test makes
 // each change when it chooses: {"what":"add"} and {"what":"remove"} add
 // and remove flicker, and {"what":"reshape"} flips the input schema of a
 // tool shape between two forms while its name stays (see peer.Changer).
@@ -24,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log"
 	"net/http"
 	"os"
@@ -48,6 +50,7 @@ func main() {
 	period := flag.Duration("flicker", time.Second, "how often the flicker tool is added or removed (0: never)")
 	first := flag.Bool("flicker-first", false, "add the flicker tool at start, before the first period")
 	change := flag.Bool("change", false, "offer the tools change and shape, with which a caller adds and removes flicker and reshapes shape (no -flicker timer then)")
+	logLists := flag.Bool("log-lists", false, "print a line to stdout for each tools/list answered, so that a test counts them")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("gosdk-server: ")
@@ -58,16 +61,26 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := run(*addr, *stdio, *stateless, p, *first, *change); err != nil {
+	if err := run(*addr, *stdio, *stateless, p, *first, *change, *logLists); err != nil {
 		log.Fatal(err)
 	}
 }
 
 // run serves until a signal, or the end of stdin with stdio.
-func run(addr string, stdio, stateless bool, period time.Duration, first, change bool) error {
+func run(addr string, stdio, stateless bool, period time.Duration, first, change, logLists bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv := newServer()
+	if logLists {
+		srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "tools/list" {
+					fmt.Println(peer.ListsLine)
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	if change {
 		addChange(srv)
 	}

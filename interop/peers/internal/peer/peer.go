@@ -27,6 +27,10 @@ const FlickerTool = "flicker"
 // endpoint; the rest of the line is the URL.
 const URLPrefix = "mcp endpoint: "
 
+// ListsLine is the line a peer run with -log-lists prints to stdout for
+// each tools/list it answers.
+const ListsLine = "answered tools/list"
+
 // StartFlicker calls add, then remove, then add again, and so on, one call
 // every period, from a goroutine of its own, until ctx ends or the
 // returned stop is called; stop waits for that goroutine. A period of zero
