@@ -481,17 +481,16 @@ func (c *conn) endedLocked(s *stream) {
 
 // sweepLocked sends parked listens their keep-alives and cuts the
 // streams whose bytes waited for the client's window past their write
-// timeout: a parked listen's own, or, for what is left of an answer
-// or Config.WriteTimeout, whether the handler still runs (blocked in a
-// Write) or has returned. Only the time spent waiting on the client
-// counts — a window it does not open — never the time bytes wait behind
-// other streams in the connection's own queue, or a handler waits for a
-// core, which a burst of listens on a busy server makes long: a client
-// that reads is never cut for the server's backlog (a client that stops
-// reading its socket is, by the connection's write timeout). A write
-// deadline the handler set itself still cuts at that time. The
-// observers of the listens cut are returned, to be told once c.mu is
-// let go.
+// timeout — a parked listen's own, or else Config.WriteTimeout — whether
+// their handler still runs (blocked in a Write) or has returned. Only
+// the time spent waiting on the client counts — a window it does not
+// open — never the time bytes wait behind other streams in the
+// connection's own queue, or a handler waits for a core, which a burst
+// of listens on a busy server makes long: a client that reads is never
+// cut for the server's backlog (a client that stops reading its socket
+// is, by the connection's write timeout). A write deadline the handler
+// set itself still cuts at that time. The observers of the listens cut
+// are returned, to be told once c.mu is let go.
 func (c *conn) sweepLocked(now time.Time, cut []engine.StreamObserver) []engine.StreamObserver {
 	c.checkPeerLocked(now)
 	for _, s := range c.streams {
