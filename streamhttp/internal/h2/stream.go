@@ -638,15 +638,32 @@ func (w *responseWriter) SetReadDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	s.readExpired, s.readAt = false, t
-	s.readTimer = s.armLocked(s.readTimer, t, func() {
-		s.c.mu.Lock()
-		if s.due(s.readAt) {
-			s.readExpired = true
-			s.cond.Broadcast()
-		}
-		s.c.mu.Unlock()
-	})
+	s.readTimer = s.armLocked(s.readTimer, t, s.readDeadlineFired)
 	return nil
+}
+
+// readRecheck is how soon a read deadline that passed while the
+// connection's reader was behind is looked at again.
+const readRecheck = 100 * time.Millisecond
+
+// readDeadlineFired ends the handler's wait for the body once the read
+// deadline passed — unless the body may be in bytes the connection's
+// reader has yet to read: a reader that is not waiting on the socket is
+// busy or behind (a burst on a busy machine), and a client is not to be
+// timed out for the server's backlog. It looks again shortly then.
+func (s *stream) readDeadlineFired() {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !s.due(s.readAt) || s.handlerDone {
+		return
+	}
+	if len(s.body) == 0 && !s.remoteEnded() && !c.inRead.Load() && !c.closed {
+		s.readTimer.Reset(readRecheck)
+		return
+	}
+	s.readExpired = true
+	s.cond.Broadcast()
 }
 
 // SetWriteDeadline resets the stream at t unless the deadline moves
