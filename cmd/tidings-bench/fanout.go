@@ -81,7 +81,7 @@ With --http2-conns C, the project's server alone is measured with the N
 listens as HTTP/2 streams without TLS (h2c, by prior knowledge), spread
 evenly over C connections, so N may go up to ` + fmt.Sprint(loadtest.MaxHTTP2Listeners) + ` whatever the open
 file limit; they are read by a client that keeps no goroutine or buffer
-per stream, one reader per connection, and opened up to 16 per
+per stream, one reader per connection, and opened up to 64 per
 connection at a time. A stream the server resets or a connection it
 cuts fails the run, saying how many. The server gathers each connection's frames into one write
 per wake-up, unless --http2-no-coalesce. The memory table gives the

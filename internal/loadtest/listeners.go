@@ -177,7 +177,7 @@ func (s *listenerSet) openRange(ctx context.Context, fail context.CancelCauseFun
 	if s.spec.HTTP2Conns > 0 {
 		// A listen over HTTP/2 costs no dial: more may wait for their
 		// acks at once, a few per connection.
-		n = min(max(dialers, 16*s.spec.HTTP2Conns), 16384)
+		n = min(max(dialers, 64*s.spec.HTTP2Conns), 65536)
 	}
 	for range min(n, to-from) {
 		wg.Go(func() {
