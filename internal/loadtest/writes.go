@@ -1,14 +1,15 @@
 package loadtest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"runtime"
-	"strconv"
 	"sync"
 )
 
@@ -74,7 +75,10 @@ func (t *writesTarget) serve(w http.ResponseWriter, r *http.Request) {
 		t.mu.Unlock()
 		return
 	}
-	frame := chunk(event)
+	// The frame is the event as one chunk of the chunked body.
+	var chunk bytes.Buffer
+	_, _ = httputil.NewChunkedWriter(&chunk).Write(event)
+	frame := chunk.Bytes()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -130,13 +134,4 @@ func (t *writesTarget) close(ctx context.Context) error {
 	err := t.front.shutdown(ctx)
 	t.wg.Wait()
 	return err
-}
-
-// chunk frames p as one HTTP/1.1 chunk of a chunked body, what a parked
-// listen's connection is written.
-func chunk(p []byte) []byte {
-	dst := strconv.AppendInt(nil, int64(len(p)), 16)
-	dst = append(dst, '\r', '\n')
-	dst = append(dst, p...)
-	return append(dst, '\r', '\n')
 }

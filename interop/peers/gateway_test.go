@@ -246,6 +246,14 @@ func nodeSetup(t *testing.T) (node, dir string) {
 // returns its endpoint's URL, which it prints once it listens.
 func startPeerArgs(t *testing.T, server string, args ...string) string {
 	t.Helper()
+	url, _ := startPeerProc(t, server, args...)
+	return url
+}
+
+// startPeerProc is startPeerArgs that also returns the process, whose
+// output a test reads.
+func startPeerProc(t *testing.T, server string, args ...string) (string, *proc) {
+	t.Helper()
 	p := start(t, server, append(slices.Clone(args), "-addr", "127.0.0.1:0")...)
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
@@ -257,7 +265,7 @@ func startPeerArgs(t *testing.T, server string, args ...string) string {
 	}) {
 		t.Fatalf("%s printed no %q line within %v; stdout:\n%s\nstderr:\n%s", server, peer.URLPrefix, checkTimeout, p.stdout, p.stderr)
 	}
-	return url
+	return url, p
 }
 
 // startTSChangeServer runs sdk1-change-server.mjs and returns its URL,
@@ -546,17 +554,9 @@ func waitWatch(t *testing.T, w *proc, what string, skip int, match func(watchEve
 // prints a line for each tools/list it answers), though it gives no
 // caching hint and speaks 2025-11-25.
 func TestGatewaySharesAGoSDKList(t *testing.T) {
-	p := start(t, "gosdk-server", "-log-lists", "-flicker", "0", "-addr", "127.0.0.1:0")
+	url, p := startPeerProc(t, "gosdk-server", "-log-lists", "-flicker", "0")
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
 	defer cancel()
-	var url string
-	if !p.stdout.waitFor(ctx, p.exited, func(all []string) bool {
-		var ok bool
-		url, ok = lineAfter(all, peer.URLPrefix)
-		return ok
-	}) {
-		t.Fatalf("gosdk-server printed no %q line within %v; stderr:\n%s", peer.URLPrefix, checkTimeout, p.stderr)
-	}
 	g := startGateway(t, []gwUpstream{{id: "gosdk", version: "2025-11-25", url: url}})
 	reads := func() int {
 		all, _ := p.stdout.snapshot()

@@ -143,8 +143,10 @@ type conn struct {
 	junk        budget
 	owedConn    int64
 	owedStreams int64
-	// failed says the connection ends with a GOAWAY naming an error.
-	failed bool
+	// failed says the connection ends with a GOAWAY naming an error;
+	// writeShut that its writing side is shut (see shutWrite).
+	failed    bool
+	writeShut bool
 	// lastRead is when the reader last had a frame (Unix nanoseconds);
 	// pinged is when the server's PING went out, zero when none is
 	// waiting for its ACK; peerGone says that one waited too long.
@@ -944,12 +946,9 @@ func (c *conn) close() {
 // A connection that cannot shut its writing side alone is not lingered
 // on.
 func (c *conn) linger() {
-	cw, ok := c.nc.(interface{ CloseWrite() error })
-	if !ok || cw.CloseWrite() != nil {
-		return
+	if c.shutWrite() {
+		_, _ = io.CopyN(io.Discard, c.br, maxLingerBytes)
 	}
-	_ = c.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
-	_, _ = io.CopyN(io.Discard, c.br, maxLingerBytes)
 }
 
 // maxLingerBytes bounds what linger reads.

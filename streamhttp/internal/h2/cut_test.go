@@ -30,15 +30,7 @@ func TestRunningHandlerCutForTheClientsWindow(t *testing.T) {
 	})
 	inBubble(t, func(t *testing.T) {
 		cli, srv, _ := servePipe(t, h, h2.Config{WriteTimeout: bound}, nil)
-		c := newClient(t, cli)
-		c.handshake(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
-		start := time.Now()
-		c.request(1, "GET", "/", true)
-		c.expect("the answer's HEADERS", func(f rframe) bool { return f.Stream == 1 && f.Type == http2.FrameHeaders })
-		c.expectRST(1, http2.ErrCodeCancel)
-		if d := time.Since(start); d < bound || d > bound+bound/4 {
-			t.Errorf("stream 1 reset %v after the request, want its bound (%v) to a quarter more", d, bound)
-		}
+		expectCutAfter(t, newClient(t, cli), bound)
 		synctest.Wait()
 		select {
 		case err := <-wrote:

@@ -159,11 +159,25 @@ const goAwayLinger = time.Second
 // connection ends with the reader. A connection that cannot shut its
 // writing side alone is closed at once.
 func (c *conn) closeGracefully() {
-	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		_ = c.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
-		return
+	if !c.shutWrite() {
+		_ = c.nc.Close()
 	}
-	_ = c.nc.Close()
+}
+
+// shutWrite shuts the connection's writing side, once (over TLS, with a
+// close_notify), and bounds what the reader still reads by goAwayLinger;
+// it reports whether the writing side is shut. The writer calls it on a
+// graceful end, the reader on a failed one once the writer has returned.
+func (c *conn) shutWrite() bool {
+	if !c.writeShut {
+		cw, ok := c.nc.(interface{ CloseWrite() error })
+		if !ok || cw.CloseWrite() != nil {
+			return false
+		}
+		c.writeShut = true
+		_ = c.nc.SetReadDeadline(time.Now().Add(goAwayLinger))
+	}
+	return true
 }
 
 // fill frames what is waiting into the batch, up to about WriteBuffer
