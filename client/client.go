@@ -270,9 +270,30 @@ func newConfig[O any](opts []O, apply func(O, *config)) config {
 		cfg.logger = slog.Default()
 	}
 	if cfg.hc == nil {
-		cfg.hc = &http.Client{}
+		cfg.hc = &http.Client{Transport: defaultTransport()}
 	}
 	return cfg
+}
+
+// idlePerServer is how many connections to its server a client keeps
+// open between requests when the program gave it no http.Client.
+const idlePerServer = 64
+
+// defaultTransport is net/http's default Transport, the client's own, with
+// room to keep a connection for each request in flight. DefaultTransport
+// keeps 2 per server: a client making more calls at once (a gateway's to
+// its upstream, for its many callers) would open and close a connection
+// for every call past two, and leave the sockets in TIME_WAIT. The
+// client's own also means that closing it closes only its connections.
+// A program that replaced http.DefaultTransport gets its own.
+func defaultTransport() http.RoundTripper {
+	dt, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultTransport
+	}
+	t := dt.Clone()
+	t.MaxIdleConnsPerHost = idlePerServer
+	return t
 }
 
 func newClient(t transport, cfg config, life *lifetime) *Client {

@@ -9,6 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -605,6 +608,26 @@ func BenchmarkGatewayToolsCall(b *testing.B) {
 		checkCall(b, u, body, hdr)
 	}
 	testkit.PostPair(b, url, up.url, body, hdr)
+}
+
+// BenchmarkReverseProxyToolsCall is BenchmarkGatewayToolsCall with
+// net/http's httputil.ReverseProxy in the gateway's place: a hop that
+// parses nothing of MCP, checks nothing and keeps nothing. Its x-ceiling
+// is what a second HTTP exchange on loopback costs by itself, the bound
+// of any gateway's.
+func BenchmarkReverseProxyToolsCall(b *testing.B) {
+	up := startBenchUpstream(b)
+	target, err := url.Parse(up.url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 4}
+	hs := httptest.NewServer(rp)
+	b.Cleanup(hs.Close)
+	body, hdr := toolsCallBody("search_files_00"), toolsCallHeaders("search_files_00")
+	checkCall(b, hs.URL, body, hdr)
+	testkit.PostPair(b, hs.URL, up.url, body, hdr)
 }
 
 // checkCall makes the call once at url and checks that it succeeds.
