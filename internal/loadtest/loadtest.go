@@ -259,6 +259,10 @@ type Ratios struct {
 	FloorRSSPerListen float64 `json:"floorRSSPerListen,omitzero"`
 	FloorGoroutines   float64 `json:"floorGoroutinesPerListen,omitzero"`
 	FloorCPUPerChange float64 `json:"floorCPUPerChange,omitzero"`
+	// The ServeFloor ratios compare the server as a Go program serves it
+	// (streamhttp.Serve, --serve) with the net/http floor over HTTP/1.1.
+	ServeFloorAllDelivered float64 `json:"serveFloorAllDelivered,omitzero"`
+	ServeFloorP99          float64 `json:"serveFloorP99,omitzero"`
 	// The Writes ratios compare the project's server with the kernel's
 	// floor (tidings divided by writes); WritesFloorP99 is the kernel's
 	// floor divided by the net/http floor: the least p99 against the
@@ -597,6 +601,10 @@ func ratios(runs []Measurement) Ratios {
 	if fl != nil && ft != nil && fl.Memory != nil && ft.Memory != nil {
 		r.FloorRSSPerListen = div(ft.Memory.Server.RSS, fl.Memory.Server.RSS)
 		r.FloorGoroutines = ft.Memory.Server.Goroutines / fl.Memory.Server.Goroutines
+	}
+	if sv, fl := find(runs, ServerServe, false), find(runs, ServerFloor, false); complete(sv) && complete(fl) {
+		r.ServeFloorAllDelivered = div(sv.Median.AllDeliveredMs, fl.Median.AllDeliveredMs)
+		r.ServeFloorP99 = div(sv.Median.P99Ms, fl.Median.P99Ms)
 	}
 	if wr := find(runs, ServerWrites, false); complete(wr) {
 		if complete(t) {

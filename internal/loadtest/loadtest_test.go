@@ -184,14 +184,15 @@ func TestFanOutChildProcess(t *testing.T) {
 		checkMemory(t, r.Server+" listens", *r.Memory.Listeners, 1)
 	}
 	if x := rep.Ratios; x.FloorAllDelivered <= 0 || x.FloorP99 <= 0 || x.FloorCPUPerChange <= 0 ||
-		x.WritesAllDelivered <= 0 || x.WritesP99 <= 0 || x.WritesCPUPerChange <= 0 || x.WritesFloorP99 <= 0 {
+		x.WritesAllDelivered <= 0 || x.WritesP99 <= 0 || x.WritesCPUPerChange <= 0 || x.WritesFloorP99 <= 0 ||
+		x.ServeFloorAllDelivered <= 0 || x.ServeFloorP99 <= 0 {
 		t.Errorf("ratios to the floor missing: %+v", x)
 	}
 	var table bytes.Buffer
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"floor", "tidings-unparked", "tidings / floor", "tidings / writes", "writes / floor", "resident"} {
+	for _, s := range []string{"floor", "tidings-unparked", "tidings / floor", "tidings-serve / floor", "tidings / writes", "writes / floor", "resident"} {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, table.String())
 		}

@@ -88,6 +88,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "\ntidings / floor: all delivered %s, p99 %s, cpu per change %s, resident per listen %s, goroutines per listen %s",
 			fmtRatio(x.FloorAllDelivered), fmtRatio(x.FloorP99), fmtRatio(x.FloorCPUPerChange), fmtRatio(x.FloorRSSPerListen), fmtRatio(x.FloorGoroutines))
 	}
+	if x.ServeFloorP99 > 0 {
+		fmt.Fprintf(&b, "\ntidings-serve / floor: all delivered %s, p99 %s", fmtRatio(x.ServeFloorAllDelivered), fmtRatio(x.ServeFloorP99))
+	}
 	if find(r.Runs, ServerWrites, false) != nil {
 		fmt.Fprintf(&b, "\ntidings / writes: all delivered %s, p99 %s, cpu per change %s; writes / floor: p99 %s",
 			fmtRatio(x.WritesAllDelivered), fmtRatio(x.WritesP99), fmtRatio(x.WritesCPUPerChange), fmtRatio(x.WritesFloorP99))
