@@ -34,6 +34,8 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidings/internal/buildinfo"
 	"tidings/internal/xheader"
@@ -52,6 +54,10 @@ type SamplingHandler func(ctx context.Context, params jsontext.Value) (jsontext.
 type RootsHandler func(ctx context.Context) (*mcp.ListRootsResult, error)
 
 type config struct {
+	// tracer and opDuration, when set, record each request (see
+	// WithTracerProvider, WithMeterProvider).
+	tracer     trace.Tracer
+	opDuration *mcpconv.ClientOperationDuration
 	info       mcp.Implementation
 	elicit     ElicitHandler
 	sample     SamplingHandler
@@ -486,6 +492,8 @@ type callOpts struct {
 	// messages at logLevel and take them (see WithLogs).
 	logLevel mcp.LogLevel
 	onLog    func(level mcp.LogLevel, logger string, data jsontext.Value)
+	// trace, when set, is the trace context the request carries in _meta.
+	trace *traceMeta
 }
 
 // deliverProgress hands a notifications/progress to fn.
@@ -528,6 +536,9 @@ func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, tok
 	if token != "" {
 		meta[mcp.MetaProgressToken] = jsontext.Value(token)
 	}
+	if o != nil {
+		o.trace.addTo(meta)
+	}
 	p := make(map[string]any, len(params)+1)
 	for k, v := range params {
 		p[k] = v
@@ -552,6 +563,16 @@ func (c *Client) do(ctx context.Context, method string, params map[string]any, o
 	}
 	ctx, stop := bindLife(ctx, c.life.ctx)
 	defer stop()
+	if c.cfg.tracer != nil || c.cfg.opDuration != nil {
+		var done func(error)
+		ctx, done = c.observe(ctx, method, &o)
+		res, err := c.doEra(ctx, method, params, o)
+		done(err)
+		if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+			return nil, fmt.Errorf("%w (%s)", ErrClosed, method)
+		}
+		return res, err
+	}
 	res, err := c.doEra(ctx, method, params, o)
 	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
 		return nil, fmt.Errorf("%w (%s)", ErrClosed, method)

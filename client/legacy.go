@@ -301,9 +301,14 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 			p[k] = v
 		}
 		token := ""
+		meta := map[string]any{}
 		if o.progress != nil {
 			token = strconv.Quote("p" + id.Raw())
-			p["_meta"] = map[string]any{mcp.MetaProgressToken: jsontext.Value(token)}
+			meta[mcp.MetaProgressToken] = jsontext.Value(token)
+		}
+		o.trace.addTo(meta)
+		if len(meta) > 0 {
+			p["_meta"] = meta
 		}
 		pb, err := json.Marshal(p, json.Deterministic(true))
 		if err != nil {

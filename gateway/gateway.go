@@ -76,6 +76,8 @@ type Gateway struct {
 	now    func() time.Time
 	ctx    context.Context
 	cancel context.CancelFunc
+	// clientOpts are given to every upstream's client.
+	clientOpts []client.Option
 
 	mu  sync.RWMutex
 	ups []*upstream // in the configuration's order
@@ -129,9 +131,10 @@ const MissingMetaKey = "io.github.tidings/missingUpstreams"
 type Option func(*options)
 
 type options struct {
-	log     *slog.Logger
-	srvOpts []server.Option
-	now     func() time.Time
+	log        *slog.Logger
+	srvOpts    []server.Option
+	clientOpts []client.Option
+	now        func() time.Time
 }
 
 // WithLogger sets where the gateway logs (default: discarded).
@@ -142,6 +145,16 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // WithOrigin and WithVisibility are the gateway's own and are ignored.
 func WithServerOptions(opts ...server.Option) Option {
 	return func(o *options) { o.srvOpts = append(o.srvOpts, opts...) }
+}
+
+// WithClientOptions passes options to the gateway's client of every
+// upstream: client.WithTracerProvider, so that the span of a call
+// forwarded upstream is the child of the gateway's span of the caller's
+// request and carries its trace context on, and client.WithMeterProvider.
+// The gateway sets the clients' identity, protocol version and
+// credentials itself, from the configuration.
+func WithClientOptions(opts ...client.Option) Option {
+	return func(o *options) { o.clientOpts = append(o.clientOpts, opts...) }
 }
 
 // WithClock sets the gateway's clock, for tests.
@@ -163,7 +176,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Gateway, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g := &Gateway{cfg: &cfg, log: o.log, now: o.now, callers: map[string]*auth.Info{}, reads: newKeptReads(), id: newGatewayID()}
+	g := &Gateway{cfg: &cfg, log: o.log, now: o.now, clientOpts: o.clientOpts, callers: map[string]*auth.Info{}, reads: newKeptReads(), id: newGatewayID()}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	srvOpts := append([]server.Option{
 		server.WithCapabilities(server.Tools, server.Prompts, server.Resources, server.Completions),

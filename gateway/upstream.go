@@ -154,8 +154,8 @@ func newUpstream(ctx context.Context, g *Gateway, cfg Upstream) (*upstream, erro
 	for i := range u.private {
 		u.private[i] = map[string]*view{}
 	}
-	opts := []client.Option{client.WithClientInfo(mcp.Implementation{Name: "tidings-gateway", Version: buildinfo.Version("")}),
-		client.WithoutTasks(), client.WithLogger(u.log)}
+	opts := append(slices.Clip(g.clientOpts), client.WithClientInfo(mcp.Implementation{Name: "tidings-gateway", Version: buildinfo.Version("")}),
+		client.WithoutTasks(), client.WithLogger(u.log))
 	if cfg.Protocol != "" {
 		opts = append(opts, client.WithProtocolVersion(cfg.Protocol))
 	}

@@ -54,6 +54,11 @@ const (
 	MetaLogLevel           = "io.modelcontextprotocol/logLevel"
 	MetaSubscriptionID     = "io.modelcontextprotocol/subscriptionId"
 	MetaProgressToken      = "progressToken"
+	// MetaTraceParent and MetaTraceState carry a request's or a
+	// notification's W3C trace context, as OpenTelemetry's conventions
+	// for MCP say.
+	MetaTraceParent = "traceparent"
+	MetaTraceState  = "tracestate"
 )
 
 // MCP error codes beyond the JSON-RPC standard ones.

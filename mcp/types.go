@@ -34,7 +34,12 @@ type RequestMeta struct {
 	ClientInfo         *Implementation `json:"io.modelcontextprotocol/clientInfo,omitzero"`
 	LogLevel           *LogLevel       `json:"io.modelcontextprotocol/logLevel,omitzero"`
 	ProgressToken      jsontext.Value  `json:"progressToken,omitzero"`
-	Rest               jsontext.Value  `json:",embed"`
+	// TraceParent and TraceState are the W3C trace context of the
+	// request (OpenTelemetry's conventions for MCP carry it in _meta), so
+	// that the server's span of it joins the caller's trace.
+	TraceParent string         `json:"traceparent,omitzero"`
+	TraceState  string         `json:"tracestate,omitzero"`
+	Rest        jsontext.Value `json:",embed"`
 }
 
 // ClientCaps are the optional features a client declares per request.

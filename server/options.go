@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidings/bus"
 	"tidings/internal/engine"
@@ -13,6 +15,10 @@ import (
 )
 
 type config struct {
+	// tracer and opDuration, when set, record each request (see
+	// WithTracerProvider, WithMeterProvider).
+	tracer       trace.Tracer
+	opDuration   *mcpconv.ServerOperationDuration
 	instructions string
 	discoverMeta func() mcp.Meta
 	extensions   map[string]jsontext.Value

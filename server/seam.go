@@ -225,6 +225,11 @@ type router func(s *Server, ctx context.Context, call *engine.Call, req *Request
 // logged with its stack: one bad handler must not take a stdio server
 // down or cut an HTTP connection without an answer.
 func (s *Server) run(ctx context.Context, call *engine.Call, req *Request, route router) (rep engine.Reply) {
+	if s.cfg.tracer != nil || s.cfg.opDuration != nil {
+		var done func(*engine.Reply)
+		ctx, done = s.observe(ctx, call, req)
+		defer func() { done(&rep) }() // last: after a panic's reply is made
+	}
 	defer req.out.finish()
 	defer func() {
 		if p := recover(); p != nil {

@@ -130,7 +130,13 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	if err != nil {
 		return err
 	}
+	tel, err := startTelemetry(ctx, os.Getenv, cfg.stdio)
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(log)
 	opts := append(obs.serverOptions(log), server.WithLogger(log), server.WithListenLimits(cfg.limits.listens))
+	opts = append(opts, tel.serverOptions()...)
 	if cfg.secret != nil {
 		opts = append(opts, server.WithSecret(cfg.secret))
 	}
@@ -142,7 +148,7 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 		defer b.Close()
 		opts = append(opts, server.WithBus(b))
 	}
-	g, err := gateway.New(ctx, gcfg, gateway.WithLogger(log), gateway.WithServerOptions(opts...))
+	g, err := gateway.New(ctx, gcfg, gateway.WithLogger(log), gateway.WithServerOptions(opts...), gateway.WithClientOptions(tel.clientOptions()...))
 	if err != nil {
 		return err
 	}

@@ -343,12 +343,18 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	if err := metrics.RegisterFiles(obs.registry, src.Stats); err != nil {
 		return err
 	}
+	tel, err := startTelemetry(ctx, os.Getenv, cfg.stdio)
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown(log)
 	opts := append(obs.serverOptions(log),
 		server.WithLogger(log),
 		server.WithInstructions("Files under "+src.DisplayRoot()+" are resources named by their file:// URI. "+
 			"Subscribe to a file's URI with subscriptions/listen to learn when it changes."),
 		server.WithListenLimits(cfg.limits.listens),
 	)
+	opts = append(opts, tel.serverOptions()...)
 	if cfg.secret != nil {
 		opts = append(opts, server.WithSecret(cfg.secret))
 	}

@@ -233,6 +233,16 @@ func scanMeta(raw jsontext.Value, meta *mcp.RequestMeta) bool {
 			meta.LogLevel = &level
 		case "progressToken":
 			meta.ProgressToken = v
+		case mcp.MetaTraceParent, mcp.MetaTraceState:
+			s, ok := jsonscan.String(v)
+			if !ok {
+				return false
+			}
+			if string(name) == mcp.MetaTraceParent {
+				meta.TraceParent = string(s)
+			} else {
+				meta.TraceState = string(s)
+			}
 		default:
 			return false
 		}

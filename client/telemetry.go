@@ -1,0 +1,144 @@
+package client
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
+	"go.opentelemetry.io/otel/trace"
+
+	"tidings/jsonrpc"
+	"tidings/mcp"
+)
+
+// instrumentationName names the tracer and the meter the client takes
+// from the providers it is given.
+const instrumentationName = "tidings/client"
+
+// WithTracerProvider has the client record a span for every request it
+// sends, as OpenTelemetry's semantic conventions for MCP describe it:
+// named "{method} {target}" (tools/call get_weather), of kind client,
+// child of the span in the request's context; and has it carry that
+// span's trace context to the server in params._meta (traceparent,
+// tracestate), in either era, so that the server's span of the request
+// joins the trace. Without this option the client records nothing and
+// sends no trace context, whatever the context holds.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return option(func(c *config) {
+		if tp != nil {
+			c.tracer = tp.Tracer(instrumentationName)
+		}
+	})
+}
+
+// WithMeterProvider has the client record mcp.client.operation.duration,
+// the conventions' histogram of how long each request took to be answered
+// (seconds), by method, target and error.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return option(func(c *config) {
+		if mp == nil {
+			return
+		}
+		if d, err := mcpconv.NewClientOperationDuration(mp.Meter(instrumentationName)); err == nil {
+			c.opDuration = &d
+		}
+	})
+}
+
+// traceMeta is the trace context a request carries in its _meta.
+type traceMeta struct{ parent, state string }
+
+func (m *traceMeta) Get(key string) string {
+	switch key {
+	case mcp.MetaTraceParent:
+		return m.parent
+	case mcp.MetaTraceState:
+		return m.state
+	}
+	return ""
+}
+
+func (m *traceMeta) Set(key, value string) {
+	switch key {
+	case mcp.MetaTraceParent:
+		m.parent = value
+	case mcp.MetaTraceState:
+		m.state = value
+	}
+}
+
+func (*traceMeta) Keys() []string { return []string{mcp.MetaTraceParent, mcp.MetaTraceState} }
+
+// addTo adds the trace context to a request's _meta.
+func (m *traceMeta) addTo(meta map[string]any) {
+	if m == nil || m.parent == "" {
+		return
+	}
+	meta[mcp.MetaTraceParent] = m.parent
+	if m.state != "" {
+		meta[mcp.MetaTraceState] = m.state
+	}
+}
+
+// observe starts the account of one request — its span, with the trace
+// context o then carries, and its duration — and returns the context the
+// request is sent in and the function that closes the account with the
+// request's error. It is not called when neither is kept.
+func (c *Client) observe(ctx context.Context, method string, o *callOpts) (context.Context, func(error)) {
+	start := time.Now()
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, semconv.McpMethodNameKey.String(method), semconv.McpProtocolVersion(c.currentVersion()))
+	target := ""
+	if o.name != nil {
+		switch method {
+		case mcp.MethodToolsCall:
+			target = *o.name
+			attrs = append(attrs, semconv.GenAIToolName(target), semconv.GenAIOperationNameExecuteTool)
+		case mcp.MethodPromptsGet:
+			target = *o.name
+			attrs = append(attrs, semconv.GenAIPromptName(target))
+		case mcp.MethodResourcesRead, mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
+			target = *o.name
+			attrs = append(attrs, semconv.McpResourceURI(target))
+		}
+	}
+	var span trace.Span
+	if c.cfg.tracer != nil {
+		name := method
+		if target != "" {
+			name += " " + target
+		}
+		ctx, span = c.cfg.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+		o.trace = &traceMeta{}
+		propagation.TraceContext{}.Inject(ctx, o.trace)
+	}
+	return ctx, func(err error) {
+		if err != nil {
+			kind := "_OTHER"
+			if je, ok := err.(*jsonrpc.Error); ok {
+				kind = strconv.Itoa(je.Code)
+				attrs = append(attrs, semconv.RPCResponseStatusCode(kind))
+			}
+			attrs = append(attrs, semconv.ErrorTypeKey.String(kind))
+			if span != nil {
+				span.SetAttributes(attrs[len(attrs)-1])
+				if kind != "_OTHER" {
+					span.SetAttributes(semconv.RPCResponseStatusCode(kind))
+				}
+				span.SetStatus(codes.Error, err.Error())
+			}
+		}
+		if span != nil {
+			span.End()
+		}
+		if d := c.cfg.opDuration; d != nil {
+			d.RecordSet(ctx, time.Since(start).Seconds(), attribute.NewSet(attrs...))
+		}
+	}
+}

@@ -1,0 +1,197 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"tidings/internal/testrig/testkit"
+	"tidings/mcp"
+)
+
+// The trace a test's caller is in, as the traceparent it sends.
+const (
+	testTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
+	testSpan   = "00f067aa0ba902b7"
+	testParent = "00-" + testTrace + "-" + testSpan + "-01"
+)
+
+// tracedList sends a tools/list whose _meta carries testParent.
+func tracedList(t *testing.T, url string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": mcp.MethodToolsList, "params": map[string]any{
+		"_meta": map[string]any{
+			mcp.MetaProtocolVersion:    mcp.Version,
+			mcp.MetaClientCapabilities: map[string]any{},
+			mcp.MetaTraceParent:        testParent,
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp := mcpPost(context.Background(), t, &http.Client{Transport: tr}, url, mcp.MethodToolsList, body)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"tools"`) {
+		t.Fatalf("tools/list: %d %s", resp.StatusCode, b)
+	}
+}
+
+func tracedDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestServeExportsSpansOverOTLP: with the standard OTLP environment,
+// tidings serve sends its spans to a real OTLP/HTTP endpoint (this test's,
+// which decodes what the exporter sent), and a request's span is in the
+// trace its _meta named, the caller's span its parent.
+func TestServeExportsSpansOverOTLP(t *testing.T) {
+	bin := buildBinary(t)
+	spans := make(chan *coltrace.ExportTraceServiceRequest, 16)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "not an OTLP/HTTP protobuf export", http.StatusBadRequest)
+			return
+		}
+		b, err := io.ReadAll(r.Body)
+		var req coltrace.ExportTraceServiceRequest
+		if err != nil || proto.Unmarshal(b, &req) != nil {
+			http.Error(w, "bad export", http.StatusBadRequest)
+			return
+		}
+		select {
+		case spans <- &req:
+		default:
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+		_, _ = w.Write(out)
+	}))
+	defer recv.Close()
+	cmd := exec.Command(bin, "serve", tracedDir(t), "--addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+recv.URL, "OTEL_BSP_SCHEDULE_DELAY=20", "OTEL_SERVICE_NAME=tidings-under-test")
+	p := startListening(t, cmd)
+	tracedList(t, p.url)
+	deadline := time.After(wait)
+	for {
+		select {
+		case req := <-spans:
+			for _, rs := range req.ResourceSpans {
+				for _, ss := range rs.ScopeSpans {
+					for _, s := range ss.Spans {
+						if s.Name != mcp.MethodToolsList {
+							continue
+						}
+						if hex.EncodeToString(s.TraceId) != testTrace || hex.EncodeToString(s.ParentSpanId) != testSpan {
+							t.Fatalf("span %s in trace %x under %x, want trace %s under %s", s.Name, s.TraceId, s.ParentSpanId, testTrace, testSpan)
+						}
+						var service string
+						for _, a := range rs.Resource.GetAttributes() {
+							if a.Key == "service.name" {
+								service = a.Value.GetStringValue()
+							}
+						}
+						if service != "tidings-under-test" {
+							t.Errorf("service.name %q, want OTEL_SERVICE_NAME's", service)
+						}
+						return
+					}
+				}
+			}
+		case <-deadline:
+			t.Fatal("no tools/list span reached the OTLP endpoint")
+		}
+	}
+}
+
+// TestServeConsoleExporterPrintsTheSpan: OTEL_TRACES_EXPORTER=console
+// prints a request's span, in its caller's trace, on standard output.
+func TestServeConsoleExporterPrintsTheSpan(t *testing.T) {
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "serve", tracedDir(t), "--addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=console")
+	var stdout testkit.SyncBuffer
+	cmd.Stdout = &stdout
+	p := startListening(t, cmd)
+	tracedList(t, p.url)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.exit(t); code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+	var span struct {
+		Name        string
+		SpanContext struct{ TraceID string }
+		Parent      struct{ SpanID string }
+	}
+	for line := range strings.SplitSeq(stdout.String(), "\n") {
+		if json.Unmarshal([]byte(line), &span) == nil && span.Name == mcp.MethodToolsList {
+			if span.SpanContext.TraceID != testTrace || span.Parent.SpanID != testSpan {
+				t.Fatalf("span in trace %s under %s, want %s under %s", span.SpanContext.TraceID, span.Parent.SpanID, testTrace, testSpan)
+			}
+			return
+		}
+	}
+	t.Fatalf("no tools/list span on stdout:\n%s", stdout.String())
+}
+
+// TestStdioRefusesTheConsoleExporter: the console exporter would write
+// spans among the MCP messages of --stdio; serve refuses, saying why.
+func TestStdioRefusesTheConsoleExporter(t *testing.T) {
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "serve", tracedDir(t), "--stdio")
+	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=console")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--stdio uses for MCP messages") {
+		t.Fatalf("serve --stdio with the console exporter: %v\n%s", err, out)
+	}
+}
+
+// TestTelemetryOnlyWhenAsked: nothing in the environment, nothing is
+// exported (not even to OTLP's default endpoint); an exporter or an
+// endpoint named turns a signal on; OTEL_SDK_DISABLED and none turn it off.
+func TestTelemetryOnlyWhenAsked(t *testing.T) {
+	for _, c := range []struct {
+		env             map[string]string
+		traces, metrics bool
+	}{
+		{env: nil},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "console"}, traces: true},
+		{env: map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, metrics: true},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, traces: true, metrics: true},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://x"}, metrics: true},
+		{env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"}},
+	} {
+		env := func(k string) string { return c.env[k] }
+		if got := wantsTraces(env); got != c.traces {
+			t.Errorf("%v: traces %v, want %v", c.env, got, c.traces)
+		}
+		if got := wantsMetrics(env); got != c.metrics {
+			t.Errorf("%v: metrics %v, want %v", c.env, got, c.metrics)
+		}
+	}
+}
