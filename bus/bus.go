@@ -116,6 +116,12 @@ type Event struct {
 	// its verdicts, so that each replica can ask its own visibility rules.
 	Keys  []string
 	Space Space
+	// TraceParent and TraceState, when set, are the W3C trace context of
+	// the change on the replica where it happened (a traced server stamps
+	// its changes), so that the change's span on the replica that hears
+	// of it continues that trace.
+	TraceParent string
+	TraceState  string
 
 	// Origin, Seq and Sent say where a delivered event came from: the
 	// sending replica's origin id, its number for the event and when it

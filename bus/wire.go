@@ -62,6 +62,14 @@ const (
 	typeBeat   = "beat"
 )
 
+// The bounds of a change's trace context on the wire: W3C's traceparent
+// is 55 bytes in its version 00 (room is left for later versions), and a
+// tracestate at most 512.
+const (
+	maxTraceParent = 128
+	maxTraceState  = 512
+)
+
 // allKinds is every list kind an event may name.
 const allKinds = hub.ToolsList | hub.PromptsList | hub.ResourcesList
 
@@ -96,6 +104,9 @@ type wireMsg struct {
 	// Keyspace; Keyspace is it by name.
 	Space    uint8  `json:"space,omitzero"`
 	Keyspace string `json:"keyspace,omitzero"`
+	// The change's trace context; replicas that predate them ignore them.
+	TraceParent string `json:"traceparent,omitzero"`
+	TraceState  string `json:"tracestate,omitzero"`
 }
 
 // spaceNumbers are the key spaces' numbers on the wire: those of the
@@ -118,7 +129,7 @@ func spaceNumber(s Space) uint8 {
 // wireOf is e's body on the wire, apart from the type and the numbering.
 func wireOf(e Event) wireMsg {
 	return wireMsg{Kinds: uint32(e.Kinds), URI: e.URI, Task: e.Task, Audience: e.Audience, Keys: e.Keys,
-		Space: spaceNumber(e.Space), Keyspace: string(e.Space)}
+		Space: spaceNumber(e.Space), Keyspace: string(e.Space), TraceParent: e.TraceParent, TraceState: e.TraceState}
 }
 
 // event is the event w carries, apart from where it came from; it
@@ -128,7 +139,8 @@ func (w wireMsg) event() (Event, error) {
 	if w.Kinds > math.MaxUint8 {
 		return Event{}, fmt.Errorf("bus: unknown list kinds %#x", w.Kinds)
 	}
-	e := Event{Kinds: hub.Kind(w.Kinds), URI: w.URI, Task: w.Task, Audience: w.Audience, Keys: w.Keys, Space: Space(w.Keyspace)}
+	e := Event{Kinds: hub.Kind(w.Kinds), URI: w.URI, Task: w.Task, Audience: w.Audience, Keys: w.Keys, Space: Space(w.Keyspace),
+		TraceParent: w.TraceParent, TraceState: w.TraceState}
 	if w.Keyspace == "" && w.Space != 0 {
 		for _, sn := range spaceNumbers {
 			if sn.n == w.Space {
@@ -227,6 +239,10 @@ func checkEvent(e Event) error {
 		return errors.New("bus: a key space without keys")
 	case e.Space != "" && spaceNumber(e.Space) == 0:
 		return fmt.Errorf("bus: unknown key space %q", string(e.Space))
+	case len(e.TraceParent) > maxTraceParent:
+		return fmt.Errorf("bus: a traceparent of %d bytes is over the limit of %d", len(e.TraceParent), maxTraceParent)
+	case len(e.TraceState) > maxTraceState:
+		return fmt.Errorf("bus: a tracestate of %d bytes is over the limit of %d", len(e.TraceState), maxTraceState)
 	}
 	return nil
 }
@@ -266,7 +282,8 @@ func decode(key []byte, b []byte) (message, error) {
 	}
 	switch w.Type {
 	case typeBeat:
-		if w.Kinds != 0 || w.URI != "" || w.Task != "" || w.Audience != nil || w.Keys != nil || w.Space != 0 || w.Keyspace != "" {
+		if w.Kinds != 0 || w.URI != "" || w.Task != "" || w.Audience != nil || w.Keys != nil || w.Space != 0 || w.Keyspace != "" ||
+			w.TraceParent != "" || w.TraceState != "" {
 			return message{}, errors.New("bus: a heartbeat carries a change")
 		}
 		return message{beat: true, e: Event{Origin: w.Origin, Seq: w.Seq, Sent: time.Unix(0, w.Sent)}}, nil

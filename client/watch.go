@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -102,6 +105,13 @@ type Event struct {
 	Granted  mcp.SubscriptionFilter
 	Graceful bool
 	Err      error
+	// TraceParent, on a change or its announcement, is the W3C trace
+	// context the server's notification of it carried (a traced server
+	// stamps each change), the change's trace: with WithTracerProvider,
+	// the re-read it prompted is a span of that trace too. Empty when the
+	// notification carried none, or nothing was announced (a poll, a
+	// reconnection).
+	TraceParent string
 }
 
 // ConnState is the state of a Watcher's listen stream.
@@ -147,8 +157,11 @@ type Watcher struct {
 	state atomic.Int32
 	stats struct{ notes, rereads, reconnects atomic.Int64 }
 
-	mu     sync.Mutex
-	dirty  map[string]time.Time // topics to re-read, and since when
+	mu    sync.Mutex
+	dirty map[string]time.Time // topics to re-read, and since when
+	// traces are the trace contexts the latest notification of each
+	// dirty topic carried.
+	traces map[string]string
 	polled map[string]bool
 	// pollFails counts the consecutive failed re-reads of each polled
 	// topic; polling slows down while any of them keeps failing.
@@ -179,7 +192,7 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) *Watcher {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watcher{
 		c: c, opts: opts, cancel: cancel,
-		dirty: map[string]time.Time{}, polled: map[string]bool{}, pollFails: map[string]int{},
+		dirty: map[string]time.Time{}, traces: map[string]string{}, polled: map[string]bool{}, pollFails: map[string]int{},
 		seen: map[string]map[string][32]byte{},
 		wake: make(chan struct{}, 1), events: make(chan Event, 64),
 	}
@@ -586,12 +599,43 @@ func (w *Watcher) notification(m *jsonrpc.Message, how tie) {
 		w.reportUntied(m.Method, how)
 	}
 	now := w.c.cfg.now()
+	tp := traceParentOf(m)
 	if w.opts.OnAnnounce != nil {
 		for _, t := range covered {
-			w.opts.OnAnnounce(announced(t, now))
+			e := announced(t, now)
+			e.TraceParent = tp
+			w.opts.OnAnnounce(e)
 		}
 	}
+	if tp != "" {
+		w.mu.Lock()
+		for _, t := range covered {
+			w.traces[t] = tp
+		}
+		w.mu.Unlock()
+	}
 	w.markDirtyAt(now, covered...)
+}
+
+// traceParentOf returns the trace context a notification carries in its
+// _meta, if it is a well-formed one.
+func traceParentOf(m *jsonrpc.Message) string {
+	if !bytes.Contains(m.Params, []byte(`"`+mcp.MetaTraceParent+`"`)) {
+		return "" // the common case, told without decoding
+	}
+	var p struct {
+		Meta struct {
+			TraceParent string `json:"traceparent"`
+		} `json:"_meta"`
+	}
+	if jsonrpc.UnmarshalParams(m.Params, &p) != nil || p.Meta.TraceParent == "" {
+		return ""
+	}
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), &traceMeta{parent: p.Meta.TraceParent}))
+	if !sc.IsValid() {
+		return ""
+	}
+	return p.Meta.TraceParent
 }
 
 // announced is the event that tells a change of topic was announced.
@@ -691,21 +735,27 @@ func (w *Watcher) rereadLoop(ctx context.Context) {
 			since[t] = at
 		}
 		clear(w.dirty)
+		traces := w.traces
+		w.traces = map[string]string{}
 		w.mu.Unlock()
 		slices.Sort(topics)
 		for _, t := range topics {
 			if ctx.Err() != nil {
 				return
 			}
-			w.reread(ctx, t, since[t])
+			w.reread(ctx, t, since[t], traces[t])
 		}
 	}
 }
 
 // reread reads one topic through the normal path and reports what changed
 // by content since the last read.
-func (w *Watcher) reread(ctx context.Context, topic string, since time.Time) {
+func (w *Watcher) reread(ctx context.Context, topic string, since time.Time, traceParent string) {
 	w.stats.rereads.Add(1)
+	if traceParent != "" && w.c.cfg.tracer != nil {
+		// The re-read joins the trace of the change that prompted it.
+		ctx = propagation.TraceContext{}.Extract(ctx, &traceMeta{parent: traceParent})
+	}
 	items := map[string][32]byte{}
 	var kind EventKind
 	var err error
@@ -806,6 +856,6 @@ func (w *Watcher) reread(ctx context.Context, topic string, since time.Time) {
 	if kind == ResourceUpdated {
 		e.URI = topic[len(topicResource):]
 	}
-	e.Since = since
+	e.Since, e.TraceParent = since, traceParent
 	w.emit(ctx, e)
 }

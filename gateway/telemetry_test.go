@@ -2,7 +2,10 @@ package gateway_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -10,6 +13,7 @@ import (
 
 	"tidings/client"
 	"tidings/gateway"
+	"tidings/internal/testrig/testkit"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -75,4 +79,72 @@ func spanID(s *tracetest.SpanStub) trace.SpanID {
 		return trace.SpanID{}
 	}
 	return s.SpanContext.SpanID()
+}
+
+// TestUpstreamChangeIsOneTraceThroughTheGateway: a tool added on a traced
+// upstream is told by the gateway to its listening callers in one trace:
+// the gateway's change span (road origin) is the child of the upstream's,
+// and the caller's notification carries that trace.
+func TestUpstreamChangeIsOneTraceThroughTheGateway(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	up := server.New(mcp.Implementation{Name: "upstream", Version: "1"}, server.WithTracerProvider(tp))
+	addEcho(t, up, "get_weather", `{"type":"object"}`)
+	upURL := serveOnLoopback(t, up, streamhttp.New(up))
+	g, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "weather", URL: upURL, Prefix: new(string)}}},
+		gateway.WithServerOptions(server.WithTracerProvider(tp)))
+	testkit.WaitFor(t, waitTimeout, "the gateway's listen on the upstream", func() bool {
+		st := g.Stats()
+		return len(st) == 1 && st[0].Listens == 1
+	})
+	c := client.NewHTTP(url)
+	t.Cleanup(func() { _ = c.Close() })
+	events := make(chan client.Event, 16)
+	w := c.Watch(context.Background(), client.WatchOptions{Tools: true, OnEvent: func(e client.Event) { events <- e }})
+	t.Cleanup(w.Close)
+	for e := range events {
+		if e.Kind == client.ToolsChanged {
+			break // the first read
+		}
+	}
+	addEcho(t, up, "get_tides", `{"type":"object"}`)
+	var traced client.Event
+	deadline := time.After(waitTimeout)
+	for traced.TraceParent == "" {
+		select {
+		case e := <-events:
+			if e.Kind == client.ToolsChanged && slices.Contains(e.Added, "get_tides") {
+				traced = e
+				if e.TraceParent == "" {
+					t.Fatalf("the caller's change event carries no trace: %+v", e)
+				}
+			}
+		case <-deadline:
+			t.Fatal("the caller never heard of the upstream's new tool")
+		}
+	}
+	var upstream, gw *tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name != mcp.NotifyToolsListChanged {
+			continue
+		}
+		for _, a := range s.Attributes {
+			if a.Key == "tidings.change.road" && a.Value.AsString() == "local" {
+				upstream = &s
+			}
+			if a.Key == "tidings.change.road" && a.Value.AsString() == "origin" {
+				gw = &s
+			}
+		}
+	}
+	if upstream == nil || gw == nil {
+		t.Fatalf("change spans: upstream %v, gateway %v; want both", upstream != nil, gw != nil)
+	}
+	if gw.Parent.SpanID() != upstream.SpanContext.SpanID() {
+		t.Errorf("the gateway's change span is under %s, want the upstream's %s", gw.Parent.SpanID(), upstream.SpanContext.SpanID())
+	}
+	if want := upstream.SpanContext.TraceID().String(); !strings.Contains(traced.TraceParent, want) {
+		t.Errorf("the caller's notification carries %s, want the upstream change's trace %s", traced.TraceParent, want)
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/yosida95/uritemplate/v3"
+	"go.opentelemetry.io/otel/propagation"
 
 	"tidings/client"
 	"tidings/client/oauth"
@@ -421,7 +422,7 @@ func (u *upstream) event(e client.Event) {
 		if u.takeAnnounced(strconv.Itoa(i), e.Since) {
 			return // everyone who follows the list was told already
 		}
-		u.g.srv.ListChanged(listsOf[i], keys...)
+		u.g.srv.ListChangedContext(changeContext(e), listsOf[i], keys...)
 		u.lag(e)
 	case client.ResourceUpdated:
 		u.g.forgetRead(e.URI)
@@ -470,8 +471,18 @@ func (u *upstream) announce(e client.Event) {
 	}
 	u.forget(i)
 	u.noteAnnounced(strconv.Itoa(i), e.At)
-	u.g.srv.ListChanged(listsOf[i])
+	u.g.srv.ListChangedContext(changeContext(e), listsOf[i])
 	u.lag(e)
+}
+
+// changeContext holds the trace context of the upstream's notification of
+// e, if it carried one: the gateway's change continues that trace.
+func changeContext(e client.Event) context.Context {
+	ctx := context.Background()
+	if e.TraceParent != "" {
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{mcp.MetaTraceParent: e.TraceParent})
+	}
+	return ctx
 }
 
 // noteAnnounced records that an announcement of topic, made at at, was

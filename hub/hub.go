@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"tidings/mcp"
 )
@@ -84,12 +85,30 @@ type Event struct {
 	// publisher that forwards an event elsewhere sends what it built Sees
 	// from along with it.
 	Sees func(principal string) bool
+	// Stamp, when not nil, says where and when this change of Kinds
+	// happened, for telemetry (see Stamp).
+	Stamp *Stamp
+}
+
+// Stamp is where and when a change happened: the notifications that tell
+// of a list's change carry the trace context of the latest one, and the
+// delay from At to each notification is measured. Only a change told to
+// everyone is remembered: one whose Audience or Sees limits it clears the
+// list's stamp instead, so that no notification carries the trace of a
+// change its listener was not told of.
+type Stamp struct {
+	At          time.Time
+	TraceParent string
+	TraceState  string
+	// Road is how the change came: "local", "bus", or "origin".
+	Road string
 }
 
 // Hub routes events to subscriptions. The zero value is not usable; call New.
 type Hub struct {
 	mu      sync.RWMutex
 	kinds   [3]map[*Subscription]struct{}
+	stamps  [3]atomic.Pointer[Stamp] // by mcp.List, the latest change's
 	all     map[*Subscription]struct{}
 	byURI   map[string]followers // by URI, the subscriptions that follow it
 	byTask  map[string][]ref     // by task id, the subscriptions that follow it
@@ -146,6 +165,10 @@ func New() *Hub {
 	}
 	return h
 }
+
+// Stamp returns the stamp of the latest change of list l, or nil when it
+// had none or was not told to everyone.
+func (h *Hub) Stamp(l mcp.List) *Stamp { return h.stamps[l].Load() }
 
 // SetObserver installs fn to be called with every event published through
 // Publish (not PublishRemote). Call it before the hub is in use.
@@ -380,6 +403,11 @@ func (h *Hub) deliver(e Event) {
 			bit := Kind(1) << i
 			if e.Kinds&bit == 0 {
 				continue
+			}
+			if e.Stamp != nil && e.Audience == nil && e.Sees == nil {
+				h.stamps[i].Store(e.Stamp)
+			} else if h.stamps[i].Load() != nil {
+				h.stamps[i].Store(nil)
 			}
 			for s := range h.kinds[i] {
 				if admits(s) {

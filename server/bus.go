@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"tidings/bus"
 	"tidings/hub"
 )
@@ -59,9 +60,12 @@ type change struct {
 }
 
 // publish tells this replica's listeners of c and then, through b (nil:
-// no bus), the other replicas.
-func publish(h *hub.Hub, b bus.Bus, c change) {
+// no bus), the other replicas; tel (nil: none) stamps a list change, which
+// came by road, and traces it (under the span ctx holds, if any).
+func publish(ctx context.Context, h *hub.Hub, b bus.Bus, c change, tel *changeTelemetry, road string) {
+	end := tel.stamp(ctx, &c.Event, road)
 	h.PublishRemote(c.Event) // not through the observer: b hears of c below, keys and all
+	end()
 	if b != nil {
 		b.Publish(c.onBus())
 	}
@@ -76,6 +80,9 @@ var spaces = [...]struct {
 // onBus is c as it travels to the other replicas.
 func (c change) onBus() bus.Event {
 	e := bus.Event{Kinds: c.Kinds, URI: c.URI, Task: c.Task, Audience: c.Audience, Keys: c.keys}
+	if st := c.Stamp; st != nil {
+		e.TraceParent, e.TraceState = st.TraceParent, st.TraceState
+	}
 	if c.keys != nil {
 		for _, sp := range spaces {
 			if sp.l == c.list {
@@ -148,7 +155,14 @@ func (h *busHandler) Deliver(e bus.Event) {
 		s.shared.remote(c) // told once the shared state is loaded
 		return
 	}
+	ctx := context.Background()
+	if e.TraceParent != "" {
+		// The change's span here continues the trace of its span there.
+		ctx = traceContext.Extract(ctx, &stampCarrier{parent: e.TraceParent, state: e.TraceState})
+	}
+	end := s.changes.stampAt(ctx, &c.Event, roadBus, e.Sent)
 	s.hub.PublishRemote(c.Event)
+	end()
 }
 
 // Resync tells every listener here that everything it follows may have

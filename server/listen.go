@@ -56,6 +56,17 @@ type listenNotices struct {
 	origin TaskOrigin
 	req    *Request
 	sent   map[string][]byte
+	// stamped holds, once a stamped change reached the listen, the last
+	// message made for each list's stamp (see StampedListChanged).
+	stamped *stampedNotices
+}
+
+// stampedNotices are the list changes of one listen made for stamped
+// changes: each list's message is made once per change, and kept for the
+// next drain, which may come before another change.
+type stampedNotices struct {
+	st  [3]*hub.Stamp
+	msg [3][]byte
 }
 
 func newListenNotices(srv *Server, principal string, id jsonrpc.ID) *listenNotices {
@@ -72,6 +83,40 @@ func newListenNotices(srv *Server, principal string, id jsonrpc.ID) *listenNotic
 }
 
 func (n *listenNotices) ListChanged(l mcp.List) []byte { return n.changed[l] }
+
+// StampedListChanged returns, when the latest change of l was stamped
+// (the server traces or measures its changes), l's list change with the
+// change's trace context in _meta beside the subscription id, and
+// counts the delay since the change; nil when it was not.
+func (n *listenNotices) StampedListChanged(l mcp.List) []byte {
+	if n.srv.changes == nil {
+		return nil
+	}
+	st := n.srv.hub.Stamp(l)
+	if st == nil {
+		return nil
+	}
+	n.srv.changes.delayed(st)
+	if st.TraceParent == "" {
+		return nil
+	}
+	if n.stamped == nil {
+		n.stamped = &stampedNotices{}
+	}
+	if n.stamped.st[l] != st {
+		meta := append([]byte(nil), n.idMeta[:len(n.idMeta)-1]...)
+		meta = append(meta, `,"`+mcp.MetaTraceParent+`":`...)
+		meta, _ = jsontext.AppendQuote(meta, st.TraceParent)
+		if st.TraceState != "" {
+			meta = append(meta, `,"`+mcp.MetaTraceState+`":`...)
+			meta, _ = jsontext.AppendQuote(meta, st.TraceState)
+		}
+		meta = append(meta, '}')
+		params := append(append([]byte(`{"_meta":`), meta...), '}')
+		n.stamped.st[l], n.stamped.msg[l] = st, jsonrpc.AppendNotification(n.stamped.msg[l][:0], l.Changed(), params)
+	}
+	return n.stamped.msg[l]
+}
 
 func (n *listenNotices) Updated(buf []byte, uri string) ([]byte, bool) {
 	return engine.AppendUpdated(buf, uri, n.idMeta), true

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 	"go.opentelemetry.io/otel/trace"
 
@@ -18,6 +19,7 @@ type config struct {
 	// tracer and opDuration, when set, record each request (see
 	// WithTracerProvider, WithMeterProvider).
 	tracer       trace.Tracer
+	meter        metric.Meter
 	opDuration   *mcpconv.ServerOperationDuration
 	instructions string
 	discoverMeta func() mcp.Meta

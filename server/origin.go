@@ -106,19 +106,28 @@ func WithOrigin(o Origin) Option { return func(c *config) { c.origin = o } }
 // those who may see one of them are told; none tells everyone who
 // follows the list.
 func (s *Server) ListChanged(l List, keys ...string) {
+	s.ListChangedContext(context.Background(), l, keys...)
+}
+
+// ListChangedContext is ListChanged for a change that continues a trace:
+// with WithTracerProvider, the change's span is the child of the span ctx
+// holds — a gateway passes on the trace context of its upstream's
+// notification, so that one trace runs from the upstream's change to
+// every listener of the gateway.
+func (s *Server) ListChangedContext(ctx context.Context, l List, keys ...string) {
 	if len(keys) == 0 {
-		publish(s.hub, s.cfg.bus, change{Event: hub.Event{Kinds: kindOf(l)}})
+		publish(ctx, s.hub, s.cfg.bus, change{Event: hub.Event{Kinds: kindOf(l)}}, s.changes, roadOrigin)
 		return
 	}
 	switch l {
 	case ListTools:
-		s.tools.changed(keys)
+		s.tools.changedIn(ctx, keys)
 	case ListPrompts:
-		s.prompts.changed(keys)
+		s.prompts.changedIn(ctx, keys)
 	case ListResources:
-		s.resources.changed(keys)
+		s.resources.changedIn(ctx, keys)
 	case ListTemplates:
-		s.templates.changed(keys)
+		s.templates.changedIn(ctx, keys)
 	}
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -53,11 +54,20 @@ type registry[T any] struct {
 	// shared state names is on: an entry put under a key it turns off
 	// starts disabled. Keys it does not name are on. Guarded by mu.
 	state map[string]bool
+	// tel and road stamp the registry's changes (see publish).
+	tel  *changeTelemetry
+	road string
 }
 
 // changed tells this replica's listeners, and then the other replicas,
 // that the items keyed keys changed.
-func (r *registry[T]) changed(keys []string) { publish(r.hub, r.bus, r.event(keys)) }
+func (r *registry[T]) changed(keys []string) { r.changedIn(context.Background(), keys) }
+
+// changedIn is changed for a change whose trace continues the one ctx
+// holds (see Server.ListChangedContext).
+func (r *registry[T]) changedIn(ctx context.Context, keys []string) {
+	publish(ctx, r.hub, r.bus, r.event(keys), r.tel, r.road)
+}
 
 // joinBus has the registry's changes told to the other replicas through
 // b; New calls it before anything is registered.

@@ -132,6 +132,9 @@ type Server struct {
 	// handler is the middleware chain around the router (nil without
 	// middleware).
 	handler MethodHandler
+	// changes stamps and traces list changes (nil without a tracer or a
+	// meter provider).
+	changes *changeTelemetry
 	// scoped is set once any item was registered with RequireScopes, so
 	// that servers without scopes never look them up.
 	scoped  atomic.Bool
@@ -196,6 +199,13 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	s.prompts = newRegistry[*prompt](h, mcp.PromptsList)
 	s.resources = newRegistry[*resource](h, mcp.ResourcesList)
 	s.templates = newRegistry[*template](h, mcp.ResourcesList)
+	s.changes = newChangeTelemetry(cfg)
+	road := roadLocal
+	if cfg.origin != nil {
+		road = roadOrigin
+	}
+	s.tools.tel, s.prompts.tel, s.resources.tel, s.templates.tel = s.changes, s.changes, s.changes, s.changes
+	s.tools.road, s.prompts.road, s.resources.road, s.templates.road = road, road, road, road
 	if v := cfg.visible; v != nil {
 		s.tools.sees = func(p, k string) bool { return v(p, ListTools, k) }
 		s.prompts.sees = func(p, k string) bool { return v(p, ListPrompts, k) }
@@ -509,7 +519,7 @@ func (s *Server) ResourceUpdated(uri string) {
 		c.Sees = func(p string) bool { return v(p, ListResources, uri) }
 		c.keys, c.list = []string{uri}, ListResources
 	}
-	publish(s.hub, s.cfg.bus, c)
+	publish(context.Background(), s.hub, s.cfg.bus, c, s.changes, roadLocal)
 }
 
 // ---- completion ----

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 	"go.opentelemetry.io/otel/trace"
 
+	"tidings/hub"
 	"tidings/internal/engine"
 	"tidings/mcp"
 )
@@ -44,7 +45,10 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // WithMeterProvider has the server record mcp.server.operation.duration,
 // the conventions' histogram of how long each request took to be
-// answered (seconds), by method, target, protocol version and error.
+// answered (seconds), by method, target, protocol version and error; and
+// tidings.change.delay, how long a list change took to be told to each
+// listener (seconds), by the road it came by: local, bus (another
+// replica's) or origin (a gateway's upstream's).
 // The server's Prometheus metrics (see the metrics package) are kept as
 // they are; this is the same measure in the conventions' name, for
 // programs that export OpenTelemetry metrics.
@@ -53,7 +57,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 		if mp == nil {
 			return
 		}
-		d, err := mcpconv.NewServerOperationDuration(mp.Meter(instrumentationName))
+		c.meter = mp.Meter(instrumentationName)
+		d, err := mcpconv.NewServerOperationDuration(c.meter)
 		if err == nil {
 			c.opDuration = &d
 		}
@@ -153,3 +158,127 @@ func requestAttributes(req *Request) []attribute.KeyValue {
 	}
 	return attrs
 }
+
+// The roads a change comes by, as the change's spans and the delay
+// histogram name them (tidings.change.road).
+const (
+	roadLocal  = "local"  // registered, changed or removed here
+	roadBus    = "bus"    // told by another replica
+	roadOrigin = "origin" // told by the server's Origin (a gateway's upstream)
+)
+
+// changeRoadKey names the road a change came by.
+const changeRoadKey = attribute.Key("tidings.change.road")
+
+// changeTelemetry traces the server's list changes and measures how long
+// each took to reach its listeners. A change of a list is a trace of its
+// own: a producer span named by the notification that tells of it
+// (notifications/tools/list_changed), from the change until the hub has
+// told every listener; every notification of it carries that span's
+// trace context in _meta, so that the re-read it prompts can join the
+// change's trace. A span per listen (tens of thousands per change) would
+// cost more than the notification; the delay histogram gives each
+// listen's share instead.
+type changeTelemetry struct {
+	tracer trace.Tracer
+	// delay is tidings.change.delay: from a change to a notification of
+	// it made for a listener, by road.
+	delay metric.Float64Histogram
+	roads map[string]metric.RecordOption // by road, made once
+}
+
+// newChangeTelemetry returns the change telemetry cfg asks for, or nil.
+func newChangeTelemetry(cfg config) *changeTelemetry {
+	if cfg.tracer == nil && cfg.meter == nil {
+		return nil
+	}
+	t := &changeTelemetry{tracer: cfg.tracer}
+	if cfg.meter != nil {
+		d, err := cfg.meter.Float64Histogram("tidings.change.delay", metric.WithUnit("s"),
+			metric.WithDescription("Time from a list change to a notification of it made for a listener, by the road the change came by."))
+		if err == nil {
+			t.delay = d
+			t.roads = map[string]metric.RecordOption{}
+			for _, r := range []string{roadLocal, roadBus, roadOrigin} {
+				t.roads[r] = metric.WithAttributeSet(attribute.NewSet(changeRoadKey.String(r)))
+			}
+		}
+	}
+	return t
+}
+
+// stamp stamps e, a change of lists told to everyone, with the time and
+// (when traced) the trace of the change — a span of its own, the child of
+// the span ctx holds if any (a gateway's upstream's change, another
+// replica's) — and returns the function that ends its span once the hub
+// has told everyone. A change of no list, or one told only to some (whose
+// trace others must not see), is left as it is.
+func (t *changeTelemetry) stamp(ctx context.Context, e *hub.Event, road string) (end func()) {
+	return t.stampAt(ctx, e, road, time.Time{})
+}
+
+// stampAt is stamp for a change that happened at at (zero: now), by its
+// teller's clock: another replica's, which sent it then. A time ahead of
+// this clock's is taken for now.
+func (t *changeTelemetry) stampAt(ctx context.Context, e *hub.Event, road string, at time.Time) (end func()) {
+	if t == nil || e.Kinds == 0 || e.Audience != nil || e.Sees != nil {
+		return func() {}
+	}
+	st := &hub.Stamp{At: time.Now(), Road: road}
+	if !at.IsZero() && at.Before(st.At) {
+		st.At = at
+	}
+	e.Stamp = st
+	if t.tracer == nil {
+		return func() {}
+	}
+	name := ""
+	for _, l := range mcp.Lists() {
+		if e.Kinds.Has(l) {
+			name = l.Changed()
+			break
+		}
+	}
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(semconv.McpMethodNameKey.String(name), changeRoadKey.String(road)))
+	var c stampCarrier
+	traceContext.Inject(ctx, &c)
+	st.TraceParent, st.TraceState = c.parent, c.state
+	return func() { span.End() }
+}
+
+// delayed records that a notification of the change st stamped was made
+// for a listener now.
+func (t *changeTelemetry) delayed(st *hub.Stamp) {
+	if t == nil || t.delay == nil {
+		return
+	}
+	if opt, ok := t.roads[st.Road]; ok {
+		t.delay.Record(context.Background(), time.Since(st.At).Seconds(), opt)
+	}
+}
+
+// stampCarrier carries a change's trace context to and from the
+// propagator: out of its span, in from another replica's message.
+type stampCarrier struct{ parent, state string }
+
+func (c *stampCarrier) Get(key string) string {
+	switch key {
+	case mcp.MetaTraceParent:
+		return c.parent
+	case mcp.MetaTraceState:
+		return c.state
+	}
+	return ""
+}
+
+func (c *stampCarrier) Set(key, value string) {
+	switch key {
+	case mcp.MetaTraceParent:
+		c.parent = value
+	case mcp.MetaTraceState:
+		c.state = value
+	}
+}
+
+func (c *stampCarrier) Keys() []string { return []string{mcp.MetaTraceParent, mcp.MetaTraceState} }

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -12,6 +14,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"tidings/bus"
+	"tidings/bus/brokers"
+	"tidings/internal/testrig/testbroker"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -37,6 +42,7 @@ func tracedHarness(t *testing.T) (*harness, *tracetest.InMemoryExporter, *sdkmet
 	})
 	h := newHarness(t, server.WithTracerProvider(tp), server.WithMeterProvider(mp))
 	mustAddTool(t, h.srv, textTool("get_weather"), echoHandler("sunny"))
+	exp.Reset() // the tool's registration is a change, with a span of its own
 	return h, exp, reader
 }
 
@@ -164,4 +170,170 @@ func callOK(t *testing.T, h *harness, id any, method string, params P) {
 	t.Helper()
 	r, _ := h.call(id, method, params)
 	r.ok(t)
+}
+
+// TestChangeIsATraceItsNotificationCarries: with a tracer, a tool added
+// is a trace of its own — a producer span named by the notification —
+// and the listen's notification carries that trace's context in _meta
+// beside its subscription id; the delay from the change to the
+// notification is measured, by road.
+func TestChangeIsATraceItsNotificationCarries(t *testing.T) {
+	h, exp, reader := tracedHarness(t)
+	l := h.startListen("L1", P{"notifications": P{"toolsListChanged": true}})
+	l.ack(t)
+	mustAddTool(t, h.srv, textTool("added"), echoHandler("x"))
+	ns := l.rec.waitUntil(t, "the list change", func(ns []notif) bool { return countMethod(ns, mcp.NotifyToolsListChanged) > 0 })
+	// The change's span ends just after the hub was told: it may be
+	// exported a moment after the notification came.
+	var change *tracetest.SpanStub
+	deadline := time.Now().Add(waitLimit)
+	for change == nil && time.Now().Before(deadline) {
+		for _, s := range exp.GetSpans() {
+			if s.Name == mcp.NotifyToolsListChanged {
+				change = &s
+			}
+		}
+		time.Sleep(time.Millisecond) // polling, with a deadline
+	}
+	if change == nil || change.SpanKind != trace.SpanKindProducer || change.Parent.IsValid() {
+		t.Fatalf("change span %+v, want a producer span of its own trace", change)
+	}
+	if road, _ := attr(change.Attributes, "tidings.change.road"); road != "local" {
+		t.Errorf("road %q, want local", road)
+	}
+	for _, n := range ns {
+		if n.Method != mcp.NotifyToolsListChanged {
+			continue
+		}
+		l.checkTag(t, n)
+		meta, _ := n.Params["_meta"].(map[string]any)
+		tp, _ := meta[mcp.MetaTraceParent].(string)
+		if want := "00-" + change.SpanContext.TraceID().String() + "-" + change.SpanContext.SpanID().String() + "-01"; tp != want {
+			t.Errorf("notification's traceparent %q, want the change's %q", tp, want)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "tidings.change.delay" {
+				continue
+			}
+			hist := m.Data.(metricdata.Histogram[float64])
+			for _, dp := range hist.DataPoints {
+				if road, _ := dp.Attributes.Value("tidings.change.road"); road.AsString() == "local" && dp.Count >= 1 {
+					return
+				}
+			}
+			t.Fatalf("tidings.change.delay %+v, want a local data point", hist)
+		}
+	}
+	t.Fatal("no tidings.change.delay recorded")
+}
+
+// TestChangeTraceIsNotToldToOthers: a change only some principals are
+// told of (ListChangedFor) carries no trace, and leaves none behind for
+// the next notification of the list.
+func TestChangeTraceIsNotToldToOthers(t *testing.T) {
+	h, _, _ := tracedHarness(t)
+	l := h.startListen("L1", P{"notifications": P{"toolsListChanged": true}})
+	l.ack(t)
+	mustAddTool(t, h.srv, textTool("added"), echoHandler("x"))
+	l.rec.waitUntil(t, "the first change", func(ns []notif) bool { return countMethod(ns, mcp.NotifyToolsListChanged) == 1 })
+	h.srv.ListChangedFor("", server.ListTools)
+	ns := l.rec.waitUntil(t, "the second change", func(ns []notif) bool { return countMethod(ns, mcp.NotifyToolsListChanged) == 2 })
+	last := ns[len(ns)-1]
+	if meta, _ := last.Params["_meta"].(map[string]any); meta[mcp.MetaTraceParent] != nil {
+		t.Errorf("a change told to one principal carries a trace: %s", last.raw)
+	}
+}
+
+// TestChangeTraceCrossesTheBus: a tool added on one replica is told, over
+// the bus (in-process, and a real NATS server), to a listen on the other
+// in a notification of the same trace: the second replica's change span
+// (road bus) is the child of the first's.
+func TestChangeTraceCrossesTheBus(t *testing.T) {
+	for _, b := range []struct {
+		name string
+		open func(t *testing.T) func() bus.Bus
+	}{
+		{"local", func(*testing.T) func() bus.Bus {
+			group, quiet := bus.NewLocal(), bus.WithLogger(slog.New(slog.DiscardHandler))
+			return func() bus.Bus { return bus.New(group.Conn(), quiet, bus.WithSecret(replicaSecret)) }
+		}},
+		{"nats", func(t *testing.T) func() bus.Bus {
+			url := testbroker.StartNATS(t).URL()
+			return func() bus.Bus {
+				ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+				defer cancel()
+				b, err := brokers.Open(ctx, url, bus.WithSecret(replicaSecret), bus.WithLogger(slog.New(slog.DiscardHandler)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+		}},
+	} {
+		t.Run(b.name, func(t *testing.T) { changeTraceCrossesTheBus(t, b.open(t)) })
+	}
+}
+
+func changeTraceCrossesTheBus(t *testing.T, open func() bus.Bus) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	a := newHarness(t, server.WithTracerProvider(tp), server.WithBus(open()), server.WithSecret(replicaSecret))
+	b := newHarness(t, server.WithTracerProvider(tp), server.WithBus(open()), server.WithSecret(replicaSecret))
+	for _, h := range []*harness{a, b} {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			_ = h.srv.Shutdown(ctx) // closes its bus
+		})
+	}
+	mustAddTool(t, b.srv, textTool("present"), echoHandler("x"))
+	l := b.startListen("L1", P{"notifications": P{"toolsListChanged": true}})
+	l.ack(t)
+	mustAddTool(t, a.srv, textTool("added"), echoHandler("x"))
+	ns := l.rec.waitUntil(t, "the change from the other replica", func(ns []notif) bool { return countMethod(ns, mcp.NotifyToolsListChanged) > 0 })
+	var told string // the trace the listen's notification carries
+	for _, n := range ns {
+		if n.Method == mcp.NotifyToolsListChanged {
+			meta, _ := n.Params["_meta"].(map[string]any)
+			if tp, _ := meta[mcp.MetaTraceParent].(string); len(tp) == 55 {
+				told = tp[3:35]
+			}
+		}
+	}
+	if told == "" {
+		t.Fatalf("the notification carries no trace: %s", dump(ns))
+	}
+	// The trace holds the change's span on the first replica and, under
+	// it, the second replica's span of the change the bus brought.
+	// A span is exported when it ends, just after the hub was told: it
+	// may come a moment after the notification.
+	var local, remote *tracetest.SpanStub
+	deadline := time.Now().Add(waitLimit)
+	for (local == nil || remote == nil) && time.Now().Before(deadline) {
+		for _, s := range exp.GetSpans() {
+			if s.Name != mcp.NotifyToolsListChanged || s.SpanContext.TraceID().String() != told {
+				continue
+			}
+			switch road, _ := attr(s.Attributes, "tidings.change.road"); road {
+			case "local":
+				local = &s
+			case "bus":
+				remote = &s
+			}
+		}
+		time.Sleep(time.Millisecond) // polling, with a deadline
+	}
+	if local == nil || remote == nil || local.Parent.IsValid() {
+		t.Fatalf("in the notification's trace %s: local span %v, bus span %v; want both, the local one its root", told, local != nil, remote != nil)
+	}
+	if remote.Parent.SpanID() != local.SpanContext.SpanID() || !remote.Parent.IsRemote() {
+		t.Errorf("the bus's change span is under %s, want under the first replica's %s", remote.Parent.SpanID(), local.SpanContext.SpanID())
+	}
 }

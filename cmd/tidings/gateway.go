@@ -130,7 +130,7 @@ func runGateway(ctx context.Context, cfg serveConfig, file string, log *slog.Log
 	if err != nil {
 		return err
 	}
-	tel, err := startTelemetry(ctx, os.Getenv, cfg.stdio)
+	tel, err := startTelemetry(ctx, os.Getenv, stdoutUse(cfg.stdio))
 	if err != nil {
 		return err
 	}

@@ -343,7 +343,7 @@ func runServe(ctx context.Context, cfg serveConfig, log *slog.Logger, stdin io.R
 	if err := metrics.RegisterFiles(obs.registry, src.Stats); err != nil {
 		return err
 	}
-	tel, err := startTelemetry(ctx, os.Getenv, cfg.stdio)
+	tel, err := startTelemetry(ctx, os.Getenv, stdoutUse(cfg.stdio))
 	if err != nil {
 		return err
 	}

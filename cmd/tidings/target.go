@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -142,6 +143,24 @@ func dial(ctx context.Context, t target, f clientFlags, out dialOut) (c *client.
 	if f.protocol != "" {
 		common = append(common, client.WithProtocolVersion(f.protocol))
 	}
+	tel, err := startTelemetry(ctx, os.Getenv, "the command prints its output on")
+	if err != nil {
+		return nil, nil, err
+	}
+	common = append(common, tel.clientOptions()...)
+	c, closeClient, err := dialWith(ctx, t, f, out, logger, common)
+	if err != nil {
+		tel.shutdown(logger)
+		return nil, nil, err
+	}
+	return c, func() {
+		closeClient()
+		tel.shutdown(logger)
+	}, nil
+}
+
+// dialWith is dial with the client options every transport takes.
+func dialWith(ctx context.Context, t target, f clientFlags, out dialOut, logger *slog.Logger, common []client.Option) (c *client.Client, stop func(), err error) {
 	if t.url == "" {
 		opts := []client.CommandOption{client.WithStderr(out.log)}
 		for _, o := range common {

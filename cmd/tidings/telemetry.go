@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -63,17 +62,18 @@ func writesStdout(env getenv, exporter string) bool {
 
 // startTelemetry sets up the exporters the standard OTEL_* environment
 // names (OTLP over HTTP or gRPC, console, prometheus for metrics), through
-// OpenTelemetry's autoexport. stdio says that standard output carries MCP
-// messages, where the console exporter cannot write.
-func startTelemetry(ctx context.Context, env getenv, stdio bool) (*telemetry, error) {
+// OpenTelemetry's autoexport. stdoutTaken, when not empty, says what
+// standard output carries (MCP messages with --stdio, the events of
+// watch), where the console exporter cannot write.
+func startTelemetry(ctx context.Context, env getenv, stdoutTaken string) (*telemetry, error) {
 	t := &telemetry{}
 	traces, metrics := wantsTraces(env), wantsMetrics(env)
 	if !traces && !metrics {
 		return t, nil
 	}
-	if stdio && (traces && writesStdout(env, "OTEL_TRACES_EXPORTER") || metrics && writesStdout(env, "OTEL_METRICS_EXPORTER")) {
-		return nil, errors.New("the console exporter (OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER=console) writes to standard output, " +
-			"which --stdio uses for MCP messages: export with otlp, or serve over HTTP")
+	if stdoutTaken != "" && (traces && writesStdout(env, "OTEL_TRACES_EXPORTER") || metrics && writesStdout(env, "OTEL_METRICS_EXPORTER")) {
+		return nil, fmt.Errorf("the console exporter (OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER=console) writes to standard output, "+
+			"which %s: export with otlp instead", stdoutTaken)
 	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(semconv.ServiceName("tidings"), semconv.ServiceVersion(version())),
@@ -139,4 +139,13 @@ func (t *telemetry) shutdown(log *slog.Logger) {
 			log.Warn("OpenTelemetry: exporting the last metrics", "err", err)
 		}
 	}
+}
+
+// stdoutUse is what standard output carries for a server: MCP messages
+// with --stdio, nothing otherwise.
+func stdoutUse(stdio bool) string {
+	if stdio {
+		return "--stdio uses for MCP messages"
+	}
+	return ""
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,30 +70,10 @@ func tracedDir(t *testing.T) string {
 // trace its _meta named, the caller's span its parent.
 func TestServeExportsSpansOverOTLP(t *testing.T) {
 	bin := buildBinary(t)
-	spans := make(chan *coltrace.ExportTraceServiceRequest, 16)
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
-			http.Error(w, "not an OTLP/HTTP protobuf export", http.StatusBadRequest)
-			return
-		}
-		b, err := io.ReadAll(r.Body)
-		var req coltrace.ExportTraceServiceRequest
-		if err != nil || proto.Unmarshal(b, &req) != nil {
-			http.Error(w, "bad export", http.StatusBadRequest)
-			return
-		}
-		select {
-		case spans <- &req:
-		default:
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
-		_, _ = w.Write(out)
-	}))
-	defer recv.Close()
+	recvURL, spans := otlpReceiver(t)
 	cmd := exec.Command(bin, "serve", tracedDir(t), "--addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=otlp", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
-		"OTEL_EXPORTER_OTLP_ENDPOINT="+recv.URL, "OTEL_BSP_SCHEDULE_DELAY=20", "OTEL_SERVICE_NAME=tidings-under-test")
+		"OTEL_EXPORTER_OTLP_ENDPOINT="+recvURL, "OTEL_BSP_SCHEDULE_DELAY=20", "OTEL_SERVICE_NAME=tidings-under-test")
 	p := startListening(t, cmd)
 	tracedList(t, p.url)
 	deadline := time.After(wait)
@@ -194,4 +175,120 @@ func TestTelemetryOnlyWhenAsked(t *testing.T) {
 			t.Errorf("%v: metrics %v, want %v", c.env, got, c.metrics)
 		}
 	}
+}
+
+// otlpReceiver is an OTLP/HTTP endpoint for traces: it decodes what an
+// exporter sends, as a collector would, and hands each export on.
+func otlpReceiver(t *testing.T) (string, <-chan *coltrace.ExportTraceServiceRequest) {
+	t.Helper()
+	spans := make(chan *coltrace.ExportTraceServiceRequest, 256)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "not an OTLP/HTTP protobuf export", http.StatusBadRequest)
+			return
+		}
+		b, err := io.ReadAll(r.Body)
+		var req coltrace.ExportTraceServiceRequest
+		if err != nil || proto.Unmarshal(b, &req) != nil {
+			http.Error(w, "bad export", http.StatusBadRequest)
+			return
+		}
+		select {
+		case spans <- &req:
+		default:
+			t.Errorf("the test's OTLP receiver is full")
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(recv.Close)
+	return recv.URL, spans
+}
+
+// exportedSpan is one span as an OTLP export carried it.
+type exportedSpan struct {
+	name, trace, parent, service string
+	attrs                        map[string]string
+}
+
+// collect reads exports until have holds of what arrived so far.
+func collect(t *testing.T, spans <-chan *coltrace.ExportTraceServiceRequest, what string, have func([]exportedSpan) bool) []exportedSpan {
+	t.Helper()
+	var got []exportedSpan
+	deadline := time.After(wait)
+	for !have(got) {
+		select {
+		case req := <-spans:
+			for _, rs := range req.ResourceSpans {
+				service := ""
+				for _, a := range rs.Resource.GetAttributes() {
+					if a.Key == "service.name" {
+						service = a.Value.GetStringValue()
+					}
+				}
+				for _, ss := range rs.ScopeSpans {
+					for _, s := range ss.Spans {
+						e := exportedSpan{name: s.Name, trace: hex.EncodeToString(s.TraceId), parent: hex.EncodeToString(s.ParentSpanId),
+							service: service, attrs: map[string]string{}}
+						for _, a := range s.Attributes {
+							e.attrs[a.Key] = a.Value.GetStringValue()
+						}
+						got = append(got, e)
+					}
+				}
+			}
+		case <-deadline:
+			t.Fatalf("no %s exported in time; got %+v", what, got)
+		}
+	}
+	return got
+}
+
+// TestFileChangeIsOneTraceToWatch: with OTLP set in the environment, a
+// file created under tidings serve is a change trace (a producer span
+// named by the notification), the notification reaches a listening
+// tidings watch with that trace's context in _meta (watch --json prints
+// it), and the re-read it prompts — the watch's client span and the
+// server's span of it — are spans of the same trace.
+func TestFileChangeIsOneTraceToWatch(t *testing.T) {
+	bin := buildBinary(t)
+	recvURL, spans := otlpReceiver(t)
+	for k, v := range map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": recvURL, "OTEL_BSP_SCHEDULE_DELAY": "20"} {
+		t.Setenv(k, v)
+	}
+	dir := tracedDir(t)
+	_, url := startServe(t, bin, dir)
+	js := start(t, "watch --json", bin, false, "watch", "--json", url)
+	js.expect("connected event", isJSON(t, "connected"))
+	js.expect("first resources read", isJSON(t, "resources_changed"))
+
+	if err := os.WriteFile(filepath.Join(dir, "new.txt"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	added := fileURI(t, dir, "new.txt")
+	var ev struct {
+		Event       string   `json:"event"`
+		Added       []string `json:"added"`
+		TraceParent string   `json:"traceparent"`
+	}
+	js.expect("resources_changed adding "+added+" with a trace", func(l string) bool {
+		ev.Added, ev.TraceParent = nil, ""
+		return json.Unmarshal([]byte(l), &ev) == nil && ev.Event == "resources_changed" && slices.Contains(ev.Added, added) && ev.TraceParent != ""
+	})
+	trace := traceID(ev.TraceParent)
+	collect(t, spans, "the change's span and the re-read's two spans in trace "+trace, func(got []exportedSpan) bool {
+		change, rereads := false, 0
+		for _, s := range got {
+			switch {
+			case s.trace != trace:
+			case s.name == mcp.NotifyResourcesListChanged && s.parent == "" && s.attrs["tidings.change.road"] == "local":
+				change = true
+			case s.name == mcp.MethodResourcesList && s.parent != "":
+				rereads++ // the watch's client span, and the server's under it
+			}
+		}
+		return change && rereads >= 2
+	})
 }

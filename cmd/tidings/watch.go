@@ -899,6 +899,9 @@ func eventLine(e client.Event) string {
 		field("added", e.Added)
 		field("removed", e.Removed)
 		field("changed", e.Changed)
+		if id := traceID(e.TraceParent); id != "" {
+			b.WriteString(" trace=" + id)
+		}
 	}
 	return printable(b.String())
 }
@@ -914,13 +917,16 @@ type jsonEvent struct {
 	Granted  *mcp.SubscriptionFilter `json:"granted,omitzero"`
 	Graceful bool                    `json:"graceful,omitzero"`
 	Error    string                  `json:"error,omitempty"`
+	// TraceParent is the change's trace context, as the server's
+	// notification carried it.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // eventJSON is the --json form of an event, on one line.
 func eventJSON(e client.Event) ([]byte, error) {
 	j := jsonEvent{
 		Time: e.At.UTC(), Event: e.Kind.String(), URI: e.URI,
-		Added: e.Added, Removed: e.Removed, Changed: e.Changed, Graceful: e.Graceful,
+		Added: e.Added, Removed: e.Removed, Changed: e.Changed, Graceful: e.Graceful, TraceParent: e.TraceParent,
 	}
 	if e.Kind == client.Connected {
 		g := e.Granted
@@ -934,6 +940,16 @@ func eventJSON(e client.Event) ([]byte, error) {
 		return nil, fmt.Errorf("encoding a watch event: %w", err)
 	}
 	return b, nil
+}
+
+// traceID is the trace id of a W3C traceparent ("" for none): the part a
+// person looks a trace up by.
+func traceID(traceParent string) string {
+	parts := strings.Split(traceParent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 {
+		return ""
+	}
+	return parts[1]
 }
 
 func errText(err error) string {

@@ -56,6 +56,16 @@ type Notices interface {
 	Updated(buf []byte, uri string) (msg []byte, ok bool)
 }
 
+// StampedNotices is a Notices whose list changes may carry the trace
+// context of the change they tell of (see hub.Stamp). StampedListChanged
+// returns that message, made for the change at hand, or nil when the
+// change carries none and ListChanged's own is to be sent; a transport
+// that keeps ListChanged's message framed keeps this one for no longer
+// than one drain.
+type StampedNotices interface {
+	StampedListChanged(l mcp.List) []byte
+}
+
 // AppendUpdated appends the resources/updated notification for uri to
 // buf, with meta (a JSON object, or "" for none) as its params' _meta:
 // what each era's Notices.Updated writes, with its own tag or none.
@@ -234,9 +244,16 @@ const maxScratch = 4 << 10
 // encodes each resources/updated message into scratch and returns the
 // buffer to keep for the next flush.
 func flush(out Stream, n Notices, kinds hub.Kind, uris []string, scratch []byte) (sent int, _ []byte, err error) {
+	sn, _ := n.(StampedNotices)
 	for _, l := range mcp.Lists() {
 		if kinds.Has(l) {
-			if err := out.Send(n.ListChanged(l)); err != nil {
+			msg := n.ListChanged(l)
+			if sn != nil {
+				if m := sn.StampedListChanged(l); m != nil {
+					msg = m
+				}
+			}
+			if err := out.Send(msg); err != nil {
 				return sent, scratch, err
 			}
 			sent++

@@ -64,7 +64,9 @@ type Drain struct {
 // Take drains l's subscription into iov, each SSE event framed by frame
 // (which appends an event to dst and returns it): first one event per
 // list that changed, from lists, where each list's event is framed once
-// and kept for the listen's life; then, in a buffer of d's, one per
+// and kept for the listen's life; then, in a buffer of d's, the list
+// changes whose message carries the change's trace context
+// (engine.StampedNotices), made for this change, and one event per
 // updated URI. When the hub is ending, whether read before the drain so
 // that a change landing meanwhile is drained by the pass the shutdown's
 // own wake-up brings, Take ends the listen (engine.Drained) and returns
@@ -75,8 +77,20 @@ func (d *Drain) Take(l *engine.ParkedListen, lists *[3][]byte, iov [][]byte, fra
 	ending := l.Sub.Ending()
 	kinds, uris := l.Sub.Take(d.uris[:0])
 	sent := 0
+	sn, _ := l.Notices.(engine.StampedNotices)
+	buf := d.buf[:0]
 	for _, kind := range mcp.Lists() {
 		if kinds.Has(kind) {
+			if sn != nil {
+				// A change with a trace context is told in a message of
+				// its own, framed for this drain only.
+				if m := sn.StampedListChanged(kind); m != nil {
+					d.ev = sse.AppendEvent(d.ev[:0], m)
+					buf = frame(buf, d.ev)
+					sent++
+					continue
+				}
+			}
 			if lists[kind] == nil {
 				d.ev = sse.AppendEvent(d.ev[:0], l.Notices.ListChanged(kind))
 				lists[kind] = frame(nil, d.ev)
@@ -85,7 +99,6 @@ func (d *Drain) Take(l *engine.ParkedListen, lists *[3][]byte, iov [][]byte, fra
 			sent++
 		}
 	}
-	buf := d.buf[:0]
 	for i, u := range uris {
 		msg, ok := l.Notices.Updated(d.msg[:0], u)
 		if d.msg = msg; cap(msg) > 4<<10 {
