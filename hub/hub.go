@@ -102,6 +102,10 @@ type Stamp struct {
 	TraceState  string
 	// Road is how the change came: "local", "bus", or "origin".
 	Road string
+	// Members are TraceParent and TraceState as members of a JSON object,
+	// each after a comma (`,"traceparent":"00-…"`), encoded once for the
+	// notifications of every listener.
+	Members []byte
 }
 
 // Hub routes events to subscriptions. The zero value is not usable; call New.

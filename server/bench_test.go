@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"tidings/internal/engine"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -75,11 +78,30 @@ func (fanStream) KeepAlive() error { return nil }
 // too how many times its floor's time (BenchmarkFanOutFloor10k, a change
 // of which it makes in turn with each of its own) a change takes, as
 // x-floor.
-func BenchmarkFanOut10k(b *testing.B) {
+func BenchmarkFanOut10k(b *testing.B) { fanOut10k(b) }
+
+// BenchmarkFanOut10kTraced is BenchmarkFanOut10k with every change traced
+// and measured: each listen's notification is made for the change, with
+// its trace context, and its delay recorded.
+func BenchmarkFanOut10kTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discardSpans{}))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer tp.Shutdown(context.Background())
+	defer mp.Shutdown(context.Background())
+	fanOut10k(b, server.WithTracerProvider(tp), server.WithMeterProvider(mp))
+}
+
+// discardSpans is an exporter that drops what it is given.
+type discardSpans struct{}
+
+func (discardSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardSpans) Shutdown(context.Context) error                             { return nil }
+
+func fanOut10k(b *testing.B, opts ...server.Option) {
 	const listens = 10_000
 	// One caller holds every listen: its allowance must hold them all.
 	room := server.Allowance{Listens: listens, URIs: listens}
-	srv := server.New(testInfo, server.WithListenLimits(server.ListenLimits{PerPrincipal: room, Total: room}))
+	srv := server.New(testInfo, append([]server.Option{server.WithListenLimits(server.ListenLimits{PerPrincipal: room, Total: room})}, opts...)...)
 	if err := srv.AddTool(textTool("base"), echoHandler("base")); err != nil {
 		b.Fatal(err)
 	}

@@ -97,23 +97,19 @@ func (n *listenNotices) StampedListChanged(l mcp.List) []byte {
 		return nil
 	}
 	n.srv.changes.delayed(st)
-	if st.TraceParent == "" {
+	if len(st.Members) == 0 {
 		return nil
 	}
 	if n.stamped == nil {
 		n.stamped = &stampedNotices{}
 	}
 	if n.stamped.st[l] != st {
-		meta := append([]byte(nil), n.idMeta[:len(n.idMeta)-1]...)
-		meta = append(meta, `,"`+mcp.MetaTraceParent+`":`...)
-		meta, _ = jsontext.AppendQuote(meta, st.TraceParent)
-		if st.TraceState != "" {
-			meta = append(meta, `,"`+mcp.MetaTraceState+`":`...)
-			meta, _ = jsontext.AppendQuote(meta, st.TraceState)
-		}
-		meta = append(meta, '}')
-		params := append(append([]byte(`{"_meta":`), meta...), '}')
-		n.stamped.st[l], n.stamped.msg[l] = st, jsonrpc.AppendNotification(n.stamped.msg[l][:0], l.Changed(), params)
+		// The list's own message, its _meta and params and itself closed
+		// by the last three bytes, with the change's members before them.
+		plain := n.changed[l]
+		msg := append(n.stamped.msg[l][:0], plain[:len(plain)-3]...)
+		msg = append(msg, st.Members...)
+		n.stamped.st[l], n.stamped.msg[l] = st, append(msg, plain[len(plain)-3:]...)
 	}
 	return n.stamped.msg[l]
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -244,6 +245,14 @@ func (t *changeTelemetry) stampAt(ctx context.Context, e *hub.Event, road string
 	var c stampCarrier
 	traceContext.Inject(ctx, &c)
 	st.TraceParent, st.TraceState = c.parent, c.state
+	if c.parent != "" {
+		st.Members = append(st.Members, `,"`+mcp.MetaTraceParent+`":`...)
+		st.Members, _ = jsontext.AppendQuote(st.Members, c.parent)
+		if c.state != "" {
+			st.Members = append(st.Members, `,"`+mcp.MetaTraceState+`":`...)
+			st.Members, _ = jsontext.AppendQuote(st.Members, c.state)
+		}
+	}
 	return func() { span.End() }
 }
 
