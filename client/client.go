@@ -683,6 +683,14 @@ func modernHeader(method string, o callOpts) []headerField {
 	if o.name != nil {
 		h = append(h, headerField{mcp.HeaderName, xheader.Encode(*o.name)})
 	}
+	if t := o.trace; t != nil && t.parent != "" {
+		// For peers that read trace context from HTTP headers (an HTTP
+		// middleware's) rather than from _meta.
+		h = append(h, headerField{"Traceparent", t.parent})
+		if t.state != "" {
+			h = append(h, headerField{"Tracestate", t.state})
+		}
+	}
 	return append(h, o.params...)
 }
 

@@ -112,6 +112,12 @@ type Event struct {
 	// notification carried none, or nothing was announced (a poll, a
 	// reconnection).
 	TraceParent string
+	// ChangedAt, on a change or its announcement, is when the change
+	// happened by the server's clock, as its notification said (a server
+	// that traces or measures its changes says so): At - ChangedAt is the
+	// age of the change when it was reported, between the server's clock
+	// and this one. Zero when the notification did not say.
+	ChangedAt time.Time
 }
 
 // ConnState is the state of a Watcher's listen stream.
@@ -159,9 +165,9 @@ type Watcher struct {
 
 	mu    sync.Mutex
 	dirty map[string]time.Time // topics to re-read, and since when
-	// traces are the trace contexts the latest notification of each
-	// dirty topic carried.
-	traces map[string]string
+	// stamps are what the latest notification of each dirty topic said
+	// of its change: its trace context and time.
+	stamps map[string]changeStamp
 	polled map[string]bool
 	// pollFails counts the consecutive failed re-reads of each polled
 	// topic; polling slows down while any of them keeps failing.
@@ -192,7 +198,7 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) *Watcher {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &Watcher{
 		c: c, opts: opts, cancel: cancel,
-		dirty: map[string]time.Time{}, traces: map[string]string{}, polled: map[string]bool{}, pollFails: map[string]int{},
+		dirty: map[string]time.Time{}, stamps: map[string]changeStamp{}, polled: map[string]bool{}, pollFails: map[string]int{},
 		seen: map[string]map[string][32]byte{},
 		wake: make(chan struct{}, 1), events: make(chan Event, 64),
 	}
@@ -599,43 +605,54 @@ func (w *Watcher) notification(m *jsonrpc.Message, how tie) {
 		w.reportUntied(m.Method, how)
 	}
 	now := w.c.cfg.now()
-	tp := traceParentOf(m)
+	st := stampOf(m)
 	if w.opts.OnAnnounce != nil {
 		for _, t := range covered {
 			e := announced(t, now)
-			e.TraceParent = tp
+			e.TraceParent, e.ChangedAt = st.traceParent, st.at
 			w.opts.OnAnnounce(e)
 		}
 	}
-	if tp != "" {
+	if st != (changeStamp{}) {
 		w.mu.Lock()
 		for _, t := range covered {
-			w.traces[t] = tp
+			w.stamps[t] = st
 		}
 		w.mu.Unlock()
 	}
 	w.markDirtyAt(now, covered...)
 }
 
-// traceParentOf returns the trace context a notification carries in its
-// _meta, if it is a well-formed one.
-func traceParentOf(m *jsonrpc.Message) string {
-	if !bytes.Contains(m.Params, []byte(`"`+mcp.MetaTraceParent+`"`)) {
-		return "" // the common case, told without decoding
+// changeStamp is what a notification says of its change beside the news
+// of it: its trace context and when it happened.
+type changeStamp struct {
+	traceParent string
+	at          time.Time
+}
+
+// stampOf reads a notification's changeStamp from its _meta; a trace
+// context that is not well formed is left out.
+func stampOf(m *jsonrpc.Message) changeStamp {
+	if !bytes.Contains(m.Params, []byte(`"`+mcp.MetaTraceParent+`"`)) && !bytes.Contains(m.Params, []byte(`"`+mcp.MetaChangedAt+`"`)) {
+		return changeStamp{} // the common case, told without decoding
 	}
 	var p struct {
 		Meta struct {
-			TraceParent string `json:"traceparent"`
+			TraceParent string    `json:"traceparent"`
+			ChangedAt   time.Time `json:"io.github.tidings/changedAt"`
 		} `json:"_meta"`
 	}
-	if jsonrpc.UnmarshalParams(m.Params, &p) != nil || p.Meta.TraceParent == "" {
-		return ""
+	if jsonrpc.UnmarshalParams(m.Params, &p) != nil {
+		return changeStamp{}
 	}
-	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), &traceMeta{parent: p.Meta.TraceParent}))
-	if !sc.IsValid() {
-		return ""
+	st := changeStamp{at: p.Meta.ChangedAt}
+	if p.Meta.TraceParent != "" {
+		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), &traceMeta{parent: p.Meta.TraceParent}))
+		if sc.IsValid() {
+			st.traceParent = p.Meta.TraceParent
+		}
 	}
-	return p.Meta.TraceParent
+	return st
 }
 
 // announced is the event that tells a change of topic was announced.
@@ -735,26 +752,26 @@ func (w *Watcher) rereadLoop(ctx context.Context) {
 			since[t] = at
 		}
 		clear(w.dirty)
-		traces := w.traces
-		w.traces = map[string]string{}
+		stamps := w.stamps
+		w.stamps = map[string]changeStamp{}
 		w.mu.Unlock()
 		slices.Sort(topics)
 		for _, t := range topics {
 			if ctx.Err() != nil {
 				return
 			}
-			w.reread(ctx, t, since[t], traces[t])
+			w.reread(ctx, t, since[t], stamps[t])
 		}
 	}
 }
 
 // reread reads one topic through the normal path and reports what changed
 // by content since the last read.
-func (w *Watcher) reread(ctx context.Context, topic string, since time.Time, traceParent string) {
+func (w *Watcher) reread(ctx context.Context, topic string, since time.Time, st changeStamp) {
 	w.stats.rereads.Add(1)
-	if traceParent != "" && w.c.cfg.tracer != nil {
+	if st.traceParent != "" && w.c.cfg.tracer != nil {
 		// The re-read joins the trace of the change that prompted it.
-		ctx = propagation.TraceContext{}.Extract(ctx, &traceMeta{parent: traceParent})
+		ctx = propagation.TraceContext{}.Extract(ctx, &traceMeta{parent: st.traceParent})
 	}
 	items := map[string][32]byte{}
 	var kind EventKind
@@ -856,6 +873,6 @@ func (w *Watcher) reread(ctx context.Context, topic string, since time.Time, tra
 	if kind == ResourceUpdated {
 		e.URI = topic[len(topicResource):]
 	}
-	e.Since, e.TraceParent = since, traceParent
+	e.Since, e.TraceParent, e.ChangedAt = since, st.traceParent, st.at
 	w.emit(ctx, e)
 }

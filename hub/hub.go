@@ -102,8 +102,9 @@ type Stamp struct {
 	TraceState  string
 	// Road is how the change came: "local", "bus", or "origin".
 	Road string
-	// Members are TraceParent and TraceState as members of a JSON object,
-	// each after a comma (`,"traceparent":"00-…"`), encoded once for the
+	// Members are what a notification of the change adds to its _meta —
+	// the time and the trace context — as members of a JSON object, each
+	// after a comma (`,"traceparent":"00-…"`), encoded once for the
 	// notifications of every listener.
 	Members []byte
 }

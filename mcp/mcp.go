@@ -61,6 +61,13 @@ const (
 	MetaTraceState  = "tracestate"
 )
 
+// MetaChangedAt is tidings' own member of a change notification's _meta:
+// when the change it tells of happened, by the server's clock (RFC 3339,
+// nanoseconds), so that a client can tell the age of what it knows from
+// when it learnt it. A server that traces or measures its changes sends it.
+const MetaChangedAt = "io.github.tidings/changedAt"
+
+
 // MCP error codes beyond the JSON-RPC standard ones.
 const (
 	CodeHeaderMismatch             = -32020

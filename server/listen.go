@@ -86,8 +86,8 @@ func (n *listenNotices) ListChanged(l mcp.List) []byte { return n.changed[l] }
 
 // StampedListChanged returns, when the latest change of l was stamped
 // (the server traces or measures its changes), l's list change with the
-// change's trace context in _meta beside the subscription id, and
-// counts the delay since the change; nil when it was not.
+// change's time and trace context in _meta beside the subscription id,
+// and counts the delay since the change; nil when it was not.
 func (n *listenNotices) StampedListChanged(l mcp.List) []byte {
 	if n.srv.changes == nil {
 		return nil

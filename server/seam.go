@@ -101,6 +101,9 @@ func (c *seam) Serve(ctx context.Context, call *engine.Call, principal string, e
 		// last message, which it reports by releasing the reply.
 		s.writers.add()
 	}
+	if s.cfg.tracer != nil {
+		ctx = s.withTraceHeaders(ctx, call, env)
+	}
 	r = s.run(ctx, call, req, (*Server).route)
 	if listen {
 		// A parked listen's last reply carries the tracker instead.

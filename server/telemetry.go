@@ -30,8 +30,9 @@ const instrumentationName = "tidings/server"
 // jsonrpc.request.id, mcp.protocol.version and the target's attribute,
 // and error.type and an error status when the answer is a JSON-RPC error.
 // Its parent is the trace context the request carries in params._meta
-// (traceparent, tracestate), and otherwise whatever span the context the
-// transport passed holds (an HTTP middleware's). Without this option the
+// (traceparent, tracestate), otherwise whatever span the context the
+// transport passed holds (an HTTP middleware's), and otherwise the
+// request's traceparent and tracestate HTTP headers. Without this option the
 // server records nothing and reads no trace context.
 //
 // A listen's span covers the request until its acknowledgement, not the
@@ -230,6 +231,9 @@ func (t *changeTelemetry) stampAt(ctx context.Context, e *hub.Event, road string
 		st.At = at
 	}
 	e.Stamp = st
+	st.Members = append(st.Members, `,"`+mcp.MetaChangedAt+`":"`...)
+	st.Members = st.At.UTC().AppendFormat(st.Members, time.RFC3339Nano)
+	st.Members = append(st.Members, '"')
 	if t.tracer == nil {
 		return func() {}
 	}
@@ -291,3 +295,17 @@ func (c *stampCarrier) Set(key, value string) {
 }
 
 func (c *stampCarrier) Keys() []string { return []string{mcp.MetaTraceParent, mcp.MetaTraceState} }
+
+// withTraceHeaders returns ctx holding the trace context of env's HTTP
+// headers, for a traced server's request whose _meta names none and whose
+// context holds no span already.
+func (s *Server) withTraceHeaders(ctx context.Context, call *engine.Call, env engine.Envelope) context.Context {
+	th, ok := env.(engine.TraceHeaders)
+	if !ok || s.cfg.tracer == nil || (call.P.Meta != nil && call.P.Meta.TraceParent != "") || trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	if parent, state := th.TraceHeaders(); parent != "" {
+		ctx = traceContext.Extract(ctx, metaCarrier{&mcp.RequestMeta{TraceParent: parent, TraceState: state}})
+	}
+	return ctx
+}

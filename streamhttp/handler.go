@@ -473,6 +473,12 @@ func (e *envelope) Version() (string, error) {
 	return hv, nil
 }
 
+// TraceHeaders returns the request's W3C trace context headers, for a
+// peer that sends them instead of (or beside) _meta's.
+func (e *envelope) TraceHeaders() (parent, state string) {
+	return e.h.Get("Traceparent"), e.h.Get("Tracestate")
+}
+
 // Route checks Mcp-Method, Mcp-Name and the Mcp-Param-* headers.
 func (e *envelope) Route(c *engine.Call, params []engine.HeaderParam) error {
 	method, ok := single(e.h, mcp.HeaderMethod)

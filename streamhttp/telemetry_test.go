@@ -70,3 +70,31 @@ func TestNotificationCarriesTheChangesTrace(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceHeadersNameTheParent: a request whose _meta names no trace but
+// whose HTTP headers do (a peer instrumented at the HTTP layer) is traced
+// as a child of the headers' span.
+func TestTraceHeadersNameTheParent(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	f := newFixture(t, []server.Option{server.WithTracerProvider(tp)})
+	const (
+		headerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+		headerSpan  = "00f067aa0ba902b7"
+	)
+	hdr := headers(mcp.MethodToolsList, "")
+	hdr.Set("Traceparent", "00-"+headerTrace+"-"+headerSpan+"-01")
+	if r := f.post(t, request(1, mcp.MethodToolsList, ""), hdr); r.status != 200 {
+		t.Fatalf("tools/list: %d %s", r.status, r.body)
+	}
+	for _, s := range exp.GetSpans() {
+		if s.Name == mcp.MethodToolsList {
+			if s.SpanContext.TraceID().String() != headerTrace || s.Parent.SpanID().String() != headerSpan {
+				t.Fatalf("span in trace %s under %s, want the headers' %s under %s", s.SpanContext.TraceID(), s.Parent.SpanID(), headerTrace, headerSpan)
+			}
+			return
+		}
+	}
+	t.Fatal("no tools/list span")
+}

@@ -248,8 +248,8 @@ func collect(t *testing.T, spans <-chan *coltrace.ExportTraceServiceRequest, wha
 // TestFileChangeIsOneTraceToWatch: with OTLP set in the environment, a
 // file created under tidings serve is a change trace (a producer span
 // named by the notification), the notification reaches a listening
-// tidings watch with that trace's context in _meta (watch --json prints
-// it), and the re-read it prompts — the watch's client span and the
+// tidings watch with that trace's context and the change's time in _meta
+// (watch --json prints both), and the re-read it prompts — the watch's client span and the
 // server's span of it — are spans of the same trace.
 func TestFileChangeIsOneTraceToWatch(t *testing.T) {
 	bin := buildBinary(t)
@@ -269,14 +269,21 @@ func TestFileChangeIsOneTraceToWatch(t *testing.T) {
 	}
 	added := fileURI(t, dir, "new.txt")
 	var ev struct {
-		Event       string   `json:"event"`
-		Added       []string `json:"added"`
-		TraceParent string   `json:"traceparent"`
+		Time        time.Time `json:"time"`
+		Event       string    `json:"event"`
+		Added       []string  `json:"added"`
+		TraceParent string    `json:"traceparent"`
+		ChangedAt   time.Time `json:"changedAt"`
 	}
 	js.expect("resources_changed adding "+added+" with a trace", func(l string) bool {
 		ev.Added, ev.TraceParent = nil, ""
 		return json.Unmarshal([]byte(l), &ev) == nil && ev.Event == "resources_changed" && slices.Contains(ev.Added, added) && ev.TraceParent != ""
 	})
+	// Server and watch share this machine's clock: the change happened
+	// before the watch reported it.
+	if ev.ChangedAt.IsZero() || ev.ChangedAt.After(ev.Time.Add(time.Second)) {
+		t.Errorf("the change happened at %v by the event, which was reported at %v", ev.ChangedAt, ev.Time)
+	}
 	trace := traceID(ev.TraceParent)
 	collect(t, spans, "the change's span and the re-read's two spans in trace "+trace, func(got []exportedSpan) bool {
 		change, rereads := false, 0

@@ -899,6 +899,9 @@ func eventLine(e client.Event) string {
 		field("added", e.Added)
 		field("removed", e.Removed)
 		field("changed", e.Changed)
+		if !e.ChangedAt.IsZero() {
+			b.WriteString(" age=" + e.At.Sub(e.ChangedAt).Round(time.Millisecond).String())
+		}
 		if id := traceID(e.TraceParent); id != "" {
 			b.WriteString(" trace=" + id)
 		}
@@ -920,13 +923,15 @@ type jsonEvent struct {
 	// TraceParent is the change's trace context, as the server's
 	// notification carried it.
 	TraceParent string `json:"traceparent,omitempty"`
+	// ChangedAt is when the change happened, by the server's clock.
+	ChangedAt time.Time `json:"changedAt,omitzero"`
 }
 
 // eventJSON is the --json form of an event, on one line.
 func eventJSON(e client.Event) ([]byte, error) {
 	j := jsonEvent{
 		Time: e.At.UTC(), Event: e.Kind.String(), URI: e.URI,
-		Added: e.Added, Removed: e.Removed, Changed: e.Changed, Graceful: e.Graceful, TraceParent: e.TraceParent,
+		Added: e.Added, Removed: e.Removed, Changed: e.Changed, Graceful: e.Graceful, TraceParent: e.TraceParent, ChangedAt: e.ChangedAt,
 	}
 	if e.Kind == client.Connected {
 		g := e.Granted
