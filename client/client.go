@@ -38,6 +38,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"tidings/internal/buildinfo"
+	"tidings/internal/tracectx"
 	"tidings/internal/xheader"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -493,7 +494,7 @@ type callOpts struct {
 	logLevel mcp.LogLevel
 	onLog    func(level mcp.LogLevel, logger string, data jsontext.Value)
 	// trace, when set, is the trace context the request carries in _meta.
-	trace *traceMeta
+	trace *tracectx.Carrier
 }
 
 // deliverProgress hands a notifications/progress to fn.
@@ -537,7 +538,7 @@ func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, tok
 		meta[mcp.MetaProgressToken] = jsontext.Value(token)
 	}
 	if o != nil {
-		o.trace.addTo(meta)
+		addTrace(meta, o.trace)
 	}
 	p := make(map[string]any, len(params)+1)
 	for k, v := range params {
@@ -683,12 +684,12 @@ func modernHeader(method string, o callOpts) []headerField {
 	if o.name != nil {
 		h = append(h, headerField{mcp.HeaderName, xheader.Encode(*o.name)})
 	}
-	if t := o.trace; t != nil && t.parent != "" {
+	if t := o.trace; t != nil && t.Parent != "" {
 		// For peers that read trace context from HTTP headers (an HTTP
 		// middleware's) rather than from _meta.
-		h = append(h, headerField{"Traceparent", t.parent})
-		if t.state != "" {
-			h = append(h, headerField{"Tracestate", t.state})
+		h = append(h, headerField{"Traceparent", t.Parent})
+		if t.State != "" {
+			h = append(h, headerField{"Tracestate", t.State})
 		}
 	}
 	return append(h, o.params...)

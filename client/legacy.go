@@ -306,7 +306,7 @@ func (c *Client) doLegacy(ctx context.Context, ls *legacySession, method string,
 			token = strconv.Quote("p" + id.Raw())
 			meta[mcp.MetaProgressToken] = jsontext.Value(token)
 		}
-		o.trace.addTo(meta)
+		addTrace(meta, o.trace)
 		if len(meta) > 0 {
 			p["_meta"] = meta
 		}

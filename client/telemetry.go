@@ -8,11 +8,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 	"go.opentelemetry.io/otel/trace"
 
+	"tidings/internal/tracectx"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -51,38 +51,14 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	})
 }
 
-// traceMeta is the trace context a request carries in its _meta.
-type traceMeta struct{ parent, state string }
-
-func (m *traceMeta) Get(key string) string {
-	switch key {
-	case mcp.MetaTraceParent:
-		return m.parent
-	case mcp.MetaTraceState:
-		return m.state
-	}
-	return ""
-}
-
-func (m *traceMeta) Set(key, value string) {
-	switch key {
-	case mcp.MetaTraceParent:
-		m.parent = value
-	case mcp.MetaTraceState:
-		m.state = value
-	}
-}
-
-func (*traceMeta) Keys() []string { return []string{mcp.MetaTraceParent, mcp.MetaTraceState} }
-
-// addTo adds the trace context to a request's _meta.
-func (m *traceMeta) addTo(meta map[string]any) {
-	if m == nil || m.parent == "" {
+// addTrace adds the trace context tc (nil: none) to a request's _meta.
+func addTrace(meta map[string]any, tc *tracectx.Carrier) {
+	if tc == nil || tc.Parent == "" {
 		return
 	}
-	meta[mcp.MetaTraceParent] = m.parent
-	if m.state != "" {
-		meta[mcp.MetaTraceState] = m.state
+	meta[mcp.MetaTraceParent] = tc.Parent
+	if tc.State != "" {
+		meta[mcp.MetaTraceState] = tc.State
 	}
 }
 
@@ -115,8 +91,8 @@ func (c *Client) observe(ctx context.Context, method string, o *callOpts) (conte
 			name += " " + target
 		}
 		ctx, span = c.cfg.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-		o.trace = &traceMeta{}
-		propagation.TraceContext{}.Inject(ctx, o.trace)
+		tc := tracectx.Of(ctx)
+		o.trace = &tc
 	}
 	return ctx, func(err error) {
 		if err != nil {

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"tidings/internal/tracectx"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 )
@@ -647,7 +647,7 @@ func stampOf(m *jsonrpc.Message) changeStamp {
 	}
 	st := changeStamp{at: p.Meta.ChangedAt}
 	if p.Meta.TraceParent != "" {
-		sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), &traceMeta{parent: p.Meta.TraceParent}))
+		sc := trace.SpanContextFromContext(tracectx.Extract(context.Background(), p.Meta.TraceParent, ""))
 		if sc.IsValid() {
 			st.traceParent = p.Meta.TraceParent
 		}
@@ -771,7 +771,7 @@ func (w *Watcher) reread(ctx context.Context, topic string, since time.Time, st 
 	w.stats.rereads.Add(1)
 	if st.traceParent != "" && w.c.cfg.tracer != nil {
 		// The re-read joins the trace of the change that prompted it.
-		ctx = propagation.TraceContext{}.Extract(ctx, &traceMeta{parent: st.traceParent})
+		ctx = tracectx.Extract(ctx, st.traceParent, "")
 	}
 	items := map[string][32]byte{}
 	var kind EventKind

@@ -26,12 +26,7 @@ import (
 // server span under the gateway's client span — the trace context
 // carried in _meta on both hops.
 func TestCallThroughTheGatewayIsOneTrace(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	up := server.New(mcp.Implementation{Name: "upstream", Version: "1"}, server.WithTracerProvider(tp))
-	addEcho(t, up, "get_weather", `{"type":"object"}`)
-	upURL := serveOnLoopback(t, up, streamhttp.New(up))
+	tp, exp, _, upURL := tracedUpstream(t)
 	_, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "weather", URL: upURL, Prefix: new(string)}}},
 		gateway.WithServerOptions(server.WithTracerProvider(tp)), gateway.WithClientOptions(client.WithTracerProvider(tp)))
 	c := client.NewHTTP(url, client.WithTracerProvider(tp))
@@ -74,6 +69,18 @@ func TestCallThroughTheGatewayIsOneTrace(t *testing.T) {
 	}
 }
 
+// tracedUpstream serves a traced upstream with one tool, get_weather,
+// over HTTP on loopback, its spans recorded by the provider it returns.
+func tracedUpstream(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter, *server.Server, string) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	up := server.New(mcp.Implementation{Name: "upstream", Version: "1"}, server.WithTracerProvider(tp))
+	addEcho(t, up, "get_weather", `{"type":"object"}`)
+	return tp, exp, up, serveOnLoopback(t, up, streamhttp.New(up))
+}
+
 func spanID(s *tracetest.SpanStub) trace.SpanID {
 	if s == nil {
 		return trace.SpanID{}
@@ -86,12 +93,7 @@ func spanID(s *tracetest.SpanStub) trace.SpanID {
 // the gateway's change span (road origin) is the child of the upstream's,
 // and the caller's notification carries that trace.
 func TestUpstreamChangeIsOneTraceThroughTheGateway(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	up := server.New(mcp.Implementation{Name: "upstream", Version: "1"}, server.WithTracerProvider(tp))
-	addEcho(t, up, "get_weather", `{"type":"object"}`)
-	upURL := serveOnLoopback(t, up, streamhttp.New(up))
+	tp, exp, up, upURL := tracedUpstream(t)
 	g, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "weather", URL: upURL, Prefix: new(string)}}},
 		gateway.WithServerOptions(server.WithTracerProvider(tp)))
 	testkit.WaitFor(t, waitTimeout, "the gateway's listen on the upstream", func() bool {

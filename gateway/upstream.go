@@ -16,11 +16,11 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/yosida95/uritemplate/v3"
-	"go.opentelemetry.io/otel/propagation"
 
 	"tidings/client"
 	"tidings/client/oauth"
 	"tidings/internal/buildinfo"
+	"tidings/internal/tracectx"
 	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
@@ -478,11 +478,7 @@ func (u *upstream) announce(e client.Event) {
 // changeContext holds the trace context of the upstream's notification of
 // e, if it carried one: the gateway's change continues that trace.
 func changeContext(e client.Event) context.Context {
-	ctx := context.Background()
-	if e.TraceParent != "" {
-		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{mcp.MetaTraceParent: e.TraceParent})
-	}
-	return ctx
+	return tracectx.Extract(context.Background(), e.TraceParent, "")
 }
 
 // noteAnnounced records that an announcement of topic, made at at, was

@@ -4,6 +4,7 @@ import (
 	"context"
 	"tidings/bus"
 	"tidings/hub"
+	"tidings/internal/tracectx"
 )
 
 // WithBus joins the server to its other replicas through b, so that a
@@ -155,11 +156,8 @@ func (h *busHandler) Deliver(e bus.Event) {
 		s.shared.remote(c) // told once the shared state is loaded
 		return
 	}
-	ctx := context.Background()
-	if e.TraceParent != "" {
-		// The change's span here continues the trace of its span there.
-		ctx = traceContext.Extract(ctx, &stampCarrier{parent: e.TraceParent, state: e.TraceState})
-	}
+	// The change's span here continues the trace of its span there.
+	ctx := tracectx.Extract(context.Background(), e.TraceParent, e.TraceState)
 	end := s.changes.stampAt(ctx, &c.Event, roadBus, e.Sent)
 	s.hub.PublishRemote(c.Event)
 	end()

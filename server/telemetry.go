@@ -9,13 +9,13 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/semconv/v1.41.0/mcpconv"
 	"go.opentelemetry.io/otel/trace"
 
 	"tidings/hub"
 	"tidings/internal/engine"
+	"tidings/internal/tracectx"
 	"tidings/mcp"
 )
 
@@ -67,34 +67,13 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	}
 }
 
-// traceContext reads the W3C trace context the server writes and reads
-// in _meta.
-var traceContext = propagation.TraceContext{}
-
-// metaCarrier gives a request's _meta to the trace context propagator.
-type metaCarrier struct{ m *mcp.RequestMeta }
-
-func (c metaCarrier) Get(key string) string {
-	switch key {
-	case mcp.MetaTraceParent:
-		return c.m.TraceParent
-	case mcp.MetaTraceState:
-		return c.m.TraceState
-	}
-	return ""
-}
-
-func (metaCarrier) Set(string, string) {}
-
-func (metaCarrier) Keys() []string { return []string{mcp.MetaTraceParent, mcp.MetaTraceState} }
-
 // observe starts the account of one request — its span and its duration,
 // as the server was told to keep them — and returns the context the
 // request runs in and the function that closes the account with its
 // reply. It is not called when neither is kept.
 func (s *Server) observe(ctx context.Context, call *engine.Call, req *Request) (context.Context, func(*engine.Reply)) {
 	if m := call.P.Meta; m != nil && m.TraceParent != "" {
-		ctx = traceContext.Extract(ctx, metaCarrier{m})
+		ctx = tracectx.Extract(ctx, m.TraceParent, m.TraceState)
 	}
 	start := time.Now()
 	attrs := requestAttributes(req)
@@ -246,15 +225,14 @@ func (t *changeTelemetry) stampAt(ctx context.Context, e *hub.Event, road string
 	}
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(semconv.McpMethodNameKey.String(name), changeRoadKey.String(road)))
-	var c stampCarrier
-	traceContext.Inject(ctx, &c)
-	st.TraceParent, st.TraceState = c.parent, c.state
-	if c.parent != "" {
+	c := tracectx.Of(ctx)
+	st.TraceParent, st.TraceState = c.Parent, c.State
+	if c.Parent != "" {
 		st.Members = append(st.Members, `,"`+mcp.MetaTraceParent+`":`...)
-		st.Members, _ = jsontext.AppendQuote(st.Members, c.parent)
-		if c.state != "" {
+		st.Members, _ = jsontext.AppendQuote(st.Members, c.Parent)
+		if c.State != "" {
 			st.Members = append(st.Members, `,"`+mcp.MetaTraceState+`":`...)
-			st.Members, _ = jsontext.AppendQuote(st.Members, c.state)
+			st.Members, _ = jsontext.AppendQuote(st.Members, c.State)
 		}
 	}
 	return func() { span.End() }
@@ -271,31 +249,6 @@ func (t *changeTelemetry) delayed(st *hub.Stamp) {
 	}
 }
 
-// stampCarrier carries a change's trace context to and from the
-// propagator: out of its span, in from another replica's message.
-type stampCarrier struct{ parent, state string }
-
-func (c *stampCarrier) Get(key string) string {
-	switch key {
-	case mcp.MetaTraceParent:
-		return c.parent
-	case mcp.MetaTraceState:
-		return c.state
-	}
-	return ""
-}
-
-func (c *stampCarrier) Set(key, value string) {
-	switch key {
-	case mcp.MetaTraceParent:
-		c.parent = value
-	case mcp.MetaTraceState:
-		c.state = value
-	}
-}
-
-func (c *stampCarrier) Keys() []string { return []string{mcp.MetaTraceParent, mcp.MetaTraceState} }
-
 // withTraceHeaders returns ctx holding the trace context of env's HTTP
 // headers, for a traced server's request whose _meta names none and whose
 // context holds no span already.
@@ -304,8 +257,6 @@ func (s *Server) withTraceHeaders(ctx context.Context, call *engine.Call, env en
 	if !ok || s.cfg.tracer == nil || (call.P.Meta != nil && call.P.Meta.TraceParent != "") || trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	if parent, state := th.TraceHeaders(); parent != "" {
-		ctx = traceContext.Extract(ctx, metaCarrier{&mcp.RequestMeta{TraceParent: parent, TraceState: state}})
-	}
-	return ctx
+	parent, state := th.TraceHeaders()
+	return tracectx.Extract(ctx, parent, state)
 }
