@@ -32,8 +32,8 @@ const instrumentationName = "tidings/server"
 // Its parent is the trace context the request carries in params._meta
 // (traceparent, tracestate), otherwise whatever span the context the
 // transport passed holds (an HTTP middleware's), and otherwise the
-// request's traceparent and tracestate HTTP headers. Without this option the
-// server records nothing and reads no trace context.
+// request's traceparent and tracestate HTTP headers. Without this option
+// the server records no span and reads no trace context.
 //
 // A listen's span covers the request until its acknowledgement, not the
 // listen's life.
@@ -72,7 +72,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // request runs in and the function that closes the account with its
 // reply. It is not called when neither is kept.
 func (s *Server) observe(ctx context.Context, call *engine.Call, req *Request) (context.Context, func(*engine.Reply)) {
-	if m := call.P.Meta; m != nil && m.TraceParent != "" {
+	if m := call.P.Meta; m != nil && m.TraceParent != "" && s.cfg.tracer != nil {
 		ctx = tracectx.Extract(ctx, m.TraceParent, m.TraceState)
 	}
 	start := time.Now()
