@@ -147,21 +147,25 @@ func TestRequestSpanOfAnErrorSaysWhich(t *testing.T) {
 	}
 }
 
-// TestNoProviderRecordsNothing: a server given no provider reads no
-// trace context and leaves the context's span alone.
+// TestNoProviderRecordsNothing: a server given no tracer provider (none
+// at all, or a meter provider alone) reads no trace context and leaves
+// the context's span alone.
 func TestNoProviderRecordsNothing(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	defer tp.Shutdown(context.Background())
-	h := newHarness(t)
-	var seen trace.SpanContext
-	mustAddTool(t, h.srv, textTool("probe"), func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
-		seen = trace.SpanContextFromContext(ctx)
-		return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("ok")}}, nil
-	})
-	callOK(t, h, 1, mcp.MethodToolsCall, P{"name": "probe", "arguments": P{}, "_meta": P{mcp.MetaTraceParent: callerParent}})
-	if seen.IsValid() || len(exp.GetSpans()) != 0 {
-		t.Fatalf("a server without providers linked %v and recorded %d spans", seen, len(exp.GetSpans()))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	for name, opts := range map[string][]server.Option{"none": nil, "meter alone": {server.WithMeterProvider(mp)}} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, opts...)
+			var seen trace.SpanContext
+			mustAddTool(t, h.srv, textTool("probe"), func(ctx context.Context, _ *server.ToolRequest) (*mcp.CallToolResult, error) {
+				seen = trace.SpanContextFromContext(ctx)
+				return &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent("ok")}}, nil
+			})
+			callOK(t, h, 1, mcp.MethodToolsCall, P{"name": "probe", "arguments": P{}, "_meta": P{mcp.MetaTraceParent: callerParent}})
+			if seen.IsValid() {
+				t.Fatalf("a server without a tracer provider linked its handler to %v", seen)
+			}
+		})
 	}
 }
 
