@@ -429,7 +429,7 @@ func (u *upstream) event(e client.Event) {
 		if u.takeAnnounced("uri:"+e.URI, e.Since) {
 			return
 		}
-		u.g.srv.ResourceUpdated(e.URI)
+		u.g.srv.ResourceUpdatedContext(changeContext(e), e.URI)
 		u.lag(e)
 	case client.Connected:
 		// What answers at the upstream's address may be another server
@@ -460,7 +460,7 @@ func (u *upstream) event(e client.Event) {
 func (u *upstream) announce(e client.Event) {
 	if e.Kind == client.ResourceUpdated {
 		u.g.forgetRead(e.URI)
-		u.g.srv.ResourceUpdated(e.URI)
+		u.g.srv.ResourceUpdatedContext(changeContext(e), e.URI)
 		u.noteAnnounced("uri:"+e.URI, e.At)
 		u.lag(e)
 		return

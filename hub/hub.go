@@ -85,13 +85,14 @@ type Event struct {
 	// publisher that forwards an event elsewhere sends what it built Sees
 	// from along with it.
 	Sees func(principal string) bool
-	// Stamp, when not nil, says where and when this change of Kinds
-	// happened, for telemetry (see Stamp).
+	// Stamp, when not nil, says where and when this change (of Kinds, or
+	// of URI) happened, for telemetry (see Stamp).
 	Stamp *Stamp
 }
 
 // Stamp is where and when a change happened: the notifications that tell
-// of a list's change carry the trace context of the latest one, and the
+// of a list's change, or of a resource's update, carry the trace context
+// of the latest one, and the
 // delay from At to each notification is measured. Only a change told to
 // everyone is remembered: one whose Audience or Sees limits it clears the
 // list's stamp instead, so that no notification carries the trace of a
@@ -111,16 +112,21 @@ type Stamp struct {
 
 // Hub routes events to subscriptions. The zero value is not usable; call New.
 type Hub struct {
-	mu      sync.RWMutex
-	kinds   [3]map[*Subscription]struct{}
-	stamps  [3]atomic.Pointer[Stamp] // by mcp.List, the latest change's
-	all     map[*Subscription]struct{}
-	byURI   map[string]followers // by URI, the subscriptions that follow it
-	byTask  map[string][]ref     // by task id, the subscriptions that follow it
-	closed  bool
-	done    chan struct{}
-	drained chan struct{}
-	count   atomic.Int64
+	mu     sync.RWMutex
+	kinds  [3]map[*Subscription]struct{}
+	stamps [3]atomic.Pointer[Stamp] // by mcp.List, the latest change's
+	// uriStamps holds, by URI, the latest stamped update's stamp, while
+	// the URI is followed; uriStamped says whether any ever was, so that
+	// a hub whose events carry no stamps never touches it.
+	uriStamps  sync.Map
+	uriStamped atomic.Bool
+	all        map[*Subscription]struct{}
+	byURI      map[string]followers // by URI, the subscriptions that follow it
+	byTask     map[string][]ref     // by task id, the subscriptions that follow it
+	closed     bool
+	done       chan struct{}
+	drained    chan struct{}
+	count      atomic.Int64
 	// principals holds, by principal, what its subscriptions share: the
 	// answer of an event's Sees, asked once per principal and event.
 	principals map[string]*principal
@@ -174,6 +180,17 @@ func New() *Hub {
 // Stamp returns the stamp of the latest change of list l, or nil when it
 // had none or was not told to everyone.
 func (h *Hub) Stamp(l mcp.List) *Stamp { return h.stamps[l].Load() }
+
+// URIStamp returns the stamp of the latest update of uri, while it is
+// followed, or nil when it had none or was not told to everyone.
+func (h *Hub) URIStamp(uri string) *Stamp {
+	if !h.uriStamped.Load() {
+		return nil
+	}
+	st, _ := h.uriStamps.Load(uri)
+	p, _ := st.(*Stamp)
+	return p
+}
 
 // SetObserver installs fn to be called with every event published through
 // Publish (not PublishRemote). Call it before the hub is in use.
@@ -425,7 +442,14 @@ func (h *Hub) deliver(e Event) {
 		}
 	}
 	if e.URI != "" {
-		for _, r := range h.byURI[e.URI].refs {
+		fl, followed := h.byURI[e.URI]
+		if e.Stamp != nil && e.Audience == nil && e.Sees == nil && followed {
+			h.uriStamped.Store(true)
+			h.uriStamps.Store(e.URI, e.Stamp)
+		} else if h.uriStamped.Load() {
+			h.uriStamps.Delete(e.URI)
+		}
+		for _, r := range fl.refs {
 			if admits(r.sub) {
 				if r.sub.mark(r.idx) {
 					r.sub.merged.Add(1)
@@ -664,6 +688,9 @@ func (h *Hub) unfollow(s *Subscription, uri string) (int, bool) {
 	idx := fl.refs[k].idx
 	if len(fl.refs) == 1 {
 		delete(h.byURI, uri)
+		if h.uriStamped.Load() {
+			h.uriStamps.Delete(uri)
+		}
 		return idx, true
 	}
 	last := len(fl.refs) - 1

@@ -115,7 +115,20 @@ func (n *listenNotices) StampedListChanged(l mcp.List) []byte {
 }
 
 func (n *listenNotices) Updated(buf []byte, uri string) ([]byte, bool) {
-	return engine.AppendUpdated(buf, uri, n.idMeta), true
+	msg := engine.AppendUpdated(buf, uri, n.idMeta)
+	if n.srv.changes == nil {
+		return msg, true
+	}
+	// A stamped update: its members go into _meta, before the three
+	// bytes that close it, params and the message.
+	if st := n.srv.hub.URIStamp(uri); st != nil {
+		n.srv.changes.delayed(st)
+		if len(st.Members) > 0 {
+			msg = append(msg[:len(msg)-3], st.Members...)
+			msg = append(msg, "}}}"...)
+		}
+	}
+	return msg, true
 }
 
 // listen serves subscriptions/listen: the acknowledgement first, then

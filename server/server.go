@@ -513,13 +513,22 @@ func (s *Server) RequiredScopes(principal, method, name string) []string {
 
 // ResourceUpdated tells every listener subscribed to uri that its content
 // changed. Call it whenever a read of uri would now return something else.
-func (s *Server) ResourceUpdated(uri string) {
+func (s *Server) ResourceUpdated(uri string) { s.ResourceUpdatedContext(context.Background(), uri) }
+
+// ResourceUpdatedContext is ResourceUpdated for an update that continues
+// a trace: with WithTracerProvider, the update's span is the child of the
+// span ctx holds (see ListChangedContext).
+func (s *Server) ResourceUpdatedContext(ctx context.Context, uri string) {
 	c := change{Event: hub.Event{URI: uri}}
 	if v := s.cfg.visible; v != nil {
 		c.Sees = func(p string) bool { return v(p, ListResources, uri) }
 		c.keys, c.list = []string{uri}, ListResources
 	}
-	publish(context.Background(), s.hub, s.cfg.bus, c, s.changes, roadLocal)
+	road := roadLocal
+	if s.cfg.origin != nil {
+		road = roadOrigin
+	}
+	publish(ctx, s.hub, s.cfg.bus, c, s.changes, road)
 }
 
 // ---- completion ----

@@ -188,11 +188,12 @@ func newChangeTelemetry(cfg config) *changeTelemetry {
 	return t
 }
 
-// stamp stamps e, a change of lists told to everyone, with the time and
+// stamp stamps e, a change of lists or a resource's update told to
+// everyone, with the time and
 // (when traced) the trace of the change — a span of its own, the child of
 // the span ctx holds if any (a gateway's upstream's change, another
 // replica's) — and returns the function that ends its span once the hub
-// has told everyone. A change of no list, or one told only to some (whose
+// has told everyone. A task's change, or one told only to some (whose
 // trace others must not see), is left as it is.
 func (t *changeTelemetry) stamp(ctx context.Context, e *hub.Event, road string) (end func()) {
 	return t.stampAt(ctx, e, road, time.Time{})
@@ -202,7 +203,7 @@ func (t *changeTelemetry) stamp(ctx context.Context, e *hub.Event, road string) 
 // teller's clock: another replica's, which sent it then. A time ahead of
 // this clock's is taken for now.
 func (t *changeTelemetry) stampAt(ctx context.Context, e *hub.Event, road string, at time.Time) (end func()) {
-	if t == nil || e.Kinds == 0 || e.Audience != nil || e.Sees != nil {
+	if t == nil || (e.Kinds == 0 && e.URI == "") || e.Audience != nil || e.Sees != nil {
 		return func() {}
 	}
 	st := &hub.Stamp{At: time.Now(), Road: road}
@@ -216,15 +217,18 @@ func (t *changeTelemetry) stampAt(ctx context.Context, e *hub.Event, road string
 	if t.tracer == nil {
 		return func() {}
 	}
-	name := ""
+	name := mcp.NotifyResourceUpdated
 	for _, l := range mcp.Lists() {
 		if e.Kinds.Has(l) {
 			name = l.Changed()
 			break
 		}
 	}
-	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(semconv.McpMethodNameKey.String(name), changeRoadKey.String(road)))
+	attrs := []attribute.KeyValue{semconv.McpMethodNameKey.String(name), changeRoadKey.String(road)}
+	if e.URI != "" {
+		attrs = append(attrs, semconv.McpResourceURI(e.URI))
+	}
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	c := tracectx.Of(ctx)
 	st.TraceParent, st.TraceState = c.Parent, c.State
 	if c.Parent != "" {

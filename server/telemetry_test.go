@@ -341,3 +341,43 @@ func changeTraceCrossesTheBus(t *testing.T, open func() bus.Bus) {
 		t.Errorf("the bus's change span is under %s, want under the first replica's %s", remote.Parent.SpanID(), local.SpanContext.SpanID())
 	}
 }
+
+// TestUpdateIsATraceItsNotificationCarries: a resource's update is a
+// trace of its own too, and the notification of it to a listen that
+// follows the resource carries that trace and the update's time.
+func TestUpdateIsATraceItsNotificationCarries(t *testing.T) {
+	h, exp, _ := tracedHarness(t)
+	const uri = "mem://doc"
+	mustAddResource(t, h.srv, uri, textResource(uri, "v1"))
+	l := h.startListen("L1", P{"notifications": P{"resourceSubscriptions": []string{uri}}})
+	l.ack(t)
+	h.srv.ResourceUpdated(uri)
+	ns := l.rec.waitUntil(t, "the update", func(ns []notif) bool { return countMethod(ns, mcp.NotifyResourceUpdated) > 0 })
+	var meta map[string]any
+	for _, n := range ns {
+		if n.Method == mcp.NotifyResourceUpdated {
+			l.checkTag(t, n)
+			meta, _ = n.Params["_meta"].(map[string]any)
+		}
+	}
+	tp, _ := meta[mcp.MetaTraceParent].(string)
+	if len(tp) != 55 {
+		t.Fatalf("the update's notification carries traceparent %q: %v", tp, meta)
+	}
+	if at, _ := meta[mcp.MetaChangedAt].(string); at == "" {
+		t.Errorf("the update's notification says not when it happened: %v", meta)
+	}
+	deadline := time.Now().Add(waitLimit)
+	for time.Now().Before(deadline) {
+		for _, s := range exp.GetSpans() {
+			if s.Name == mcp.NotifyResourceUpdated && s.SpanContext.TraceID().String() == tp[3:35] {
+				if got, _ := attr(s.Attributes, "mcp.resource.uri"); got != uri {
+					t.Errorf("the update's span names %q, want %q", got, uri)
+				}
+				return
+			}
+		}
+		time.Sleep(time.Millisecond) // polling, with a deadline
+	}
+	t.Fatal("no span of the update in the notification's trace")
+}
