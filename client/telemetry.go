@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -96,17 +97,17 @@ func (c *Client) observe(ctx context.Context, method string, o *callOpts) (conte
 	}
 	return ctx, func(err error) {
 		if err != nil {
-			kind := "_OTHER"
-			if je, ok := err.(*jsonrpc.Error); ok {
-				kind = strconv.Itoa(je.Code)
-				attrs = append(attrs, semconv.RPCResponseStatusCode(kind))
+			// A JSON-RPC error is typed by its code, as the server's span
+			// of it is; anything else (the server unreachable, the reply
+			// unreadable) by the conventions' catch-all.
+			failed := []attribute.KeyValue{semconv.ErrorTypeOther}
+			if je, ok := errors.AsType[*jsonrpc.Error](err); ok {
+				code := strconv.Itoa(je.Code)
+				failed = []attribute.KeyValue{semconv.ErrorTypeKey.String(code), semconv.RPCResponseStatusCode(code)}
 			}
-			attrs = append(attrs, semconv.ErrorTypeKey.String(kind))
+			attrs = append(attrs, failed...)
 			if span != nil {
-				span.SetAttributes(attrs[len(attrs)-1])
-				if kind != "_OTHER" {
-					span.SetAttributes(semconv.RPCResponseStatusCode(kind))
-				}
+				span.SetAttributes(failed...)
 				span.SetStatus(codes.Error, err.Error())
 			}
 		}
