@@ -67,7 +67,6 @@ const (
 // when it learnt it. A server that traces or measures its changes sends it.
 const MetaChangedAt = "io.github.tidings/changedAt"
 
-
 // MCP error codes beyond the JSON-RPC standard ones.
 const (
 	CodeHeaderMismatch             = -32020
