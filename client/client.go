@@ -564,17 +564,14 @@ func (c *Client) do(ctx context.Context, method string, params map[string]any, o
 	}
 	ctx, stop := bindLife(ctx, c.life.ctx)
 	defer stop()
+	var done func(error)
 	if c.cfg.tracer != nil || c.cfg.opDuration != nil {
-		var done func(error)
 		ctx, done = c.observe(ctx, method, &o)
-		res, err := c.doEra(ctx, method, params, o)
-		done(err)
-		if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
-			return nil, fmt.Errorf("%w (%s)", ErrClosed, method)
-		}
-		return res, err
 	}
 	res, err := c.doEra(ctx, method, params, o)
+	if done != nil {
+		done(err)
+	}
 	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
 		return nil, fmt.Errorf("%w (%s)", ErrClosed, method)
 	}

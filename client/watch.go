@@ -752,8 +752,10 @@ func (w *Watcher) rereadLoop(ctx context.Context) {
 			since[t] = at
 		}
 		clear(w.dirty)
-		stamps := w.stamps
-		w.stamps = map[string]changeStamp{}
+		var stamps map[string]changeStamp // most notifications carry none
+		if len(w.stamps) > 0 {
+			stamps, w.stamps = w.stamps, map[string]changeStamp{}
+		}
 		w.mu.Unlock()
 		slices.Sort(topics)
 		for _, t := range topics {

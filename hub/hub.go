@@ -92,11 +92,11 @@ type Event struct {
 
 // Stamp is where and when a change happened: the notifications that tell
 // of a list's change, or of a resource's update, carry the trace context
-// of the latest one, and the
-// delay from At to each notification is measured. Only a change told to
-// everyone is remembered: one whose Audience or Sees limits it clears the
-// list's stamp instead, so that no notification carries the trace of a
-// change its listener was not told of.
+// of the latest one, and the delay from At to each notification is
+// measured. Only a change told to everyone is remembered: one whose
+// Audience or Sees limits it clears the stamp instead, so that no
+// notification carries the trace of a change its listener was not told
+// of.
 type Stamp struct {
 	At          time.Time
 	TraceParent string

@@ -57,7 +57,7 @@ type listenNotices struct {
 	req    *Request
 	sent   map[string][]byte
 	// stamped holds, once a stamped change reached the listen, the last
-	// message made for each list's stamp (see StampedListChanged).
+	// message made for each list's stamp (see ListChanged).
 	stamped *stampedNotices
 }
 
@@ -82,23 +82,21 @@ func newListenNotices(srv *Server, principal string, id jsonrpc.ID) *listenNotic
 	return n
 }
 
-func (n *listenNotices) ListChanged(l mcp.List) []byte { return n.changed[l] }
-
-// StampedListChanged returns, when the latest change of l was stamped
-// (the server traces or measures its changes), l's list change with the
-// change's time and trace context in _meta beside the subscription id,
-// and counts the delay since the change; nil when it was not.
-func (n *listenNotices) StampedListChanged(l mcp.List) []byte {
+// ListChanged returns l's list change: the listen's own message, or,
+// when the latest change of l was stamped (the server traces or measures
+// its changes), one with the change's time and trace context in _meta
+// beside the subscription id (once), counting the delay since the change.
+func (n *listenNotices) ListChanged(l mcp.List) ([]byte, bool) {
 	if n.srv.changes == nil {
-		return nil
+		return n.changed[l], false
 	}
 	st := n.srv.hub.Stamp(l)
 	if st == nil {
-		return nil
+		return n.changed[l], false
 	}
 	n.srv.changes.delayed(st)
 	if len(st.Members) == 0 {
-		return nil
+		return n.changed[l], false
 	}
 	if n.stamped == nil {
 		n.stamped = &stampedNotices{}
@@ -111,7 +109,7 @@ func (n *listenNotices) StampedListChanged(l mcp.List) []byte {
 		msg = append(msg, st.Members...)
 		n.stamped.st[l], n.stamped.msg[l] = st, append(msg, plain[len(plain)-3:]...)
 	}
-	return n.stamped.msg[l]
+	return n.stamped.msg[l], true
 }
 
 func (n *listenNotices) Updated(buf []byte, uri string) ([]byte, bool) {

@@ -46,13 +46,6 @@ type Stream interface {
 // Envelope is what a transport carries beside the body and must agree
 // with it: on Streamable HTTP, the MCP-Protocol-Version, Mcp-Method,
 // Mcp-Name and Mcp-Param-* headers. stdio has none and passes nil.
-// TraceHeaders is an Envelope that carries W3C trace context headers
-// (traceparent, tracestate) beside the body, as HTTP does: a traced
-// server takes the request's trace from them when its _meta names none.
-type TraceHeaders interface {
-	TraceHeaders() (parent, state string)
-}
-
 type Envelope interface {
 	// Version returns the protocol version the transport declares. An
 	// error (missing, repeated, unsafe) is a header mismatch, reported
@@ -62,6 +55,13 @@ type Envelope interface {
 	// mirrored tool arguments (params) against the call; an error is a
 	// header mismatch. It runs once the versions are known to agree.
 	Route(c *Call, params []HeaderParam) error
+}
+
+// TraceHeaders is an Envelope that carries W3C trace context headers
+// (traceparent, tracestate) beside the body, as HTTP does: a traced
+// server takes the request's trace from them when its _meta names none.
+type TraceHeaders interface {
+	TraceHeaders() (parent, state string)
 }
 
 // HeaderParam is one Mcp-Param-* header a tool call must carry.

@@ -47,23 +47,16 @@ type StreamObserver interface {
 type Notices interface {
 	// ListChanged returns the message announcing a change of l. It is
 	// asked of every stream at every change, so it should return a
-	// message encoded once, not encode it anew.
-	ListChanged(l mcp.List) []byte
+	// message encoded once, not encode it anew. once says the message
+	// was made for the change at hand (it carries the change's trace
+	// context, see hub.Stamp): a transport that keeps a list's message
+	// framed for the stream's life frames this one for one drain only.
+	ListChanged(l mcp.List) (msg []byte, once bool)
 	// Updated appends the resources/updated message for uri to buf and
 	// returns it, with ok false to send nothing for it. The pump reuses
 	// buf for the next message, so that a change costs a stream no
 	// allocation once its buffer has grown.
 	Updated(buf []byte, uri string) (msg []byte, ok bool)
-}
-
-// StampedNotices is a Notices whose list changes may carry the trace
-// context of the change they tell of (see hub.Stamp). StampedListChanged
-// returns that message, made for the change at hand, or nil when the
-// change carries none and ListChanged's own is to be sent; a transport
-// that keeps ListChanged's message framed keeps this one for no longer
-// than one drain.
-type StampedNotices interface {
-	StampedListChanged(l mcp.List) []byte
 }
 
 // AppendUpdated appends the resources/updated notification for uri to
@@ -244,15 +237,9 @@ const maxScratch = 4 << 10
 // encodes each resources/updated message into scratch and returns the
 // buffer to keep for the next flush.
 func flush(out Stream, n Notices, kinds hub.Kind, uris []string, scratch []byte) (sent int, _ []byte, err error) {
-	sn, _ := n.(StampedNotices)
 	for _, l := range mcp.Lists() {
 		if kinds.Has(l) {
-			msg := n.ListChanged(l)
-			if sn != nil {
-				if m := sn.StampedListChanged(l); m != nil {
-					msg = m
-				}
-			}
+			msg, _ := n.ListChanged(l)
 			if err := out.Send(msg); err != nil {
 				return sent, scratch, err
 			}

@@ -70,7 +70,7 @@ func (s *sent) KeepAlive() error { return nil }
 
 type names struct{}
 
-func (names) ListChanged(l mcp.List) []byte                 { return []byte(l.Changed()) }
+func (names) ListChanged(l mcp.List) ([]byte, bool)         { return []byte(l.Changed()), false }
 func (names) Updated(buf []byte, uri string) ([]byte, bool) { return append(buf, uri...), true }
 
 // TestPumpDrainsWhatLandsWhileEnding: a change that lands between a

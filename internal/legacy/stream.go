@@ -30,7 +30,7 @@ func newNotices(ss *Session) *notices {
 	return n
 }
 
-func (n *notices) ListChanged(l mcp.List) []byte { return n.changed[l] }
+func (n *notices) ListChanged(l mcp.List) ([]byte, bool) { return n.changed[l], false }
 
 func (n *notices) Updated(buf []byte, uri string) ([]byte, bool) {
 	n.ss.mu.Lock()

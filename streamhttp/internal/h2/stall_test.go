@@ -19,7 +19,9 @@ import (
 // stallNotices encode a listen's notifications as small fixed events.
 type stallNotices struct{}
 
-func (stallNotices) ListChanged(mcp.List) []byte { return []byte(`{"method":"changed"}`) }
+func (stallNotices) ListChanged(mcp.List) ([]byte, bool) {
+	return []byte(`{"method":"changed"}`), false
+}
 func (stallNotices) Updated(b []byte, u string) ([]byte, bool) {
 	return append(b, u...), true
 }

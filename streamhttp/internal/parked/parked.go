@@ -65,9 +65,8 @@ type Drain struct {
 // (which appends an event to dst and returns it): first one event per
 // list that changed, from lists, where each list's event is framed once
 // and kept for the listen's life; then, in a buffer of d's, the list
-// changes whose message carries the change's trace context
-// (engine.StampedNotices), made for this change, and one event per
-// updated URI. When the hub is ending, whether read before the drain so
+// changes whose message was made for this change (its trace context),
+// and one event per updated URI. When the hub is ending, whether read before the drain so
 // that a change landing meanwhile is drained by the pass the shutdown's
 // own wake-up brings, Take ends the listen (engine.Drained) and returns
 // its last reply with end true; its body, unless nil or Broken, is
@@ -77,22 +76,20 @@ func (d *Drain) Take(l *engine.ParkedListen, lists *[3][]byte, iov [][]byte, fra
 	ending := l.Sub.Ending()
 	kinds, uris := l.Sub.Take(d.uris[:0])
 	sent := 0
-	sn, _ := l.Notices.(engine.StampedNotices)
 	buf := d.buf[:0]
 	for _, kind := range mcp.Lists() {
 		if kinds.Has(kind) {
-			if sn != nil {
-				// A change with a trace context is told in a message of
-				// its own, framed for this drain only.
-				if m := sn.StampedListChanged(kind); m != nil {
-					d.ev = sse.AppendEvent(d.ev[:0], m)
-					buf = frame(buf, d.ev)
-					sent++
-					continue
-				}
+			msg, once := l.Notices.ListChanged(kind)
+			if once {
+				// Made for this change (its trace context): framed for
+				// this drain only.
+				d.ev = sse.AppendEvent(d.ev[:0], msg)
+				buf = frame(buf, d.ev)
+				sent++
+				continue
 			}
 			if lists[kind] == nil {
-				d.ev = sse.AppendEvent(d.ev[:0], l.Notices.ListChanged(kind))
+				d.ev = sse.AppendEvent(d.ev[:0], msg)
 				lists[kind] = frame(nil, d.ev)
 			}
 			iov = append(iov, lists[kind])
