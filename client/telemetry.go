@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -69,28 +68,13 @@ func addTrace(meta map[string]any, tc *tracectx.Carrier) {
 // request's error. It is not called when neither is kept.
 func (c *Client) observe(ctx context.Context, method string, o *callOpts) (context.Context, func(error)) {
 	start := time.Now()
-	attrs := make([]attribute.KeyValue, 0, 5)
-	attrs = append(attrs, semconv.McpMethodNameKey.String(method), semconv.McpProtocolVersion(c.currentVersion()))
 	target := ""
 	if o.name != nil {
-		switch method {
-		case mcp.MethodToolsCall:
-			target = *o.name
-			attrs = append(attrs, semconv.GenAIToolName(target), semconv.GenAIOperationNameExecuteTool)
-		case mcp.MethodPromptsGet:
-			target = *o.name
-			attrs = append(attrs, semconv.GenAIPromptName(target))
-		case mcp.MethodResourcesRead, mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
-			target = *o.name
-			attrs = append(attrs, semconv.McpResourceURI(target))
-		}
+		target = *o.name
 	}
+	name, attrs := tracectx.Request(method, target, c.currentVersion())
 	var span trace.Span
 	if c.cfg.tracer != nil {
-		name := method
-		if target != "" {
-			name += " " + target
-		}
 		ctx, span = c.cfg.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 		tc := tracectx.Of(ctx)
 		o.trace = &tc
@@ -102,8 +86,7 @@ func (c *Client) observe(ctx context.Context, method string, o *callOpts) (conte
 			// unreadable) by the conventions' catch-all.
 			failed := []attribute.KeyValue{semconv.ErrorTypeOther}
 			if je, ok := errors.AsType[*jsonrpc.Error](err); ok {
-				code := strconv.Itoa(je.Code)
-				failed = []attribute.KeyValue{semconv.ErrorTypeKey.String(code), semconv.RPCResponseStatusCode(code)}
+				failed = tracectx.Failed(je.Code)
 			}
 			attrs = append(attrs, failed...)
 			if span != nil {

@@ -76,13 +76,9 @@ func (s *Server) observe(ctx context.Context, call *engine.Call, req *Request) (
 		ctx = tracectx.Extract(ctx, m.TraceParent, m.TraceState)
 	}
 	start := time.Now()
-	attrs := requestAttributes(req)
+	name, attrs := tracectx.Request(req.Method, req.Name, req.ProtocolVersion)
 	var span trace.Span
 	if s.cfg.tracer != nil {
-		name := req.Method
-		if t := spanTarget(req); t != "" {
-			name += " " + t
-		}
 		ctx, span = s.cfg.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 		if !req.ID.IsZero() {
 			id := req.ID.Raw()
@@ -94,10 +90,10 @@ func (s *Server) observe(ctx context.Context, call *engine.Call, req *Request) (
 	}
 	return ctx, func(rep *engine.Reply) {
 		if rep.Err != nil {
-			code := strconv.Itoa(rep.Err.Code)
-			attrs = append(attrs, semconv.ErrorTypeKey.String(code), semconv.RPCResponseStatusCode(code))
+			failed := tracectx.Failed(rep.Err.Code)
+			attrs = append(attrs, failed...)
 			if span != nil {
-				span.SetAttributes(semconv.ErrorTypeKey.String(code), semconv.RPCResponseStatusCode(code))
+				span.SetAttributes(failed...)
 				span.SetStatus(codes.Error, rep.Err.Message)
 			}
 		}
@@ -108,36 +104,6 @@ func (s *Server) observe(ctx context.Context, call *engine.Call, req *Request) (
 			d.RecordSet(ctx, time.Since(start).Seconds(), attribute.NewSet(attrs...))
 		}
 	}
-}
-
-// spanTarget is what the conventions append to a span's name: the tool,
-// the prompt or the resource's URI the request names.
-func spanTarget(req *Request) string {
-	switch req.Method {
-	case mcp.MethodToolsCall, mcp.MethodPromptsGet, mcp.MethodResourcesRead,
-		mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
-		return req.Name
-	}
-	return ""
-}
-
-// requestAttributes are the conventions' attributes of req that both the
-// span and the duration carry.
-func requestAttributes(req *Request) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 6)
-	attrs = append(attrs, semconv.McpMethodNameKey.String(req.Method))
-	if req.ProtocolVersion != "" {
-		attrs = append(attrs, semconv.McpProtocolVersion(req.ProtocolVersion))
-	}
-	switch req.Method {
-	case mcp.MethodToolsCall:
-		attrs = append(attrs, semconv.GenAIToolName(req.Name), semconv.GenAIOperationNameExecuteTool)
-	case mcp.MethodPromptsGet:
-		attrs = append(attrs, semconv.GenAIPromptName(req.Name))
-	case mcp.MethodResourcesRead, mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
-		attrs = append(attrs, semconv.McpResourceURI(req.Name))
-	}
-	return attrs
 }
 
 // The roads a change comes by, as the change's spans and the delay

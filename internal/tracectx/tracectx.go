@@ -1,13 +1,17 @@
 // Package tracectx carries a W3C trace context — traceparent and
 // tracestate, the two members MCP's _meta holds and the two HTTP headers
-// of the same names — to and from OpenTelemetry's propagator, the same
-// way for the server, the client and the gateway.
+// of the same names — to and from OpenTelemetry's propagator, and names
+// a request's span and attributes as OpenTelemetry's conventions for MCP
+// say: the same way for the server, the client and the gateway.
 package tracectx
 
 import (
 	"context"
+	"strconv"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"tidings/mcp"
 )
@@ -57,4 +61,38 @@ func Of(ctx context.Context) Carrier {
 	var c Carrier
 	w3c.Inject(ctx, &c)
 	return c
+}
+
+// Request returns the span name the conventions give a request of method
+// that names name (a tool, a prompt or a resource's URI; "" for none) in
+// protocol version ("" when unknown), and the attributes its span and its
+// duration carry.
+func Request(method, name, version string) (spanName string, attrs []attribute.KeyValue) {
+	attrs = make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs, semconv.McpMethodNameKey.String(method))
+	if version != "" {
+		attrs = append(attrs, semconv.McpProtocolVersion(version))
+	}
+	spanName = method
+	if name == "" {
+		return spanName, attrs
+	}
+	switch method {
+	case mcp.MethodToolsCall:
+		attrs = append(attrs, semconv.GenAIToolName(name), semconv.GenAIOperationNameExecuteTool)
+	case mcp.MethodPromptsGet:
+		attrs = append(attrs, semconv.GenAIPromptName(name))
+	case mcp.MethodResourcesRead, mcp.MethodResourcesSubscribe, mcp.MethodResourcesUnsubscribe:
+		attrs = append(attrs, semconv.McpResourceURI(name))
+	default:
+		return spanName, attrs
+	}
+	return spanName + " " + name, attrs
+}
+
+// Failed returns the attributes of a request answered with the JSON-RPC
+// error code.
+func Failed(code int) []attribute.KeyValue {
+	c := strconv.Itoa(code)
+	return []attribute.KeyValue{semconv.ErrorTypeKey.String(c), semconv.RPCResponseStatusCode(c)}
 }

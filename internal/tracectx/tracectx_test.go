@@ -40,3 +40,18 @@ func TestMalformedIsIgnored(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestNames: a request is named by its method and, for a tool, a
+// prompt or a resource, what it names; nothing else is appended.
+func TestRequestNames(t *testing.T) {
+	for _, c := range []struct{ method, name, want string }{
+		{"tools/call", "get_weather", "tools/call get_weather"},
+		{"resources/read", "file:///a", "resources/read file:///a"},
+		{"tools/list", "", "tools/list"},
+		{"tasks/get", "task-1", "tasks/get"},
+	} {
+		if got, _ := tracectx.Request(c.method, c.name, ""); got != c.want {
+			t.Errorf("Request(%q, %q) is named %q, want %q", c.method, c.name, got, c.want)
+		}
+	}
+}
