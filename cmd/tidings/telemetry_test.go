@@ -76,35 +76,20 @@ func TestServeExportsSpansOverOTLP(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_ENDPOINT="+recvURL, "OTEL_BSP_SCHEDULE_DELAY=20", "OTEL_SERVICE_NAME=tidings-under-test")
 	p := startListening(t, cmd)
 	tracedList(t, p.url)
-	deadline := time.After(wait)
-	for {
-		select {
-		case req := <-spans:
-			for _, rs := range req.ResourceSpans {
-				for _, ss := range rs.ScopeSpans {
-					for _, s := range ss.Spans {
-						if s.Name != mcp.MethodToolsList {
-							continue
-						}
-						if hex.EncodeToString(s.TraceId) != testTrace || hex.EncodeToString(s.ParentSpanId) != testSpan {
-							t.Fatalf("span %s in trace %x under %x, want trace %s under %s", s.Name, s.TraceId, s.ParentSpanId, testTrace, testSpan)
-						}
-						var service string
-						for _, a := range rs.Resource.GetAttributes() {
-							if a.Key == "service.name" {
-								service = a.Value.GetStringValue()
-							}
-						}
-						if service != "tidings-under-test" {
-							t.Errorf("service.name %q, want OTEL_SERVICE_NAME's", service)
-						}
-						return
-					}
-				}
-			}
-		case <-deadline:
-			t.Fatal("no tools/list span reached the OTLP endpoint")
+	got := collect(t, spans, "a tools/list span", func(got []exportedSpan) bool {
+		return slices.ContainsFunc(got, func(s exportedSpan) bool { return s.name == mcp.MethodToolsList })
+	})
+	for _, s := range got {
+		if s.name != mcp.MethodToolsList {
+			continue
 		}
+		if s.trace != testTrace || s.parent != testSpan {
+			t.Fatalf("span %s in trace %s under %s, want trace %s under %s", s.name, s.trace, s.parent, testTrace, testSpan)
+		}
+		if s.service != "tidings-under-test" {
+			t.Errorf("service.name %q, want OTEL_SERVICE_NAME's", s.service)
+		}
+		return
 	}
 }
 
