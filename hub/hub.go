@@ -113,7 +113,7 @@ type Stamp struct {
 // Hub routes events to subscriptions. The zero value is not usable; call New.
 type Hub struct {
 	mu     sync.RWMutex
-	kinds  [3]map[*Subscription]struct{}
+	kinds  [3]followersOf // by mcp.List, the subscriptions that follow it
 	stamps [3]atomic.Pointer[Stamp] // by mcp.List, the latest change's
 	// uriStamps holds, by URI, the latest stamped update's stamp, while
 	// the URI is followed; uriStamped says whether any ever was, so that
@@ -171,10 +171,33 @@ type followers struct {
 func New() *Hub {
 	h := &Hub{byURI: make(map[string]followers), byTask: make(map[string][]ref), all: make(map[*Subscription]struct{}),
 		principals: make(map[string]*principal), done: make(chan struct{}), drained: make(chan struct{})}
-	for i := range h.kinds {
-		h.kinds[i] = make(map[*Subscription]struct{})
-	}
 	return h
+}
+
+// followersOf holds the subscriptions that follow one list, in a slice
+// in the order they subscribed but for removals, which move the last
+// into the hole. A change visits them in that order: a listen's state,
+// its connection and the kernel's socket were made about together, so
+// visiting them in order touches memory in order, which at tens of
+// thousands of listens is measurably faster than a map's random order.
+type followersOf struct{ subs []*Subscription }
+
+// add appends s, which is not in f, as the follower of list i.
+func (f *followersOf) add(s *Subscription, i int) {
+	s.at[i] = int32(len(f.subs))
+	f.subs = append(f.subs, s)
+}
+
+// remove takes s, the follower of list i, out of f.
+func (f *followersOf) remove(s *Subscription, i int) {
+	j, n := s.at[i], len(f.subs)-1
+	last := f.subs[n]
+	f.subs[j], last.at[i] = last, j
+	f.subs[n] = nil
+	f.subs = f.subs[:n]
+	if cap(f.subs) > 64 && n < cap(f.subs)/4 {
+		f.subs = slices.Clip(f.subs) // let a shrunk list's array go
+	}
 }
 
 // Stamp returns the stamp of the latest change of list l, or nil when it
@@ -209,6 +232,10 @@ type Subscription struct {
 	// closed (under the hub's lock) keeps Follow from indexing a closed
 	// subscription again.
 	closed bool
+	// follows are the lists whose followers hold the subscription, at
+	// at[l] of each (under the hub's lock).
+	follows Kind
+	at      [3]int32
 
 	// uris are the URIs followed, each the hub's one copy of it, and
 	// flags their pending bits, bit i%64 of word i/64 for uris[i]:
@@ -250,7 +277,8 @@ func (h *Hub) Subscribe(f Filter) (*Subscription, error) {
 	}
 	for i := range h.kinds {
 		if f.Kinds&(1<<i) != 0 {
-			h.kinds[i][s] = struct{}{}
+			h.kinds[i].add(s, i)
+			s.follows |= 1 << i
 		}
 	}
 	for _, u := range f.URIs {
@@ -371,7 +399,7 @@ func (h *Hub) MarkAllDirty() {
 	defer h.mu.RUnlock()
 	seen := make(map[*Subscription]struct{})
 	for i := range h.kinds {
-		for s := range h.kinds[i] {
+		for _, s := range h.kinds[i].subs {
 			s.bits.Or(uint32(1) << i)
 			seen[s] = struct{}{}
 		}
@@ -431,7 +459,7 @@ func (h *Hub) deliver(e Event) {
 			} else if h.stamps[i].Load() != nil {
 				h.stamps[i].Store(nil)
 			}
-			for s := range h.kinds[i] {
+			for _, s := range h.kinds[i].subs {
 				if admits(s) {
 					if s.bits.Or(uint32(bit))&uint32(bit) != 0 {
 						s.merged.Add(1)
@@ -587,7 +615,9 @@ func (s *Subscription) Close() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		for i := range h.kinds {
-			delete(h.kinds[i], s)
+			if s.follows&(1<<i) != 0 {
+				h.kinds[i].remove(s, i)
+			}
 		}
 		delete(h.all, s)
 		if s.who.subs--; s.who.subs == 0 {
