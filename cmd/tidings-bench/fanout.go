@@ -85,12 +85,17 @@ per stream, one reader per connection, and opened up to 64 per
 connection at a time. A stream the server resets or a connection it
 cuts fails the run, saying how many. The server gathers each connection's frames into one write
 per wake-up, unless --http2-no-coalesce. The memory table gives the
-resident set per listen and in all as well.`,
+resident set per listen and in all as well.
+
+With --rounds R, the whole sequence is made R times, each server in
+turn within a round, and each ratio is the median of the R rounds'
+ratios: on a shared machine one noisy minute then moves one round, not
+the figure.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Zero would mean "the default" to the harness.
-			if cfg.Listeners < 1 || cfg.Changes < 1 || cfg.Timeout <= 0 || cfg.WriteTimeout <= 0 || cfg.OpenTimeout <= 0 {
-				return fmt.Errorf("--listeners, --changes and the timeouts must be positive")
+			if cfg.Listeners < 1 || cfg.Changes < 1 || cfg.Rounds < 1 || cfg.Timeout <= 0 || cfg.WriteTimeout <= 0 || cfg.OpenTimeout <= 0 {
+				return fmt.Errorf("--listeners, --changes, --rounds and the timeouts must be positive")
 			}
 			if cfg.HTTP2Conns < 0 {
 				return fmt.Errorf("--http2-conns must be positive, not %d", cfg.HTTP2Conns)
@@ -148,6 +153,7 @@ resident set per listen and in all as well.`,
 	f := cmd.Flags()
 	f.IntVar(&cfg.Listeners, "listeners", 2000, fmt.Sprintf("listens open during each measurement (at most %d)", loadtest.MaxListeners))
 	f.IntVar(&cfg.Changes, "changes", 20, fmt.Sprintf("tools list changes per measurement (at most %d)", loadtest.MaxChanges))
+	f.IntVar(&cfg.Rounds, "rounds", 1, fmt.Sprintf("make the whole sequence of measurements this many times, each server in turn, and give each ratio as the median of the rounds' (at most %d)", loadtest.MaxRounds))
 	f.IntVar(&cfg.Stalled, "stalled", 0, "also measure with this many of the listens never read after their ack")
 	f.BoolVar(&cfg.Floor, "floor", false, "also measure the net/http floor (a handler per listen writing one pre-encoded notification per change) and the kernel's (one pre-encoded write per connection per change)")
 	f.BoolVar(&cfg.Unparked, "unparked", false, "also measure the server with every listen on its own goroutines (without streamhttp.WithParking)")

@@ -13,6 +13,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 const (
 	MaxListeners = 20000
 	MaxChanges   = 1000
+	MaxRounds    = 20
 	// fdSlack is the file descriptors a process needs besides its
 	// listens' sockets.
 	fdSlack = 64
@@ -92,6 +94,12 @@ type Config struct {
 	// HTTP2NoCoalesce leaves the HTTP/2 server's writes as net/http
 	// makes them, where by default they are gathered per connection.
 	HTTP2NoCoalesce bool
+	// Rounds is how many times the whole sequence of measurements is
+	// made, one server after the other each time (default 1, at most
+	// MaxRounds). Each ratio is then the median of the rounds' own: a
+	// server and the floor it is compared with are measured minutes
+	// apart at most, and a noisy minute moves one round, not the figure.
+	Rounds int
 }
 
 func (c Config) withDefaults() Config {
@@ -110,10 +118,16 @@ func (c Config) withDefaults() Config {
 	if c.OpenTimeout == 0 {
 		c.OpenTimeout = 2 * time.Minute
 	}
+	if c.Rounds == 0 {
+		c.Rounds = 1
+	}
 	return c
 }
 
 func (c Config) validate() error {
+	if c.Rounds < 1 || c.Rounds > MaxRounds {
+		return fmt.Errorf("rounds must be between 1 and %d, not %d", MaxRounds, c.Rounds)
+	}
 	if c.HTTP2Conns != 0 {
 		return c.validateH2()
 	}
@@ -134,6 +148,7 @@ func (c Config) validate() error {
 type Report struct {
 	Listeners    int     `json:"listeners"`
 	Changes      int     `json:"changes"`
+	Rounds       int     `json:"rounds"`
 	Stalled      int     `json:"stalled"`
 	TimeoutMs    float64 `json:"timeoutMs"`
 	WriteTimeout float64 `json:"writeTimeoutMs"`
@@ -153,15 +168,18 @@ type Report struct {
 	// then (with Stalled set) tidings and naive with them, then (with
 	// Gateway set) the gateway without them, then (with Floor and
 	// Unparked set) the net/http floor, the kernel's and the unparked
-	// server without them.
-	Runs   []Measurement `json:"runs"`
-	Ratios Ratios        `json:"ratios"`
+	// server without them; that sequence once per round.
+	Runs []Measurement `json:"runs"`
+	// Ratios are the median over the rounds of each round's ratios.
+	Ratios Ratios `json:"ratios"`
 }
 
 // Measurement is one measurement: one server, its listens, its changes.
 type Measurement struct {
-	Server  string `json:"server"`
-	Stalled int    `json:"stalled"`
+	Server string `json:"server"`
+	// Round is the round the measurement was made in, from 1.
+	Round   int `json:"round"`
+	Stalled int `json:"stalled"`
 	// Healthy is the number of listens that keep reading.
 	Healthy int `json:"healthy"`
 	// OpenMs is how long opening every listen and reading every ack took
@@ -312,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		side = cs
 	}
 	rep := &Report{
-		Listeners: cfg.Listeners, Changes: cfg.Changes, Stalled: cfg.Stalled,
+		Listeners: cfg.Listeners, Changes: cfg.Changes, Rounds: cfg.Rounds, Stalled: cfg.Stalled,
 		TimeoutMs: ms(cfg.Timeout), WriteTimeout: ms(cfg.WriteTimeout),
 		ListenerProcess: cfg.ListenerProcess != nil,
 		HTTP2Conns:      cfg.HTTP2Conns, HTTP2Coalesce: cfg.HTTP2Conns > 0 && !cfg.HTTP2NoCoalesce,
@@ -346,16 +364,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		plans = append(plans, plan{ServerServe, 0})
 	}
 	var err error
-	for i, p := range plans {
-		logf("%s: opening %d listens (%d stalled)", p.server, cfg.Listeners, p.stalled)
-		var r *Measurement
-		r, err = measure(ctx, cfg, side, i+1, p.server, p.stalled)
-		if err != nil {
-			err = fmt.Errorf("%s with %d stalled listens: %w", p.server, p.stalled, err)
-			break
+	var rounds []Ratios
+	seq := 0
+rounds:
+	for round := 1; round <= cfg.Rounds; round++ {
+		first := len(rep.Runs)
+		for _, p := range plans {
+			seq++
+			logf("%s: opening %d listens (%d stalled)%s", p.server, cfg.Listeners, p.stalled, roundOf(round, cfg.Rounds))
+			var r *Measurement
+			r, err = measure(ctx, cfg, side, seq, p.server, p.stalled)
+			if err != nil {
+				err = fmt.Errorf("%s with %d stalled listens%s: %w", p.server, p.stalled, roundOf(round, cfg.Rounds), err)
+				break rounds
+			}
+			logf("%s: %d of %d changes reached all %d healthy listens", p.server, r.Completed, cfg.Changes, r.Healthy)
+			r.Round = round
+			rep.Runs = append(rep.Runs, *r)
 		}
-		logf("%s: %d of %d changes reached all %d healthy listens", p.server, r.Completed, cfg.Changes, r.Healthy)
-		rep.Runs = append(rep.Runs, *r)
+		rounds = append(rounds, ratios(rep.Runs[first:]))
 	}
 	if serr := side.stop(); err == nil {
 		err = serr
@@ -363,8 +390,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.Ratios = ratios(rep.Runs)
+	rep.Ratios = medianRatios(rounds)
 	return rep, nil
+}
+
+// roundOf names round r of n for a message, or nothing when there is
+// only one.
+func roundOf(r, n int) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf(", round %d of %d", r, n)
 }
 
 // measure runs one server with its listens and changes.
@@ -558,6 +594,42 @@ func find(runs []Measurement, server string, stalled bool) *Measurement {
 		}
 	}
 	return nil
+}
+
+// medianRatios is, for each ratio, its median over the rounds that have
+// it (a ratio is absent from a round when either side had nothing to
+// compare).
+func medianRatios(rounds []Ratios) Ratios {
+	if len(rounds) == 1 {
+		return rounds[0]
+	}
+	var m Ratios
+	for i, dst := range m.figures() {
+		var v []float64
+		for r := range rounds {
+			if x := *rounds[r].figures()[i]; x > 0 {
+				v = append(v, x)
+			}
+		}
+		if len(v) > 0 {
+			*dst = median(v)
+		}
+	}
+	for _, r := range rounds {
+		m.HeapCovers = cmp.Or(m.HeapCovers, r.HeapCovers)
+	}
+	return m
+}
+
+// figures points at every ratio of r.
+func (r *Ratios) figures() []*float64 {
+	return []*float64{
+		&r.AllDelivered, &r.P99, &r.HeapPerListen, &r.AllDeliveredStalled,
+		&r.StallCostTidings, &r.StallCostNaive, &r.GatewayAllDelivered, &r.GatewayP99,
+		&r.FloorAllDelivered, &r.FloorP99, &r.FloorRSSPerListen, &r.FloorGoroutines, &r.FloorCPUPerChange,
+		&r.ServeFloorAllDelivered, &r.ServeFloorP99,
+		&r.WritesAllDelivered, &r.WritesP99, &r.WritesCPUPerChange, &r.WritesFloorP99,
+	}
 }
 
 func ratios(runs []Measurement) Ratios {

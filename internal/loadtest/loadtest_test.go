@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +197,47 @@ func TestFanOutChildProcess(t *testing.T) {
 		if !strings.Contains(table.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, table.String())
 		}
+	}
+}
+
+// TestFanOutRounds: with rounds, every server is measured once per
+// round, in turn, and each ratio is the median of the rounds' own.
+func TestFanOutRounds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const listeners, changes, rounds = 20, 2, 3
+	rep, err := loadtest.Run(ctx, loadtest.Config{Listeners: listeners, Changes: changes, Rounds: rounds, Floor: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := []string{loadtest.ServerTidings, loadtest.ServerNaive, loadtest.ServerFloor, loadtest.ServerWrites}
+	if rep.Rounds != rounds || len(rep.Runs) != rounds*len(servers) {
+		t.Fatalf("%d rounds, %d measurements; want %d and %d", rep.Rounds, len(rep.Runs), rounds, rounds*len(servers))
+	}
+	var p99s []float64
+	for i, r := range rep.Runs {
+		if want, round := servers[i%len(servers)], i/len(servers)+1; r.Server != want || r.Round != round {
+			t.Fatalf("measurement %d is %s of round %d, want %s of round %d", i, r.Server, r.Round, want, round)
+		}
+		checkRun(t, r, changes)
+		if r.Server == loadtest.ServerFloor {
+			p99s = append(p99s, rep.Runs[i-2].Median.P99Ms/r.Median.P99Ms)
+		}
+	}
+	slices.Sort(p99s)
+	if got := rep.Ratios.FloorP99; got != p99s[1] {
+		t.Errorf("tidings / floor p99 = %v, want the median of the rounds' %v", got, p99s)
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"3 rounds", "tidings #1", "writes #3"} {
+		if !strings.Contains(table.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, table.String())
+		}
+	}
+	if _, err := loadtest.Run(ctx, loadtest.Config{Rounds: loadtest.MaxRounds + 1}); err == nil || !strings.Contains(err.Error(), "rounds") {
+		t.Errorf("Run with %d rounds: %v, want an error naming the rounds", loadtest.MaxRounds+1, err)
 	}
 }

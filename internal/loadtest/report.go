@@ -16,6 +16,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "change fan-out over loopback HTTP: %d listens (%s), %d tools list changes one at a time, timeout %s per change\n",
 		r.Listeners, where, r.Changes, fmtMs(r.TimeoutMs))
+	if r.Rounds > 1 {
+		fmt.Fprintf(&b, "%d rounds, each measuring every server in turn; each ratio is the median of the rounds' own\n", r.Rounds)
+	}
 	if r.HTTP2Conns > 0 {
 		fmt.Fprintf(&b, "over HTTP/2 (h2c): the listens are streams of %d connections; writes gathered per connection: %v\n", r.HTTP2Conns, r.HTTP2Coalesce)
 	}
@@ -43,7 +46,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if run.Unexpected > 0 {
 			done += fmt.Sprintf(", %d unexpected messages", run.Unexpected)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Server, run.Stalled, run.Healthy,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.name(run), run.Stalled, run.Healthy,
 			fmtMs(run.OpenMs), p50, p99, all, worst, fmtMs(run.CPUPerChangeMs), done)
 	}
 	tw.Flush()
@@ -52,7 +55,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, run := range r.Runs {
 		if run.SocketWritesPerChange > 0 {
 			fmt.Fprintf(&b, "%s: %.0f writes to the sockets per change (%.1f listens per write); %s of its CPU per change in the kernel\n",
-				run.Server, run.SocketWritesPerChange, float64(run.Healthy)/run.SocketWritesPerChange, fmtMs(run.SysCPUPerChangeMs))
+				r.name(run), run.SocketWritesPerChange, float64(run.Healthy)/run.SocketWritesPerChange, fmtMs(run.SysCPUPerChangeMs))
 		}
 	}
 	b.WriteString("\n")
@@ -66,7 +69,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			continue
 		}
 		covers = run.Memory.Covers
-		writeFootprint(tw, run.Server, run.Memory.Server)
+		writeFootprint(tw, r.name(run), run.Memory.Server)
 		if run.Memory.Listeners != nil {
 			listeners = run.Memory.Listeners
 		}
@@ -101,6 +104,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// name names run in the tables: its server, and its round when there
+// are several.
+func (r *Report) name(run Measurement) string {
+	if r.Rounds <= 1 {
+		return run.Server
+	}
+	return fmt.Sprintf("%s #%d", run.Server, run.Round)
 }
 
 func writeFootprint(w io.Writer, name string, f Footprint) {
