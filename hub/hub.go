@@ -113,7 +113,7 @@ type Stamp struct {
 // Hub routes events to subscriptions. The zero value is not usable; call New.
 type Hub struct {
 	mu     sync.RWMutex
-	kinds  [3]followersOf // by mcp.List, the subscriptions that follow it
+	kinds  [3]followersOf           // by mcp.List, the subscriptions that follow it
 	stamps [3]atomic.Pointer[Stamp] // by mcp.List, the latest change's
 	// uriStamps holds, by URI, the latest stamped update's stamp, while
 	// the URI is followed; uriStamped says whether any ever was, so that
