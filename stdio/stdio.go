@@ -112,6 +112,11 @@ type conn struct {
 	// a blocked write holds.
 	failed atomic.Pointer[error]
 
+	// hmu is held while the reader handles a line; stopped, set under it
+	// when Serve returns, ends the handling.
+	hmu     sync.Mutex
+	stopped bool
+
 	mu            sync.Mutex
 	inflight      map[string]*call
 	listens       int
@@ -175,40 +180,60 @@ func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer,
 		<-written
 	}()
 
-	lines := make(chan []byte)
+	// The reader handles each line itself, as soon as it is read: a
+	// request is one hand-off (to its worker) from the read to its
+	// answer, not two. Serve stops it handling lines once it returns.
 	readErr := make(chan error, 1)
 	go func() {
-		readErr <- c.readLines(ctx, in, lines)
-		close(lines)
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case line, ok := <-lines:
-			if !ok {
-				// End of input: no more requests will come, and nobody can
-				// cancel the ones in flight. Ordinary requests still get
-				// their answers; listens end now, since nothing could ever
-				// end them otherwise.
-				c.endListens()
-				c.drain(ctx)
-				err := <-readErr
-				if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
-					return nil
-				}
-				return err
+		readErr <- c.readLines(in, func(line []byte) error {
+			c.hmu.Lock()
+			defer c.hmu.Unlock()
+			if c.stopped {
+				return errStopped
 			}
 			if err := c.handleLine(ctx, line); err != nil {
-				return err
+				return handleError{err}
 			}
+			return nil
+		})
+	}()
+	select {
+	case <-ctx.Done():
+		c.hmu.Lock()
+		c.stopped = true
+		c.hmu.Unlock()
+		return nil
+	case err := <-readErr:
+		if he, ok := err.(handleError); ok {
+			return he.err
 		}
+		// End of input: no more requests will come, and nobody can
+		// cancel the ones in flight. Ordinary requests still get their
+		// answers; listens end now, since nothing could ever end them
+		// otherwise.
+		c.endListens()
+		c.drain(ctx)
+		if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || errors.Is(err, errStopped) {
+			return nil
+		}
+		return err
 	}
 }
 
-// readLines splits in into lines, discarding (and reporting) lines over
-// the limit without buffering them.
-func (c *conn) readLines(ctx context.Context, in io.Reader, out chan<- []byte) error {
+// errStopped tells the reader that Serve has returned and handles no
+// more lines.
+var errStopped = errors.New("stdio: connection stopped")
+
+// handleError is an error of handling a line (the output failed), told
+// apart from the input's.
+type handleError struct{ err error }
+
+func (e handleError) Error() string { return e.err.Error() }
+
+// readLines splits in into lines and hands each to handle, discarding
+// (and reporting) lines over the limit without buffering them, until
+// the input or handle fails.
+func (c *conn) readLines(in io.Reader, handle func([]byte) error) error {
 	br := bufio.NewReaderSize(in, 64<<10)
 	var line []byte
 	tooLong := false
@@ -238,10 +263,8 @@ func (c *conn) readLines(ctx context.Context, in io.Reader, out chan<- []byte) e
 			if msg == nil {
 				msg = []byte{}
 			}
-			select {
-			case out <- msg:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := handle(msg); err != nil {
+				return err
 			}
 		}
 		line, tooLong = line[:0], false
