@@ -30,10 +30,11 @@ const (
 	ToolsList     Kind = 1 << mcp.ToolsList
 	PromptsList   Kind = 1 << mcp.PromptsList
 	ResourcesList Kind = 1 << mcp.ResourcesList
-	// resourceBit marks that at least one URI flag is set.
-	resourceBit Kind = 1 << 3
+	// resourceBit marks that at least one URI flag is set: the first
+	// bit after the lists'.
+	resourceBit Kind = 1 << mcp.NumLists
 	// taskBit marks that at least one task flag is set.
-	taskBit Kind = 1 << 4
+	taskBit Kind = resourceBit << 1
 )
 
 // Of returns the set of the given lists.
@@ -113,8 +114,8 @@ type Stamp struct {
 // Hub routes events to subscriptions. The zero value is not usable; call New.
 type Hub struct {
 	mu     sync.RWMutex
-	kinds  [3]followersOf           // by mcp.List, the subscriptions that follow it
-	stamps [3]atomic.Pointer[Stamp] // by mcp.List, the latest change's
+	kinds  mcp.PerList[followersOf]           // the subscriptions that follow each list
+	stamps mcp.PerList[atomic.Pointer[Stamp]] // each list's latest change's
 	// uriStamps holds, by URI, the latest stamped update's stamp, while
 	// the URI is followed; uriStamped says whether any ever was, so that
 	// a hub whose events carry no stamps never touches it.
@@ -235,7 +236,7 @@ type Subscription struct {
 	// follows are the lists whose followers hold the subscription, at
 	// at[l] of each (under the hub's lock).
 	follows Kind
-	at      [3]int32
+	at      mcp.PerList[int32]
 
 	// uris are the URIs followed, each the hub's one copy of it, and
 	// flags their pending bits, bit i%64 of word i/64 for uris[i]:

@@ -11,7 +11,16 @@ const (
 	ToolsList List = iota
 	PromptsList
 	ResourcesList
+
+	// NumLists is how many lists there are: what PerList holds one of
+	// each, and the first bit a bit set of lists leaves free.
+	NumLists = int(ResourcesList) + 1
 )
+
+// PerList holds one T for each list, indexed by List: a listen's
+// encoded notifications, the hub's followers of each list, a change's
+// stamp per list.
+type PerList[T any] [NumLists]T
 
 // Lists returns every list, in a fixed order.
 func Lists() []List { return []List{ToolsList, PromptsList, ResourcesList} }

@@ -249,7 +249,7 @@ func (l *lease) Grow(listens, uris int) *jsonrpc.Error {
 	if p == nil {
 		p = &engine.Conn{}
 	}
-	scopes := [3]scope{
+	scopes := []scope{
 		{l.conn, f.lim.PerConnection, limitConnListens, limitConnURIs},
 		{p, f.lim.PerPrincipal, limitPrinListens, limitPrinURIs},
 		{&f.total, f.lim.Total, limitTotalListens, limitTotalURIs},

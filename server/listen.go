@@ -48,7 +48,7 @@ func (s *Server) grant(principal string, f mcp.SubscriptionFilter) (mcp.Subscrip
 // listen follows (engine.TaskNotices) from srv's store, as principal.
 type listenNotices struct {
 	idMeta    string
-	changed   [3][]byte // by mcp.List
+	changed   mcp.PerList[[]byte]
 	srv       *Server
 	principal string
 	// origin, req and sent are set for a listen whose tasks an origin
@@ -65,8 +65,8 @@ type listenNotices struct {
 // changes: each list's message is made once per change, and kept for the
 // next drain, which may come before another change.
 type stampedNotices struct {
-	st  [3]*hub.Stamp
-	msg [3][]byte
+	st  mcp.PerList[*hub.Stamp]
+	msg mcp.PerList[[]byte]
 }
 
 func newListenNotices(srv *Server, principal string, id jsonrpc.ID) *listenNotices {

@@ -187,7 +187,7 @@ func (s *Server) switchable(l List) switchable {
 }
 
 // switchedLists are the lists whose items can be switched on and off.
-func switchedLists() [3]List { return [3]List{ListTools, ListPrompts, ListResources} }
+func switchedLists() []List { return []List{ListTools, ListPrompts, ListResources} }
 
 // kindName names the kind of item of l, as the shared state's keys do.
 func kindName(l List) string {

@@ -19,7 +19,7 @@ var ErrStreamOpen = errors.New("legacy: the session already has a notification s
 // encoded once, when the stream opens.
 type notices struct {
 	ss      *Session
-	changed [3][]byte // by mcp.List
+	changed mcp.PerList[[]byte]
 }
 
 func newNotices(ss *Session) *notices {

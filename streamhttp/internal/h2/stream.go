@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"tidings/internal/engine"
+	"tidings/mcp"
 	"tidings/streamhttp/internal/parked"
 )
 
@@ -709,10 +710,10 @@ func (s *stream) armLocked(t0 *time.Timer, t time.Time, fire func()) *time.Timer
 // parkState is a listen parked on a stream; the writer's.
 type parkState struct {
 	l         *engine.ParkedListen
-	wt        time.Duration // the write timeout it was parked with
-	lists     [3][]byte     // each list's change, as an SSE event
-	dirty     bool          // the hub has something not yet drained
-	ended     bool          // End was called (set under c.mu)
+	wt        time.Duration       // the write timeout it was parked with
+	lists     mcp.PerList[[]byte] // each list's change, as an SSE event
+	dirty     bool                // the hub has something not yet drained
+	ended     bool                // End was called (set under c.mu)
 	lastWrite time.Time
 	// rep is the listen's last reply once it ended, until its bytes are
 	// written (or the stream is reset); guarded by c.mu.

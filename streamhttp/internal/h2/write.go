@@ -15,6 +15,7 @@ import (
 
 	"tidings/internal/engine"
 	"tidings/internal/sse"
+	"tidings/mcp"
 )
 
 // writeLoop is the connection's writer: each time it is woken it
@@ -489,7 +490,7 @@ func (c *conn) endParked(s *stream, how engine.PumpEnd) {
 func (c *conn) endedLocked(s *stream) {
 	s.park.ended = true
 	s.park.l = nil
-	s.park.lists = [3][]byte{}
+	s.park.lists = mcp.PerList[[]byte]{}
 	c.srv.parked.Add(-1)
 }
 

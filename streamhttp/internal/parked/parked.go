@@ -72,7 +72,7 @@ type Drain struct {
 // its last reply with end true; its body, unless nil or Broken, is
 // framed after the rest. The returned iov and its buffers are valid
 // until d is used again.
-func (d *Drain) Take(l *engine.ParkedListen, lists *[3][]byte, iov [][]byte, frame func(dst, event []byte) []byte) (out [][]byte, rep engine.Reply, end bool) {
+func (d *Drain) Take(l *engine.ParkedListen, lists *mcp.PerList[[]byte], iov [][]byte, frame func(dst, event []byte) []byte) (out [][]byte, rep engine.Reply, end bool) {
 	ending := l.Sub.Ending()
 	kinds, uris := l.Sub.Take(d.uris[:0])
 	sent := 0

@@ -16,6 +16,7 @@ import (
 
 	"tidings/hub"
 	"tidings/internal/engine"
+	"tidings/mcp"
 )
 
 // Parker owns the parked listens of one transport. Its poller, writers
@@ -352,12 +353,12 @@ type conn struct {
 	stuck     atomic.Int64 // unix nanoseconds since when unsent bytes wait without progress; 0: none
 
 	// Owned by the writer that runs the connection.
-	pending []byte    // unsent bytes: the rest of one drain, bounded by the filter
-	lists   [3][]byte // each list's change, framed, made on first use
-	dirty   bool      // the hub notified while bytes were unsent
-	out     bool      // EPOLLOUT is watched
-	final   bool      // the last reply is in pending (or written): close once written
-	ended   bool      // End was called
+	pending []byte              // unsent bytes: the rest of one drain, bounded by the filter
+	lists   mcp.PerList[[]byte] // each list's change, framed, made on first use
+	dirty   bool                // the hub notified while bytes were unsent
+	out     bool                // EPOLLOUT is watched
+	final   bool                // the last reply is in pending (or written): close once written
+	ended   bool                // End was called
 	rep     engine.Reply
 	done    bool
 }
@@ -577,6 +578,6 @@ func (c *conn) close(abrupt bool) {
 	}
 	_ = c.nc.Close()
 	c.rep.Release()
-	c.l, c.sub, c.pending, c.lists = nil, nil, nil, [3][]byte{}
+	c.l, c.sub, c.pending, c.lists = nil, nil, nil, mcp.PerList[[]byte]{}
 	c.loop.p.ended()
 }
