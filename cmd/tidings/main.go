@@ -17,7 +17,8 @@
 // call sends one request (discover, a whole list, a tool call, a read or
 // a prompt) and prints the answer as JSON.
 //
-// The load harness is a command of its own, cmd/tidings-bench.
+// The load harness is a command of its own, in a module of its own:
+// bench/cmd/tidings-bench.
 //
 // tidings --version reports the module version (go install
 // tidings/cmd/tidings@VERSION, or go build in a VCS checkout); a build

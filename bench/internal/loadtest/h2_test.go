@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/loadtest"
+	"tidings/bench/internal/loadtest"
 )
 
 // TestFanOutOverHTTP2 runs the harness with the listens as HTTP/2

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/loadtest"
+	"tidings/bench/internal/loadtest"
 )
 
 // checkRun asserts that a measurement that must not time out delivered

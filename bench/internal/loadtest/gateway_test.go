@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tidings/internal/loadtest"
+	"tidings/bench/internal/loadtest"
 )
 
 // TestFanOutGateway runs the harness with the gateway measured too: its

@@ -14,7 +14,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/spf13/cobra"
 
-	"tidings/internal/loadtest"
+	"tidings/bench/internal/loadtest"
 )
 
 // listenerProcessCmd is the hidden subcommand the fan-out harness runs as

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"tidings/internal/loadtest"
+	"tidings/bench/internal/loadtest"
 )
 
 // childEnv makes the test binary act as the listener process, so that
