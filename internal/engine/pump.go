@@ -143,8 +143,9 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 		tick = t.C
 	}
 	wrote := false
-	var uris, tasks []string
-	var scratch []byte // the resources/updated messages, one at a time
+	var d Drain
+	var tasks []string
+	send := func(nt Notice) error { return out.Send(nt.Msg) }
 	ts, _ := src.(TaskSource)
 	tn, _ := n.(TaskNotices)
 	for {
@@ -169,11 +170,7 @@ func pump(ctx context.Context, src Source, out Stream, n Notices, o PumpOptions)
 			// change that lands while this drain is written is then
 			// drained too, by the pass the shutdown's own wake-up brings.
 			ending := src.Ending()
-			var kinds hub.Kind
-			kinds, uris = src.Take(uris[:0])
-			var sent int
-			var err error
-			sent, scratch, err = flush(out, n, kinds, uris, scratch)
+			sent, err := d.Take(src, n, send)
 			if ts != nil && err == nil {
 				tasks = ts.TakeTasks(tasks[:0])
 				var more int
@@ -227,36 +224,64 @@ func flushTasks(ctx context.Context, out Stream, n TaskNotices, ids []string) (s
 	return sent, nil
 }
 
-// maxScratch bounds the buffer a pump keeps for the next
+// maxScratch bounds the buffer a drain keeps for the next
 // resources/updated message: a URI may be as long as a request allows,
 // and a buffer kept at that size would cost a listen that much for
 // hours.
 const maxScratch = 4 << 10
 
-// flush sends the notifications for kinds and uris, and counts them. It
-// encodes each resources/updated message into scratch and returns the
-// buffer to keep for the next flush.
-func flush(out Stream, n Notices, kinds hub.Kind, uris []string, scratch []byte) (sent int, _ []byte, err error) {
+// Drain turns what a source has pending into the notifications it
+// stands for: one per list that changed, in the lists' order, then one
+// per updated URI. It is the one place where a change becomes
+// notifications, whichever road carries them to a socket — a goroutine
+// per stream (Pump), or the shared writers of parked listens over
+// HTTP/1.1 and HTTP/2; the transports only frame and write what it
+// hands them. Its buffers are reused from one drain to the next, so
+// that a change costs a stream no allocation once they have grown.
+type Drain struct {
+	uris []string
+	msg  []byte // one resources/updated message at a time
+}
+
+// Notice is one notification of a drain. Msg is valid until the
+// callback it is handed to returns. Kept says that Msg is the list
+// List's own message, the same for the stream's life, which a transport
+// may frame once and keep; otherwise Msg was made for this drain (a
+// URI's update, or a list's change that carries its trace context).
+type Notice struct {
+	Msg  []byte
+	List mcp.List
+	Kept bool
+}
+
+// Take drains src and hands each notification, encoded by n, to each,
+// in order, until each fails; sent counts those each took.
+func (d *Drain) Take(src Source, n Notices, each func(Notice) error) (sent int, err error) {
+	kinds, uris := src.Take(d.uris[:0])
+	defer func() {
+		clear(uris) // the URIs are not kept alive by the buffer
+		d.uris = uris[:0]
+	}()
 	for _, l := range mcp.Lists() {
 		if kinds.Has(l) {
-			msg, _ := n.ListChanged(l)
-			if err := out.Send(msg); err != nil {
-				return sent, scratch, err
+			msg, once := n.ListChanged(l)
+			if err := each(Notice{Msg: msg, List: l, Kept: !once}); err != nil {
+				return sent, err
 			}
 			sent++
 		}
 	}
 	for _, u := range uris {
-		msg, ok := n.Updated(scratch[:0], u)
-		if cap(msg) <= maxScratch {
-			scratch = msg
+		msg, ok := n.Updated(d.msg[:0], u)
+		if d.msg = msg; cap(msg) > maxScratch {
+			d.msg = nil // a long URI's buffer is not kept
 		}
 		if ok {
-			if err := out.Send(msg); err != nil {
-				return sent, scratch, err
+			if err := each(Notice{Msg: msg}); err != nil {
+				return sent, err
 			}
 			sent++
 		}
 	}
-	return sent, scratch, nil
+	return sent, nil
 }

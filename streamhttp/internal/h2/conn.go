@@ -95,7 +95,7 @@ type conn struct {
 	wfr     *http2.Framer
 	henc    *hpack.Encoder
 	hbuf    bytes.Buffer
-	drain   parked.Drain
+	drain   parked.Frames
 	iov     [][]byte
 	finals  []engine.Reply          // last replies to release once written
 	cut     []engine.StreamObserver // listens the sweep cut, to be told

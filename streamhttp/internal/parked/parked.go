@@ -51,78 +51,54 @@ func AppendChunk(dst, p []byte) []byte {
 	return append(dst, '\r', '\n')
 }
 
-// Drain is one writer's scratch space for draining parked listens: what
-// a parker, over HTTP/1.1 here or over HTTP/2, does where engine.Pump
-// would. Its buffers are reused from one drain to the next.
-type Drain struct {
+// Frames is one writer's scratch space for framing parked listens'
+// notifications, over HTTP/1.1 here or over HTTP/2: what engine.Drain
+// hands it, framed for the socket. Its buffers are reused from one
+// listen's drain to the next.
+type Frames struct {
+	drain   engine.Drain
 	buf, ev []byte
-	// msg holds one resources/updated message while it is framed.
-	msg  []byte
-	uris []string
 }
 
-// Take drains l's subscription into iov, each SSE event framed by frame
-// (which appends an event to dst and returns it): first one event per
-// list that changed, from lists, where each list's event is framed once
-// and kept for the listen's life; then, in a buffer of d's, the list
-// changes whose message was made for this change (its trace context),
-// and one event per updated URI. When the hub is ending, whether read before the drain so
-// that a change landing meanwhile is drained by the pass the shutdown's
-// own wake-up brings, Take ends the listen (engine.Drained) and returns
-// its last reply with end true; its body, unless nil or Broken, is
-// framed after the rest. The returned iov and its buffers are valid
-// until d is used again.
-func (d *Drain) Take(l *engine.ParkedListen, lists *mcp.PerList[[]byte], iov [][]byte, frame func(dst, event []byte) []byte) (out [][]byte, rep engine.Reply, end bool) {
+// Take drains l's subscription (engine.Drain) into iov, each SSE event
+// framed by frame (which appends an event to dst and returns it): a
+// list's own message from lists, where it is framed once and kept for
+// the listen's life; every other notification in a buffer of f's, after
+// them. When the hub is ending, whether read before the drain so that a
+// change landing meanwhile is drained by the pass the shutdown's own
+// wake-up brings, Take ends the listen (engine.Drained) and returns its
+// last reply with end true; its body, unless nil or Broken, is framed
+// after the rest. The returned iov and its buffers are valid until f is
+// used again.
+func (f *Frames) Take(l *engine.ParkedListen, lists *mcp.PerList[[]byte], iov [][]byte, frame func(dst, event []byte) []byte) (out [][]byte, rep engine.Reply, end bool) {
 	ending := l.Sub.Ending()
-	kinds, uris := l.Sub.Take(d.uris[:0])
-	sent := 0
-	buf := d.buf[:0]
-	for _, kind := range mcp.Lists() {
-		if kinds.Has(kind) {
-			msg, once := l.Notices.ListChanged(kind)
-			if once {
-				// Made for this change (its trace context): framed for
-				// this drain only.
-				d.ev = sse.AppendEvent(d.ev[:0], msg)
-				buf = frame(buf, d.ev)
-				sent++
-				continue
-			}
-			if lists[kind] == nil {
-				d.ev = sse.AppendEvent(d.ev[:0], msg)
-				lists[kind] = frame(nil, d.ev)
-			}
-			iov = append(iov, lists[kind])
-			sent++
+	buf := f.buf[:0]
+	sent, _ := f.drain.Take(l.Sub, l.Notices, func(n engine.Notice) error {
+		f.ev = sse.AppendEvent(f.ev[:0], n.Msg)
+		if !n.Kept {
+			buf = frame(buf, f.ev)
+			return nil
 		}
-	}
-	for i, u := range uris {
-		msg, ok := l.Notices.Updated(d.msg[:0], u)
-		if d.msg = msg; cap(msg) > 4<<10 {
-			d.msg = nil // a long URI's buffer is not kept
+		if lists[n.List] == nil {
+			lists[n.List] = frame(nil, f.ev)
 		}
-		if ok {
-			d.ev = sse.AppendEvent(d.ev[:0], msg)
-			buf = frame(buf, d.ev)
-			sent++
-		}
-		uris[i] = ""
-	}
-	d.uris = uris[:0]
+		iov = append(iov, lists[n.List])
+		return nil
+	})
 	if l.Observer != nil {
 		l.Observer.Notified(sent, l.Sub.TakeMerged())
 	}
 	if ending {
 		rep, end = l.End(engine.Drained), true
 		if rep.Body != nil && rep.Outcome != engine.Broken {
-			d.ev = sse.AppendEvent(d.ev[:0], rep.Body)
-			buf = frame(buf, d.ev)
+			f.ev = sse.AppendEvent(f.ev[:0], rep.Body)
+			buf = frame(buf, f.ev)
 		}
 	}
 	if len(buf) > 0 {
 		iov = append(iov, buf)
 	}
-	d.buf = buf[:0]
+	f.buf = buf[:0]
 	return iov, rep, end
 }
 

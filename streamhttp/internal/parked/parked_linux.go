@@ -333,7 +333,7 @@ func (lp *loop) write() {
 
 // scratch is one writer's reusable space.
 type scratch struct {
-	Drain
+	Frames
 	iov [][]byte
 }
 
