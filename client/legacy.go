@@ -383,7 +383,7 @@ func (c *Client) answerServer(ctx context.Context, m *jsonrpc.Message) {
 		} else {
 			res, err := c.answer(ctx, mcp.InputRequest{Method: m.Method, Params: m.Params})
 			if err != nil {
-				body = jsonrpc.AppendErrorResponse(nil, m.ID, jsonrpc.NewError(jsonrpc.CodeMethodNotFound, err.Error(), nil))
+				body = jsonrpc.AppendErrorResponse(nil, m.ID, jsonrpc.Wrap(jsonrpc.CodeMethodNotFound, "", err))
 			} else {
 				body = jsonrpc.AppendResponse(nil, m.ID, res)
 			}

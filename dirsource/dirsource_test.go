@@ -128,7 +128,7 @@ func (f *fixture) request(t testing.TB, method string, params map[string]any) *e
 type response struct {
 	Result map[string]any `json:"result"`
 	Error  *struct {
-		Code    int            `json:"code"`
+		Code    jsonrpc.Code   `json:"code"`
 		Message string         `json:"message"`
 		Data    map[string]any `json:"data"`
 	} `json:"error"`

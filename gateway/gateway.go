@@ -777,7 +777,7 @@ func upstreamError(u *upstream, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+" failed: "+err.Error(), nil)
+	return jsonrpc.Wrap(jsonrpc.CodeInternalError, "upstream "+u.cfg.ID+" failed: ", err)
 }
 
 // rawResult is what the gateway reads of an upstream's result.

@@ -121,7 +121,7 @@ func (o origin) GetTask(ctx context.Context, req *server.TaskRequest) (*mcp.Task
 	}
 	var t mcp.Task
 	if err := jsonrpc.UnmarshalParams(res, &t); err != nil {
-		return nil, jsonrpc.NewError(jsonrpc.CodeInternalError, "upstream task state unreadable: "+err.Error(), nil)
+		return nil, jsonrpc.Wrap(jsonrpc.CodeInternalError, "upstream task state unreadable: ", err)
 	}
 	return &t, nil
 }

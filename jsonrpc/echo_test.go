@@ -12,12 +12,12 @@ import (
 
 // errorCode decodes an encoded error response and returns its code and
 // message.
-func errorCode(t *testing.T, b []byte) (int, string) {
+func errorCode(t *testing.T, b []byte) (jsonrpc.Code, string) {
 	t.Helper()
 	var r struct {
 		Error struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
+			Code    jsonrpc.Code `json:"code"`
+			Message string       `json:"message"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(b, &r); err != nil {

@@ -25,14 +25,35 @@ import (
 // version is the only JSON-RPC version MCP speaks.
 const version = "2.0"
 
+// Code is a JSON-RPC error code: the standard ones below, MCP's (in
+// package mcp), or a server's own.
+type Code int
+
 // Standard JSON-RPC error codes.
 const (
-	CodeParseError     = -32700
-	CodeInvalidRequest = -32600
-	CodeMethodNotFound = -32601
-	CodeInvalidParams  = -32602
-	CodeInternalError  = -32603
+	CodeParseError     Code = -32700
+	CodeInvalidRequest Code = -32600
+	CodeMethodNotFound Code = -32601
+	CodeInvalidParams  Code = -32602
+	CodeInternalError  Code = -32603
 )
+
+// String names a standard code ("invalid params"), or gives its number.
+func (c Code) String() string {
+	switch c {
+	case CodeParseError:
+		return "parse error"
+	case CodeInvalidRequest:
+		return "invalid request"
+	case CodeMethodNotFound:
+		return "method not found"
+	case CodeInvalidParams:
+		return "invalid params"
+	case CodeInternalError:
+		return "internal error"
+	}
+	return strconv.Itoa(int(c))
+}
 
 // DefaultMaxDepth bounds object/array nesting in a decoded message. MCP
 // messages are shallow; deep nesting is an attack on recursive decoders.
@@ -106,9 +127,12 @@ func parseID(b []byte) (ID, error) {
 // Error is a JSON-RPC error object. It implements error so handlers can
 // return it directly and have its code reach the peer.
 type Error struct {
-	Code    int            `json:"code"`
+	Code    Code           `json:"code"`
 	Message string         `json:"message"`
 	Data    jsontext.Value `json:"data,omitempty"`
+	// cause is what went wrong underneath (Wrap), for errors.Is and
+	// errors.As on this side; the peer is told only Message.
+	cause error
 }
 
 // Error renders the code, message and (shortened) data, for logs: the
@@ -120,8 +144,31 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("jsonrpc error %d: %s", e.Code, e.Message)
 }
 
+// Unwrap returns the error's cause, if Wrap gave it one.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Wrap builds an Error of code whose message is prefix and then cause's
+// text, keeping cause for errors.Is and errors.As: "upstream a failed: "
+// and the upstream's own error, say.
+func Wrap(code Code, prefix string, cause error) *Error {
+	return &Error{Code: code, Message: prefix + cause.Error(), cause: cause}
+}
+
+// CodeOf returns the code of the first *Error in err's chain, or
+// CodeInternalError when there is none (err is not a protocol error, so
+// what a peer is told of it is an internal one); 0 for a nil err.
+func CodeOf(err error) Code {
+	if err == nil {
+		return 0
+	}
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Code
+	}
+	return CodeInternalError
+}
+
 // NewError builds an Error; data, when not nil, is marshalled as JSON.
-func NewError(code int, message string, data any) *Error {
+func NewError(code Code, message string, data any) *Error {
 	e := &Error{Code: code, Message: message}
 	if data != nil {
 		b, err := json.Marshal(data, json.Deterministic(true))
@@ -166,7 +213,7 @@ type wire struct {
 // DecodeError says why a message could not be decoded. Code is the JSON-RPC
 // code the peer should get; ID is set when the id could be read.
 type DecodeError struct {
-	Code int
+	Code Code
 	ID   ID
 	Err  error
 }
@@ -183,7 +230,7 @@ func (e *DecodeError) RPCError() *Error {
 	if e.Code == CodeInvalidRequest {
 		msg = "Invalid Request"
 	}
-	return &Error{Code: e.Code, Message: msg + ": " + e.Err.Error()}
+	return &Error{Code: e.Code, Message: msg + ": " + e.Err.Error(), cause: e.Err}
 }
 
 // Decode parses one JSON-RPC message. maxDepth <= 0 means DefaultMaxDepth.

@@ -4,6 +4,8 @@
 // the client and the transports can all share it without cycles.
 package mcp
 
+import "tidings/jsonrpc"
+
 // Protocol revisions.
 const (
 	// Version is the revision tidings implements natively.
@@ -69,11 +71,11 @@ const MetaChangedAt = "io.github.tidings/changedAt"
 
 // MCP error codes beyond the JSON-RPC standard ones.
 const (
-	CodeHeaderMismatch             = -32020
-	CodeMissingRequiredCapability  = -32021
-	CodeUnsupportedProtocolVersion = -32022
+	CodeHeaderMismatch             jsonrpc.Code = -32020
+	CodeMissingRequiredCapability  jsonrpc.Code = -32021
+	CodeUnsupportedProtocolVersion jsonrpc.Code = -32022
 	// CodeLegacyResourceNotFound is retired: never sent, still understood.
-	CodeLegacyResourceNotFound = -32002
+	CodeLegacyResourceNotFound jsonrpc.Code = -32002
 )
 
 // HTTP header names of the Streamable HTTP transport. The Mcp-Param-*

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/metrics"
 	"tidings/server"
@@ -69,7 +70,7 @@ func TestListenLimitSeries(t *testing.T) {
 	refused := listen("2")
 	var e struct {
 		Error struct {
-			Code int `json:"code"`
+			Code jsonrpc.Code `json:"code"`
 		} `json:"error"`
 	}
 	if err := json.NewDecoder(refused.Body).Decode(&e); err != nil || e.Error.Code != -32603 {

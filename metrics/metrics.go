@@ -41,7 +41,7 @@ type Metrics struct {
 	cutoffs       prometheus.Counter
 	leaseLapsed   prometheus.Counter
 	knownMethods  map[string]*methodSeries
-	knownOutcomes map[int]string
+	knownOutcomes map[jsonrpc.Code]string
 }
 
 // methodSeries are one method's hot series, looked up once: finding a
@@ -86,7 +86,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Unfinished tasks failed by this replica because their lease lapsed: the replica running them stopped, or lost the task store.",
 		}),
 		knownMethods: map[string]*methodSeries{},
-		knownOutcomes: map[int]string{
+		knownOutcomes: map[jsonrpc.Code]string{
 			jsonrpc.CodeInvalidParams:          "invalid_params",
 			jsonrpc.CodeMethodNotFound:         "method_not_found",
 			jsonrpc.CodeInternalError:          "internal_error",
@@ -191,7 +191,7 @@ func (m *Metrics) outcome(ctx context.Context, err error) string {
 			return name
 		}
 		if je.Code <= -32000 && je.Code >= -32099 {
-			return "server_error_" + strconv.Itoa(-je.Code)
+			return "server_error_" + strconv.Itoa(int(-je.Code))
 		}
 		return "other"
 	}
@@ -211,7 +211,7 @@ func (m *Metrics) Notified(sent, merged int) {
 }
 
 // Refused counts a request refused before it was served.
-func (m *Metrics) Refused(method string, code int) {
+func (m *Metrics) Refused(method string, code jsonrpc.Code) {
 	method, _ = m.series(method)
 	m.requests.WithLabelValues(method, m.outcome(context.Background(), jsonrpc.NewError(code, "", nil))).Inc()
 }

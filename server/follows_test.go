@@ -54,7 +54,7 @@ func (h *harness) refusedListen(id any, params P) *response {
 
 // refusedFor checks that r is the refusal of a limit: the code, a
 // message naming the limit's value, and data naming the limit.
-func refusedFor(t *testing.T, r *response, code int, limit string, value int) {
+func refusedFor(t *testing.T, r *response, code jsonrpc.Code, limit string, value int) {
 	t.Helper()
 	r.fails(t, code)
 	if want := fmt.Sprintf("(limit %d)", value); !strings.Contains(r.Error.Message, want) {
@@ -227,9 +227,9 @@ func (c *stdioConn) listen(id int, uris []string) map[string]json.RawMessage {
 }
 
 // refusal returns the code and limit of an error message, or 0 and "".
-func refusal(m map[string]json.RawMessage) (int, string) {
+func refusal(m map[string]json.RawMessage) (jsonrpc.Code, string) {
 	var e struct {
-		Code int `json:"code"`
+		Code jsonrpc.Code `json:"code"`
 		Data struct {
 			Limit string `json:"limit"`
 		} `json:"data"`

@@ -43,8 +43,8 @@ type fuzzListResp struct {
 		ResultType string                  `json:"resultType"`
 	} `json:"result"`
 	Error *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    jsonrpc.Code `json:"code"`
+		Message string       `json:"message"`
 	} `json:"error"`
 }
 

@@ -242,7 +242,7 @@ type response struct {
 	ID     json.RawMessage `json:"id"`
 	Result map[string]any  `json:"result"`
 	Error  *struct {
-		Code    int             `json:"code"`
+		Code    jsonrpc.Code    `json:"code"`
 		Message string          `json:"message"`
 		Data    json.RawMessage `json:"data"`
 	} `json:"error"`
@@ -330,7 +330,7 @@ func (r *response) ok(t testing.TB) map[string]any {
 }
 
 // fails asserts an error with the given code and returns it.
-func (r *response) fails(t testing.TB, code int) *response {
+func (r *response) fails(t testing.TB, code jsonrpc.Code) *response {
 	t.Helper()
 	if r.Error == nil {
 		t.Fatalf("got a result, want error %d: %s", code, r.raw)

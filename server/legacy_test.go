@@ -216,8 +216,8 @@ type legacyResponse struct {
 	ID     json.RawMessage            `json:"id"`
 	Result map[string]json.RawMessage `json:"result"`
 	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    jsonrpc.Code `json:"code"`
+		Message string       `json:"message"`
 	} `json:"error"`
 }
 
@@ -252,7 +252,7 @@ func (r *legacyResponse) ok(t testing.TB) map[string]json.RawMessage {
 	return r.Result
 }
 
-func (r *legacyResponse) fails(t testing.TB, code int) {
+func (r *legacyResponse) fails(t testing.TB, code jsonrpc.Code) {
 	t.Helper()
 	if r.Error == nil {
 		t.Fatalf("got a result, want error %d: %s", code, r.raw)

@@ -46,7 +46,7 @@ func recording(log *seenLog) server.Middleware {
 				return jsonrpc.NewError(-32001, "Forbidden by policy", nil)
 			}
 			err := next(ctx, req)
-			code := 0
+			var code jsonrpc.Code
 			var je *jsonrpc.Error
 			if errors.As(err, &je) {
 				code = je.Code

@@ -12,6 +12,7 @@ import (
 
 	"tidings/bus"
 	"tidings/internal/engine"
+	"tidings/jsonrpc"
 	"tidings/mcp"
 )
 
@@ -247,7 +248,7 @@ type RefusalObserver interface {
 	StreamObserver
 	// Refused reports the method the request named (which may be one
 	// the server does not know) and the JSON-RPC code it was refused with.
-	Refused(method string, code int)
+	Refused(method string, code jsonrpc.Code)
 }
 
 // WithStreamObserver sets the observer of every change stream (and of

@@ -42,7 +42,7 @@ func logRequest(ctx context.Context, l *slog.Logger, req *Request, start time.Ti
 	var je *jsonrpc.Error
 	switch {
 	case errors.As(err, &je):
-		attrs = append(attrs, slog.Int("code", je.Code))
+		attrs = append(attrs, slog.Int("code", int(je.Code)))
 	case errors.Is(err, context.Canceled):
 		attrs = append(attrs, slog.String("outcome", "cancelled")) // a parked listen its client left
 	case err != nil:

@@ -54,8 +54,8 @@ type wireReply struct {
 	raw    []byte
 	Result json.RawMessage `json:"result"`
 	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    jsonrpc.Code `json:"code"`
+		Message string       `json:"message"`
 	} `json:"error"`
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tidings/internal/testrig/schematest"
+	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/stdio"
@@ -36,8 +37,8 @@ type line struct {
 	Params map[string]any  `json:"params"`
 	Result map[string]any  `json:"result"`
 	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    jsonrpc.Code `json:"code"`
+		Message string       `json:"message"`
 	} `json:"error"`
 }
 
@@ -423,7 +424,7 @@ func TestMalformedLines(t *testing.T) {
 	c := start(t, srv)
 	for i, bad := range []struct {
 		line string
-		code int
+		code jsonrpc.Code
 		id   string
 	}{
 		{`{"jsonrpc":`, -32700, ""},

@@ -13,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"tidings/internal/sse"
+	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
 	"tidings/streamhttp"
@@ -173,7 +174,7 @@ func (f *fixture) post(t testing.TB, body []byte, hdr http.Header) reply {
 
 // rpcError is the error member of a JSON-RPC response.
 type rpcError struct {
-	Code    int             `json:"code"`
+	Code    jsonrpc.Code    `json:"code"`
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data"`
 }
@@ -201,7 +202,7 @@ func decodeEnvelope(t testing.TB, b []byte) envelope {
 }
 
 // wantError checks an HTTP status and a JSON-RPC error code.
-func wantError(t testing.TB, r reply, status, code int) envelope {
+func wantError(t testing.TB, r reply, status int, code jsonrpc.Code) envelope {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)

@@ -300,7 +300,7 @@ func (h *Handler) logRefusal(header, value string, r *http.Request) {
 }
 
 // writeError writes a JSON-RPC error body with the given HTTP status.
-func (h *Handler) writeError(w http.ResponseWriter, status int, id jsonrpc.ID, code int, msg string, data any) {
+func (h *Handler) writeError(w http.ResponseWriter, status int, id jsonrpc.ID, code jsonrpc.Code, msg string, data any) {
 	body := jsonrpc.AppendErrorResponse(nil, id, jsonrpc.NewError(code, msg, data))
 	h.writeJSON(w, status, body)
 }

@@ -49,7 +49,7 @@ func TestBadInput(t *testing.T) {
 		body   []byte
 		hdr    http.Header
 		status int
-		code   int
+		code   jsonrpc.Code
 		check  func(t *testing.T, e envelope)
 	}{
 		{name: "malformed JSON", body: []byte(`{"jsonrpc":"2.0","id":1,"method":`),

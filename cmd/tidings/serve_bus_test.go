@@ -18,6 +18,7 @@ import (
 
 	"tidings/internal/testrig/testbroker"
 	"tidings/internal/testrig/testkit"
+	"tidings/jsonrpc"
 	"tidings/mcp"
 )
 
@@ -151,7 +152,7 @@ func (r *replicaServe) ready(t *testing.T, line string) bool {
 
 // listResources posts a resources/list with cursor ("" for the first
 // page) and returns the result or the error code.
-func (r *replicaServe) listResources(t *testing.T, cursor string) (next string, code int) {
+func (r *replicaServe) listResources(t *testing.T, cursor string) (next string, code jsonrpc.Code) {
 	t.Helper()
 	params := map[string]any{}
 	if cursor != "" {
@@ -175,7 +176,7 @@ func (r *replicaServe) listResources(t *testing.T, cursor string) (next string, 
 			NextCursor string `json:"nextCursor"`
 		} `json:"result"`
 		Error *struct {
-			Code int `json:"code"`
+			Code jsonrpc.Code `json:"code"`
 		} `json:"error"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {

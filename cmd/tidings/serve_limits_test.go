@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"tidings/internal/testrig/testkit"
+	"tidings/jsonrpc"
 	"tidings/mcp"
 )
 
@@ -63,8 +64,8 @@ func TestServeStreamLimits(t *testing.T) {
 	}
 	var refused struct {
 		Error struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
+			Code    jsonrpc.Code `json:"code"`
+			Message string       `json:"message"`
 		} `json:"error"`
 	}
 	if err := json.NewDecoder(post(listen, true).Body).Decode(&refused); err != nil || refused.Error.Code != -32603 ||

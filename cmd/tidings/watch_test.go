@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"tidings/internal/testrig/testkit"
+	"tidings/jsonrpc"
 )
 
 // proc is a running tidings process whose output is read line by line.
@@ -465,8 +466,8 @@ func TestCall(t *testing.T) {
 			t.Errorf("exit status %d, stdout %q; want 1 and nothing", code, out)
 		}
 		var e struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
+			Code    jsonrpc.Code `json:"code"`
+			Message string       `json:"message"`
 		}
 		decode(t, errOut, &e)
 		if e.Code != -32602 || e.Message == "" {

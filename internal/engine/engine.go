@@ -284,14 +284,14 @@ func ErrorReply(id jsonrpc.ID, e *jsonrpc.Error) Reply {
 }
 
 // Fail is ErrorReply for a new error.
-func Fail(id jsonrpc.ID, code int, msg string, data any) Reply {
+func Fail(id jsonrpc.ID, code jsonrpc.Code, msg string, data any) Reply {
 	return ErrorReply(id, jsonrpc.NewError(code, msg, data))
 }
 
 // OutcomeFor classifies an error code: the codes that say the request
 // itself was unacceptable are Refused, an unknown method is UnknownMethod,
 // and every other error was found while serving (Answered).
-func OutcomeFor(code int) Outcome {
+func OutcomeFor(code jsonrpc.Code) Outcome {
 	switch code {
 	case mcp.CodeHeaderMismatch, mcp.CodeMissingRequiredCapability, mcp.CodeUnsupportedProtocolVersion,
 		jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest:

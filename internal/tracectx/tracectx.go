@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
+	"tidings/jsonrpc"
 	"tidings/mcp"
 )
 
@@ -92,7 +93,7 @@ func Request(method, name, version string) (spanName string, attrs []attribute.K
 
 // Failed returns the attributes of a request answered with the JSON-RPC
 // error code.
-func Failed(code int) []attribute.KeyValue {
-	c := strconv.Itoa(code)
+func Failed(code jsonrpc.Code) []attribute.KeyValue {
+	c := strconv.Itoa(int(code))
 	return []attribute.KeyValue{semconv.ErrorTypeKey.String(c), semconv.RPCResponseStatusCode(c)}
 }

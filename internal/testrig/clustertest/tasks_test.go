@@ -21,6 +21,7 @@ import (
 	"tidings/internal/sse"
 	"tidings/internal/testrig/clustertest"
 	"tidings/internal/testrig/testlb"
+	"tidings/jsonrpc"
 	"tidings/mcp"
 	"tidings/server"
 )
@@ -273,8 +274,8 @@ type reply struct {
 	raw    []byte
 	Result map[string]any `json:"result"`
 	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    jsonrpc.Code `json:"code"`
+		Message string       `json:"message"`
 	} `json:"error"`
 }
 
