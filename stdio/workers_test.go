@@ -18,9 +18,10 @@ func goroutinesCreated() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// TestRequestsReuseWorkers: requests one after another run on the same
-// worker, where a goroutine started for each grew its stack anew every
-// time.
+// TestRequestsReuseWorkers: requests one after another run on the
+// connection's few carriers (the goroutine that reads a request runs it,
+// handing the reading to an idle one), where a goroutine started for
+// each grew its stack anew every time.
 func TestRequestsReuseWorkers(t *testing.T) {
 	srv := newServer(t)
 	addTool(t, srv, "echo")
