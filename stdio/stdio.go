@@ -208,7 +208,7 @@ func Serve(ctx context.Context, srv *server.Server, in io.Reader, out io.Writer,
 		// otherwise.
 		c.endListens()
 		c.drain(ctx)
-		if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || errors.Is(err, errStopped) {
+		if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 			return nil
 		}
 		return err

@@ -74,12 +74,13 @@ func (f *Frames) Take(l *engine.ParkedListen, lists *mcp.PerList[[]byte], iov []
 	ending := l.Sub.Ending()
 	buf := f.buf[:0]
 	sent, _ := f.drain.Take(l.Sub, l.Notices, func(n engine.Notice) error {
-		f.ev = sse.AppendEvent(f.ev[:0], n.Msg)
-		if !n.Kept {
+		switch {
+		case !n.Kept:
+			f.ev = sse.AppendEvent(f.ev[:0], n.Msg)
 			buf = frame(buf, f.ev)
 			return nil
-		}
-		if lists[n.List] == nil {
+		case lists[n.List] == nil:
+			f.ev = sse.AppendEvent(f.ev[:0], n.Msg)
 			lists[n.List] = frame(nil, f.ev)
 		}
 		iov = append(iov, lists[n.List])
