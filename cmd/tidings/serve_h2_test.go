@@ -24,6 +24,7 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	"golang.org/x/net/http2"
 
 	"tidings/internal/sse"
 	"tidings/internal/testrig/testkit"
@@ -31,17 +32,18 @@ import (
 )
 
 // h2cClient speaks HTTP/2 without TLS, by prior knowledge, and counts
-// the connections it opens.
+// the connections it opens. It is x/net's client (net/http's is the
+// same) for its pool, which hands a request a connection an earlier one
+// dialed as soon as it is up: net/http's puts it in its pool only after
+// the first request has it, so that one quick after may dial its own.
 func h2cClient(dials *atomic.Int64) *http.Client {
-	tr := &http.Transport{Protocols: new(http.Protocols)}
-	tr.Protocols.SetUnencryptedHTTP2(true)
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 		if dials != nil {
 			dials.Add(1)
 		}
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
-	}
+	}}
 	return &http.Client{Transport: tr}
 }
 

@@ -3,12 +3,15 @@ package coalesce_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"tidings/streamhttp/internal/coalesce"
 )
@@ -88,8 +91,13 @@ func TestStreamsShareWrites(t *testing.T) {
 		<-served
 	}()
 
-	tr := &http.Transport{Protocols: new(http.Protocols)}
-	tr.Protocols.SetUnencryptedHTTP2(true)
+	// x/net's client, whose pool hands a second request the connection
+	// the first one dialed: net/http's puts an HTTP/2 connection in its
+	// pool only after the first request has it, and a request quick
+	// after it may dial one of its own.
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
 	defer tr.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -3,6 +3,7 @@ package h2_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -240,20 +241,21 @@ func TestSilentPeerIsPingedAndLetGo(t *testing.T) {
 	})
 }
 
-// TestBusyClientIsNotCut: net/http's client at work — many streams at
+// TestBusyClientIsNotCut: Go's HTTP/2 client at work — many streams at
 // once, bodies both ways over the windows, so WINDOW_UPDATEs both ways —
 // spends little of the budget of frames that carry no work: with a
 // tenth of the default budget it is served on the one connection it
-// dialed, never told to calm down.
+// dialed, never told to calm down. (x/net's client, the same as
+// net/http's, but whose pool hands every request the connection the
+// first dialed: net/http's puts it in its pool only after the first
+// request has it, so that one quick after may dial its own.)
 func TestBusyClientIsNotCut(t *testing.T) {
 	addr, _, _ := listenH2C(t, http.HandlerFunc(echo), h2.Config{FrameBudget: h2.DefaultFrameBudget / 10})
 	var dials atomic.Int32
-	tr := &http.Transport{Protocols: new(http.Protocols)}
-	tr.Protocols.SetUnencryptedHTTP2(true)
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 		dials.Add(1)
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}
+	}}
 	t.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr}
 	body := bytes.Repeat([]byte("x"), 100<<10) // over a stream's first window
