@@ -24,7 +24,6 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-	"golang.org/x/net/http2"
 
 	"tidings/internal/sse"
 	"tidings/internal/testrig/testkit"
@@ -32,18 +31,20 @@ import (
 )
 
 // h2cClient speaks HTTP/2 without TLS, by prior knowledge, and counts
-// the connections it opens. It is x/net's client (net/http's is the
-// same) for its pool, which hands a request a connection an earlier one
-// dialed as soon as it is up: net/http's puts it in its pool only after
-// the first request has it, so that one quick after may dial its own.
-func h2cClient(dials *atomic.Int64) *http.Client {
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+// the connections it opens, at most maxConns at once (0: no bound).
+// net/http pools an HTTP/2 connection only once the request that dialed
+// it has it, so a request right behind may dial its own: a test that
+// counts connections bounds them.
+func h2cClient(dials *atomic.Int64, maxConns int) *http.Client {
+	tr := &http.Transport{Protocols: new(http.Protocols), MaxConnsPerHost: maxConns}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if dials != nil {
 			dials.Add(1)
 		}
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
-	}}
+	}
 	return &http.Client{Transport: tr}
 }
 
@@ -128,7 +129,7 @@ func listenOverH2(t *testing.T, c *http.Client, base, dir string) {
 	if n := nextNotice(t, r); n.Method != mcp.NotifyResourcesListChanged || string(n.Params.Meta.SubscriptionID) != `"h2-listen"` {
 		t.Fatalf("after a file appeared: %+v, want a resources list change tagged \"h2-listen\"", n)
 	}
-	plain := h2cClient(nil)
+	plain := h2cClient(nil, 0)
 	if strings.HasPrefix(base, "https") {
 		plain = c
 	}
@@ -152,7 +153,7 @@ func TestServeListenOverH2C(t *testing.T) {
 	dir := t.TempDir()
 	base, stop := serveInProcess(t, dir)
 	defer stop()
-	c := h2cClient(nil)
+	c := h2cClient(nil, 0)
 	defer c.CloseIdleConnections()
 	listenOverH2(t, c, base, dir)
 }
@@ -230,7 +231,7 @@ func TestServeListenOverTLS(t *testing.T) {
 func TestServeH2CChecks(t *testing.T) {
 	base, stop := serveInProcess(t, t.TempDir())
 	defer stop()
-	c := h2cClient(nil)
+	c := h2cClient(nil, 0)
 	defer c.CloseIdleConnections()
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -258,7 +259,7 @@ func TestServeH2MaxStreams(t *testing.T) {
 	base, stop := serveInProcess(t, t.TempDir(), "--http2-max-streams", "2")
 	defer stop()
 	var dials atomic.Int64
-	c := h2cClient(&dials)
+	c := h2cClient(&dials, 2)
 	defer c.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -384,7 +385,7 @@ func TestServeRefusalInTheClientsProtocol(t *testing.T) {
 		client func() *http.Client
 		proto  int
 	}{
-		{"h2c", nil, func() *http.Client { return h2cClient(nil) }, 2},
+		{"h2c", nil, func() *http.Client { return h2cClient(nil, 0) }, 2},
 		{"http/1.1 beside h2c", nil, func() *http.Client { return &http.Client{Transport: &http.Transport{}} }, 1},
 		{"tls h2", tlsFlags, func() *http.Client {
 			return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
@@ -443,7 +444,7 @@ func TestServeCutsAStalledHTTP2Reader(t *testing.T) {
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	c := h2cClient(nil)
+	c := h2cClient(nil, 0)
 	defer c.CloseIdleConnections()
 	body := request(t, 1, mcp.MethodResourcesRead, map[string]any{"uri": fileURI(t, dir, "big.txt")})
 	resp := mcpPost(ctx, t, c, base+"/mcp", mcp.MethodResourcesRead, body, mcp.HeaderName, fileURI(t, dir, "big.txt"))
@@ -453,7 +454,7 @@ func TestServeCutsAStalledHTTP2Reader(t *testing.T) {
 	}
 	// Nothing is read: the stream's window fills, and the server's write
 	// blocks until the timeout cuts it.
-	scraper := h2cClient(nil)
+	scraper := h2cClient(nil, 0)
 	defer scraper.CloseIdleConnections()
 	waitMetric(t, scraper, base, "tidings_http_write_timeouts_total", 1)
 	if _, err := io.Copy(io.Discard, resp.Body); err == nil {

@@ -3,15 +3,12 @@ package coalesce_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 
 	"tidings/streamhttp/internal/coalesce"
 )
@@ -91,13 +88,12 @@ func TestStreamsShareWrites(t *testing.T) {
 		<-served
 	}()
 
-	// x/net's client, whose pool hands a second request the connection
-	// the first one dialed: net/http's puts an HTTP/2 connection in its
-	// pool only after the first request has it, and a request quick
-	// after it may dial one of its own.
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	// net/http pools an HTTP/2 connection only once the request that
+	// dialed it has it: a request right behind would dial its own, but
+	// for this bound, which has it wait for the pool instead.
+	tr.MaxConnsPerHost = 1
 	defer tr.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -3,7 +3,6 @@ package h2_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -245,17 +244,19 @@ func TestSilentPeerIsPingedAndLetGo(t *testing.T) {
 // once, bodies both ways over the windows, so WINDOW_UPDATEs both ways —
 // spends little of the budget of frames that carry no work: with a
 // tenth of the default budget it is served on the one connection it
-// dialed, never told to calm down. (x/net's client, the same as
-// net/http's, but whose pool hands every request the connection the
-// first dialed: net/http's puts it in its pool only after the first
-// request has it, so that one quick after may dial its own.)
+// dialed, never told to calm down. (One connection at most: net/http
+// pools an HTTP/2 connection only once the request that dialed it has
+// it, and a request right behind would dial its own; with the bound it
+// waits for the pool, so a second dial means the first was cut.)
 func TestBusyClientIsNotCut(t *testing.T) {
 	addr, _, _ := listenH2C(t, http.HandlerFunc(echo), h2.Config{FrameBudget: h2.DefaultFrameBudget / 10})
 	var dials atomic.Int32
-	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+	tr := &http.Transport{Protocols: new(http.Protocols), MaxConnsPerHost: 1}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
+	}
 	t.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr}
 	body := bytes.Repeat([]byte("x"), 100<<10) // over a stream's first window
