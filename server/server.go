@@ -133,8 +133,10 @@ type Server struct {
 	// middleware).
 	handler MethodHandler
 	// changes stamps and traces list changes (nil without a tracer or a
-	// meter provider).
+	// meter provider); road is the road this server's own changes come
+	// by: local, or origin for a server whose items are its Origin's.
 	changes *changeTelemetry
+	road    string
 	// scoped is set once any item was registered with RequireScopes, so
 	// that servers without scopes never look them up.
 	scoped  atomic.Bool
@@ -200,12 +202,12 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	s.resources = newRegistry[*resource](h, mcp.ResourcesList)
 	s.templates = newRegistry[*template](h, mcp.ResourcesList)
 	s.changes = newChangeTelemetry(cfg)
-	road := roadLocal
+	s.road = roadLocal
 	if cfg.origin != nil {
-		road = roadOrigin
+		s.road = roadOrigin
 	}
 	s.tools.tel, s.prompts.tel, s.resources.tel, s.templates.tel = s.changes, s.changes, s.changes, s.changes
-	s.tools.road, s.prompts.road, s.resources.road, s.templates.road = road, road, road, road
+	s.tools.road, s.prompts.road, s.resources.road, s.templates.road = s.road, s.road, s.road, s.road
 	if v := cfg.visible; v != nil {
 		s.tools.sees = func(p, k string) bool { return v(p, ListTools, k) }
 		s.prompts.sees = func(p, k string) bool { return v(p, ListPrompts, k) }
@@ -524,11 +526,7 @@ func (s *Server) ResourceUpdatedContext(ctx context.Context, uri string) {
 		c.Sees = func(p string) bool { return v(p, ListResources, uri) }
 		c.keys, c.list = []string{uri}, ListResources
 	}
-	road := roadLocal
-	if s.cfg.origin != nil {
-		road = roadOrigin
-	}
-	publish(ctx, s.hub, s.cfg.bus, c, s.changes, road)
+	publish(ctx, s.hub, s.cfg.bus, c, s.changes, s.road)
 }
 
 // ---- completion ----
