@@ -123,17 +123,15 @@ func (h *busHandler) Deliver(e bus.Event) {
 		s.hub.PublishRemote(c.Event)
 		return
 	}
-	if o := s.cfg.origin; o != nil {
-		// The origin forgets what it kept before anyone here is told, so
-		// that the re-read the notification prompts finds the change.
-		for _, sp := range spaces {
-			if e.Kinds&kindOf(sp.l) != 0 && (e.Keys == nil || e.Space == sp.s) {
-				o.Forget(sp.l, "")
-			}
+	// The source forgets what it kept before anyone here is told, so
+	// that the re-read the notification prompts finds the change.
+	for _, sp := range spaces {
+		if e.Kinds&kindOf(sp.l) != 0 && (e.Keys == nil || e.Space == sp.s) {
+			s.src.forget(sp.l, "")
 		}
-		if e.URI != "" {
-			o.Forget(ReadResource, e.URI)
-		}
+	}
+	if e.URI != "" {
+		s.src.forget(ReadResource, e.URI)
 	}
 	if v := s.cfg.visible; v != nil && e.Keys != nil {
 		if !known {
@@ -168,14 +166,12 @@ func (h *busHandler) Deliver(e bus.Event) {
 // loaded first.
 func (h *busHandler) Resync() {
 	s := (*Server)(h)
-	if o := s.cfg.origin; o != nil {
-		// What the origin kept may predate a change the bus lost: it
-		// forgets everything before anyone here is told to re-read.
-		for _, sp := range spaces {
-			o.Forget(sp.l, "")
-		}
-		o.Forget(ReadResource, "")
+	// What the source kept may predate a change the bus lost: it
+	// forgets everything before anyone here is told to re-read.
+	for _, sp := range spaces {
+		s.src.forget(sp.l, "")
 	}
+	s.src.forget(ReadResource, "")
 	if s.shared != nil {
 		s.shared.resyncAll()
 		return

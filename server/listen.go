@@ -51,11 +51,10 @@ type listenNotices struct {
 	changed   mcp.PerList[[]byte]
 	srv       *Server
 	principal string
-	// origin, req and sent are set for a listen whose tasks an origin
-	// runs (see originTask).
-	origin TaskOrigin
-	req    *Request
-	sent   map[string][]byte
+	// req and sent are set for a listen whose tasks an origin runs (see
+	// originTasks).
+	req  *Request
+	sent map[string][]byte
 	// stamped holds, once a stamped change reached the listen, the last
 	// message made for each list's stamp (see ListChanged).
 	stamped *stampedNotices
@@ -184,15 +183,15 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		taskIDs = slices.Compact(slices.Sorted(slices.Values(f.TaskIDs)))
 		hf.Tasks = taskIDs
 	}
-	if o := s.cfg.origin; o != nil && len(hf.URIs) > 0 {
-		stopFollow = o.Follow(req.Principal, hf.URIs)
+	if len(hf.URIs) > 0 {
+		stopFollow = s.src.follow(req.Principal, hf.URIs)
 	}
 	sub, err := s.hub.Subscribe(hf)
 	closed := errors.Is(err, hub.ErrClosed)
 	n := newListenNotices(s, req.Principal, req.ID)
 	var firsts [][]byte
 	if taskIDs != nil {
-		ids, msgs, releaseTasks, err := s.grantListenTasks(ctx, req, n, taskIDs)
+		ids, msgs, releaseTasks, err := s.taskSrc.grant(ctx, req, n, taskIDs)
 		if err != nil {
 			if ctx.Err() != nil {
 				return engine.Reply{Outcome: engine.Silent}

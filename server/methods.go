@@ -20,10 +20,8 @@ func invalid(id jsonrpc.ID, msg string) engine.Reply {
 	return engine.Fail(id, jsonrpc.CodeInvalidParams, msg, nil)
 }
 
-func (s *Server) callTool(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	if s.cfg.origin != nil {
-		return s.originCall(ctx, c, req)
-	}
+func (r *registries) callTool(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	s := (*Server)(r)
 	if c.P.Name == nil {
 		return invalid(req.ID, "Invalid params: missing tool name")
 	}
@@ -116,10 +114,8 @@ func (s *Server) toolResult(req *Request, name string, t *tool, res *mcp.CallToo
 	return s.reply(req, &body, engine.Tail{Meta: meta})
 }
 
-func (s *Server) getPrompt(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	if s.cfg.origin != nil {
-		return s.originPrompt(ctx, c, req)
-	}
+func (r *registries) getPrompt(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	s := (*Server)(r)
 	if c.P.Name == nil {
 		return invalid(req.ID, "Invalid params: missing prompt name")
 	}
@@ -204,10 +200,8 @@ func (s *Server) resolve(principal, uri string) (h ResourceHandler, opts itemOpt
 	return nil, itemOpts{}, nil
 }
 
-func (s *Server) readResource(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	if s.cfg.origin != nil {
-		return s.originRead(ctx, c, req)
-	}
+func (r *registries) readResource(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	s := (*Server)(r)
 	if c.P.URI == nil {
 		return invalid(req.ID, "Invalid params: missing uri")
 	}
@@ -257,10 +251,8 @@ func (s *Server) runRead(ctx context.Context, c *engine.Call, req *Request, uri 
 	return s.reply(req, &body, engine.Tail{Hint: p.hint(), Meta: meta})
 }
 
-func (s *Server) completeCall(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	if s.cfg.origin != nil {
-		return s.originComplete(ctx, c, req)
-	}
+func (r *registries) completion(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	s := (*Server)(r)
 	if c.P.Ref == nil || c.P.Argument == nil {
 		return invalid(req.ID, "Invalid params: ref and argument are required")
 	}

@@ -150,8 +150,9 @@ func (s *Server) ResourceUpdatedFor(principal, uri string) {
 // listFields are the result members of each list.
 var listFields = [...]string{ListTools: "tools", ListPrompts: "prompts", ListResources: "resources", ListTemplates: "resourceTemplates"}
 
-// originList answers one page of list l from the origin.
-func (s *Server) originList(ctx context.Context, l List, c *engine.Call, req *Request) engine.Reply {
+// list answers one page of list l from the origin.
+func (o *originSource) list(ctx context.Context, l List, c *engine.Call, req *Request) engine.Reply {
+	s := o.s
 	binding := strconv.Itoa(int(l)) + "\x00" + req.Principal
 	lreq := &ListRequest{Request: *req, List: l}
 	if c.P.Cursor != nil {
@@ -161,7 +162,7 @@ func (s *Server) originList(ctx context.Context, l List, c *engine.Call, req *Re
 		}
 		lreq.Cursor = b
 	}
-	page, err := s.cfg.origin.List(context.WithValue(ctx, ctxKey{}, &lreq.Request), lreq)
+	page, err := o.o.List(context.WithValue(ctx, ctxKey{}, &lreq.Request), lreq)
 	if err != nil {
 		return s.handlerError(ctx, req, "", nil, err)
 	}
@@ -200,8 +201,9 @@ func (s *Server) originList(ctx context.Context, l List, c *engine.Call, req *Re
 	return engine.Reply{Body: *bp, Buf: bp, Pool: &s.bodies}
 }
 
-// originCall runs a tools/call through the origin.
-func (s *Server) originCall(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+// callTool runs a tools/call through the origin.
+func (o *originSource) callTool(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	s := o.s
 	if c.P.Name == nil {
 		return invalid(req.ID, "Invalid params: missing tool name")
 	}
@@ -218,7 +220,7 @@ func (s *Server) originCall(ctx context.Context, c *engine.Call, req *Request) e
 	}
 	treq := &ToolRequest{Request: *req, Arguments: args, srv: s}
 	res, err := withInput(ctx, &treq.Request, func() (*mcp.CallToolResult, error) {
-		return s.cfg.origin.CallTool(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
+		return o.o.CallTool(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
 	})
 	var ts *TaskStarted
 	if errors.As(err, &ts) {
@@ -230,8 +232,9 @@ func (s *Server) originCall(ctx context.Context, c *engine.Call, req *Request) e
 	return s.toolResult(req, name, nil, res)
 }
 
-// originPrompt runs a prompts/get through the origin.
-func (s *Server) originPrompt(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+// getPrompt runs a prompts/get through the origin.
+func (o *originSource) getPrompt(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	s := o.s
 	if c.P.Name == nil {
 		return invalid(req.ID, "Invalid params: missing prompt name")
 	}
@@ -239,23 +242,25 @@ func (s *Server) originPrompt(ctx context.Context, c *engine.Call, req *Request)
 	if bad != nil {
 		return *bad
 	}
-	return s.runPrompt(ctx, c, req, *c.P.Name, args, s.cfg.origin.GetPrompt)
+	return s.runPrompt(ctx, c, req, *c.P.Name, args, o.o.GetPrompt)
 }
 
-// originRead runs a resources/read through the origin.
-func (s *Server) originRead(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+// readResource runs a resources/read through the origin.
+func (o *originSource) readResource(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	s := o.s
 	if c.P.URI == nil {
 		return invalid(req.ID, "Invalid params: missing uri")
 	}
-	return s.runRead(ctx, c, req, *c.P.URI, nil, s.cfg.origin.ReadResource, s.cfg.policies[ReadResource])
+	return s.runRead(ctx, c, req, *c.P.URI, nil, o.o.ReadResource, s.cfg.policies[ReadResource])
 }
 
-// originComplete runs a completion/complete through the origin.
-func (s *Server) originComplete(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+// completion runs a completion/complete through the origin.
+func (o *originSource) completion(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+	s := o.s
 	if c.P.Ref == nil || c.P.Argument == nil {
 		return invalid(req.ID, "Invalid params: ref and argument are required")
 	}
-	return s.runComplete(ctx, c, req, *c.P.Ref, s.cfg.origin.Complete)
+	return s.runComplete(ctx, c, req, *c.P.Ref, o.o.Complete)
 }
 
 // kindOf is the hub kind under which list l's changes are told.

@@ -73,12 +73,14 @@ var ErrTaskNotFound = errors.New("server: task not found")
 // purposeTask seals the task ids of an origin.
 const purposeTask byte = 't'
 
-// taskOrigin returns the server's origin as a TaskOrigin, nil when it has
-// none or one that runs no tasks.
-func (s *Server) taskOrigin() TaskOrigin {
-	o, _ := s.cfg.origin.(TaskOrigin)
-	return o
+// originTasks is the taskSource of a server whose Origin runs tasks: the
+// callers know the origin's tasks by ids sealed to them.
+type originTasks struct {
+	s *Server
+	o TaskOrigin
 }
+
+func (t *originTasks) offers() bool { return t.o.OffersTasks() }
 
 // sealTask is the id a principal knows the origin's task id by. It has
 // no expiry, so that it is the same each time: the origin says when the
@@ -106,21 +108,22 @@ func (s *Server) originTaskStarted(req *Request, t mcp.Task) engine.Reply {
 	return s.reply(req, t, engine.Tail{ResultType: mcp.ResultTask})
 }
 
-// originTaskMethod serves tasks/get, tasks/update or tasks/cancel of
-// the task the caller knows as sealed through o, once tasksMethod has
-// made the checks it makes of the server's own tasks.
-func (s *Server) originTaskMethod(ctx context.Context, c *engine.Call, req *Request, o TaskOrigin, sealed string) engine.Reply {
+// method serves tasks/get, tasks/update or tasks/cancel of the task the
+// caller knows as sealed through the origin, once tasksMethod has made
+// the checks it makes of the server's own tasks.
+func (t *originTasks) method(ctx context.Context, c *engine.Call, req *Request, sealed string, _ taskOp) engine.Reply {
+	s, o := t.s, t.o
 	id, ok := s.openTask(sealed, req.Principal)
 	if !ok {
 		return taskNotFound(req.ID)
 	}
 	treq := &TaskRequest{Request: *req, TaskID: id}
 	tctx := context.WithValue(ctx, ctxKey{}, &treq.Request)
-	var t *mcp.Task
+	var task *mcp.Task
 	var err error
 	switch c.M.Handler {
 	case engine.HandleTasksGet:
-		t, err = o.GetTask(tctx, treq)
+		task, err = o.GetTask(tctx, treq)
 	case engine.HandleTasksUpdate:
 		if c.P.InputResponses == nil {
 			return invalid(req.ID, "Invalid params: missing inputResponses")
@@ -139,9 +142,9 @@ func (s *Server) originTaskMethod(ctx context.Context, c *engine.Call, req *Requ
 		return engine.Reply{Outcome: engine.Silent}
 	case err != nil:
 		return s.internal(req.ID, err)
-	case t != nil:
-		t.TaskID = sealed
-		return s.reply(req, t, engine.Tail{})
+	case task != nil:
+		task.TaskID = sealed
+		return s.reply(req, task, engine.Tail{})
 	}
 	return s.reply(req, struct{}{}, engine.Tail{})
 }
@@ -195,25 +198,11 @@ func (f *originTaskFollows) principals(id string) []string {
 	return out
 }
 
-// grantListenTasks returns the tasks of ids that a listen by req's
-// principal follows, with the notification of each one's state now,
-// and what to call when the listen ends. The server's own tasks are
-// read from its store (grantTasks); an origin's are those whose sealed
+// grant returns the tasks of ids a listen follows: those whose sealed
 // id the server made for this principal, as the origin reports them.
-func (s *Server) grantListenTasks(ctx context.Context, req *Request, n *listenNotices, ids []string) ([]string, [][]byte, func(), error) {
-	o := s.taskOrigin()
-	if o == nil {
-		granted, recs, err := s.grantTasks(ctx, req.Principal, ids)
-		if err != nil {
-			return nil, nil, func() {}, err
-		}
-		msgs := make([][]byte, len(granted))
-		for i, id := range granted {
-			msgs[i] = n.taskNotice(id, recs[i])
-		}
-		return granted, msgs, func() {}, nil
-	}
-	n.origin, n.req = o, req
+func (t *originTasks) grant(ctx context.Context, req *Request, n *listenNotices, ids []string) ([]string, [][]byte, func(), error) {
+	s, o := t.s, t.o
+	n.req = req
 	var granted, originIDs []string
 	var msgs [][]byte
 	for _, sealed := range ids {
@@ -221,7 +210,7 @@ func (s *Server) grantListenTasks(ctx context.Context, req *Request, n *listenNo
 		if !ok || s.sealTask(id, req.Principal) != sealed {
 			continue // forged, another's, or not in the form the hub knows
 		}
-		msg, err := n.originTask(ctx, sealed, id)
+		msg, err := t.notice(ctx, n, sealed, id)
 		if err != nil {
 			return nil, nil, func() {}, err
 		}
@@ -247,12 +236,22 @@ func (s *Server) grantListenTasks(ctx context.Context, req *Request, n *listenNo
 	}, nil
 }
 
-// originTask is the notifications/tasks of the origin's task id, which
-// the listen's caller knows as sealed; nil when the task is gone, or
+// task is the notifications/tasks of the task the listen n's caller
+// knows as sealed (see listenNotices.Task).
+func (t *originTasks) task(ctx context.Context, n *listenNotices, sealed string) ([]byte, error) {
+	id, ok := t.s.openTask(sealed, n.principal)
+	if !ok {
+		return nil, nil
+	}
+	return t.notice(ctx, n, sealed, id)
+}
+
+// notice is the notifications/tasks of the origin's task id, which the
+// listen n's caller knows as sealed; nil when the task is gone, or
 // unchanged since the last one this listen sent.
-func (n *listenNotices) originTask(ctx context.Context, sealed, id string) ([]byte, error) {
+func (t *originTasks) notice(ctx context.Context, n *listenNotices, sealed, id string) ([]byte, error) {
 	treq := &TaskRequest{Request: *n.req, TaskID: id}
-	t, err := n.origin.GetTask(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
+	task, err := t.o.GetTask(context.WithValue(ctx, ctxKey{}, &treq.Request), treq)
 	switch {
 	case errors.Is(err, ErrTaskNotFound), err != nil && ctx.Err() != nil:
 		return nil, nil
@@ -260,8 +259,8 @@ func (n *listenNotices) originTask(ctx context.Context, sealed, id string) ([]by
 		n.srv.log.Warn("mcp: a task's state could not be told; the listen ends", "err", err)
 		return nil, err
 	}
-	t.TaskID = sealed
-	buf := n.taskParams(t)
+	task.TaskID = sealed
+	buf := n.taskParams(task)
 	if buf == nil {
 		return nil, nil
 	}

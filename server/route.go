@@ -14,33 +14,29 @@ import (
 // handler here. The array is never written.
 var handlers = [engine.NumCoreHandlers]router{
 	engine.HandleToolsList: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-		if s.cfg.origin != nil {
-			return s.originList(ctx, ListTools, c, req)
-		}
-		return listPage(s, s.tools, ListTools, "tools", c, req)
+		return s.src.list(ctx, ListTools, c, req)
 	},
 	engine.HandlePromptsList: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-		if s.cfg.origin != nil {
-			return s.originList(ctx, ListPrompts, c, req)
-		}
-		return listPage(s, s.prompts, ListPrompts, "prompts", c, req)
+		return s.src.list(ctx, ListPrompts, c, req)
 	},
 	engine.HandleResourcesList: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-		if s.cfg.origin != nil {
-			return s.originList(ctx, ListResources, c, req)
-		}
-		return listPage(s, s.resources, ListResources, "resources", c, req)
+		return s.src.list(ctx, ListResources, c, req)
 	},
 	engine.HandleTemplatesList: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-		if s.cfg.origin != nil {
-			return s.originList(ctx, ListTemplates, c, req)
-		}
-		return listPage(s, s.templates, ListTemplates, "resourceTemplates", c, req)
+		return s.src.list(ctx, ListTemplates, c, req)
 	},
-	engine.HandleToolsCall:     (*Server).callTool,
-	engine.HandlePromptsGet:    (*Server).getPrompt,
-	engine.HandleResourcesRead: (*Server).readResource,
-	engine.HandleComplete:      (*Server).completeCall,
+	engine.HandleToolsCall: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+		return s.src.callTool(ctx, c, req)
+	},
+	engine.HandlePromptsGet: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+		return s.src.getPrompt(ctx, c, req)
+	},
+	engine.HandleResourcesRead: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+		return s.src.readResource(ctx, c, req)
+	},
+	engine.HandleComplete: func(s *Server, ctx context.Context, c *engine.Call, req *Request) engine.Reply {
+		return s.src.completion(ctx, c, req)
+	},
 	engine.HandleDiscover: func(s *Server, _ context.Context, _ *engine.Call, req *Request) engine.Reply {
 		return s.discover(req)
 	},
@@ -61,7 +57,7 @@ func (s *Server) offers(c engine.Capability) bool {
 	case engine.NeedsResources:
 		return s.advertisesResources()
 	case engine.NeedsCompletions:
-		return s.completer() != nil || (s.cfg.origin != nil && s.cfg.capabilities.completions)
+		return s.src.completes()
 	case engine.NeedsTasks:
 		return s.offersTasks()
 	}
@@ -108,8 +104,8 @@ func (s *Server) capabilities() mcp.ServerCaps {
 		c.Completions = &struct{}{}
 	}
 	exts := s.cfg.extensions
-	if o, ok := s.cfg.origin.(ExtensionOrigin); ok {
-		exts = o.Extensions()
+	if more := s.src.extensions(); more != nil {
+		exts = more
 		for name, v := range s.cfg.extensions {
 			exts[name] = v
 		}

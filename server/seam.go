@@ -65,10 +65,7 @@ func (c *seam) Follows(ctx context.Context, principal string) engine.Lease {
 }
 
 func (c *seam) Follow(principal, uri string) func() {
-	if o := c.cfg.origin; o != nil {
-		return o.Follow(principal, []string{uri})
-	}
-	return func() {}
+	return c.src.follow(principal, []string{uri})
 }
 
 // Grant returns what the server honours of a subscription filter.
@@ -405,20 +402,7 @@ func (s *Server) headerParams(c *engine.Call, principal string) []engine.HeaderP
 	if c.Msg.Method != mcp.MethodToolsCall || c.P.Name == nil {
 		return nil
 	}
-	var headers []xheader.Param
-	if o := s.cfg.origin; o != nil {
-		schema, ok := o.ToolSchema(principal, *c.P.Name)
-		if !ok {
-			return nil
-		}
-		headers, _ = xheader.Params(schema)
-	} else {
-		e, ok := s.tools.load().get(*c.P.Name)
-		if !ok || !s.sees(principal, ListTools, *c.P.Name) {
-			return nil
-		}
-		headers = e.val.headers
-	}
+	headers := s.src.toolHeaders(principal, *c.P.Name)
 	if len(headers) == 0 {
 		return nil
 	}

@@ -101,6 +101,8 @@ type Server struct {
 	hub      *hub.Hub
 	log      *slog.Logger
 
+	// src is where the server's items come from (see source).
+	src       source
 	tools     *registry[*tool]
 	prompts   *registry[*prompt]
 	resources *registry[*resource]
@@ -116,8 +118,10 @@ type Server struct {
 	// taskTools is set once a tool requires tasks (RequireTasks).
 	taskStore bus.TaskStore
 	// ownerKey keys what a task's record keeps of its owner (ownerHash).
-	ownerKey  []byte
-	tasks     *taskSet
+	ownerKey []byte
+	tasks    *taskSet
+	// taskSrc is where the tasks callers follow live (see taskSource).
+	taskSrc   taskSource
 	taskTools atomic.Bool
 	// leases follows the leases of the tasks this replica's listens
 	// follow (WithTaskLease).
@@ -202,10 +206,8 @@ func New(info mcp.Implementation, opts ...Option) *Server {
 	s.resources = newRegistry[*resource](h, mcp.ResourcesList)
 	s.templates = newRegistry[*template](h, mcp.ResourcesList)
 	s.changes = newChangeTelemetry(cfg)
-	s.road = roadLocal
-	if cfg.origin != nil {
-		s.road = roadOrigin
-	}
+	s.src, s.road = newSource(s, &cfg)
+	s.taskSrc = newTaskSource(s, &cfg)
 	s.tools.tel, s.prompts.tel, s.resources.tel, s.templates.tel = s.changes, s.changes, s.changes, s.changes
 	s.tools.road, s.prompts.road, s.resources.road, s.templates.road = s.road, s.road, s.road, s.road
 	if v := cfg.visible; v != nil {

@@ -129,10 +129,7 @@ func RequireTasks() ItemOption {
 // WithMaxTasks), or a tool registered with RequireTasks. A server that
 // does not offer tasks runs the work of RunAsTask synchronously.
 func (s *Server) offersTasks() bool {
-	if o := s.taskOrigin(); o != nil && o.OffersTasks() {
-		return true
-	}
-	return s.cfg.capabilities.tasks || s.cfg.taskOpts || s.taskTools.Load()
+	return s.taskSrc.offers() || s.cfg.capabilities.tasks || s.cfg.taskOpts || s.taskTools.Load()
 }
 
 // taskable reports whether req may be answered with a task: a 2026-07-28
@@ -617,17 +614,24 @@ func (s *Server) tasksCancel(ctx context.Context, c *engine.Call, req *Request) 
 // returns the record to answer with (nil: an empty result), or the
 // message of an invalid-params refusal, or an error. A server with a
 // TaskOrigin serves the origin's tasks instead, after the same checks.
-func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request, op func(id string) (*taskRecord, string, error)) engine.Reply {
+func (s *Server) tasksMethod(ctx context.Context, c *engine.Call, req *Request, op taskOp) engine.Reply {
 	if !mcp.DeclaresTasks(req.Capabilities.Extensions) {
 		return engine.ErrorReply(req.ID, tasksRequired())
 	}
 	if c.P.TaskID == nil {
 		return invalid(req.ID, "Invalid params: missing taskId")
 	}
-	id := *c.P.TaskID
-	if o := s.taskOrigin(); o != nil {
-		return s.originTaskMethod(ctx, c, req, o, id)
-	}
+	return s.taskSrc.method(ctx, c, req, *c.P.TaskID, op)
+}
+
+// storeTasks is the taskSource of a server that runs its tasks itself,
+// keeping them in its task store: the default.
+type storeTasks Server
+
+func (*storeTasks) offers() bool { return false }
+
+func (st *storeTasks) method(ctx context.Context, _ *engine.Call, req *Request, id string, op taskOp) engine.Reply {
+	s := (*Server)(st)
 	rec, refusal, err := op(id)
 	if refusal != "" {
 		return invalid(req.ID, refusal)
@@ -732,13 +736,24 @@ func (s *Server) checkListenTasks(req *Request, ids []string) *engine.Reply {
 // the client with a state it believes current, while a client told the
 // listen failed listens again and hears every task's state anew.
 func (n *listenNotices) Task(ctx context.Context, id string) ([]byte, error) {
-	if n.origin != nil {
-		oid, ok := n.srv.openTask(id, n.principal)
-		if !ok {
-			return nil, nil
-		}
-		return n.originTask(ctx, id, oid)
+	return n.srv.taskSrc.task(ctx, n, id)
+}
+
+// grant returns the tasks of ids, read from the store (grantTasks).
+func (st *storeTasks) grant(ctx context.Context, req *Request, n *listenNotices, ids []string) ([]string, [][]byte, func(), error) {
+	granted, recs, err := (*Server)(st).grantTasks(ctx, req.Principal, ids)
+	if err != nil {
+		return nil, nil, func() {}, err
 	}
+	msgs := make([][]byte, len(granted))
+	for i, id := range granted {
+		msgs[i] = n.taskNotice(id, recs[i])
+	}
+	return granted, msgs, func() {}, nil
+}
+
+// task is the store's task id as the listen n's caller may see it.
+func (st *storeTasks) task(ctx context.Context, n *listenNotices, id string) ([]byte, error) {
 	rec, err := n.srv.loadTask(ctx, id, n.principal)
 	switch {
 	case errors.Is(err, errTaskNotFound), err != nil && ctx.Err() != nil:
