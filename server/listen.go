@@ -134,82 +134,18 @@ func (n *listenNotices) Updated(buf []byte, uri string) ([]byte, bool) {
 // after everything pending was sent). A listen that follows tasks hears
 // the state of each first, then of every change.
 func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	if c.P.Notifications == nil {
-		return invalid(req.ID, "Invalid params: missing notifications filter")
-	}
-	f := *c.P.Notifications
-	// A listen lasts for hours and its params may be megabytes: once
-	// read, the call lets go of them, whoever keeps the call itself.
-	c.P.Notifications, c.Msg.Params = nil, nil
-	if len(f.ResourceSubscriptions) > s.cfg.listens.URIsPerListen {
-		return engine.ErrorReply(req.ID, s.follows.refusal(limitURIsPerListen))
-	}
-	if r := s.checkListenTasks(req, f.TaskIDs); r != nil {
-		return *r
-	}
-	granted, hf := s.grant(req.Principal, f)
-	// The lease holds the listen's share of the limits until it ends;
-	// it is taken before the hub is subscribed to, so that no caller
-	// holds more than its allowance even for a moment.
-	held := s.follows.lease(ctx, req.Principal)
-	if err := held.Grow(1, len(hf.URIs)); err != nil {
-		return engine.ErrorReply(req.ID, err)
+	l, r := s.openListen(ctx, c, req)
+	if l == nil {
+		return r
 	}
 	// What the listen holds is let go of when it returns, unless a
 	// parked listen took it along (see engine.Parker).
-	var stopFollow func()
-	var sub *hub.Subscription
-	release := func() {
-		if sub != nil {
-			sub.Close()
-		}
-		if stopFollow != nil {
-			stopFollow()
-		}
-		held.Release()
-	}
 	parked := false
 	defer func() {
 		if !parked {
-			release()
+			l.release()
 		}
 	}()
-	var taskIDs []string
-	if len(f.TaskIDs) > 0 && s.offersTasks() {
-		// The subscription follows every task asked for and is made
-		// before they are read, so that a change landing after a read is
-		// heard of; events of another's task never reach it (their
-		// audience is that principal), nor does Task tell of one.
-		taskIDs = slices.Compact(slices.Sorted(slices.Values(f.TaskIDs)))
-		hf.Tasks = taskIDs
-	}
-	if len(hf.URIs) > 0 {
-		stopFollow = s.src.follow(req.Principal, hf.URIs)
-	}
-	sub, err := s.hub.Subscribe(hf)
-	closed := errors.Is(err, hub.ErrClosed)
-	n := newListenNotices(s, req.Principal, req.ID)
-	var firsts [][]byte
-	if taskIDs != nil {
-		ids, msgs, releaseTasks, err := s.taskSrc.grant(ctx, req, n, taskIDs)
-		if err != nil {
-			if ctx.Err() != nil {
-				return engine.Reply{Outcome: engine.Silent}
-			}
-			return s.internal(req.ID, err)
-		}
-		defer releaseTasks()
-		granted.TaskIDs, firsts = ids, msgs
-	}
-	gb, err := jsonrpc.Marshal(granted)
-	if err != nil {
-		return s.internal(req.ID, err)
-	}
-	// The hub keeps its own copy of each URI, shared by every listen
-	// that follows it; the request's copies can go.
-	granted.ResourceSubscriptions, hf.URIs, f.ResourceSubscriptions = nil, nil, nil
-	ack := jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
-		[]byte(`{"_meta":`+n.idMeta+`,"notifications":`+string(gb)+`}`))
 	out := req.out.stream
 	// A parked listen outlives req: the end keeps only what it needs.
 	id, enc := req.ID, req.enc
@@ -223,10 +159,14 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 		r.ListenEnded = true
 		return r
 	}
+	ack, firsts := l.ack, l.firsts
+	// l stays for as long as the listen: it lets go of the messages
+	// sent once, of which the acknowledgement repeats every URI followed.
+	l.ack, l.firsts = nil, nil
 	if err := out.Send(ack); err != nil {
 		return engine.Reply{Outcome: engine.Broken}
 	}
-	if closed {
+	if l.closed {
 		return complete()
 	}
 	// Each task's state as it was read comes first.
@@ -239,9 +179,12 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 	}
 	// A listen that follows tasks reads their state as it goes, with the
 	// request's context: it keeps its goroutine.
-	if p, ok := out.(engine.Parker); ok && taskIDs == nil {
+	if p, ok := out.(engine.Parker); ok && !l.tasks {
+		// The end is kept for as long as the listen is parked: it holds
+		// release alone of l.
+		release := l.release
 		ends := &listenEnds{log: s.log}
-		pl := &engine.ParkedListen{Sub: sub, Notices: n, KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver(),
+		pl := &engine.ParkedListen{Sub: l.sub, Notices: l.n, KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver(),
 			End: func(end engine.PumpEnd) engine.Reply {
 				release()
 				r := s.parkedEnd(end, id, complete)
@@ -261,8 +204,112 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 			return engine.Reply{Outcome: engine.Parked}
 		}
 	}
-	end := engine.Pump(ctx, sub, out, n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()})
+	end := engine.Pump(ctx, l.sub, out, l.n, engine.PumpOptions{KeepAlive: s.cfg.keepAlive, Observer: (*seam)(s).StreamObserver()})
 	return listenEnd(end, id, complete)
+}
+
+// openedListen is a listen granted and subscribed to the hub, before
+// anything was sent on it.
+type openedListen struct {
+	sub *hub.Subscription
+	n   *listenNotices
+	// ack is the acknowledgement, the listen's first message; firsts
+	// are the states of the tasks it follows, as read, told next.
+	ack    []byte
+	firsts [][]byte
+	// tasks is set when the listen follows tasks; closed when the hub
+	// is, so that the listen completes once acknowledged.
+	tasks, closed bool
+	// release lets go of everything the listen holds.
+	release func()
+}
+
+// openListen checks a listen's filter against the limits, grants it,
+// takes its share of the limits and subscribes it to the hub, and reads
+// the state of the tasks it follows. It answers nil with the refusal
+// when the listen cannot be opened, having let go of what it took.
+func (s *Server) openListen(ctx context.Context, c *engine.Call, req *Request) (*openedListen, engine.Reply) {
+	if c.P.Notifications == nil {
+		return nil, invalid(req.ID, "Invalid params: missing notifications filter")
+	}
+	f := *c.P.Notifications
+	// A listen lasts for hours and its params may be megabytes: once
+	// read, the call lets go of them, whoever keeps the call itself.
+	c.P.Notifications, c.Msg.Params = nil, nil
+	if len(f.ResourceSubscriptions) > s.cfg.listens.URIsPerListen {
+		return nil, engine.ErrorReply(req.ID, s.follows.refusal(limitURIsPerListen))
+	}
+	if r := s.checkListenTasks(req, f.TaskIDs); r != nil {
+		return nil, *r
+	}
+	granted, hf := s.grant(req.Principal, f)
+	// The lease holds the listen's share of the limits until it ends;
+	// it is taken before the hub is subscribed to, so that no caller
+	// holds more than its allowance even for a moment.
+	held := s.follows.lease(ctx, req.Principal)
+	if err := held.Grow(1, len(hf.URIs)); err != nil {
+		return nil, engine.ErrorReply(req.ID, err)
+	}
+	// release is kept by a parked listen for hours: it holds what it
+	// lets go of and nothing else (not l, whose ack may be long).
+	l := &openedListen{}
+	var sub *hub.Subscription
+	var stopFollow, releaseTasks func()
+	l.release = func() {
+		if releaseTasks != nil {
+			releaseTasks()
+		}
+		if sub != nil {
+			sub.Close()
+		}
+		if stopFollow != nil {
+			stopFollow()
+		}
+		held.Release()
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			l.release()
+		}
+	}()
+	var taskIDs []string
+	if len(f.TaskIDs) > 0 && s.offersTasks() {
+		// The subscription follows every task asked for and is made
+		// before they are read, so that a change landing after a read is
+		// heard of; events of another's task never reach it (their
+		// audience is that principal), nor does Task tell of one.
+		taskIDs = slices.Compact(slices.Sorted(slices.Values(f.TaskIDs)))
+		hf.Tasks = taskIDs
+	}
+	if len(hf.URIs) > 0 {
+		stopFollow = s.src.follow(req.Principal, hf.URIs)
+	}
+	sub, err := s.hub.Subscribe(hf)
+	l.sub, l.closed = sub, errors.Is(err, hub.ErrClosed)
+	l.n = newListenNotices(s, req.Principal, req.ID)
+	if taskIDs != nil {
+		ids, msgs, rel, err := s.taskSrc.grant(ctx, req, l.n, taskIDs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, engine.Reply{Outcome: engine.Silent}
+			}
+			return nil, s.internal(req.ID, err)
+		}
+		releaseTasks, l.tasks = rel, true
+		granted.TaskIDs, l.firsts = ids, msgs
+	}
+	gb, err := jsonrpc.Marshal(granted)
+	if err != nil {
+		return nil, s.internal(req.ID, err)
+	}
+	// The hub keeps its own copy of each URI, shared by every listen
+	// that follows it; the request's copies can go.
+	granted.ResourceSubscriptions, hf.URIs, f.ResourceSubscriptions = nil, nil, nil
+	l.ack = jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
+		[]byte(`{"_meta":`+l.n.idMeta+`,"notifications":`+string(gb)+`}`))
+	opened = true
+	return l, engine.Reply{}
 }
 
 // parkedEnd is listenEnd for a parked listen, which ends on a goroutine
