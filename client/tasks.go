@@ -262,118 +262,29 @@ func (f *taskFollower) request(ctx context.Context, method string, params map[st
 // longer). Without a listen, tasks/get is polled at the interval the
 // server suggests.
 func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
-	poll := newAlarm()
-	defer poll.stop()
-	switch first.Status {
-	case mcp.TaskCompleted, mcp.TaskFailed, mcp.TaskInputRequired:
-		// The first state is the CreateTaskResult, which never carries the
-		// task's result, error or input requests: the task is polled at
-		// once for them. That poll is retried as any other, should it fail.
-		f.note(first)
-		poll.ensure(0)
-	default:
-		if end := f.see(ctx, first); end != nil {
-			return end
-		}
-		poll.ensure(jitter(f.interval))
-	}
-	relisten := newAlarm()
-	defer relisten.stop()
-	// A task that ended has nothing more to tell.
-	if !first.Status.Terminal() && f.c.tasksAdvertised(ctx) {
-		relisten.ensure(0)
-	}
-	var ls *taskListen
-	defer func() {
-		if ls != nil {
-			ls.stop()
-		}
-	}()
-	bo := &backoff{min: taskListenMin, max: taskListenMax}
-	listening := false // a listen is open and the server granted it
-	var failingSince time.Time
-	// pollNow polls once, and arms the next poll unless a listen makes it
-	// unneeded. It returns the task's outcome once there is one.
-	pollNow := func() *taskOutcome {
-		poll.clear()
-		t, err := f.get(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if end := f.failed(err, &failingSince); end != nil {
-				return end
-			}
-			poll.ensure(f.retryAfter(failingSince))
-			return nil
-		}
-		failingSince = time.Time{}
-		return f.seeAndArm(ctx, t, poll, listening)
+	l := &followLoop{f: f, ctx: ctx, poll: newAlarm(), relisten: newAlarm(), bo: backoff{min: taskListenMin, max: taskListenMax}}
+	defer l.stop()
+	if end := l.start(first); end != nil {
+		return end
 	}
 	for {
 		var wake, done <-chan struct{}
-		if ls != nil {
-			wake, done = ls.wake, ls.done
+		if l.ls != nil {
+			wake, done = l.ls.wake, l.ls.done
 		}
 		var end *taskOutcome
 		select {
 		case <-ctx.Done():
-		case <-poll.c():
-			poll.fired()
-			end = pollNow()
-		case <-relisten.c():
-			relisten.fired()
-			ls = f.listen(ctx)
+		case <-l.poll.c():
+			l.poll.fired()
+			end = l.pollNow()
+		case <-l.relisten.c():
+			l.relisten.fired()
+			l.ls = f.listen(ctx)
 		case <-wake:
-			acked, granted, t := ls.take()
-			switch {
-			case acked && !granted:
-				// The server will not tell of this task: poll it.
-				ls.stop()
-				ls, listening = nil, false
-				poll.ensure(jitter(f.interval))
-			case acked && granted:
-				listening = true
-				poll.clear()
-				if t == nil {
-					end = pollNow()
-				}
-			}
-			if t != nil && end == nil && ctx.Err() == nil {
-				end = f.seeAndArm(ctx, *t, poll, listening)
-			}
+			end = l.heard()
 		case <-done:
-			_, _, t := ls.take()
-			if t != nil {
-				end = f.seeAndArm(ctx, *t, poll, listening)
-				if end != nil || ctx.Err() != nil {
-					break // out of the select, to return below
-				}
-			}
-			err, lived := ls.err, time.Since(ls.started)
-			ls = nil
-			was := listening
-			listening = false
-			switch {
-			case errors.Is(err, ErrClosed):
-				return &taskOutcome{err: err}
-			case refused(err) && !was:
-				// The server refused the listen: poll from now on.
-				poll.ensure(jitter(f.interval))
-				continue
-			}
-			if lived >= taskListenMax {
-				bo.reset()
-			}
-			relisten.ensure(bo.next())
-			if was {
-				// Whatever changed since the stream broke was told to
-				// nobody: look now, and keep looking until a listen is
-				// granted again.
-				end = pollNow()
-			} else {
-				poll.ensure(jitter(f.interval))
-			}
+			end = l.dropped()
 		}
 		if end != nil {
 			return end
@@ -382,6 +293,127 @@ func (f *taskFollower) run(ctx context.Context, first mcp.Task) *taskOutcome {
 			return &taskOutcome{err: ctx.Err()}
 		}
 	}
+}
+
+// followLoop is the state of one taskFollower.run: its two alarms, the
+// listen open now, and since when requests have been failing.
+type followLoop struct {
+	f        *taskFollower
+	ctx      context.Context
+	poll     *alarm
+	relisten *alarm
+	ls       *taskListen
+	bo       backoff
+	// listening is set while a listen is open and the server granted it.
+	listening    bool
+	failingSince time.Time
+}
+
+// stop lets go of the alarms and of the listen open, if any.
+func (l *followLoop) stop() {
+	l.poll.stop()
+	l.relisten.stop()
+	if l.ls != nil {
+		l.ls.stop()
+	}
+}
+
+// start takes in the task's first state and arms the first poll and,
+// where the server offers task notifications, the first listen.
+func (l *followLoop) start(first mcp.Task) *taskOutcome {
+	switch first.Status {
+	case mcp.TaskCompleted, mcp.TaskFailed, mcp.TaskInputRequired:
+		// The first state is the CreateTaskResult, which never carries the
+		// task's result, error or input requests: the task is polled at
+		// once for them. That poll is retried as any other, should it fail.
+		l.f.note(first)
+		l.poll.ensure(0)
+	default:
+		if end := l.f.see(l.ctx, first); end != nil {
+			return end
+		}
+		l.poll.ensure(jitter(l.f.interval))
+	}
+	// A task that ended has nothing more to tell.
+	if !first.Status.Terminal() && l.f.c.tasksAdvertised(l.ctx) {
+		l.relisten.ensure(0)
+	}
+	return nil
+}
+
+// pollNow polls once, and arms the next poll unless a listen makes it
+// unneeded. It returns the task's outcome once there is one.
+func (l *followLoop) pollNow() *taskOutcome {
+	l.poll.clear()
+	t, err := l.f.get(l.ctx)
+	if err != nil {
+		if l.ctx.Err() != nil {
+			return nil
+		}
+		if end := l.f.failed(err, &l.failingSince); end != nil {
+			return end
+		}
+		l.poll.ensure(l.f.retryAfter(l.failingSince))
+		return nil
+	}
+	l.failingSince = time.Time{}
+	return l.f.seeAndArm(l.ctx, t, l.poll, l.listening)
+}
+
+// heard takes what the listen heard: its acknowledgement, which says
+// whether the server tells of the task, and the task's newest state.
+func (l *followLoop) heard() *taskOutcome {
+	acked, granted, t := l.ls.take()
+	var end *taskOutcome
+	switch {
+	case acked && !granted:
+		// The server will not tell of this task: poll it.
+		l.ls.stop()
+		l.ls, l.listening = nil, false
+		l.poll.ensure(jitter(l.f.interval))
+	case acked && granted:
+		l.listening = true
+		l.poll.clear()
+		if t == nil {
+			end = l.pollNow()
+		}
+	}
+	if t != nil && end == nil && l.ctx.Err() == nil {
+		end = l.f.seeAndArm(l.ctx, *t, l.poll, l.listening)
+	}
+	return end
+}
+
+// dropped takes in the end of the listen: what it heard last, then a new
+// listen after a backoff, or polls alone where the server refused it.
+func (l *followLoop) dropped() *taskOutcome {
+	if _, _, t := l.ls.take(); t != nil {
+		if end := l.f.seeAndArm(l.ctx, *t, l.poll, l.listening); end != nil || l.ctx.Err() != nil {
+			return end
+		}
+	}
+	err, lived := l.ls.err, time.Since(l.ls.started)
+	was := l.listening
+	l.ls, l.listening = nil, false
+	switch {
+	case errors.Is(err, ErrClosed):
+		return &taskOutcome{err: err}
+	case refused(err) && !was:
+		// The server refused the listen: poll from now on.
+		l.poll.ensure(jitter(l.f.interval))
+		return nil
+	}
+	if lived >= taskListenMax {
+		l.bo.reset()
+	}
+	l.relisten.ensure(l.bo.next())
+	if was {
+		// Whatever changed since the stream broke was told to nobody:
+		// look now, and keep looking until a listen is granted again.
+		return l.pollNow()
+	}
+	l.poll.ensure(jitter(l.f.interval))
+	return nil
 }
 
 // seeAndArm takes in a state of the task (see see) and arms the next
