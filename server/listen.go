@@ -134,9 +134,9 @@ func (n *listenNotices) Updated(buf []byte, uri string) ([]byte, bool) {
 // after everything pending was sent). A listen that follows tasks hears
 // the state of each first, then of every change.
 func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engine.Reply {
-	l, r := s.openListen(ctx, c, req)
-	if l == nil {
-		return r
+	l, refused := s.openListen(ctx, c, req)
+	if refused != nil {
+		return *refused
 	}
 	// What the listen holds is let go of when it returns, unless a
 	// parked listen took it along (see engine.Parker).
@@ -146,6 +146,9 @@ func (s *Server) listen(ctx context.Context, c *engine.Call, req *Request) engin
 			l.release()
 		}
 	}()
+	if l.releaseTasks != nil {
+		defer l.releaseTasks()
+	}
 	out := req.out.stream
 	// A parked listen outlives req: the end keeps only what it needs.
 	id, enc := req.ID, req.enc
@@ -220,27 +223,30 @@ type openedListen struct {
 	// tasks is set when the listen follows tasks; closed when the hub
 	// is, so that the listen completes once acknowledged.
 	tasks, closed bool
-	// release lets go of everything the listen holds.
-	release func()
+	// release lets go of everything the listen holds but its tasks,
+	// which releaseTasks lets go of (a listen that follows tasks is
+	// never parked).
+	release, releaseTasks func()
 }
 
 // openListen checks a listen's filter against the limits, grants it,
 // takes its share of the limits and subscribes it to the hub, and reads
 // the state of the tasks it follows. It answers nil with the refusal
-// when the listen cannot be opened, having let go of what it took.
-func (s *Server) openListen(ctx context.Context, c *engine.Call, req *Request) (*openedListen, engine.Reply) {
+// when the listen cannot be opened, having let go of what it took. The
+// listen is returned as a value, kept on its goroutine's stack.
+func (s *Server) openListen(ctx context.Context, c *engine.Call, req *Request) (l openedListen, refused *engine.Reply) {
 	if c.P.Notifications == nil {
-		return nil, invalid(req.ID, "Invalid params: missing notifications filter")
+		return l, refuse(invalid(req.ID, "Invalid params: missing notifications filter"))
 	}
 	f := *c.P.Notifications
 	// A listen lasts for hours and its params may be megabytes: once
 	// read, the call lets go of them, whoever keeps the call itself.
 	c.P.Notifications, c.Msg.Params = nil, nil
 	if len(f.ResourceSubscriptions) > s.cfg.listens.URIsPerListen {
-		return nil, engine.ErrorReply(req.ID, s.follows.refusal(limitURIsPerListen))
+		return l, refuse(engine.ErrorReply(req.ID, s.follows.refusal(limitURIsPerListen)))
 	}
 	if r := s.checkListenTasks(req, f.TaskIDs); r != nil {
-		return nil, *r
+		return l, r
 	}
 	granted, hf := s.grant(req.Principal, f)
 	// The lease holds the listen's share of the limits until it ends;
@@ -248,17 +254,13 @@ func (s *Server) openListen(ctx context.Context, c *engine.Call, req *Request) (
 	// holds more than its allowance even for a moment.
 	held := s.follows.lease(ctx, req.Principal)
 	if err := held.Grow(1, len(hf.URIs)); err != nil {
-		return nil, engine.ErrorReply(req.ID, err)
+		return l, refuse(engine.ErrorReply(req.ID, err))
 	}
 	// release is kept by a parked listen for hours: it holds what it
-	// lets go of and nothing else (not l, whose ack may be long).
-	l := &openedListen{}
+	// lets go of and nothing else.
 	var sub *hub.Subscription
-	var stopFollow, releaseTasks func()
+	var stopFollow func()
 	l.release = func() {
-		if releaseTasks != nil {
-			releaseTasks()
-		}
 		if sub != nil {
 			sub.Close()
 		}
@@ -270,6 +272,9 @@ func (s *Server) openListen(ctx context.Context, c *engine.Call, req *Request) (
 	opened := false
 	defer func() {
 		if !opened {
+			if l.releaseTasks != nil {
+				l.releaseTasks()
+			}
 			l.release()
 		}
 	}()
@@ -292,16 +297,16 @@ func (s *Server) openListen(ctx context.Context, c *engine.Call, req *Request) (
 		ids, msgs, rel, err := s.taskSrc.grant(ctx, req, l.n, taskIDs)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, engine.Reply{Outcome: engine.Silent}
+				return l, refuse(engine.Reply{Outcome: engine.Silent})
 			}
-			return nil, s.internal(req.ID, err)
+			return l, refuse(s.internal(req.ID, err))
 		}
-		releaseTasks, l.tasks = rel, true
+		l.releaseTasks, l.tasks = rel, true
 		granted.TaskIDs, l.firsts = ids, msgs
 	}
 	gb, err := jsonrpc.Marshal(granted)
 	if err != nil {
-		return nil, s.internal(req.ID, err)
+		return l, refuse(s.internal(req.ID, err))
 	}
 	// The hub keeps its own copy of each URI, shared by every listen
 	// that follows it; the request's copies can go.
@@ -309,8 +314,11 @@ func (s *Server) openListen(ctx context.Context, c *engine.Call, req *Request) (
 	l.ack = jsonrpc.AppendNotification(nil, mcp.NotifyAcknowledged,
 		[]byte(`{"_meta":`+l.n.idMeta+`,"notifications":`+string(gb)+`}`))
 	opened = true
-	return l, engine.Reply{}
+	return l, nil
 }
+
+// refuse is r, as openListen refuses with it.
+func refuse(r engine.Reply) *engine.Reply { return &r }
 
 // parkedEnd is listenEnd for a parked listen, which ends on a goroutine
 // shared by every parked listen, outside run's recover: a panic is
