@@ -29,12 +29,23 @@ func (c *NATSCluster) Index(name string) int {
 	return -1
 }
 
-// Kill shuts the i'th server down, for good, as the loss of its machine
-// would: its clients' connections and its routes to the others close,
-// and it does not come back. It returns once the server has stopped.
+// Kill shuts the i'th server down, for good: its clients' connections
+// and its routes to the others close, and it does not come back. A
+// server shut down hands the streams it leads to another on its way out;
+// Crash does not. It returns once the server has stopped.
 func (c *NATSCluster) Kill(i int) {
 	c.srvs[i].Shutdown()
 	c.srvs[i].WaitForShutdown()
+}
+
+// Crash stops the i'th server as the loss of its machine would, with no
+// word to the others: its routes are cut first, so that it hands over
+// nothing on its way out, and the others elect new leaders of its
+// streams once they miss it; then it is shut down, which closes its
+// clients' connections. It does not come back.
+func (c *NATSCluster) Crash(i int) {
+	c.Partition(i)
+	c.Kill(i)
 }
 
 // StreamLeader returns the index of the server that leads stream (in

@@ -20,8 +20,8 @@ const SentinelMaster = "tidings"
 // Sentinel is a Redis primary and two replicas, each a redis-server
 // process on a loopback port, watched by three Sentinels (redis-server
 // --sentinel) that agree on a failure with a quorum of two. A primary
-// they cannot reach for a second is taken for down, and they promote a
-// replica within a few seconds more.
+// they cannot reach for a second (see StartSentinelDownAfter) is taken
+// for down, and they promote a replica within a few seconds more.
 type Sentinel struct {
 	t testing.TB
 	// Servers are the Redis servers; the first was started as the
@@ -37,7 +37,13 @@ type Sentinel struct {
 // primary fails. It skips the test when redis-server is not installed,
 // unless TIDINGS_REDIS=1 says it must be. Everything is killed when the
 // test ends.
-func StartSentinel(t testing.TB) *Sentinel {
+func StartSentinel(t testing.TB) *Sentinel { return StartSentinelDownAfter(t, time.Second) }
+
+// StartSentinelDownAfter is StartSentinel with Sentinels that take a
+// server for down after downAfter without an answer: on a loaded
+// machine, a second is short enough for them to take the primary they
+// have just promoted for down and fail over a second time.
+func StartSentinelDownAfter(t testing.TB, downAfter time.Duration) *Sentinel {
 	path := redisServer(t)
 	// Made before the cleanup that kills the servers is registered, so
 	// that it is removed after they are gone: a Redis still running
@@ -74,9 +80,9 @@ func StartSentinel(t testing.TB) *Sentinel {
 		d := dir()
 		conf := filepath.Join(d, "sentinel.conf")
 		cfg := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\n"+
-			"sentinel down-after-milliseconds %[1]s 1000\n"+
-			"sentinel failover-timeout %[1]s 2000\n"+
-			"sentinel parallel-syncs %[1]s 2\n", SentinelMaster, primary.port)
+			"sentinel down-after-milliseconds %[1]s %[3]d\n"+
+			"sentinel failover-timeout %[1]s %[4]d\n"+
+			"sentinel parallel-syncs %[1]s 2\n", SentinelMaster, primary.port, downAfter.Milliseconds(), 2*downAfter.Milliseconds())
 		if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 			t.Fatalf("sentinel %d: %v", i, err)
 		}
