@@ -256,6 +256,8 @@ type Client struct {
 	era *eraState
 	// life ends at Close, for the client and all its views.
 	life *lifetime
+	// fixed is what every request's _meta repeats, encoded once.
+	fixed fixedMeta
 }
 
 // newConfig returns the configuration opts make, each applied by apply:
@@ -515,41 +517,6 @@ func (c *Client) currentVersion() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.version
-}
-
-// encode builds the request body for method with params (a JSON object
-// without _meta, or nil).
-func (c *Client) encode(id jsonrpc.ID, method string, params map[string]any, token string, o *callOpts) ([]byte, error) {
-	meta := map[string]any{
-		mcp.MetaProtocolVersion:    c.currentVersion(),
-		mcp.MetaClientCapabilities: c.requestCaps(method),
-		mcp.MetaClientInfo:         c.cfg.info,
-	}
-	if o != nil && o.caps != nil {
-		meta[mcp.MetaClientCapabilities] = *o.caps
-	}
-	if c.cfg.logLevel != "" {
-		meta[mcp.MetaLogLevel] = c.cfg.logLevel
-	}
-	if o != nil && o.onLog != nil {
-		meta[mcp.MetaLogLevel] = o.logLevel
-	}
-	if token != "" {
-		meta[mcp.MetaProgressToken] = jsontext.Value(token)
-	}
-	if o != nil {
-		addTrace(meta, o.trace)
-	}
-	p := make(map[string]any, len(params)+1)
-	for k, v := range params {
-		p[k] = v
-	}
-	p["_meta"] = meta
-	pb, err := json.Marshal(p, json.Deterministic(true))
-	if err != nil {
-		return nil, fmt.Errorf("client: %s params: %w", method, err)
-	}
-	return jsonrpc.AppendRequest(nil, id, method, pb), nil
 }
 
 // do sends one request and returns its result object. When the server
