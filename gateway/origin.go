@@ -229,13 +229,7 @@ func (o origin) ToolSchema(principal, name string) (jsontext.Value, bool) {
 		if !cfg.sees(o.g.ruleOfPrincipal(cfg, principal), u, name) {
 			return nil, false
 		}
-		var t struct {
-			InputSchema jsontext.Value `json:"inputSchema"`
-		}
-		if jsonrpc.UnmarshalParams(it.json, &t) != nil {
-			return nil, false
-		}
-		return t.InputSchema, true
+		return it.schema, it.schema != nil
 	}
 	return nil, false
 }

@@ -20,6 +20,7 @@ import (
 	"tidings/client"
 	"tidings/client/oauth"
 	"tidings/internal/buildinfo"
+	"tidings/internal/jsonscan"
 	"tidings/internal/tracectx"
 	"tidings/jsonrpc"
 	"tidings/mcp"
@@ -51,6 +52,9 @@ type item struct {
 	orig string         // the upstream's own name or URI
 	json jsontext.Value // the item with key in place of orig
 	tmpl *uritemplate.Template
+	// schema is a tool's inputSchema, a sub-slice of json, found once
+	// when the list is kept rather than at each call (see ToolSchema).
+	schema jsontext.Value
 }
 
 // view is an upstream's whole list as the gateway keeps it: below
@@ -995,6 +999,9 @@ func (u *upstream) build(i int, raw []jsontext.Value, keys []string, expires tim
 			}
 			it.json = renamed
 		}
+		if l == server.ListTools {
+			it.schema = inputSchema(it.json)
+		}
 		if l == server.ListTemplates {
 			t, err := uritemplate.New(orig)
 			if err != nil {
@@ -1024,4 +1031,19 @@ func rename(b jsontext.Value, field, name string) (jsontext.Value, error) {
 	}
 	m[field] = q
 	return jsonrpc.Marshal(m)
+}
+
+// inputSchema returns the inputSchema member of tool, a tool's valid JSON,
+// as a sub-slice of it; nil when it has none.
+func inputSchema(tool jsontext.Value) jsontext.Value {
+	o := jsonscan.NewObject(tool)
+	for {
+		name, value, ok := o.Next()
+		if !ok {
+			return nil
+		}
+		if string(name) == "inputSchema" {
+			return value
+		}
+	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -96,7 +97,16 @@ type originSource struct {
 	o Origin
 	// exts is o when it offers extensions, nil when not.
 	exts ExtensionOrigin
+	// headers keeps the x-mcp-header parameters read from each input
+	// schema the origin gave, by the schema's bytes, so that a call's
+	// headers are checked without reading its tool's schema again.
+	headersMu sync.RWMutex
+	headers   map[string][]xheader.Param
 }
+
+// maxKeptSchemas bounds the schemas an originSource keeps the header
+// parameters of; past it, they are read anew.
+const maxKeptSchemas = 4096
 
 // completes: an origin's completions are offered as configured
 // (WithCapabilities), since whether its servers complete is theirs to say.
@@ -107,7 +117,19 @@ func (o *originSource) toolHeaders(principal, name string) []xheader.Param {
 	if !ok {
 		return nil
 	}
-	headers, _ := xheader.Params(schema)
+	o.headersMu.RLock()
+	headers, kept := o.headers[string(schema)]
+	o.headersMu.RUnlock()
+	if kept {
+		return headers
+	}
+	headers, _ = xheader.Params(schema)
+	o.headersMu.Lock()
+	if len(o.headers) >= maxKeptSchemas || o.headers == nil {
+		o.headers = make(map[string][]xheader.Param)
+	}
+	o.headers[string(schema)] = headers
+	o.headersMu.Unlock()
 	return headers
 }
 
