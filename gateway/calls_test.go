@@ -2,11 +2,14 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	neturl "net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,4 +169,59 @@ func TestUpstreamListenEndIsNotPassedDown(t *testing.T) {
 	testkit.WaitFor(t, waitTimeout, "the gateway's listen on the second server", func() bool { return second.count(mcp.MethodListen) >= 1 })
 	addEcho(t, second.srv, "more", `{"type":"object"}`)
 	next(t, msgs, mcp.NotifyToolsListChanged)
+}
+
+// TestCallHeadersAreCheckedAtTheGateway: a tool whose schema mirrors an
+// argument into an Mcp-Param-* header is held to it at the gateway, from
+// the tool list the gateway keeps: a call whose header says other than
+// its arguments is refused there with -32020 and never reaches the
+// upstream; one whose header agrees is called.
+func TestCallHeadersAreCheckedAtTheGateway(t *testing.T) {
+	up := startUpstream(t, mcp.ScopePublic, "echo")
+	addEcho(t, up.srv, "grep", `{"type":"object","properties":{"path":{"type":"string","x-mcp-header":"Path"}},"required":["path"]}`)
+	_, url := startGateway(t, gateway.Config{Upstreams: []gateway.Upstream{{ID: "files", URL: up.url}}})
+	c := client.NewHTTP(url)
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Tools(ctx); err != nil { // the gateway keeps the list
+		t.Fatal(err)
+	}
+	call := func(header string) map[string]any {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"files_grep","arguments":{"path":"src"},` +
+			`"_meta":{"io.modelcontextprotocol/protocolVersion":"` + mcp.Version + `","io.modelcontextprotocol/clientCapabilities":{}}}}`
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
+		req.Header.Set(mcp.HeaderMethod, mcp.MethodToolsCall)
+		req.Header.Set(mcp.HeaderName, "files_grep")
+		req.Header.Set("Mcp-Param-Path", header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatalf("status %d: %v", resp.StatusCode, err)
+		}
+		return m
+	}
+	m := call("elsewhere")
+	if e, _ := m["error"].(map[string]any); e == nil || e["code"] != float64(mcp.CodeHeaderMismatch) {
+		t.Fatalf("a call whose Mcp-Param-Path differs from its path was answered %v, want error %d", m, mcp.CodeHeaderMismatch)
+	}
+	if n := up.count(mcp.MethodToolsCall); n != 0 {
+		t.Fatalf("the refused call reached the upstream (%d calls)", n)
+	}
+	if m := call("src"); m["result"] == nil {
+		t.Fatalf("a call whose header agrees was answered %v", m)
+	}
+	if n := up.count(mcp.MethodToolsCall); n != 1 {
+		t.Fatalf("the upstream served %d calls, want 1", n)
+	}
 }
