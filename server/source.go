@@ -100,17 +100,22 @@ type originSource struct {
 	// headers keeps the x-mcp-header parameters read from each input
 	// schema the origin gave, by the schema's bytes, so that a call's
 	// headers are checked without reading its tool's schema again.
-	headersMu sync.RWMutex
-	headers   map[string][]xheader.Param
+	headersMu    sync.RWMutex
+	headers      map[string][]xheader.Param
+	headersBytes int
 }
 
-// maxKeptSchemas bounds the schemas an originSource keeps the header
-// parameters of; past it, they are read anew.
-const maxKeptSchemas = 4096
+// maxKeptSchemaBytes bounds the bytes of the schemas an originSource
+// keeps the header parameters of; past it, it forgets them all and
+// reads them anew.
+const maxKeptSchemaBytes = 4 << 20
 
-// completes: an origin's completions are offered as configured
-// (WithCapabilities), since whether its servers complete is theirs to say.
-func (o *originSource) completes() bool { return o.s.cfg.capabilities.completions }
+// completes: an origin's completions are offered where the server was
+// told to offer them (WithCapabilities), since whether its servers
+// complete is theirs to say, or has a completion handler of its own.
+func (o *originSource) completes() bool {
+	return o.s.cfg.capabilities.completions || o.s.completer() != nil
+}
 
 func (o *originSource) toolHeaders(principal, name string) []xheader.Param {
 	schema, ok := o.o.ToolSchema(principal, name)
@@ -125,10 +130,13 @@ func (o *originSource) toolHeaders(principal, name string) []xheader.Param {
 	}
 	headers, _ = xheader.Params(schema)
 	o.headersMu.Lock()
-	if len(o.headers) >= maxKeptSchemas || o.headers == nil {
-		o.headers = make(map[string][]xheader.Param)
+	if o.headers == nil || o.headersBytes+len(schema) > maxKeptSchemaBytes {
+		o.headers, o.headersBytes = make(map[string][]xheader.Param), 0
 	}
-	o.headers[string(schema)] = headers
+	if _, dup := o.headers[string(schema)]; !dup && len(schema) <= maxKeptSchemaBytes {
+		o.headers[string(schema)] = headers
+		o.headersBytes += len(schema)
+	}
 	o.headersMu.Unlock()
 	return headers
 }
