@@ -231,8 +231,8 @@ type openedListen struct {
 
 // openListen checks a listen's filter against the limits, grants it,
 // takes its share of the limits and subscribes it to the hub, and reads
-// the state of the tasks it follows. It answers nil with the refusal
-// when the listen cannot be opened, having let go of what it took. The
+// the state of the tasks it follows. When the listen cannot be opened,
+// refused is the answer, and what was taken has been let go of. The
 // listen is returned as a value, kept on its goroutine's stack.
 func (s *Server) openListen(ctx context.Context, c *engine.Call, req *Request) (l openedListen, refused *engine.Reply) {
 	if c.P.Notifications == nil {
