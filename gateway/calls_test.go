@@ -194,11 +194,7 @@ func TestCallHeadersAreCheckedAtTheGateway(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set(mcp.HeaderProtocolVersion, mcp.Version)
-		req.Header.Set(mcp.HeaderMethod, mcp.MethodToolsCall)
-		req.Header.Set(mcp.HeaderName, "files_grep")
+		req.Header = toolsCallHeaders("files_grep")
 		req.Header.Set("Mcp-Param-Path", header)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
