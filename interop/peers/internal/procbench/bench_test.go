@@ -113,14 +113,7 @@ func (p *httpPeer) roundTrip(tb testing.TB, o op) []byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h := req.Header
-	h["Content-Type"] = []string{"application/json"}
-	h["Accept"] = []string{"application/json, text/event-stream"}
-	h["Mcp-Protocol-Version"] = []string{"2026-07-28"}
-	h["Mcp-Method"] = []string{o.method}
-	if o.tool != "" {
-		h["Mcp-Name"] = []string{o.tool}
-	}
+	req.Header = callHeaders(o)
 	resp, err := p.c.Do(req)
 	if err != nil {
 		tb.Fatal(err)
@@ -131,6 +124,20 @@ func (p *httpPeer) roundTrip(tb testing.TB, o op) []byte {
 		tb.Fatalf("%s: status %d, %v: %s", p.url, resp.StatusCode, err, body)
 	}
 	return body
+}
+
+// callHeaders are the headers of o's request, as a 2026-07-28 client
+// sends them.
+func callHeaders(o op) http.Header {
+	h := http.Header{}
+	h["Content-Type"] = []string{"application/json"}
+	h["Accept"] = []string{"application/json, text/event-stream"}
+	h["Mcp-Protocol-Version"] = []string{"2026-07-28"}
+	h["Mcp-Method"] = []string{o.method}
+	if o.tool != "" {
+		h["Mcp-Name"] = []string{o.tool}
+	}
+	return h
 }
 
 func (p *httpPeer) stop(tb testing.TB) {
