@@ -150,57 +150,106 @@ func (p *sdkPeer) stop(tb testing.TB) {
 // BenchmarkReverseProxyToolsCall measures, in one process, the bound of
 // any hop's share: net/http's ReverseProxy in the gateway's place.)
 func BenchmarkGatewayProcesses(b *testing.B) {
+	rig := startGatewayRig(b)
+	call := ops[0]
+	b.Run("tidings", func(b *testing.B) {
+		through := rig.throughHTTP(b)
+		defer through.c.CloseIdleConnections()
+		took := race(b, call, []string{"gateway", "direct"}, []server{through, rig.direct})
+		b.ReportMetric(float64(took[1])/float64(took[0]), "x-direct")
+	})
+	b.Run("gosdk", func(b *testing.B) {
+		through, straight := rig.throughSDK(b), connectSDK(b, rig.sdkURL, "echo")
+		defer through.stop(b)
+		defer straight.stop(b)
+		took := race(b, call, []string{"gateway", "direct"}, []server{through, straight})
+		b.ReportMetric(float64(took[1])/float64(took[0]), "x-direct")
+	})
+}
+
+// TestGatewayProcessesAnswer runs what BenchmarkGatewayProcesses
+// measures once: each call answers through the gateway and directly.
+func TestGatewayProcessesAnswer(t *testing.T) {
+	rig := startGatewayRig(t)
+	through := rig.throughHTTP(t)
+	defer through.c.CloseIdleConnections()
+	for _, s := range []server{through, rig.direct} {
+		if ans := s.roundTrip(t, ops[0]); !strings.Contains(string(ans), `"result"`) {
+			t.Errorf("the call was answered %s", ans)
+		}
+	}
+	for _, s := range []*sdkPeer{rig.throughSDK(t), connectSDK(t, rig.sdkURL, "echo")} {
+		s.roundTrip(t, ops[0])
+		s.stop(t)
+	}
+}
+
+// gatewayRig is a tidings server and a go-sdk server, each a process,
+// behind a `tidings gateway` process that serves their tools under
+// their own names.
+type gatewayRig struct {
+	direct        *httpPeer
+	sdkURL, gwURL string
+}
+
+// startGatewayRig starts the three processes; they are stopped when the
+// test or benchmark ends.
+func startGatewayRig(tb testing.TB) *gatewayRig {
+	tb.Helper()
 	dir, err := gatewayBins()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	direct := startHTTP(b, "-impl", "tidings")
-	defer direct.stop(b)
-	sdkProc, sdkURL := startLogging(b, filepath.Join(dir, "gosdk-server"), []string{"-addr", "127.0.0.1:0", "-flicker", "0"}, false,
+	r := &gatewayRig{direct: startHTTP(tb, "-impl", "tidings")}
+	tb.Cleanup(func() { r.direct.stop(tb) })
+	sdk, sdkURL := startLogging(tb, filepath.Join(dir, "gosdk-server"), []string{"-addr", "127.0.0.1:0", "-flicker", "0"}, false,
 		func(l string) (string, bool) { return strings.CutPrefix(l, "mcp endpoint: ") })
-	defer sdkProc.stop(b)
-	cfg := filepath.Join(b.TempDir(), "gateway.yaml")
-	yaml := fmt.Sprintf("upstreams:\n  - id: files\n    url: %s\n    prefix: \"\"\n  - id: gosdk\n    url: %s\n    prefix: \"\"\n", direct.url, sdkURL)
+	tb.Cleanup(func() { sdk.stop(tb) })
+	r.sdkURL = sdkURL
+	cfg := filepath.Join(tb.TempDir(), "gateway.yaml")
+	yaml := fmt.Sprintf("upstreams:\n  - id: files\n    url: %s\n    prefix: \"\"\n  - id: gosdk\n    url: %s\n    prefix: \"\"\n", r.direct.url, sdkURL)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	gwProc, gwURL := startLogging(b, filepath.Join(dir, "tidings"), []string{"gateway", "--config", cfg, "--addr", "127.0.0.1:0"}, true,
+	gw, gwURL := startLogging(tb, filepath.Join(dir, "tidings"), []string{"gateway", "--config", cfg, "--addr", "127.0.0.1:0"}, true,
 		func(l string) (string, bool) {
 			_, rest, ok := strings.Cut(l, `msg="listening on `)
 			url, _, _ := strings.Cut(rest, `"`)
 			return url, ok
 		})
-	defer gwProc.stop(b)
-	call := ops[0]
+	tb.Cleanup(func() { gw.stop(tb) })
+	r.gwURL = gwURL
+	return r
+}
 
-	b.Run("tidings", func(b *testing.B) {
-		through := &httpPeer{url: gwURL, c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}}
-		defer through.c.CloseIdleConnections()
-		waitFor(b, "the gateway to call the tidings server's tool", func() bool {
-			req, _ := http.NewRequest(http.MethodPost, gwURL, strings.NewReader(call.body))
-			req.Header = callHeaders(call)
-			resp, err := through.c.Do(req)
-			if err != nil {
-				return false
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"result"`)
-		})
-		took := race(b, call, []string{"gateway", "direct"}, []server{through, direct})
-		b.ReportMetric(float64(took[1])/float64(took[0]), "x-direct")
+// throughHTTP is a keep-alive HTTP client of the gateway, once the
+// gateway calls the tidings server's tool.
+func (r *gatewayRig) throughHTTP(tb testing.TB) *httpPeer {
+	p := &httpPeer{url: r.gwURL, c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}}
+	call := ops[0]
+	waitFor(tb, "the gateway to call the tidings server's tool", func() bool {
+		req, _ := http.NewRequest(http.MethodPost, r.gwURL, strings.NewReader(call.body))
+		req.Header = callHeaders(call)
+		resp, err := p.c.Do(req)
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"result"`)
 	})
-	b.Run("gosdk", func(b *testing.B) {
-		through, straight := connectSDK(b, gwURL, "echo"), connectSDK(b, sdkURL, "echo")
-		defer through.stop(b)
-		defer straight.stop(b)
-		waitFor(b, "the gateway to call the go-sdk server's tool", func() bool {
-			res, err := through.cs.CallTool(context.Background(), &gosdk.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}})
-			return err == nil && !res.IsError
-		})
-		took := race(b, call, []string{"gateway", "direct"}, []server{through, straight})
-		b.ReportMetric(float64(took[1])/float64(took[0]), "x-direct")
+	return p
+}
+
+// throughSDK is a go-sdk client session with the gateway, once the
+// gateway calls the go-sdk server's tool.
+func (r *gatewayRig) throughSDK(tb testing.TB) *sdkPeer {
+	p := connectSDK(tb, r.gwURL, "echo")
+	waitFor(tb, "the gateway to call the go-sdk server's tool", func() bool {
+		res, err := p.cs.CallTool(context.Background(), &gosdk.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}})
+		return err == nil && !res.IsError
 	})
+	return p
 }
 
 // waitFor polls try every 20ms until it holds, ten seconds at most: the
