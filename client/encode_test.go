@@ -61,7 +61,7 @@ func TestEncodeIsTheMapsEncoding(t *testing.T) {
 	}{
 		{name: "discover", method: mcp.MethodDiscover},
 		{name: "call", method: mcp.MethodToolsCall, params: map[string]any{"name": "grep", "arguments": jsontext.Value(`{ "b": [1, 2], "a": "x\u00e9" }`)}, token: `"p-1"`},
-		{name: "list with cursor", method: mcp.MethodToolsList, params: map[string]any{"cursor": "c\"1"}},
+		{name: "list with cursor", method: mcp.MethodToolsList, params: map[string]any{"cursor": "c\"1 <&> \u2028 é \x01"}},
 		{name: "values of every kind", method: mcp.MethodPromptsGet, params: map[string]any{"name": "p", "arguments": map[string]string{"z": "1", "a": "2"}, "n": 3, "Upper": true, "zeta": nil}},
 		{name: "options", opts: []Option{WithClientInfo(mcp.Implementation{Name: "host", Version: "2.0", Title: "Host <&>"}), WithoutTasks()},
 			method: mcp.MethodToolsCall, params: map[string]any{"name": "t"}},
@@ -89,13 +89,22 @@ func TestEncodeIsTheMapsEncoding(t *testing.T) {
 	}
 }
 
-// TestEncodeRefusesInvalidJSON: raw JSON that is not valid is refused
-// with the member named, not sent.
+// TestEncodeRefusesInvalidJSON: raw JSON that is not valid, and a string
+// that is not UTF-8, are refused with the member named, not sent, as
+// the maps' encoding refused them.
 func TestEncodeRefusesInvalidJSON(t *testing.T) {
 	c := New(nil)
-	_, err := c.encode(jsonrpc.IntID(1), mcp.MethodToolsCall, map[string]any{"name": "t", "arguments": jsontext.Value(`{"a":`)}, "", nil)
-	if err == nil {
-		t.Fatal("encode took invalid arguments")
+	for _, params := range []map[string]any{
+		{"name": "t", "arguments": jsontext.Value(`{"a":`)},
+		{"name": "t\xff"},
+	} {
+		if _, err := mapEncode(c, jsonrpc.IntID(1), mcp.MethodToolsCall, params, "", nil); err == nil {
+			t.Fatalf("the maps took %v", params)
+		}
+		_, err := c.encode(jsonrpc.IntID(1), mcp.MethodToolsCall, params, "", nil)
+		if err == nil {
+			t.Fatalf("encode took %v", params)
+		}
+		t.Log(err)
 	}
-	t.Log(err)
 }
