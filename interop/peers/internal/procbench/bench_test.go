@@ -87,9 +87,13 @@ type httpPeer struct {
 	c   *http.Client
 }
 
-func startHTTP(tb testing.TB, args ...string) *httpPeer {
+func startHTTP(tb testing.TB, args ...string) *httpPeer { return startServer(tb, peerBin, args...) }
+
+// startServer starts bin, a server that prints "mcp endpoint: URL" on
+// its standard output once it serves (benchpeer, gosdk-server).
+func startServer(tb testing.TB, bin string, args ...string) *httpPeer {
 	tb.Helper()
-	cmd := exec.Command(peerBin, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -105,7 +109,12 @@ func startHTTP(tb testing.TB, args ...string) *httpPeer {
 		cmd.Wait()
 		tb.Fatalf("%s printed %q, %v; want its endpoint", cmd.Args, line, err)
 	}
-	return &httpPeer{cmd: cmd, url: url, c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}}
+	return &httpPeer{cmd: cmd, url: url, c: newHTTPClient()}
+}
+
+// newHTTPClient is a keep-alive client of one server.
+func newHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
 }
 
 func (p *httpPeer) roundTrip(tb testing.TB, o op) []byte {

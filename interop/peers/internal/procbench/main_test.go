@@ -12,9 +12,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-// peerBin is the benchpeer binary TestMain builds; it is set once, before
-// any test or benchmark runs.
-var peerBin string
+// peerBin, sdkBin and tidingsBin are the binaries TestMain builds: the
+// benchpeer, the go-sdk server and the tidings CLI. They are set once,
+// before any test or benchmark runs.
+var peerBin, sdkBin, tidingsBin string
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
@@ -27,11 +28,19 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	peerBin = filepath.Join(dir, "benchpeer")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", peerBin, "../../cmd/benchpeer")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build benchpeer: %v\n%s", err, out)
-		return 1
+	peerBin, sdkBin, tidingsBin = filepath.Join(dir, "benchpeer"), filepath.Join(dir, "gosdk-server"), filepath.Join(dir, "tidings")
+	// tidings is built in its own module, as its users build it.
+	for _, t := range []struct{ wd, pkg, out string }{
+		{"../..", "./cmd/benchpeer", peerBin},
+		{"../..", "./cmd/gosdk-server", sdkBin},
+		{"../../../..", "./cmd/tidings", tidingsBin},
+	} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", t.out, t.pkg)
+		cmd.Dir = t.wd
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", t.pkg, err, out)
+			return 1
+		}
 	}
 	code := m.Run()
 	if code == 0 {
